@@ -1,0 +1,84 @@
+"""The HIP binding: one process-wide :class:`Runtime`, chosen by ``HIPMR_PLATFORM``.
+
+``get_runtime()`` loads it on first use (the package's ``__init__`` asks for it once at
+import so that the first allocation pays nothing more) and caches it.  A failed load is
+remembered and raised again, unchanged, by every later call that needs the runtime.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Optional
+
+from .errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
+                     NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
+from .runtime import PLATFORMS, Runtime
+
+__all__ = [
+    "get_runtime", "set_runtime", "selected_platform", "preload", "load_error", "Runtime",
+    "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
+    "InvalidHandleError", "NotSupportedError", "LibraryNotFoundError",
+]
+
+_lock = threading.Lock()
+_runtime: Optional[Runtime] = None
+_error: Optional[BaseException] = None
+
+
+def selected_platform(env=None) -> str:
+    """The platform named by ``HIPMR_PLATFORM`` (or HIP's ``HIP_PLATFORM=nvidia``); default ``amd``."""
+    env = os.environ if env is None else env
+    value = (env.get("HIPMR_PLATFORM") or "").strip().lower()
+    if not value:
+        hip_platform = (env.get("HIP_PLATFORM") or "").strip().lower()
+        value = "nvidia" if hip_platform in ("nvidia", "nvcc") else "amd"
+    if value not in PLATFORMS:
+        raise ValueError(f"HIPMR_PLATFORM={value!r} is not one of {', '.join(PLATFORMS)}")
+    return value
+
+
+def get_runtime() -> Runtime:
+    """The process-wide runtime; raises LibraryNotFoundError (or the load error) if it cannot load."""
+    rt = _runtime
+    if rt is not None:
+        return rt
+    with _lock:
+        if _runtime is None and _error is None:
+            _load_locked()
+        if _runtime is not None:
+            return _runtime
+        raise _error  # type: ignore[misc]
+
+
+def _load_locked() -> None:
+    global _runtime, _error
+    try:
+        _runtime = Runtime.create(selected_platform())
+    except (HipError, OSError, ValueError) as exc:
+        _error = exc
+
+
+def preload() -> None:
+    """Load the runtime now if possible; never raises (the error is kept for first use)."""
+    try:
+        get_runtime()
+    except Exception:
+        pass
+
+
+def load_error() -> Optional[BaseException]:
+    """The error that stopped the runtime from loading, or None."""
+    return _error
+
+
+def set_runtime(rt: Optional[Runtime]) -> Optional[Runtime]:
+    """Replace the process-wide runtime (tests, embedding); returns the previous one.
+
+    ``None`` forgets the current one so that the next ``get_runtime()`` loads again.
+    """
+    global _runtime, _error
+    with _lock:
+        previous = _runtime
+        _runtime = rt
+        _error = None
+        return previous

@@ -1,0 +1,185 @@
+"""HIP error codes and the Python exceptions they become.
+
+Every HIP status other than ``hipSuccess`` becomes a :class:`HipError` (or one of its
+subclasses) carrying the code, the HIP name, the message and the call that failed.
+Names come from the loaded library when there is one (``hipGetErrorName``), from the
+built-in table below otherwise.  This module imports nothing but the standard library.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
+
+__all__ = [
+    "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
+    "InvalidHandleError", "NotSupportedError", "LibraryNotFoundError", "ERROR_NAMES",
+    "error_class", "make_error",
+]
+
+# hipError_t values, identical in ROCm 5.2.3 ... 7.0 (see shared/reference/hip-abi.md §3a).
+# hipErrorTbd moved (1054 -> 1055) on 7.x-dev; the library's own hipGetErrorName wins when loaded.
+ERROR_NAMES: Dict[int, str] = {
+    0: "hipSuccess", 1: "hipErrorInvalidValue", 2: "hipErrorOutOfMemory",
+    3: "hipErrorNotInitialized", 4: "hipErrorDeinitialized", 5: "hipErrorProfilerDisabled",
+    6: "hipErrorProfilerNotInitialized", 7: "hipErrorProfilerAlreadyStarted",
+    8: "hipErrorProfilerAlreadyStopped", 9: "hipErrorInvalidConfiguration",
+    12: "hipErrorInvalidPitchValue", 13: "hipErrorInvalidSymbol",
+    17: "hipErrorInvalidDevicePointer", 21: "hipErrorInvalidMemcpyDirection",
+    35: "hipErrorInsufficientDriver", 52: "hipErrorMissingConfiguration",
+    53: "hipErrorPriorLaunchFailure", 98: "hipErrorInvalidDeviceFunction",
+    100: "hipErrorNoDevice", 101: "hipErrorInvalidDevice", 200: "hipErrorInvalidImage",
+    201: "hipErrorInvalidContext", 202: "hipErrorContextAlreadyCurrent",
+    205: "hipErrorMapFailed", 206: "hipErrorUnmapFailed", 207: "hipErrorArrayIsMapped",
+    208: "hipErrorAlreadyMapped", 209: "hipErrorNoBinaryForGpu", 210: "hipErrorAlreadyAcquired",
+    211: "hipErrorNotMapped", 212: "hipErrorNotMappedAsArray", 213: "hipErrorNotMappedAsPointer",
+    214: "hipErrorECCNotCorrectable", 215: "hipErrorUnsupportedLimit",
+    216: "hipErrorContextAlreadyInUse", 217: "hipErrorPeerAccessUnsupported",
+    218: "hipErrorInvalidKernelFile", 219: "hipErrorInvalidGraphicsContext",
+    300: "hipErrorInvalidSource", 301: "hipErrorFileNotFound",
+    302: "hipErrorSharedObjectSymbolNotFound", 303: "hipErrorSharedObjectInitFailed",
+    304: "hipErrorOperatingSystem", 400: "hipErrorInvalidHandle", 401: "hipErrorIllegalState",
+    500: "hipErrorNotFound", 600: "hipErrorNotReady", 700: "hipErrorIllegalAddress",
+    701: "hipErrorLaunchOutOfResources", 702: "hipErrorLaunchTimeOut",
+    704: "hipErrorPeerAccessAlreadyEnabled", 705: "hipErrorPeerAccessNotEnabled",
+    708: "hipErrorSetOnActiveProcess", 709: "hipErrorContextIsDestroyed", 710: "hipErrorAssert",
+    712: "hipErrorHostMemoryAlreadyRegistered", 713: "hipErrorHostMemoryNotRegistered",
+    719: "hipErrorLaunchFailure", 720: "hipErrorCooperativeLaunchTooLarge",
+    801: "hipErrorNotSupported", 900: "hipErrorStreamCaptureUnsupported",
+    901: "hipErrorStreamCaptureInvalidated", 902: "hipErrorStreamCaptureMerge",
+    903: "hipErrorStreamCaptureUnmatched", 904: "hipErrorStreamCaptureUnjoined",
+    905: "hipErrorStreamCaptureIsolation", 906: "hipErrorStreamCaptureImplicit",
+    907: "hipErrorCapturedEvent", 908: "hipErrorStreamCaptureWrongThread",
+    910: "hipErrorGraphExecUpdateFailure", 911: "hipErrorInvalidChannelDescriptor",
+    912: "hipErrorInvalidTexture", 914: "hipErrorInvalidResourceType",
+    915: "hipErrorInvalidResourceConfiguration", 916: "hipErrorStreamDetached",
+    999: "hipErrorUnknown", 1052: "hipErrorRuntimeMemory", 1053: "hipErrorRuntimeOther",
+    1054: "hipErrorTbd",
+}
+
+HIP_SUCCESS = 0
+HIP_ERROR_INVALID_VALUE = 1
+HIP_ERROR_OUT_OF_MEMORY = 2
+HIP_ERROR_NO_DEVICE = 100
+HIP_ERROR_INVALID_DEVICE = 101
+HIP_ERROR_INVALID_HANDLE = 400
+HIP_ERROR_NOT_READY = 600
+HIP_ERROR_NOT_SUPPORTED = 801
+
+
+class HipError(RuntimeError):
+    """A HIP runtime call failed.
+
+    Attributes: ``code`` (the hipError_t value, or ``None`` when no call produced one),
+    ``name`` (for example ``"hipErrorInvalidValue"``), ``message`` (the runtime's text) and
+    ``call`` (the HIP function, for example ``"hipMalloc"``).
+    """
+
+    def __init__(self, code: Optional[int] = None, name: Optional[str] = None,
+                 message: str = "", call: Optional[str] = None, detail: str = "") -> None:
+        self.code = code
+        self.name = name if name is not None else (ERROR_NAMES.get(code, "hipErrorUnknown")
+                                                    if code is not None else None)
+        self.message = message
+        self.call = call
+        self.detail = detail
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        parts = []
+        if self.call:
+            parts.append(f"{self.call} failed")
+        if self.name:
+            head = f"{self.name} ({self.code})" if self.code is not None else self.name
+            parts.append(head)
+        text = ": ".join(parts) if parts else "HIP error"
+        if self.message and self.message != self.name:
+            text += f": {self.message}"
+        if self.detail:
+            text += f" ({self.detail})"
+        return text
+
+    def __reduce__(self):  # keep exceptions picklable (multiprocessing, pytest-xdist)
+        return (_rebuild, (type(self), self.__dict__.copy()))
+
+
+def _rebuild(cls, state):
+    obj = cls.__new__(cls)
+    obj.__dict__.update(state)
+    Exception.__init__(obj, obj._format())
+    return obj
+
+
+class OutOfMemoryError(HipError, MemoryError):
+    """Allocation failed for lack of memory (``hipErrorOutOfMemory``); also a ``MemoryError``.
+
+    ``size`` is the requested number of bytes and ``device`` the device id, where known.
+    """
+
+    def __init__(self, code: Optional[int] = HIP_ERROR_OUT_OF_MEMORY, name: Optional[str] = None,
+                 message: str = "", call: Optional[str] = None, detail: str = "",
+                 size: Optional[int] = None, device: Optional[int] = None) -> None:
+        self.size = size
+        self.device = device
+        extra = []
+        if size is not None:
+            extra.append(f"requested {size} bytes")
+        if device is not None:
+            extra.append(f"on device {device}")
+        if detail:
+            extra.append(detail)
+        super().__init__(code, name, message, call, ", ".join(extra))
+
+
+class NotReadyError(HipError):
+    """Work is still pending (``hipErrorNotReady``)."""
+
+
+class NoDeviceError(HipError):
+    """No usable GPU is visible (``hipErrorNoDevice``)."""
+
+
+class InvalidValueError(HipError, ValueError):
+    """The runtime rejected an argument (``hipErrorInvalidValue``); also a ``ValueError``."""
+
+
+class InvalidHandleError(HipError, ValueError):
+    """A stream, event or pool handle is not valid (``hipErrorInvalidHandle``)."""
+
+
+class NotSupportedError(HipError):
+    """The runtime, the device or the loaded library does not support this operation."""
+
+
+class LibraryNotFoundError(HipError, OSError):
+    """No HIP (or CUDA runtime) library could be loaded; the message lists every path tried."""
+
+    def __init__(self, message: str, tried=()) -> None:
+        self.tried = tuple(tried)
+        HipError.__init__(self, None, "LibraryNotFound", message, None)
+
+    def _format(self) -> str:
+        return self.message
+
+
+_CLASSES: Dict[int, Type[HipError]] = {
+    HIP_ERROR_OUT_OF_MEMORY: OutOfMemoryError,
+    HIP_ERROR_NOT_READY: NotReadyError,
+    HIP_ERROR_NO_DEVICE: NoDeviceError,
+    HIP_ERROR_INVALID_VALUE: InvalidValueError,
+    HIP_ERROR_INVALID_HANDLE: InvalidHandleError,
+    HIP_ERROR_NOT_SUPPORTED: NotSupportedError,
+}
+
+
+def error_class(code: int) -> Type[HipError]:
+    """The exception class used for a HIP status ``code``."""
+    return _CLASSES.get(code, HipError)
+
+
+def make_error(code: int, call: Optional[str] = None, name: Optional[str] = None,
+               message: str = "", *, size: Optional[int] = None,
+               device: Optional[int] = None, detail: str = "") -> HipError:
+    """Build (not raise) the exception for HIP status ``code`` returned by ``call``."""
+    cls = error_class(code)
+    if cls is OutOfMemoryError:
+        return OutOfMemoryError(code, name, message, call, detail, size=size, device=device)
+    return cls(code, name, message, call, detail)

@@ -1,0 +1,105 @@
+"""Finding and loading the runtime library (libamdhip64 on ``amd``, libcudart on ``nvidia``).
+
+The search is documented and bounded: explicit variables first, then a few well-known folders,
+then the system loader.  Nothing else on the file system is scanned.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+import sys
+from typing import List, Optional, Tuple
+
+from .errors import LibraryNotFoundError
+
+__all__ = ["amd_candidates", "nvidia_candidates", "load_first", "AMD_NAMES", "CUDART_NAMES"]
+
+AMD_NAMES = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
+CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
+
+
+def _version_key(path: str) -> Tuple[int, ...]:
+    nums = re.findall(r"\d+", os.path.basename(os.path.dirname(path.rstrip("/"))) or path)
+    return tuple(int(n) for n in nums)
+
+
+def _in_dirs(dirs: List[str], names) -> List[str]:
+    return [os.path.join(d, n) for d in dirs for n in names]
+
+
+def amd_candidates(env=None) -> List[str]:
+    """Every path (or bare name for the system loader) tried for libamdhip64, in order."""
+    env = os.environ if env is None else env
+    out: List[str] = []
+    if env.get("HIPMR_LIBRARY"):
+        out.append(env["HIPMR_LIBRARY"])
+    dirs = []
+    for var in ("ROCM_PATH", "HIP_PATH"):
+        if env.get(var):
+            dirs.append(os.path.join(env[var], "lib"))
+    dirs.append("/opt/rocm/lib")
+    versioned = sorted(glob.glob("/opt/rocm-*/lib"), key=_version_key, reverse=True)
+    dirs.extend(versioned)
+    out.extend(_in_dirs(dirs, AMD_NAMES))
+    out.extend(AMD_NAMES)  # the system loader (LD_LIBRARY_PATH, ld.so.cache)
+    return out
+
+
+def nvidia_candidates(env=None) -> List[str]:
+    """Every path (or bare name) tried for libcudart, in order."""
+    env = os.environ if env is None else env
+    out: List[str] = []
+    if env.get("HIPMR_LIBRARY"):
+        out.append(env["HIPMR_LIBRARY"])
+    dirs = []
+    if env.get("CUDA_HOME"):
+        dirs.append(os.path.join(env["CUDA_HOME"], "lib64"))
+    dirs.extend(sorted(glob.glob("/usr/local/cuda*/lib64"), key=_version_key, reverse=True))
+    for entry in sys.path:  # the nvidia-cuda-runtime wheels: site-packages/nvidia/cu*/lib
+        if entry and os.path.isdir(os.path.join(entry, "nvidia")):
+            dirs.extend(sorted(glob.glob(os.path.join(entry, "nvidia", "cu*", "lib")), reverse=True))
+            dirs.extend(sorted(glob.glob(os.path.join(entry, "nvidia", "cuda_runtime", "lib"))))
+    out.extend(_in_dirs(dirs, CUDART_NAMES))
+    out.extend(CUDART_NAMES)
+    return out
+
+
+def load_first(candidates: List[str], what: str, hint: str) -> Tuple[ctypes.CDLL, str]:
+    """Load the first candidate that loads; raise LibraryNotFoundError listing all tried."""
+    tried = []
+    for cand in candidates:
+        if os.sep in cand and not os.path.exists(cand):
+            tried.append(f"{cand} (no such file)")
+            continue
+        try:
+            lib = ctypes.CDLL(cand)
+        except OSError as exc:
+            tried.append(f"{cand} ({exc})")
+            continue
+        return lib, _real_path(lib, cand)
+    lines = "\n  ".join(tried)
+    raise LibraryNotFoundError(f"could not load {what}; tried:\n  {lines}\n{hint}", tried)
+
+
+def _real_path(lib: ctypes.CDLL, fallback: str) -> str:
+    """The file the dynamic loader actually opened (read from /proc/self/maps on Linux)."""
+    name = os.path.basename(fallback).split(".so")[0]
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                path = line.rsplit(None, 1)[-1] if "/" in line else ""
+                if path.startswith("/") and os.path.basename(path).startswith(name + ".so"):
+                    return os.path.realpath(path)
+    except OSError:
+        pass
+    return fallback
+
+
+def library_version_from_path(path: Optional[str]) -> Optional[str]:
+    """The version suffix of a library file name (``libamdhip64.so.5.2.21153`` -> ``5.2.21153``)."""
+    if not path:
+        return None
+    m = re.search(r"\.so\.([\d.]+)$", path)
+    return m.group(1) if m else None

@@ -1,0 +1,196 @@
+"""ctypes structures, enum values and flags of the HIP runtime ABI (x86-64 Linux, LP64).
+
+Values and layouts follow ``shared/reference/hip-abi.md`` and are checked against the real
+headers by ``tests/test_abi.py`` (a C probe compiled with gcc).
+"""
+from __future__ import annotations
+
+import ctypes
+from ctypes import c_int, c_uint, c_void_p, c_size_t, c_ubyte, c_char
+
+__all__ = [
+    "hipMemLocation", "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t",
+    "hipIpcMemHandle_t", "hipMemPoolPtrExportData", "STRUCTS", "ENUMS",
+]
+
+
+class hipMemLocation(ctypes.Structure):
+    """``hipMemLocation``: where memory lives (type 1 = device, id = device ordinal)."""
+    _fields_ = [("type", c_int), ("id", c_int)]
+
+
+class hipMemAccessDesc(ctypes.Structure):
+    """``hipMemAccessDesc``: an access right for one location."""
+    _fields_ = [("location", hipMemLocation), ("flags", c_int)]
+
+
+class hipMemPoolProps(ctypes.Structure):
+    """``hipMemPoolProps`` (88 bytes). ``maxSize`` exists from ROCm 6.2 on; zero keeps the default.
+
+    Before 6.2 the 64 bytes from offset 24 are ``reserved``; writing 0 there is the same thing.
+    The CUDA ``cudaMemPoolProps`` has the same size and leading fields.
+    """
+    _fields_ = [
+        ("allocType", c_int),
+        ("handleTypes", c_int),
+        ("location", hipMemLocation),
+        ("win32SecurityAttributes", c_void_p),
+        ("maxSize", c_size_t),
+        ("reserved", c_ubyte * 56),
+    ]
+
+
+class hipPointerAttribute_t(ctypes.Structure):
+    """``hipPointerAttribute_t`` (32 bytes). The first field's name and the meaning of its values
+    changed between ROCm 5 and 6 (see :data:`MEMORY_TYPE_5` / :data:`MEMORY_TYPE_6`)."""
+    _fields_ = [
+        ("type", c_int),
+        ("device", c_int),
+        ("devicePointer", c_void_p),
+        ("hostPointer", c_void_p),
+        ("isManaged", c_int),
+        ("allocationFlags", c_uint),
+    ]
+
+
+class hipIpcMemHandle_t(ctypes.Structure):
+    """``hipIpcMemHandle_t``: 64 opaque bytes, passed by value."""
+    _fields_ = [("reserved", c_char * 64)]
+
+
+class hipMemPoolPtrExportData(ctypes.Structure):
+    """``hipMemPoolPtrExportData``: 64 opaque bytes."""
+    _fields_ = [("reserved", c_ubyte * 64)]
+
+
+# name -> ctypes type, with the C type name (for the ABI probe)
+STRUCTS = {
+    "hipMemLocation": hipMemLocation,
+    "hipMemAccessDesc": hipMemAccessDesc,
+    "hipMemPoolProps": hipMemPoolProps,
+    "hipPointerAttribute_t": hipPointerAttribute_t,
+    "hipIpcMemHandle_t": hipIpcMemHandle_t,
+    "hipMemPoolPtrExportData": hipMemPoolPtrExportData,
+}
+
+# ---- enum values and flags (identical in ROCm 5.2.3 ... 7.0 unless noted) ----
+hipMemcpyHostToHost = 0
+hipMemcpyHostToDevice = 1
+hipMemcpyDeviceToHost = 2
+hipMemcpyDeviceToDevice = 3
+hipMemcpyDefault = 4
+
+hipMemPoolReuseFollowEventDependencies = 1
+hipMemPoolReuseAllowOpportunistic = 2
+hipMemPoolReuseAllowInternalDependencies = 3
+hipMemPoolAttrReleaseThreshold = 4
+hipMemPoolAttrReservedMemCurrent = 5
+hipMemPoolAttrReservedMemHigh = 6
+hipMemPoolAttrUsedMemCurrent = 7
+hipMemPoolAttrUsedMemHigh = 8
+
+hipMemAllocationTypePinned = 1
+hipMemHandleTypeNone = 0
+hipMemHandleTypePosixFileDescriptor = 1
+hipMemLocationTypeDevice = 1
+hipMemAccessFlagsProtNone = 0
+hipMemAccessFlagsProtRead = 1
+hipMemAccessFlagsProtReadWrite = 3
+
+hipStreamDefault = 0
+hipStreamNonBlocking = 1
+hipEventDefault = 0
+hipEventBlockingSync = 1
+hipEventDisableTiming = 2
+hipEventInterprocess = 4
+
+hipHostMallocDefault = 0
+hipHostMallocPortable = 1
+hipHostMallocMapped = 2
+hipHostMallocWriteCombined = 4
+
+hipMemAttachGlobal = 1
+hipMemAttachHost = 2
+hipMemAttachSingle = 4
+
+# hipDeviceAttribute_t (CUDA-compatible block, never renumbered)
+hipDeviceAttributeComputeCapabilityMajor = 23
+hipDeviceAttributeManagedMemory = 24
+hipDeviceAttributeComputeCapabilityMinor = 61
+hipDeviceAttributeMultiprocessorCount = 63
+hipDeviceAttributePciBusId = 67
+hipDeviceAttributePciDeviceId = 68
+hipDeviceAttributeConcurrentManagedAccess = 9
+hipDeviceAttributeCanMapHostMemory = 3
+hipDeviceAttributeIntegrated = 16
+hipDeviceAttributeUnifiedAddressing = 85
+hipDeviceAttributeWarpSize = 87
+hipDeviceAttributeMemoryPoolsSupported = 88
+hipDeviceAttributeMemoryPoolSupportedHandleTypes = 91
+
+# Special stream handles
+hipStreamLegacy = 1
+hipStreamPerThread = 2
+
+# hipMemoryType: renumbered in ROCm 6.0
+MEMORY_TYPE_5 = {0: "host", 1: "device", 2: "array", 3: "unified", 4: "managed"}
+MEMORY_TYPE_6 = {0: "unregistered", 1: "host", 2: "device", 3: "managed", 10: "array", 11: "unified"}
+
+# Device attribute names accepted by Device.attribute(name) (lower-case, no prefix)
+DEVICE_ATTRIBUTES = {
+    "ecc_enabled": 0, "can_map_host_memory": 3, "clock_rate": 5,
+    "concurrent_managed_access": 9, "integrated": 16, "l2_cache_size": 19,
+    "compute_capability_major": 23, "managed_memory": 24, "max_threads_per_block": 56,
+    "memory_bus_width": 59, "memory_clock_rate": 60, "compute_capability_minor": 61,
+    "multiprocessor_count": 63, "pageable_memory_access": 65, "pci_bus_id": 67,
+    "pci_device_id": 68, "pci_domain_id": 69, "stream_priorities_supported": 78,
+    "unified_addressing": 85, "warp_size": 87, "memory_pools_supported": 88,
+    "virtual_memory_management_supported": 89, "memory_pool_supported_handle_types": 91,
+}
+
+# Enum values the ABI test checks against the headers: C enumerator name -> value
+ENUMS = {
+    "hipMemcpyHostToHost": hipMemcpyHostToHost, "hipMemcpyHostToDevice": hipMemcpyHostToDevice,
+    "hipMemcpyDeviceToHost": hipMemcpyDeviceToHost,
+    "hipMemcpyDeviceToDevice": hipMemcpyDeviceToDevice, "hipMemcpyDefault": hipMemcpyDefault,
+    "hipMemPoolReuseFollowEventDependencies": hipMemPoolReuseFollowEventDependencies,
+    "hipMemPoolReuseAllowOpportunistic": hipMemPoolReuseAllowOpportunistic,
+    "hipMemPoolReuseAllowInternalDependencies": hipMemPoolReuseAllowInternalDependencies,
+    "hipMemPoolAttrReleaseThreshold": hipMemPoolAttrReleaseThreshold,
+    "hipMemPoolAttrReservedMemCurrent": hipMemPoolAttrReservedMemCurrent,
+    "hipMemPoolAttrReservedMemHigh": hipMemPoolAttrReservedMemHigh,
+    "hipMemPoolAttrUsedMemCurrent": hipMemPoolAttrUsedMemCurrent,
+    "hipMemPoolAttrUsedMemHigh": hipMemPoolAttrUsedMemHigh,
+    "hipMemAllocationTypePinned": hipMemAllocationTypePinned,
+    "hipMemHandleTypeNone": hipMemHandleTypeNone,
+    "hipMemHandleTypePosixFileDescriptor": hipMemHandleTypePosixFileDescriptor,
+    "hipMemLocationTypeDevice": hipMemLocationTypeDevice,
+    "hipMemAccessFlagsProtNone": hipMemAccessFlagsProtNone,
+    "hipMemAccessFlagsProtRead": hipMemAccessFlagsProtRead,
+    "hipMemAccessFlagsProtReadWrite": hipMemAccessFlagsProtReadWrite,
+    "hipDeviceAttributeComputeCapabilityMajor": hipDeviceAttributeComputeCapabilityMajor,
+    "hipDeviceAttributeManagedMemory": hipDeviceAttributeManagedMemory,
+    "hipDeviceAttributeComputeCapabilityMinor": hipDeviceAttributeComputeCapabilityMinor,
+    "hipDeviceAttributeMultiprocessorCount": hipDeviceAttributeMultiprocessorCount,
+    "hipDeviceAttributeConcurrentManagedAccess": hipDeviceAttributeConcurrentManagedAccess,
+    "hipDeviceAttributeCanMapHostMemory": hipDeviceAttributeCanMapHostMemory,
+    "hipDeviceAttributeIntegrated": hipDeviceAttributeIntegrated,
+    "hipDeviceAttributeUnifiedAddressing": hipDeviceAttributeUnifiedAddressing,
+    "hipDeviceAttributeWarpSize": hipDeviceAttributeWarpSize,
+    "hipDeviceAttributeMemoryPoolsSupported": hipDeviceAttributeMemoryPoolsSupported,
+    "hipDeviceAttributeMemoryPoolSupportedHandleTypes":
+        hipDeviceAttributeMemoryPoolSupportedHandleTypes,
+    "hipErrorOutOfMemory": 2, "hipErrorInvalidValue": 1, "hipErrorNoDevice": 100,
+    "hipErrorInvalidHandle": 400, "hipErrorNotReady": 600, "hipErrorNotSupported": 801,
+}
+# Macros (#define) the ABI test checks: name -> value
+MACROS = {
+    "hipStreamDefault": hipStreamDefault, "hipStreamNonBlocking": hipStreamNonBlocking,
+    "hipEventDefault": hipEventDefault, "hipEventBlockingSync": hipEventBlockingSync,
+    "hipEventDisableTiming": hipEventDisableTiming, "hipEventInterprocess": hipEventInterprocess,
+    "hipHostMallocDefault": hipHostMallocDefault, "hipHostMallocPortable": hipHostMallocPortable,
+    "hipHostMallocMapped": hipHostMallocMapped,
+    "hipHostMallocWriteCombined": hipHostMallocWriteCombined,
+    "hipMemAttachGlobal": hipMemAttachGlobal, "hipMemAttachHost": hipMemAttachHost,
+    "hipMemAttachSingle": hipMemAttachSingle,
+}
