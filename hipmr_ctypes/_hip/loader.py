@@ -32,9 +32,9 @@ def _in_dirs(dirs: List[str], names) -> List[str]:
 def amd_candidates(env=None) -> List[str]:
     """Every path (or bare name for the system loader) tried for libamdhip64, in order."""
     env = os.environ if env is None else env
+    if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
+        return [env["HIPMR_LIBRARY"]]
     out: List[str] = []
-    if env.get("HIPMR_LIBRARY"):
-        out.append(env["HIPMR_LIBRARY"])
     dirs = []
     for var in ("ROCM_PATH", "HIP_PATH"):
         if env.get(var):
@@ -50,9 +50,9 @@ def amd_candidates(env=None) -> List[str]:
 def nvidia_candidates(env=None) -> List[str]:
     """Every path (or bare name) tried for libcudart, in order."""
     env = os.environ if env is None else env
+    if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
+        return [env["HIPMR_LIBRARY"]]
     out: List[str] = []
-    if env.get("HIPMR_LIBRARY"):
-        out.append(env["HIPMR_LIBRARY"])
     dirs = []
     if env.get("CUDA_HOME"):
         dirs.append(os.path.join(env["CUDA_HOME"], "lib64"))

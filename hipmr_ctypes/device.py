@@ -1,0 +1,205 @@
+"""Runtime and device queries: ``platform()``, versions, ``device_count()``, ``Device``."""
+from __future__ import annotations
+
+import ctypes
+import operator
+import threading
+from typing import Optional, Tuple, Union
+
+from . import _hip
+from ._hip.errors import NoDeviceError, NotSupportedError
+from ._hip.types import (DEVICE_ATTRIBUTES, hipDeviceAttributeManagedMemory,
+                         hipDeviceAttributeMemoryPoolsSupported)
+
+__all__ = ["platform", "runtime_version", "driver_version", "device_count", "get_device",
+           "set_device", "Device", "check_device", "prefetch", "synchronize"]
+
+
+def platform() -> str:
+    """The selected platform: ``"amd"``, ``"nvidia"`` or ``"emulated"`` (loads nothing)."""
+    rt = _hip._runtime
+    return rt.platform if rt is not None else _hip.selected_platform()
+
+
+def runtime_version() -> Tuple[int, int, int]:
+    """The runtime's version ``(major, minor, patch)`` (HIP's encoding; CUDA's on ``nvidia``)."""
+    return _hip.get_runtime().runtime_version()
+
+
+def driver_version() -> Tuple[int, int, int]:
+    """The driver's version ``(major, minor, patch)``."""
+    return _hip.get_runtime().driver_version()
+
+
+def device_count() -> int:
+    """How many devices the runtime sees; 0 when it reports ``hipErrorNoDevice``."""
+    rt = _hip.get_runtime()
+    out = ctypes.c_int(0)
+    st = rt.fn.hipGetDeviceCount(out)
+    if st:
+        err = rt.error(st, "hipGetDeviceCount")
+        if isinstance(err, NoDeviceError):
+            return 0
+        raise err
+    return out.value
+
+
+def get_device() -> int:
+    """The calling thread's current device ordinal."""
+    rt = _hip.get_runtime()
+    out = ctypes.c_int()
+    rt.check(rt.fn.hipGetDevice(out), "hipGetDevice")
+    return out.value
+
+
+def check_device(device: object, name: str = "device") -> int:
+    """Validate a device argument (an int ordinal or a :class:`Device`); return the ordinal.
+
+    Raises TypeError / ValueError before any native call that would change state, and
+    NoDeviceError when the runtime sees no device at all.
+    """
+    if isinstance(device, Device):
+        return device.id
+    if isinstance(device, bool) or not isinstance(device, int):
+        try:
+            device = operator.index(device)  # numpy ints and the like
+        except TypeError:
+            raise TypeError(f"{name} must be an int device ordinal or a Device, "
+                            f"not {type(device).__name__}") from None
+    count = device_count()
+    if count == 0:
+        raise NoDeviceError(100, "hipErrorNoDevice", "no device is visible", None,
+                            f"{name}={device}")
+    if not 0 <= device < count:
+        raise ValueError(f"{name}={device} is out of range: {count} device(s) visible")
+    return device
+
+
+def set_device(device: Union[int, "Device"]) -> None:
+    """Make ``device`` current for the calling thread."""
+    ordinal = check_device(device)
+    rt = _hip.get_runtime()
+    rt.check(rt.fn.hipSetDevice(ordinal), "hipSetDevice", device=ordinal)
+
+
+def synchronize() -> None:
+    """Wait for all work on the current device."""
+    rt = _hip.get_runtime()
+    rt.check(rt.fn.hipDeviceSynchronize(), "hipDeviceSynchronize")
+
+
+def prefetch(ptr: int, nbytes: int, device: int, stream: object = 0) -> None:
+    """Prefetch managed memory ``[ptr, ptr+nbytes)`` to ``device`` on ``stream``."""
+    from .stream_ref import stream_ref
+    handle = stream_ref(stream).get()
+    rt = _hip.get_runtime()
+    rt.check(rt.fn.hipMemPrefetchAsync(ptr, nbytes, device, handle), "hipMemPrefetchAsync",
+             device=device)
+
+
+_tls = threading.local()
+
+
+class Device:
+    """One GPU: ``Device(i)`` (``Device()`` is the current one).
+
+    ``with Device(i):`` makes it current for the calling thread and restores the previous
+    device on exit, also on error.
+    """
+
+    __slots__ = ("_id", "__weakref__")
+
+    def __init__(self, device: Optional[Union[int, "Device"]] = None) -> None:
+        self._id = get_device() if device is None else check_device(device)
+
+    @property
+    def id(self) -> int:
+        """The device ordinal."""
+        return self._id
+
+    def __index__(self) -> int:
+        return self._id
+
+    __int__ = __index__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other._id == self._id
+
+    def __hash__(self) -> int:
+        return hash(("Device", self._id))
+
+    def __repr__(self) -> str:
+        return f"<Device {self._id} ({platform()})>"
+
+    @property
+    def name(self) -> str:
+        """The device's marketing name."""
+        rt = _hip.get_runtime()
+        buf = ctypes.create_string_buffer(256)
+        rt.check(rt.fn.hipDeviceGetName(buf, 256, self._id), "hipDeviceGetName", device=self._id)
+        return buf.value.decode(errors="replace")
+
+    def attribute(self, attr: Union[str, int]) -> int:
+        """A ``hipDeviceAttribute_t`` value, by code or by name (``"warp_size"``)."""
+        if isinstance(attr, str):
+            key = attr.lower().replace("hipdeviceattribute", "")
+            code = DEVICE_ATTRIBUTES.get(key)
+            if code is None:
+                known = ", ".join(sorted(DEVICE_ATTRIBUTES))
+                raise ValueError(f"unknown device attribute {attr!r}; known names: {known}")
+        elif isinstance(attr, int) and not isinstance(attr, bool):
+            code = attr
+        else:
+            raise TypeError(f"attr must be a str or int, not {type(attr).__name__}")
+        rt = _hip.get_runtime()
+        out = ctypes.c_int()
+        rt.check(rt.fn.hipDeviceGetAttribute(out, code, self._id), "hipDeviceGetAttribute",
+                 device=self._id, detail=f"attribute {attr!r}")
+        return out.value
+
+    def _flag(self, code: int) -> bool:
+        try:
+            return bool(self.attribute(code))
+        except (NotSupportedError, ValueError):
+            return False
+
+    @property
+    def supports_memory_pools(self) -> bool:
+        """``hipDeviceAttributeMemoryPoolsSupported`` (0 by default before ROCm 6.2)."""
+        return self._flag(hipDeviceAttributeMemoryPoolsSupported)
+
+    @property
+    def supports_managed_memory(self) -> bool:
+        """``hipDeviceAttributeManagedMemory``."""
+        return self._flag(hipDeviceAttributeManagedMemory)
+
+    def memory_info(self) -> Tuple[int, int]:
+        """``(free, total)`` bytes of this device."""
+        rt = _hip.get_runtime()
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        with self:
+            rt.check(rt.fn.hipMemGetInfo(free, total), "hipMemGetInfo", device=self._id)
+        return free.value, total.value
+
+    def synchronize(self) -> None:
+        """Wait for all work on this device."""
+        with self:
+            synchronize()
+
+    def __enter__(self) -> "Device":
+        rt = _hip.get_runtime()
+        prev = ctypes.c_int()
+        rt.check(rt.fn.hipGetDevice(prev), "hipGetDevice")
+        stack = getattr(_tls, "stack", None)
+        if stack is None:
+            stack = _tls.stack = []
+        if prev.value != self._id:
+            rt.check(rt.fn.hipSetDevice(self._id), "hipSetDevice", device=self._id)
+        stack.append(prev.value)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        prev = _tls.stack.pop()
+        if prev != self._id:
+            rt = _hip.get_runtime()
+            rt.check(rt.fn.hipSetDevice(prev), "hipSetDevice", device=prev)

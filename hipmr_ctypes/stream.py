@@ -1,0 +1,243 @@
+"""Owning ``Stream`` and ``Event`` objects, and ``wait_event``.
+
+Both are destroyed exactly once: by ``close()``, by the context manager, or by a finalizer when
+garbage-collected (also at interpreter exit, where errors from a runtime already shutting down
+are ignored).  Using one after ``close()`` raises ``ValueError`` before any native call.
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Optional, Tuple
+
+from . import _hip
+from .device import Device, check_device
+from .stream_ref import stream_ref
+
+__all__ = ["Stream", "Event", "wait_event", "as_stream_handle"]
+
+
+def as_stream_handle(stream: object, name: str = "stream") -> int:
+    """The int handle of anything :class:`stream_ref` accepts (TypeError/ValueError otherwise)."""
+    if type(stream) is int and stream >= 0:
+        return stream
+    try:
+        return stream_ref(stream).get()
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {exc}") from None
+
+
+def _destroy(destroy, handle: int) -> None:
+    try:
+        destroy(handle)
+    except Exception:  # interpreter exit: the runtime may already be gone
+        pass
+
+
+class Stream:
+    """An owning HIP stream: ``Stream(flags=0, priority=0, device=None)``.
+
+    ``flags``: 0 (``hipStreamDefault``) or 1 (``hipStreamNonBlocking``). ``priority``: lower
+    numbers are higher priority; clamped by the runtime to its range. ``device``: created on
+    that device (default: the current one).
+    """
+
+    __slots__ = ("_handle", "_ref", "_flags", "_device", "_finalizer", "__weakref__")
+
+    def __init__(self, flags: int = 0, priority: int = 0,
+                 device: Optional[object] = None) -> None:
+        if isinstance(flags, bool) or not isinstance(flags, int):
+            raise TypeError(f"flags must be an int, not {type(flags).__name__}")
+        if flags not in (0, 1):
+            raise ValueError(f"flags={flags}: expected 0 (default) or 1 (non-blocking)")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+        rt = _hip.get_runtime()
+        out = ctypes.c_void_p()
+        if device is None:
+            self._device = Device().id
+            st = rt.fn.hipStreamCreateWithPriority(out, flags, priority)
+        else:
+            self._device = check_device(device)
+            with Device(self._device):
+                st = rt.fn.hipStreamCreateWithPriority(out, flags, priority)
+        rt.check(st, "hipStreamCreateWithPriority", device=self._device)
+        self._handle = out.value or 0
+        self._flags = flags
+        self._ref = stream_ref(self._handle)
+        self._finalizer = weakref.finalize(self, _destroy, rt.fn.hipStreamDestroy, self._handle)
+
+    def _live(self) -> int:
+        if not self._finalizer.alive:
+            raise ValueError("stream: this Stream is closed")
+        return self._handle
+
+    @property
+    def handle(self) -> int:
+        """The ``hipStream_t`` as an int."""
+        return self._live()
+
+    @property
+    def ref(self) -> stream_ref:
+        """A non-owning :class:`stream_ref` to this stream."""
+        self._live()
+        return self._ref
+
+    @property
+    def flags(self) -> int:
+        """The creation flags."""
+        return self._flags
+
+    @property
+    def device(self) -> int:
+        """The device the stream was created on."""
+        return self._device
+
+    @property
+    def priority(self) -> int:
+        """The stream's priority as the runtime reports it."""
+        return stream_ref(self._live()).priority()
+
+    @property
+    def closed(self) -> bool:
+        """True once the stream has been destroyed."""
+        return not self._finalizer.alive
+
+    def synchronize(self) -> None:
+        """Block until all work queued on the stream is done."""
+        stream_ref(self._live()).wait()
+
+    def query(self) -> bool:
+        """True when all queued work is done, False while some is pending."""
+        return stream_ref(self._live()).ready()
+
+    def wait_event(self, event: "Event") -> None:
+        """Make later work on this stream wait for ``event``."""
+        wait_event(self._live(), event)
+
+    def close(self) -> None:
+        """Destroy the stream (idempotent). Work already queued still completes."""
+        self._finalizer()
+
+    def __enter__(self) -> "Stream":
+        self._live()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __hip_stream__(self) -> Tuple[int, int]:
+        return (0, self._live())
+
+    __cuda_stream__ = __hip_stream__
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Stream):
+            return other is self
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"0x{self._handle:x}"
+        return f"<Stream {state} device={self._device} flags={self._flags}>"
+
+
+class Event:
+    """An owning HIP event: ``Event(flags=0)`` (2 = ``hipEventDisableTiming``, 1 = blocking sync)."""
+
+    __slots__ = ("_handle", "_flags", "_finalizer", "_recorded", "__weakref__")
+
+    def __init__(self, flags: int = 0) -> None:
+        if isinstance(flags, bool) or not isinstance(flags, int):
+            raise TypeError(f"flags must be an int, not {type(flags).__name__}")
+        if flags < 0 or flags & ~0x7:
+            raise ValueError(f"flags={flags}: expected a combination of 1 (blocking sync), "
+                             f"2 (disable timing) and 4 (interprocess)")
+        rt = _hip.get_runtime()
+        out = ctypes.c_void_p()
+        rt.check(rt.fn.hipEventCreateWithFlags(out, flags), "hipEventCreateWithFlags")
+        self._handle = out.value or 0
+        self._flags = flags
+        self._recorded = False
+        self._finalizer = weakref.finalize(self, _destroy, rt.fn.hipEventDestroy, self._handle)
+
+    def _live(self) -> int:
+        if not self._finalizer.alive:
+            raise ValueError("event: this Event is closed")
+        return self._handle
+
+    @property
+    def handle(self) -> int:
+        """The ``hipEvent_t`` as an int."""
+        return self._live()
+
+    @property
+    def flags(self) -> int:
+        """The creation flags."""
+        return self._flags
+
+    @property
+    def closed(self) -> bool:
+        """True once the event has been destroyed."""
+        return not self._finalizer.alive
+
+    def record(self, stream: object = 0) -> "Event":
+        """Record the event on ``stream`` (anything :class:`stream_ref` accepts); returns self."""
+        handle = as_stream_handle(stream)
+        rt = _hip.get_runtime()
+        rt.check(rt.fn.hipEventRecord(self._live(), handle), "hipEventRecord")
+        self._recorded = True
+        return self
+
+    def synchronize(self) -> None:
+        """Block until the recorded work is done."""
+        rt = _hip.get_runtime()
+        rt.check(rt.fn.hipEventSynchronize(self._live()), "hipEventSynchronize")
+
+    def query(self) -> bool:
+        """True when the recorded work is done (or nothing was recorded), False otherwise."""
+        rt = _hip.get_runtime()
+        st = rt.fn.hipEventQuery(self._live())
+        if st == 0:
+            return True
+        if rt.is_not_ready(st):
+            return False
+        raise rt.error(st, "hipEventQuery")
+
+    def elapsed_time(self, other: "Event") -> float:
+        """Milliseconds from this event to ``other`` (both recorded, timing enabled)."""
+        if not isinstance(other, Event):
+            raise TypeError(f"other must be an Event, not {type(other).__name__}")
+        if self._flags & 2 or other._flags & 2:
+            raise ValueError("elapsed_time needs events created without flag 2 (disable timing)")
+        rt = _hip.get_runtime()
+        out = ctypes.c_float()
+        rt.check(rt.fn.hipEventElapsedTime(out, self._live(), other._live()),
+                 "hipEventElapsedTime")
+        return out.value
+
+    def close(self) -> None:
+        """Destroy the event (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> "Event":
+        self._live()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"0x{self._handle:x}"
+        return f"<Event {state} flags={self._flags}>"
+
+
+def wait_event(stream: object, event: Event) -> None:
+    """Make later work on ``stream`` wait until ``event`` has completed."""
+    if not isinstance(event, Event):
+        raise TypeError(f"event must be an Event, not {type(event).__name__}")
+    handle = as_stream_handle(stream)
+    rt = _hip.get_runtime()
+    rt.check(rt.fn.hipStreamWaitEvent(handle, event._live(), 0), "hipStreamWaitEvent")

@@ -1,0 +1,55 @@
+"""Shared fixtures.
+
+Unit tests run on the emulated platform unless HIPMR_PLATFORM says otherwise (the GPU run sets
+HIPMR_PLATFORM=nvidia).  Tests that need a real GPU are marked ``gpu`` and use ``gpu_runtime``;
+tests that need the real libamdhip64 are marked ``amd_library`` and use ``amd_runtime``.  Both
+skip when the thing is missing, and FAIL instead when HIPMR_REQUIRE_GPU=1 /
+HIPMR_REQUIRE_AMD_LIBRARY=1 is set.
+"""
+import os
+
+os.environ.setdefault("HIPMR_PLATFORM", "emulated")
+
+import pytest  # noqa: E402
+
+import hipmr_ctypes  # noqa: E402,F401
+from hipmr_ctypes import _hip  # noqa: E402
+
+
+def _missing(what: str, variable: str) -> None:
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{what} is required ({variable}=1) but missing", pytrace=False)
+    pytest.skip(f"{what} not available")
+
+
+@pytest.fixture(scope="session")
+def amd_runtime():
+    """A Runtime over the real libamdhip64 (independent of the process-wide platform)."""
+    try:
+        return _hip.Runtime.create("amd")
+    except Exception as exc:  # noqa: BLE001
+        _missing(f"the real libamdhip64 ({exc})", "HIPMR_REQUIRE_AMD_LIBRARY")
+
+
+@pytest.fixture(scope="session")
+def gpu_runtime():
+    """The process-wide runtime, when it is a real platform with at least one device."""
+    try:
+        rt = _hip.get_runtime()
+    except Exception as exc:  # noqa: BLE001
+        _missing(f"a GPU runtime ({exc})", "HIPMR_REQUIRE_GPU")
+    if rt.platform == "emulated":
+        _missing("a real GPU (HIPMR_PLATFORM is emulated)", "HIPMR_REQUIRE_GPU")
+    if hipmr_ctypes.device_count() < 1:
+        _missing(f"a GPU ({rt.platform} runtime sees no device)", "HIPMR_REQUIRE_GPU")
+    return rt
+
+
+@pytest.fixture
+def emulator():
+    """The emulator of the process-wide emulated runtime; faults are cleared after the test."""
+    rt = _hip.get_runtime()
+    if rt.platform != "emulated":
+        pytest.skip("needs HIPMR_PLATFORM=emulated")
+    yield rt.emulator
+    rt.emulator.clear_faults()

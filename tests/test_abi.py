@@ -1,0 +1,131 @@
+"""ABI check: compile a C probe with gcc against the libamdhip64-dev headers and compare every
+struct size, field offset, enum value and macro the package declares.
+
+Marked ``amd_library``: it needs the headers (Debian's libamdhip64-dev) and gcc; it fails instead
+of skipping when HIPMR_REQUIRE_AMD_LIBRARY=1.
+"""
+import ctypes
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from hipmr_ctypes._hip import decls, types
+
+pytestmark = pytest.mark.amd_library
+
+HEADER_DIRS = [os.environ.get("HIPMR_HIP_INCLUDE", ""), "/usr/include", "/opt/rocm/include"]
+
+# ctypes field -> C field name, where the header's name differs (ROCm 5.x names)
+ALIASES_5 = {
+    ("hipPointerAttribute_t", "type"): "memoryType",
+    ("hipMemPoolProps", "maxSize"): "reserved",   # reserved[64] starts where maxSize is in 6.2+
+}
+
+
+def _include_dir():
+    for d in HEADER_DIRS:
+        if d and os.path.exists(os.path.join(d, "hip", "hip_runtime_api.h")):
+            return d
+    return None
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    inc = _include_dir()
+    gcc = shutil.which("gcc")
+    if inc is None or gcc is None:
+        msg = "libamdhip64-dev headers" if inc is None else "gcc"
+        if os.environ.get("HIPMR_REQUIRE_AMD_LIBRARY") == "1":
+            pytest.fail(f"{msg} required (HIPMR_REQUIRE_AMD_LIBRARY=1) but missing")
+        pytest.skip(f"{msg} not available")
+    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <hip/hip_runtime_api.h>",
+             "#include <hip/hip_version.h>", "int main(void) {",
+             '  printf("HIP_VERSION_MAJOR %d\\n", HIP_VERSION_MAJOR);']
+    for sname in types.STRUCTS:
+        lines.append(f'  printf("sizeof {sname} %zu\\n", sizeof({sname}));')
+        lines.append(f'  printf("alignof {sname} %zu\\n", _Alignof({sname}));')
+    for sname, ctype in types.STRUCTS.items():
+        for fname, _ in ctype._fields_:
+            c5 = ALIASES_5.get((sname, fname), fname)
+            lines.append("#if HIP_VERSION_MAJOR < 6")
+            lines.append(f'  printf("offsetof {sname}.{fname} %zu\\n", offsetof({sname}, {c5}));')
+            lines.append("#else")
+            if (sname, fname) == ("hipMemPoolProps", "maxSize"):
+                lines.append("#if HIP_VERSION_MAJOR == 6 && HIP_VERSION_MINOR < 2")
+                lines.append(f'  printf("offsetof {sname}.{fname} %zu\\n", '
+                             f'offsetof({sname}, reserved));')
+                lines.append("#else")
+                lines.append(f'  printf("offsetof {sname}.{fname} %zu\\n", '
+                             f'offsetof({sname}, {fname}));')
+                lines.append("#endif")
+            elif (sname, fname) == ("hipMemPoolProps", "reserved"):
+                lines.append(f'  printf("offsetof {sname}.{fname} %zu\\n", '
+                             f'offsetof({sname}, reserved) + (sizeof({sname}) - '
+                             f'offsetof({sname}, reserved) == 64 ? 8 : 0));')
+            else:
+                lines.append(f'  printf("offsetof {sname}.{fname} %zu\\n", '
+                             f'offsetof({sname}, {fname}));')
+            lines.append("#endif")
+    for name in types.ENUMS:
+        lines.append(f'  printf("enum {name} %d\\n", (int){name});')
+    for name in types.MACROS:
+        lines.append(f'  printf("macro {name} %lld\\n", (long long)({name}));')
+    lines += ["  return 0;", "}"]
+    tmp = tmp_path_factory.mktemp("abi")
+    src = tmp / "probe.c"
+    src.write_text("\n".join(lines) + "\n")
+    exe = tmp / "probe"
+    subprocess.run([gcc, "-D__HIP_PLATFORM_AMD__", "-I", inc, str(src), "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    result = {}
+    for line in out.splitlines():
+        kind, name, value = line.split()
+        result[(kind, name)] = int(value)
+    return result
+
+
+def test_probe_reads_the_header_version(probe):
+    assert probe[("HIP_VERSION_MAJOR", "HIP_VERSION_MAJOR")] >= 5
+
+
+@pytest.mark.parametrize("sname", sorted(types.STRUCTS))
+def test_struct_size_and_alignment(probe, sname):
+    ctype = types.STRUCTS[sname]
+    assert ctypes.sizeof(ctype) == probe[("sizeof", sname)]
+    assert ctypes.alignment(ctype) == probe[("alignof", sname)]
+
+
+@pytest.mark.parametrize("sname", sorted(types.STRUCTS))
+def test_field_offsets(probe, sname):
+    ctype = types.STRUCTS[sname]
+    for fname, _ in ctype._fields_:
+        assert getattr(ctype, fname).offset == probe[("offsetof", f"{sname}.{fname}")], fname
+
+
+@pytest.mark.parametrize("name", sorted(types.ENUMS))
+def test_enum_values(probe, name):
+    assert types.ENUMS[name] == probe[("enum", name)]
+
+
+@pytest.mark.parametrize("name", sorted(types.MACROS))
+def test_macro_values(probe, name):
+    assert types.MACROS[name] == probe[("macro", name)]
+
+
+def test_every_declared_function_is_in_the_header():
+    inc = _include_dir()
+    if inc is None:
+        if os.environ.get("HIPMR_REQUIRE_AMD_LIBRARY") == "1":
+            pytest.fail("libamdhip64-dev headers required but missing")
+        pytest.skip("headers not available")
+    text = open(os.path.join(inc, "hip", "hip_runtime_api.h")).read()
+    major = int(open(os.path.join(inc, "hip", "hip_version.h")).read()
+                .split("HIP_VERSION_MAJOR")[1].split()[0])
+    for decl in decls.DECLS:
+        since = tuple(int(x) for x in decl.since.split("."))
+        if since[0] > major or (since[0] == major and since > (major, 2)):
+            continue  # newer than these headers (optional symbols)
+        assert f" {decl.name}(" in text, decl.name

@@ -1,0 +1,160 @@
+"""The binding against the real libamdhip64 (Debian's 5.2.3 in CI) and its pure parts:
+loader search order, version decoding, error translation, the declaration table."""
+import ctypes
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hipmr_ctypes import _hip
+from hipmr_ctypes._hip import decls, errors, loader, nvidia
+from hipmr_ctypes._hip.runtime import Runtime, decode_cuda_version, decode_hip_version
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- pure parts ---------------------------------------------------------------------------
+def test_decode_hip_version():
+    assert decode_hip_version(50221153) == (5, 2, 21153)
+    assert decode_hip_version(60200000) == (6, 2, 0)
+    assert decode_hip_version(70151831) == (7, 1, 51831)
+
+
+def test_decode_cuda_version():
+    assert decode_cuda_version(13000) == (13, 0, 0)
+    assert decode_cuda_version(12090) == (12, 9, 0)
+
+
+def test_declaration_table_is_unique_and_complete():
+    names = [d.name for d in decls.DECLS]
+    assert len(names) == len(set(names))
+    for hot in decls.HOT:
+        assert hot in decls.DECL_BY_NAME and decls.DECL_BY_NAME[hot].required
+    assert not decls.DECL_BY_NAME["hipStreamGetDevice"].required
+
+
+def test_amd_search_order_env_first():
+    assert loader.amd_candidates({"HIPMR_LIBRARY": "/x/libamdhip64.so.6", "ROCM_PATH": "/r"}) \
+        == ["/x/libamdhip64.so.6"]  # an exact file: nothing else
+    c = loader.amd_candidates({"ROCM_PATH": "/r", "HIP_PATH": "/h"})
+    assert c[0:4] == ["/r/lib/libamdhip64.so", "/r/lib/libamdhip64.so.7",
+                      "/r/lib/libamdhip64.so.6", "/r/lib/libamdhip64.so.5"]
+    assert c[4] == "/h/lib/libamdhip64.so"
+    assert "/opt/rocm/lib/libamdhip64.so" in c
+    assert c[-4:] == list(loader.AMD_NAMES)
+
+
+def test_library_not_found_lists_every_path(tmp_path):
+    missing = str(tmp_path / "nope.so")
+    with pytest.raises(errors.LibraryNotFoundError) as info:
+        loader.load_first([missing, "libdefinitely-not-here.so"], "libX", "set HIPMR_LIBRARY")
+    text = str(info.value)
+    assert missing in text and "libdefinitely-not-here.so" in text and "HIPMR_LIBRARY" in text
+    assert len(info.value.tried) == 2
+
+
+def test_unknown_platform_is_a_clear_error():
+    with pytest.raises(ValueError, match="HIPMR_PLATFORM"):
+        _hip.selected_platform({"HIPMR_PLATFORM": "cuda"})
+    assert _hip.selected_platform({}) == "amd"
+    assert _hip.selected_platform({"HIP_PLATFORM": "nvidia"}) == "nvidia"
+    assert _hip.selected_platform({"HIPMR_PLATFORM": "Emulated"}) == "emulated"
+
+
+def test_error_classes():
+    e = errors.make_error(2, "hipMalloc", size=1 << 40, device=3)
+    assert isinstance(e, errors.OutOfMemoryError) and isinstance(e, MemoryError)
+    assert e.size == 1 << 40 and e.device == 3 and e.call == "hipMalloc" and e.code == 2
+    assert "1099511627776" in str(e) and "device 3" in str(e)
+    assert isinstance(errors.make_error(1, "x"), ValueError)
+    assert type(errors.make_error(600, "x")) is errors.NotReadyError
+    assert type(errors.make_error(100, "x")) is errors.NoDeviceError
+    assert type(errors.make_error(801, "x")) is errors.NotSupportedError
+    e = errors.make_error(12345, "hipFoo")
+    assert type(e) is errors.HipError and e.name == "hipErrorUnknown"
+
+
+def test_errors_pickle():
+    import pickle
+    e = errors.make_error(2, "hipMalloc", size=10, device=0)
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is errors.OutOfMemoryError and e2.size == 10 and str(e2) == str(e)
+
+
+def test_cuda_error_translation():
+    assert nvidia.cuda_to_hip(0) == 0
+    assert nvidia.cuda_to_hip(2) == 2            # MemoryAllocation -> OutOfMemory
+    assert nvidia.cuda_to_hip(400) == 400        # InvalidResourceHandle -> InvalidHandle
+    assert nvidia.cuda_to_hip(20) == 911         # renumbered
+    assert nvidia.cuda_to_hip(18) == 912
+    assert nvidia.cuda_to_hip(911) == 999        # CUDA's own 911 is not HIP's 911
+    assert nvidia.cuda_to_hip(719) == 719
+    assert nvidia.cuda_to_hip(46) == 999
+    assert nvidia.hip_to_cuda(911) == 20
+
+
+def test_import_never_fails_without_library(tmp_path):
+    code = ("import hipmr_ctypes as h; print('imported');\n"
+            "try:\n    h.device_count()\nexcept h.LibraryNotFoundError as e:\n"
+            "    print('LNF', 'HIPMR_LIBRARY' in str(e), '/nonexistent/libamdhip64.so' in str(e))")
+    env = dict(os.environ, HIPMR_PLATFORM="amd", HIPMR_LIBRARY="/nonexistent/libamdhip64.so")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["imported", "LNF", "True", "True"]
+
+
+# ---- the real library ---------------------------------------------------------------------
+@pytest.mark.amd_library
+def test_every_required_symbol_resolves(amd_runtime):
+    for d in decls.DECLS:
+        f = getattr(amd_runtime.fn, d.name)
+        if d.required:
+            assert not getattr(f, "missing", False), d.name
+            assert f.argtypes == list(d.argtypes) and f.restype == d.restype
+
+
+@pytest.mark.amd_library
+def test_optional_symbol_missing_raises_not_supported(amd_runtime):
+    f = amd_runtime.fn.hipStreamGetDevice
+    if not getattr(f, "missing", False):
+        pytest.skip("this libamdhip64 exports hipStreamGetDevice (5.6+)")
+    with pytest.raises(errors.NotSupportedError, match="hipStreamGetDevice"):
+        f(0, ctypes.c_int())
+
+
+@pytest.mark.amd_library
+def test_version_decodes(amd_runtime):
+    v = amd_runtime.runtime_version()
+    assert isinstance(v, tuple) and len(v) == 3 and v[0] >= 5
+    if "5.2" in (amd_runtime.library_path or ""):
+        assert v[:2] == (5, 2)
+    assert amd_runtime.driver_version()[0] >= 5
+
+
+@pytest.mark.amd_library
+def test_no_device_surfaces_as_no_device_error(amd_runtime):
+    count = ctypes.c_int(-1)
+    st = amd_runtime.fn.hipGetDeviceCount(count)
+    if st == 0 and count.value > 0:
+        pytest.skip("an AMD GPU is visible")
+    assert st == 100
+    with pytest.raises(errors.NoDeviceError) as info:
+        amd_runtime.check(st, "hipGetDeviceCount")
+    assert info.value.name == "hipErrorNoDevice"  # from the library's hipGetErrorName
+    assert info.value.code == 100 and info.value.call == "hipGetDeviceCount"
+
+
+@pytest.mark.amd_library
+def test_library_error_names_match_table(amd_runtime):
+    for code in (1, 2, 100, 101, 400, 600, 801, 999):
+        assert amd_runtime.fn.hipGetErrorName(code).decode() == errors.ERROR_NAMES[code]
+    e = amd_runtime.error(2, "hipMalloc", size=5)
+    assert isinstance(e, errors.OutOfMemoryError) and e.name == "hipErrorOutOfMemory"
+
+
+@pytest.mark.amd_library
+def test_library_path_is_real_file(amd_runtime):
+    assert os.path.isfile(amd_runtime.library_path)
+    assert "libamdhip64" in amd_runtime.library_path
