@@ -1,0 +1,240 @@
+"""Type-erased, non-owning references to resources (libhipcxx ``cuda::mr::resource_ref``).
+
+``resource_ref[P1, P2, ...]`` is a class, one per *set* of properties (order and repeats do not
+matter: ``resource_ref[A, B] is resource_ref[B, A, A]``; ``resource_ref[()] is resource_ref``).
+An instance refers to a resource that has every listed property::
+
+    ref = resource_ref[device_accessible](my_resource)    # TypeError if it lacks one
+    ptr = ref.allocate(1024)                               # alignment defaults to 256
+    ref.deallocate(ptr, 1024)
+
+``async_resource_ref[...]`` does the same for async resources and adds ``allocate_async`` /
+``deallocate_async``.  A ref holds its resource strongly but never owns its allocations.
+
+Calls cost what calling the resource costs: the resource's bound methods are stored on the ref
+when it is built (``ref.allocate`` *is* ``resource.allocate``) whenever the resource's
+signature already matches the ref's: ``allocate(self, bytes, alignment=256)``,
+``deallocate(self, ptr, bytes, alignment=256)``, ``allocate_async(self, bytes, alignment,
+stream)``, ``deallocate_async(self, ptr, bytes, alignment, stream)``.  Otherwise (another
+default alignment, none, or other parameter names) a small wrapper supplies the ref's
+signature, so the default is :data:`DEFAULT_ALIGNMENT` (256) through every ref.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, TypeVar
+
+from .concepts import CANONICAL, _info, _why_not
+from .properties import DEFAULT_ALIGNMENT, Property, _check_property, _declared
+from .properties import get_property as _get_property
+
+__all__ = ["DEFAULT_ALIGNMENT", "resource_ref", "async_resource_ref", "try_get_property",
+           "resource_cast"]
+
+T = TypeVar("T")
+_set = object.__setattr__
+_NAMES = ("allocate", "deallocate", "allocate_async", "deallocate_async")
+
+
+def _wrap_allocate(fn: Callable[..., int]) -> Callable[..., int]:
+    def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        return fn(bytes, alignment)
+    return allocate
+
+
+def _wrap_deallocate(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> Any:
+        return fn(ptr, bytes, alignment)
+    return deallocate
+
+
+def _wrap_allocate_async(fn: Callable[..., int]) -> Callable[..., int]:
+    def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+        return fn(bytes, alignment, stream)
+    return allocate_async
+
+
+def _wrap_deallocate_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> Any:
+        return fn(ptr, bytes, alignment, stream)
+    return deallocate_async
+
+
+_WRAPPERS = (_wrap_allocate, _wrap_deallocate, _wrap_allocate_async, _wrap_deallocate_async)
+
+
+def _names(props: Any) -> str:
+    return ", ".join(sorted(p.__name__ for p in props))
+
+
+class resource_ref:
+    """A reference to a resource with the properties of this class (none for the bare class).
+
+    ``resource_ref[P, ...](source)``: ``source`` is a resource with every property (checked with
+    :func:`~hipmr_ctypes.is_resource_with`), or another ref (sync or async) whose properties
+    include these; the new ref then refers to the same resource object.  ``TypeError``
+    otherwise, naming what is missing.
+
+    Attributes: ``allocate(bytes, alignment=256) -> int``, ``deallocate(ptr, bytes,
+    alignment=256)`` (the resource's own bound methods or thin wrappers; results are returned
+    unchanged), ``resource`` (the referenced object) and ``properties`` (a ``frozenset`` of
+    property classes).  Only the listed properties are visible: :func:`get_property` raises
+    ``TypeError`` for any other; see :func:`try_get_property`.  Two refs are equal when their
+    resources have the same type and compare equal (property sets do not matter); a ref also
+    equals its resource, and ``hash(ref) == hash(ref.resource)`` (``hash(type(resource))`` for
+    an unhashable resource).  Refs are immutable.
+    """
+
+    __slots__ = ("resource", "allocate", "deallocate")
+    resource: Any
+    allocate: Callable[..., int]
+    deallocate: Callable[..., Any]
+    properties: FrozenSet[Type[Property]] = frozenset()
+    _hipmr_ref_kind = 1  # concepts: 1 resource, 2 async resource
+
+    def __class_getitem__(cls, props: Any) -> type:
+        return _specialize(cls, props)
+
+    def __init__(self, source: Any) -> None:
+        cls = type(self)
+        count = 2 * cls._hipmr_ref_kind
+        if isinstance(source, resource_ref):
+            if type(source)._hipmr_ref_kind < cls._hipmr_ref_kind:
+                raise TypeError(f"cannot build {cls.__name__} from the synchronous "
+                                f"{type(source).__name__}: it has no allocate_async")
+            missing = cls.properties - type(source).properties
+            if missing:
+                raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
+                                f"it lacks {_names(missing)} (build from ref.resource to "
+                                "check the resource itself)")
+            _set(self, "resource", source.resource)
+            for name in _NAMES[:count]:
+                _set(self, name, getattr(source, name))
+            return
+        if source is None or isinstance(source, type):
+            raise TypeError(f"{cls.__name__} needs a resource instance, not {source!r}")
+        why = _why_not(source, count == 4)
+        if why is not None:
+            raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: {why}")
+        declared = _declared(source)
+        missing = [p for p in cls.properties if p not in declared]
+        if missing:
+            raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
+                            f"it lacks the properties {_names(missing)}")
+        statuses = _info(source).methods
+        _set(self, "resource", source)
+        for name, status, wrap in zip(_NAMES[:count], statuses, _WRAPPERS):
+            fn = getattr(source, name)
+            _set(self, name, fn if status == CANONICAL else wrap(fn))
+
+    def get_property(self, prop: Type[Property]) -> Any:
+        """The resource's value of a listed stateful property, read live (None if stateless)."""
+        if prop not in type(self).properties:
+            raise TypeError(f"{type(self).__name__} does not have the property "
+                            f"{getattr(prop, '__name__', prop)} (try_get_property reaches "
+                            "the resource's other properties)")
+        if not hasattr(prop, "value_type"):
+            return None
+        return _get_property(self.resource, prop)
+
+    def __eq__(self, other: object) -> bool:
+        res = self.resource
+        if isinstance(other, resource_ref):
+            other = other.resource
+        if type(other) is not type(res):
+            return False
+        return bool(res == other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        try:
+            return hash(self.resource)
+        except TypeError:
+            return hash(type(self.resource))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __copy__(self: T) -> T:
+        return self
+
+    def __deepcopy__(self: T, memo: Any) -> T:
+        return self
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_rebuild, (type(self)._hipmr_ref_kind == 2, tuple(type(self).properties),
+                           self.resource))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.resource!r})"
+
+
+class async_resource_ref(resource_ref):
+    """A reference to an async resource: a :class:`resource_ref` plus
+    ``allocate_async(bytes, alignment, stream) -> int`` and
+    ``deallocate_async(ptr, bytes, alignment, stream)``, forwarded unchanged.
+
+    Built from an async resource or another async ref; never from a synchronous ref.  It
+    converts to ``resource_ref[...]`` of a subset of its properties.
+    """
+
+    __slots__ = ("allocate_async", "deallocate_async")
+    allocate_async: Callable[..., int]
+    deallocate_async: Callable[..., Any]
+    _hipmr_ref_kind = 2
+
+
+_CLASSES: Dict[Tuple[type, FrozenSet[Type[Property]]], type] = {}
+
+
+def _specialize(base: type, props: Any) -> type:
+    if base is not resource_ref and base is not async_resource_ref:
+        raise TypeError(f"{base.__name__} already has its properties; subscript "
+                        "resource_ref or async_resource_ref")
+    if not isinstance(props, tuple):
+        props = (props,)
+    for prop in props:
+        _check_property(prop)
+    key = (base, frozenset(props))
+    cls = _CLASSES.get(key)
+    if cls is None:
+        if not key[1]:
+            return base
+        name = f"{base.__name__}[{_names(key[1])}]"
+        cls = type(base)(name, (base,), {
+            "__slots__": (), "properties": key[1], "__module__": __name__,
+            "__qualname__": name,
+            "__doc__": f"A {base.__name__} to a resource with the properties {_names(key[1])}."})
+        cls = _CLASSES.setdefault(key, cls)
+    return cls
+
+
+def _rebuild(is_async: bool, props: Tuple[Type[Property], ...], resource: Any) -> resource_ref:
+    return (async_resource_ref if is_async else resource_ref)[props](resource)
+
+
+def try_get_property(obj: Any, prop: Type[Property]) -> Any:
+    """Query a property of the resource behind a ref, even one the ref's type does not list.
+
+    Stateless ``prop``: ``True`` or ``False``.  Stateful: the current value, or ``None`` when
+    the resource does not have it.  ``obj`` may also be a resource itself.
+    """
+    _check_property(prop)
+    res = obj.resource if isinstance(obj, resource_ref) else obj
+    has = prop in _declared(res)
+    if not hasattr(prop, "value_type"):
+        return has
+    return _get_property(res, prop) if has else None
+
+
+def resource_cast(cls: Type[T], obj: Any) -> Optional[T]:
+    """The resource behind the ref ``obj`` (or ``obj`` itself) if its type is exactly ``cls``,
+    else ``None``."""
+    if not isinstance(cls, type):
+        raise TypeError(f"resource_cast needs a class, not {cls!r}")
+    res = obj.resource if isinstance(obj, resource_ref) else obj
+    return res if type(res) is cls else None

@@ -1,0 +1,193 @@
+"""``stream_ref``: a non-owning, immutable reference to a HIP stream (libhipcxx
+``cuda::stream_ref``).
+
+Building and comparing stream refs needs no HIP library; ``wait()``, ``ready()``,
+``priority()`` and ``device()`` reach the binding (``hipmr_ctypes._hip.get_runtime()``) only
+when called.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Tuple
+
+__all__ = ["stream_ref", "stream_per_thread"]
+
+_MAX_HANDLE = (1 << 64) - 1
+_set = object.__setattr__
+
+
+def _check_int(handle: int) -> int:
+    if handle < 0 or handle > _MAX_HANDLE:
+        raise ValueError(f"a stream handle is an address in [0, 2**64), not {handle}")
+    return int(handle)
+
+
+def _plain_handle(value: Any, what: str) -> int:
+    """An int or ``ctypes.c_void_p`` handle as an int."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _check_int(value)
+    ctypes = sys.modules.get("ctypes")  # a c_void_p exists only if ctypes was imported
+    if ctypes is not None and isinstance(value, ctypes.c_void_p):
+        return value.value or 0
+    raise TypeError(f"{what} must be an int or ctypes.c_void_p handle, not "
+                    f"{type(value).__name__}")
+
+
+def _handle_of(stream: Any) -> int:
+    """The int handle of anything :class:`stream_ref` accepts."""
+    if isinstance(stream, stream_ref):
+        return stream._handle
+    if stream is None:
+        raise TypeError("stream_ref(None) is not allowed: use stream_ref() for the default "
+                        "(null) stream")
+    if isinstance(stream, bool):
+        raise TypeError("a bool is not a stream handle")
+    if isinstance(stream, int):
+        return _check_int(stream)
+    ctypes = sys.modules.get("ctypes")  # a c_void_p exists only if ctypes was imported
+    if ctypes is not None and isinstance(stream, ctypes.c_void_p):
+        return stream.value or 0
+    for protocol in ("__hip_stream__", "__cuda_stream__"):
+        method = getattr(stream, protocol, None)
+        if method is not None:
+            result = method()
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise TypeError(f"{type(stream).__name__}.{protocol}() must return "
+                                f"(version, handle), not {result!r}")
+            return _plain_handle(result[1], f"the handle from {protocol}()")
+    ref = getattr(stream, "ref", None)
+    if isinstance(ref, stream_ref):
+        return ref._handle
+    if hasattr(stream, "handle"):
+        return _plain_handle(stream.handle, f"{type(stream).__name__}.handle")
+    raise TypeError(f"cannot make a stream_ref from {type(stream).__name__}: expected an int "
+                    "or ctypes.c_void_p handle, a stream_ref, an object with .ref or .handle, "
+                    "or one with __hip_stream__() / __cuda_stream__()")
+
+
+class stream_ref:
+    """A reference to the HIP stream ``stream`` (default: the null stream, handle 0).
+
+    ``stream`` may be an int handle (>= 0), a ``ctypes.c_void_p``, another ``stream_ref``, an
+    object with a ``.ref`` stream_ref or an int ``.handle`` (like ``hipmr_ctypes.Stream``), or
+    an object with ``__hip_stream__()`` / ``__cuda_stream__()`` returning ``(version, handle)``
+    (cuda.core, CuPy).  ``None``, bools, floats and strings raise ``TypeError``; negative
+    ints ``ValueError``.  ``==`` compares handles (also with a raw int handle); hashable and
+    immutable.  ``_as_parameter_`` lets it be passed straight to a ctypes ``hipStream_t``.
+    """
+
+    __slots__ = ("_handle",)
+    value_type = int
+
+    def __init__(self, stream: Any = 0) -> None:
+        _set(self, "_handle", stream if type(stream) is int and 0 <= stream <= _MAX_HANDLE
+             else _handle_of(stream))
+
+    def get(self) -> int:
+        """The stream handle as an int (0 for the null stream)."""
+        return self._handle
+
+    @property
+    def handle(self) -> int:
+        """The stream handle as an int, same as :meth:`get`."""
+        return self._handle
+
+    @property
+    def _as_parameter_(self) -> int:
+        return self._handle
+
+    def __hip_stream__(self) -> Tuple[int, int]:
+        """The HIP stream protocol: ``(0, handle)``."""
+        return (0, self._handle)
+
+    def __cuda_stream__(self) -> Tuple[int, int]:
+        """The CUDA stream protocol (cuda.core, CuPy): ``(0, handle)``."""
+        return (0, self._handle)
+
+    def wait(self) -> None:
+        """Block until all work queued on the stream has finished (``hipStreamSynchronize``)."""
+        from . import _hip
+        rt = _hip.get_runtime()
+        st = rt.fn.hipStreamSynchronize(self._handle)
+        if st:
+            raise rt.error(st, "hipStreamSynchronize")
+
+    sync = wait
+
+    def ready(self) -> bool:
+        """True when all work queued on the stream has finished, False while some is pending
+        (``hipStreamQuery``); any other status raises ``HipError``."""
+        from . import _hip
+        rt = _hip.get_runtime()
+        st = rt.fn.hipStreamQuery(self._handle)
+        if st == 0:
+            return True
+        if rt.is_not_ready(st):
+            return False
+        raise rt.error(st, "hipStreamQuery")
+
+    is_done = ready
+
+    def priority(self) -> int:
+        """The stream's priority (lower numbers are higher priority; ``hipStreamGetPriority``)."""
+        import ctypes
+        from . import _hip
+        rt = _hip.get_runtime()
+        out = ctypes.c_int()
+        st = rt.fn.hipStreamGetPriority(self._handle, out)
+        if st:
+            raise rt.error(st, "hipStreamGetPriority")
+        return out.value
+
+    def device(self) -> int:
+        """The id of the device the stream belongs to (``hipStreamGetDevice``); raises
+        ``NotSupportedError`` where the runtime cannot tell."""
+        import ctypes
+        from . import _hip
+        rt = _hip.get_runtime()
+        fn = getattr(rt.fn, "hipStreamGetDevice", None)
+        if fn is None:
+            from ._hip.errors import NotSupportedError
+            raise NotSupportedError(call="hipStreamGetDevice",
+                                    detail="this runtime cannot tell a stream's device")
+        out = ctypes.c_int()
+        st = fn(self._handle, out)
+        if st:
+            raise rt.error(st, "hipStreamGetDevice")
+        return out.value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, stream_ref):
+            return self._handle == other._handle
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self._handle == other
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self) -> int:
+        return hash(self._handle)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("stream_ref is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("stream_ref is immutable")
+
+    def __copy__(self) -> "stream_ref":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "stream_ref":
+        return self
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (stream_ref, (self._handle,))
+
+    def __repr__(self) -> str:
+        return f"stream_ref({self._handle:#x})" if self._handle else "stream_ref(0)"
+
+
+#: The per-thread default stream (``hipStreamPerThread``, handle 2).
+stream_per_thread: stream_ref = stream_ref(2)
