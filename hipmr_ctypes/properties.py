@@ -24,9 +24,11 @@ from __future__ import annotations
 from typing import Any, Collection, Tuple, Type
 
 __all__ = ["DEFAULT_ALIGNMENT", "Property", "device_accessible", "host_accessible",
-           "get_property", "has_property", "has_property_with", "property_with_value", "forward_property"]
+           "get_property", "has_property", "has_property_with", "property_with_value",
+           "forward_property"]
 
 _COLLECTIONS = (tuple, frozenset, list, set)
+_NO_VALUE = object()
 
 #: The alignment every allocate / deallocate uses when the caller gives none (hipMalloc's).
 DEFAULT_ALIGNMENT: int = 256
@@ -84,13 +86,11 @@ def has_property(obj: Any, prop: Type[Property]) -> bool:
 
 
 def has_property_with(obj: Any, prop: Type[Property], value_type: Any) -> bool:
-    """True when ``prop`` is stateful, ``obj`` declares it, and ``prop.value_type is value_type``."""
+    """True when ``prop`` is stateful, ``obj`` declares it and ``prop.value_type is value_type``.
+    """
     _check_property(prop)
     return (getattr(prop, "value_type", _NO_VALUE) is value_type
             and prop in _declared(obj))
-
-
-_NO_VALUE = object()
 
 
 def get_property(obj: Any, prop: Type[Property]) -> Any:
