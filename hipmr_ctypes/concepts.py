@@ -31,9 +31,10 @@ _METHODS: Tuple[Tuple[str, Tuple[str, ...], bool], ...] = (
     ("deallocate_async", ("ptr", "bytes", "alignment", "stream"), False),
 )
 
-# Per method: 0 = missing or not callable that way, 1 = callable, 2 = callable and canonical
-# (parameter names as above, alignment defaults to 256): a ref can bind it as it is.
-MISSING, CALLABLE, CANONICAL = 0, 1, 2
+# Per method: MISSING = missing or not callable that way, CALLABLE = callable, DEFAULTABLE =
+# canonical parameter names but the alignment does not default to 256, CANONICAL = canonical
+# names and default: a ref can bind it as it is.
+MISSING, CALLABLE, DEFAULTABLE, CANONICAL = 0, 1, 2, 3
 
 
 class _Info:
@@ -84,7 +85,7 @@ def _method_status(obj: Any, name: str, params: Tuple[str, ...], wants_default: 
         return CALLABLE
     default = plist[-1].default
     if wants_default and not (type(default) is int and default == DEFAULT_ALIGNMENT):
-        return CALLABLE
+        return DEFAULTABLE
     return CANONICAL
 
 

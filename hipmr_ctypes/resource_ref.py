@@ -15,15 +15,16 @@ Calls cost what calling the resource costs: the resource's bound methods are sto
 when it is built (``ref.allocate`` *is* ``resource.allocate``) whenever the resource's
 signature already matches the ref's: ``allocate(self, bytes, alignment=256)``,
 ``deallocate(self, ptr, bytes, alignment=256)``, ``allocate_async(self, bytes, alignment,
-stream)``, ``deallocate_async(self, ptr, bytes, alignment, stream)``.  Otherwise (another
-default alignment, none, or other parameter names) a small wrapper supplies the ref's
-signature, so the default is :data:`DEFAULT_ALIGNMENT` (256) through every ref.
+stream)``, ``deallocate_async(self, ptr, bytes, alignment, stream)``.  With these names but
+another default alignment (or none), the ref binds a copy of the method whose alignment
+defaults to 256; with other names, a small wrapper supplies the ref's signature.  The default
+is :data:`DEFAULT_ALIGNMENT` (256) through every ref.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, TypeVar
 
-from .concepts import CANONICAL, _info, _why_not
+from .concepts import CANONICAL, DEFAULTABLE, _info, _why_not
 from .properties import DEFAULT_ALIGNMENT, Property, _check_property, _declared
 from .properties import get_property as _get_property
 
@@ -60,6 +61,33 @@ def _wrap_deallocate_async(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _WRAPPERS = (_wrap_allocate, _wrap_deallocate, _wrap_allocate_async, _wrap_deallocate_async)
+
+
+def _with_default_alignment(fn: Any, index: int) -> Optional[Callable[..., Any]]:
+    """``fn`` (a bound method of a plain function whose parameter ``index``, after ``self``, is
+    ``alignment``) rebound to a copy of its function whose alignment defaults to 256: no extra
+    call frame.  None when ``fn`` is not such a method."""
+    import types
+    if type(fn) is not types.MethodType or type(fn.__func__) is not types.FunctionType:
+        return None
+    func = fn.__func__
+    code = func.__code__
+    argcount = code.co_argcount
+    names = code.co_varnames[:argcount]
+    if code.co_posonlyargcount or argcount < index + 2 or names[index + 1] != "alignment":
+        return None
+    after = argcount - index - 2            # parameters after alignment: all have defaults
+    old = func.__defaults__ or ()
+    if len(old) < after:
+        return None
+    clone = types.FunctionType(code, func.__globals__, func.__name__,
+                               (DEFAULT_ALIGNMENT,) + (old[len(old) - after:] if after else ()),
+                               func.__closure__)
+    clone.__kwdefaults__ = func.__kwdefaults__
+    clone.__qualname__ = func.__qualname__
+    clone.__doc__ = func.__doc__
+    clone.__module__ = func.__module__
+    return types.MethodType(clone, fn.__self__)
 
 
 def _names(props: Any) -> str:
@@ -122,9 +150,13 @@ class resource_ref:
                             f"it lacks the properties {_names(missing)}")
         statuses = _info(source).methods
         _set(self, "resource", source)
-        for name, status, wrap in zip(_NAMES[:count], statuses, _WRAPPERS):
+        for i, (name, status, wrap) in enumerate(zip(_NAMES[:count], statuses, _WRAPPERS)):
             fn = getattr(source, name)
-            _set(self, name, fn if status == CANONICAL else wrap(fn))
+            if status == DEFAULTABLE:
+                fn = _with_default_alignment(fn, i + 1) or wrap(fn)
+            elif status != CANONICAL:
+                fn = wrap(fn)
+            _set(self, name, fn)
 
     def get_property(self, prop: Type[Property]) -> Any:
         """The resource's value of a listed stateful property, read live (None if stateless)."""

@@ -279,6 +279,44 @@ def test_default_alignment_is_256_through_every_ref(cls):
     assert r.calls[-1] == ("deallocate", ptr, 10, 8)
 
 
+def test_other_default_is_replaced_without_a_wrapper_frame():
+    class base(resource):
+        def allocate(self, bytes, alignment=16, tag="x", *, flags=0):
+            self.calls.append(("allocate", bytes, alignment, tag, flags))
+            return 5
+
+    class derived(base):
+        def allocate(self, bytes, alignment=8, tag="y", *, flags=1):
+            return super().allocate(bytes, alignment, tag, flags=flags) + 1
+    r = derived()
+    ref = resource_ref(r)
+    assert isinstance(ref.allocate, types.MethodType) and ref.allocate.__self__ is r
+    assert ref.allocate(3) == 6                          # zero-argument super() still works
+    assert r.calls[-1] == ("allocate", 3, 256, "y", 1)
+    assert ref.allocate(3, 4, "z", flags=2) == 6
+    assert r.calls[-1] == ("allocate", 3, 4, "z", 2)
+    assert r.allocate(3) == 6 and r.calls[-1] == ("allocate", 3, 8, "y", 1)  # untouched
+
+
+def test_decorated_methods_get_the_default_too():
+    import functools
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return inner
+
+    class decorated(resource):
+        @logged
+        def allocate(self, bytes, alignment=16):
+            self.calls.append(("allocate", bytes, alignment))
+            return 0
+    r = decorated()
+    resource_ref(r).allocate(1)
+    assert r.calls[-1] == ("allocate", 1, 256)
+
+
 def test_wrapped_methods_offer_the_canonical_keywords():
     r = no_default()
     ref = async_resource_ref[with_int](r)
