@@ -1,0 +1,491 @@
+"""State of the emulated HIP runtime: devices, the allocation table, handles, faults, last error.
+
+The HIP functions themselves live in the mixins built on :class:`EmulatorCore`
+(``_pools``, ``_memory``, ``_streams``, ``_devices``); this module holds what they share.
+Every piece of mutable state is guarded by the one ``EmulatorCore._lock``.
+"""
+from __future__ import annotations
+
+import bisect
+import ctypes
+import ctypes.util
+import threading
+import weakref
+from typing import (Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
+                    Tuple, Union)
+
+from ..decls import DECL_BY_NAME, DECLS
+from ..errors import ERROR_NAMES
+from ..runtime import Functions, missing_function
+from ._args import Status, addr
+
+__all__ = ["EmulatorCore", "EmulatorConfig", "LiveAllocations", "HostHeap", "Alloc", "Pool",
+           "Stream", "Event", "Device"]
+
+# HIP statuses used by the emulation (errors.ERROR_NAMES has them all)
+SUCCESS = 0
+INVALID_VALUE = 1
+OUT_OF_MEMORY = 2
+INVALID_MEMCPY_DIRECTION = 21
+NO_DEVICE = 100
+INVALID_DEVICE = 101
+INVALID_HANDLE = 400
+NOT_READY = 600
+PEER_ACCESS_ALREADY_ENABLED = 704
+PEER_ACCESS_NOT_ENABLED = 705
+
+ALIGNMENT = 256                      # of every allocation; sizes are accounted rounded up to it
+HANDLE_BASE = 0x7E5A_0000_0000       # stream / event / pool handles: HANDLE_BASE + n * HANDLE_STEP
+HANDLE_STEP = 0x40
+SPECIAL_STREAMS = (0, 1, 2)          # null stream, hipStreamLegacy, hipStreamPerThread
+MIN_HOST_ADDRESS = 0x10000           # host pointers below this (Linux mmap_min_addr) are invalid
+
+# memory kinds
+DEVICE = "device"
+PINNED = "pinned"
+MANAGED = "managed"
+
+# Calls that fail when there are no devices (everything but versions and error queries)
+NO_DEVICE_OK = frozenset({"hipRuntimeGetVersion", "hipDriverGetVersion", "hipGetErrorName",
+                          "hipGetErrorString", "hipGetLastError", "hipPeekAtLastError",
+                          "hipExtGetLastError", "hipGetDeviceCount"})
+# Calls a fault injected with calls=None applies to
+DEFAULT_FAULT_CALLS = frozenset({
+    "hipMalloc", "hipMallocAsync", "hipMallocFromPoolAsync", "hipHostMalloc", "hipMallocManaged",
+    "hipMemPoolCreate", "hipStreamCreateWithPriority", "hipEventCreateWithFlags", "hipMemcpy",
+    "hipMemcpyAsync"})
+# Calls that neither set nor are subject to the last error / fault machinery
+_ERROR_QUERIES = frozenset({"hipGetErrorName", "hipGetErrorString", "hipGetLastError",
+                            "hipPeekAtLastError", "hipExtGetLastError"})
+
+_ERROR_STRINGS = {
+    0: "no error", 1: "invalid argument", 2: "out of memory", 3: "initialization error",
+    17: "invalid device pointer", 21: "invalid copy direction for memcpy",
+    100: "no ROCm-capable device is detected", 101: "invalid device ordinal",
+    400: "invalid resource handle", 600: "device not ready",
+    704: "peer access is already enabled", 705: "peer access has not been enabled",
+    801: "operation not supported", 999: "unknown error",
+}
+
+
+def round_up(size: int) -> int:
+    """``size`` rounded up to the allocation granularity (256 bytes)."""
+    return (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def error_name(code: int) -> str:
+    """The HIP name of ``code`` (``hipErrorUnknown`` for codes HIP does not define)."""
+    return ERROR_NAMES.get(code, "hipErrorUnknown")
+
+
+def error_string(code: int) -> str:
+    """The message of ``code``, in the style of recent ROCm (CUDA-like text)."""
+    return _ERROR_STRINGS.get(code) or error_name(code)
+
+
+class EmulatorConfig(NamedTuple):
+    """What an emulator emulates (see ``config_from_env`` for the environment variables)."""
+    devices: int = 1
+    memory: int = 1 << 30
+    host_memory: int = 64 << 30
+    version: Tuple[int, int, int] = (6, 2, 0)
+    missing: FrozenSet[str] = frozenset()
+
+
+class LiveAllocations(NamedTuple):
+    """Live emulated allocations (device, pool, pinned and managed): count and requested bytes."""
+    count: int
+    bytes: int
+
+
+# ------------------------------------------------------------------------------------------------
+# host memory
+class HostHeap:
+    """256-byte aligned blocks from libc (``posix_memalign`` / ``free``).
+
+    It frees only pointers it handed out itself, so no argument can make it free a foreign
+    pointer.  Where libc lacks ``posix_memalign`` it falls back to ctypes buffers.
+    """
+
+    def __init__(self) -> None:
+        self._outstanding: Dict[int, object] = {}   # ptr -> ctypes buffer (fallback) or None
+        self._memalign = self._libc_free = None
+        for name in (None, ctypes.util.find_library("c")):
+            try:
+                libc = ctypes.CDLL(name)
+                memalign, free = libc.posix_memalign, libc.free
+            except (OSError, AttributeError, TypeError):
+                continue
+            memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                                 ctypes.c_size_t]
+            memalign.restype = ctypes.c_int
+            free.argtypes = [ctypes.c_void_p]
+            free.restype = None
+            self._memalign, self._libc_free = memalign, free
+            break
+
+    def alloc(self, nbytes: int) -> int:
+        """A new block of ``nbytes`` (> 0); 0 when the host cannot provide it."""
+        if self._memalign is not None:
+            out = ctypes.c_void_p()
+            try:
+                if self._memalign(ctypes.byref(out), ALIGNMENT, nbytes) != 0 or not out.value:
+                    return 0
+            except (ctypes.ArgumentError, OverflowError):
+                return 0
+            self._outstanding[out.value] = None
+            return out.value
+        try:
+            buf = (ctypes.c_char * (nbytes + ALIGNMENT))()
+        except (MemoryError, OverflowError, ValueError):
+            return 0
+        ptr = (ctypes.addressof(buf) + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+        self._outstanding[ptr] = buf
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        """Give back a block from :meth:`alloc`; anything else is ignored."""
+        if ptr not in self._outstanding:
+            return
+        self._outstanding.pop(ptr)
+        if self._libc_free is not None:
+            self._libc_free(ptr)
+
+    def release_all(self) -> None:
+        """Free every outstanding block (emulator reset or garbage collection)."""
+        for ptr in list(self._outstanding):
+            self.free(ptr)
+
+
+# ------------------------------------------------------------------------------------------------
+# records
+class Alloc:
+    """One live allocation: requested ``size``, accounted ``block`` (rounded), owner and kind."""
+    __slots__ = ("ptr", "size", "block", "device", "kind", "flags", "pool")
+
+    def __init__(self, ptr: int, size: int, block: int, device: int, kind: str, flags: int = 0,
+                 pool: Optional["Pool"] = None) -> None:
+        self.ptr, self.size, self.block = ptr, size, block
+        self.device, self.kind, self.flags, self.pool = device, kind, flags, pool
+
+
+class Pool:
+    """A stream-ordered memory pool: reserved blocks, either in use or cached for reuse."""
+    __slots__ = ("handle", "device", "is_default", "handle_types", "max_size", "threshold",
+                 "reuse", "used", "used_high", "reserved", "reserved_high", "cache", "live",
+                 "access", "alive")
+
+    def __init__(self, handle: int, device: int, is_default: bool, handle_types: int = 0,
+                 max_size: int = 0) -> None:
+        self.handle, self.device, self.is_default = handle, device, is_default
+        self.handle_types, self.max_size = handle_types, max_size
+        self.threshold = 0
+        self.reuse = [1, 1, 1]     # hipMemPoolReuse* attributes 1..3 (all enabled, as on AMD)
+        self.used = self.used_high = self.reserved = self.reserved_high = 0
+        self.cache: List[Tuple[int, int]] = []   # (block size, ptr) of freed blocks
+        self.live = 0                            # allocations in use
+        self.access: Dict[int, int] = {}         # peer device -> hipMemAccessFlags
+        self.alive = True
+
+
+class Stream:
+    """A stream (created, or one of a device's null / legacy / per-thread streams)."""
+    __slots__ = ("handle", "device", "flags", "priority", "sid", "busy", "epoch", "alive")
+
+    def __init__(self, handle: int, device: int, flags: int, priority: int, sid: int) -> None:
+        self.handle, self.device, self.flags, self.priority, self.sid = (
+            handle, device, flags, priority, sid)
+        self.busy = 0     # the next `busy` queries report hipErrorNotReady (set_stream_busy)
+        self.epoch = 0    # bumped by set_stream_busy: events recorded before stay complete
+        self.alive = True
+
+
+class Event:
+    """An event: recorded time stamp and the stream work it waits for."""
+    __slots__ = ("handle", "device", "flags", "recorded", "stamp", "stream", "epoch")
+
+    def __init__(self, handle: int, device: int, flags: int) -> None:
+        self.handle, self.device, self.flags = handle, device, flags
+        self.recorded = False
+        self.stamp = 0.0
+        self.stream: Optional[Stream] = None   # set when recorded on a busy stream
+        self.epoch = 0
+
+    def pending(self) -> bool:
+        """True while the stream work this event was recorded after is 'still running'."""
+        s = self.stream
+        return s is not None and s.alive and s.epoch == self.epoch and s.busy > 0
+
+
+class Device:
+    """One emulated device: capacity, committed bytes, memory pools, special streams."""
+    __slots__ = ("ordinal", "capacity", "committed", "default_pool", "current_pool", "peers",
+                 "special")
+
+    def __init__(self, ordinal: int, capacity: int) -> None:
+        self.ordinal, self.capacity = ordinal, capacity
+        self.committed = 0     # hipMalloc + managed bytes + every pool's reserved bytes
+        self.default_pool: Pool
+        self.current_pool: Pool
+        self.peers: Set[int] = set()
+        self.special: Dict[int, Stream] = {}
+
+
+class _Fault:
+    __slots__ = ("code", "remaining", "calls")
+
+    def __init__(self, code: int, remaining: int, calls: FrozenSet[str]) -> None:
+        self.code, self.remaining, self.calls = code, remaining, calls
+
+
+class _ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.device = 0
+        self.last_error = SUCCESS      # what hipGetLastError / hipPeekAtLastError report
+        self.last_command = SUCCESS    # what hipExtGetLastError reports
+
+
+# ------------------------------------------------------------------------------------------------
+class EmulatorCore:
+    """Shared state and the test-facing API of the emulated runtime."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self.version: Tuple[int, int, int] = config.version
+        self.version_number: int = (config.version[0] * 10_000_000 + config.version[1] * 100_000
+                                    + config.version[2])
+        self._sticky_errors = config.version >= (7, 0, 0)
+        self._lock = threading.Lock()
+        self._tls = _ThreadState()
+        self._heap = HostHeap()
+        self._finalizer = weakref.finalize(self, self._heap.release_all)
+        self._handle_seq = 0
+        self._allocs: Dict[int, Alloc] = {}
+        self._bases: List[int] = []        # sorted keys of _allocs, for interior-pointer lookups
+        self._host_committed = 0
+        self._pools: Dict[int, Pool] = {}
+        self._streams: Dict[int, Stream] = {}
+        self._events: Dict[int, Event] = {}
+        self._faults: List[_Fault] = []
+        self._devices: List[Device] = []
+        for ordinal in range(config.devices):
+            dev = Device(ordinal, config.memory)
+            pool = Pool(self._new_handle(), ordinal, True)
+            self._pools[pool.handle] = pool
+            dev.default_pool = dev.current_pool = pool
+            self._make_special_streams(dev)
+            self._devices.append(dev)
+
+    # ---- test API -------------------------------------------------------------------------
+    def capacity(self, device: int = 0) -> int:
+        """The memory capacity of ``device`` in bytes (``HIPMR_EMULATED_MEMORY``)."""
+        return self._devices[device].capacity
+
+    @property
+    def device_count(self) -> int:
+        """Number of emulated devices (``HIPMR_EMULATED_DEVICES``)."""
+        return len(self._devices)
+
+    def live_allocations(self) -> LiveAllocations:
+        """Count and requested bytes of all live allocations (device, pool, pinned, managed)."""
+        with self._lock:
+            return LiveAllocations(len(self._allocs), sum(a.size for a in self._allocs.values()))
+
+    def inject_failure(self, code: int = OUT_OF_MEMORY, count: int = 1,
+                       calls: Union[None, str, Iterable[str]] = None) -> None:
+        """Make the next ``count`` calls return ``code`` without touching any state.
+
+        ``calls`` names the HIP functions concerned (a name or several); by default the
+        allocating and copying calls (``DEFAULT_FAULT_CALLS``).  Faults add up: each pending one
+        applies in the order injected.
+        """
+        if isinstance(code, bool) or not isinstance(code, int) or code == 0:
+            raise ValueError(f"code must be a non-zero HIP status, not {code!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count must be a positive int, not {count!r}")
+        names = DEFAULT_FAULT_CALLS if calls is None else (
+            frozenset([calls]) if isinstance(calls, str) else frozenset(calls))
+        unknown = sorted(n for n in names if n not in DECL_BY_NAME or n in _ERROR_QUERIES)
+        if unknown or not names:
+            raise ValueError(f"cannot inject failures into {unknown or 'no calls'}")
+        with self._lock:
+            self._faults.append(_Fault(code, count, names))
+
+    def clear_faults(self) -> None:
+        """Forget every pending injected failure."""
+        with self._lock:
+            self._faults.clear()
+
+    def pending_faults(self) -> int:
+        """How many injected failures have not fired yet."""
+        with self._lock:
+            return sum(f.remaining for f in self._faults)
+
+    def set_stream_busy(self, stream: Union[int, None, ctypes.c_void_p], count: int) -> None:
+        """Make the next ``count`` hipStreamQuery / hipEventQuery calls on ``stream`` not ready.
+
+        Events recorded on it from now on stay pending while it is busy.  hipStreamSynchronize,
+        hipDeviceSynchronize, hipEventSynchronize of such an event and hipFree clear it.
+        ``0``, ``1`` and ``2`` name the calling thread's current device's special streams.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"count must be an int >= 0, not {count!r}")
+        with self._lock:
+            s = self._stream(addr(stream))
+            if s is None:
+                raise ValueError(f"unknown stream {stream!r}")
+            s.busy = count
+            s.epoch += 1
+
+    def reset(self) -> None:
+        """Free everything and return to the state of a new emulator.
+
+        Default pool handles survive (with default attributes); every other stream, event and
+        pool handle becomes invalid; each thread's current device becomes 0 and its last error
+        success; pending faults are dropped.
+        """
+        with self._lock:
+            self._heap.release_all()
+            self._allocs.clear()
+            self._bases.clear()
+            self._host_committed = 0
+            for pool in self._pools.values():
+                pool.alive = False
+            for s in self._streams.values():
+                s.alive = False
+            self._pools.clear()
+            self._streams.clear()
+            self._events.clear()
+            self._faults.clear()
+            for dev in self._devices:
+                handle = dev.default_pool.handle
+                pool = Pool(handle, dev.ordinal, True)
+                self._pools[handle] = pool
+                dev.default_pool = dev.current_pool = pool
+                dev.committed = 0
+                dev.peers.clear()
+                for s in dev.special.values():
+                    s.alive = False
+                self._make_special_streams(dev)
+            self._tls = _ThreadState()
+
+    # ---- binding --------------------------------------------------------------------------
+    def functions(self) -> Functions:
+        """The function table: one callable per row of ``decls.DECLS``."""
+        fn = Functions()
+        for decl in DECLS:
+            if decl.name in self.config.missing:
+                setattr(fn, decl.name, missing_function(decl.name, "the emulated runtime"))
+                continue
+            impl = getattr(self, decl.name)
+            wrapped = impl if decl.name in _ERROR_QUERIES else self._wrap(decl.name, impl)
+            setattr(fn, decl.name, wrapped)
+        return fn
+
+    def _wrap(self, name: str, impl: Callable[..., Optional[int]]) -> Callable[..., int]:
+        """The C-level function: faults, no-device check, argument errors, last error."""
+        emu = self
+        needs_device = name not in NO_DEVICE_OK
+
+        def call(*args):
+            if emu._faults:
+                status = emu._take_fault(name)
+                if status:
+                    emu._note(status)
+                    return status
+            if needs_device and not emu._devices:
+                status = NO_DEVICE
+            else:
+                try:
+                    status = impl(*args) or SUCCESS
+                except Status as exc:
+                    status = exc.code
+                except (TypeError, ValueError, OverflowError, ctypes.ArgumentError):
+                    status = INVALID_VALUE
+            emu._note(status)
+            return status
+
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = impl.__doc__
+        return call
+
+    def _take_fault(self, name: str) -> int:
+        with self._lock:
+            for fault in self._faults:
+                if name in fault.calls:
+                    fault.remaining -= 1
+                    if not fault.remaining:
+                        self._faults.remove(fault)
+                    return fault.code
+        return SUCCESS
+
+    def _note(self, status: int) -> None:
+        """Record ``status`` as the thread's last result (HIP 6 and HIP 7 rules)."""
+        tls = self._tls
+        tls.last_command = status
+        if not self._sticky_errors:
+            tls.last_error = status           # HIP < 7: the result of the last call
+        elif status and status != NOT_READY:
+            tls.last_error = status           # HIP >= 7: the last real error, like CUDA
+
+    # ---- shared helpers (call with the lock held unless stated) ---------------------------
+    def _new_handle(self) -> int:
+        self._handle_seq += 1
+        return HANDLE_BASE + self._handle_seq * HANDLE_STEP
+
+    def _make_special_streams(self, dev: Device) -> None:
+        for handle in SPECIAL_STREAMS:
+            dev.special[handle] = Stream(handle, dev.ordinal, 0, 0, self._new_handle())
+
+    def _device(self, ordinal: int, code: int = INVALID_DEVICE) -> Device:
+        """The device ``ordinal`` (lock not needed: the device list never changes)."""
+        if 0 <= ordinal < len(self._devices):
+            return self._devices[ordinal]
+        raise Status(code)
+
+    def _current(self) -> Device:
+        return self._devices[self._tls.device]
+
+    def _stream(self, handle: int) -> Optional[Stream]:
+        """The stream ``handle`` names for the calling thread, or None."""
+        if handle in SPECIAL_STREAMS:
+            return self._current().special[handle]
+        return self._streams.get(handle)
+
+    def _stream_or(self, handle: int, code: int = INVALID_HANDLE) -> Stream:
+        s = self._stream(handle)
+        if s is None:
+            raise Status(code)
+        return s
+
+    def _register(self, alloc: Alloc) -> None:
+        self._allocs[alloc.ptr] = alloc
+        bisect.insort(self._bases, alloc.ptr)
+
+    def _unregister(self, alloc: Alloc) -> None:
+        del self._allocs[alloc.ptr]
+        del self._bases[bisect.bisect_left(self._bases, alloc.ptr)]
+
+    def _find(self, ptr: int) -> Optional[Alloc]:
+        """The live allocation containing address ``ptr``, or None."""
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        if i >= 0:
+            alloc = self._allocs[self._bases[i]]
+            if ptr < alloc.ptr + alloc.size:
+                return alloc
+        return None
+
+    def _overlaps_allocation(self, ptr: int, nbytes: int) -> bool:
+        """True when [ptr, ptr + nbytes) touches any live allocation."""
+        if self._find(ptr) is not None:
+            return True
+        i = bisect.bisect_right(self._bases, ptr)
+        return i < len(self._bases) and self._bases[i] < ptr + nbytes
+
+    def _complete_device(self, ordinal: int) -> None:
+        """All work queued on device ``ordinal`` is done: no stream of it stays busy."""
+        for s in self._devices[ordinal].special.values():
+            s.busy = 0
+        for s in self._streams.values():
+            if s.device == ordinal:
+                s.busy = 0

@@ -1,0 +1,221 @@
+"""Plain memory: hipMalloc / hipFree, pinned and managed memory, copies, memset, pointer queries."""
+from __future__ import annotations
+
+import ctypes
+import struct
+from ctypes import c_void_p
+from typing import Any, Optional
+
+from ..types import (hipIpcMemHandle_t, hipMemPoolPtrExportData, hipPointerAttribute_t,
+                     hipMemAttachGlobal, hipMemAttachHost, hipMemcpyDefault,
+                     hipMemcpyDeviceToDevice, hipMemcpyDeviceToHost, hipMemcpyHostToDevice,
+                     hipMemcpyHostToHost, hipMemHandleTypePosixFileDescriptor)
+from ._args import MASK64, Status, addr, i32, out, u32, u64
+from ._core import (DEVICE, INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED,
+                    MIN_HOST_ADDRESS, OUT_OF_MEMORY, PINNED, Alloc, round_up)
+from ._pools import PoolMixin
+
+__all__ = ["MemoryMixin"]
+
+hipMemcpyDeviceToDeviceNoCU = 1024   # HIP >= 6.1
+# hipHostMalloc flags: Portable, Mapped, WriteCombined, NumaUser, Coherent, NonCoherent
+_HOST_MALLOC_FLAGS = 0x1 | 0x2 | 0x4 | 0x20000000 | 0x40000000 | 0x80000000
+_HOST_MALLOC_UNCACHED = 0x10000000   # HIP >= 7.0
+_COHERENT_BOTH = 0x40000000 | 0x80000000
+# hipMemoryType numbering (shared/reference/hip-abi.md section 3c)
+_MEMORY_TYPE_6 = {PINNED: 1, DEVICE: 2, MANAGED: 3}
+_MEMORY_TYPE_5 = {PINNED: 0, DEVICE: 1, MANAGED: 4}
+_SYNC = object()   # "no stream": the synchronous copy and memset
+
+
+class MemoryMixin(PoolMixin):
+    """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMallocManaged, hipMemcpy*, hipMemset*,
+    hipMemPrefetchAsync, hipPointerGetAttributes, hipIpcGetMemHandle, hipMemPoolExportPointer."""
+
+    # ---- helpers (lock held) --------------------------------------------------------------
+    def _plain_alloc(self, out_ptr: Any, size: Any, kind: str, flags: int) -> None:
+        target = out(out_ptr, c_void_p)
+        nbytes = u64(size)
+        if not nbytes:
+            target.value = None
+            return
+        block = round_up(nbytes)
+        with self._lock:
+            dev = self._current()
+            if kind == PINNED:
+                room = self.config.host_memory - self._host_committed
+            else:
+                room = dev.capacity - dev.committed
+            ptr = self._heap.alloc(block) if block <= room else 0
+            if not ptr:
+                target.value = None
+                raise Status(OUT_OF_MEMORY)
+            if kind == PINNED:
+                self._host_committed += block
+            else:
+                dev.committed += block
+            self._register(Alloc(ptr, nbytes, block, dev.ordinal, kind, flags))
+        target.value = ptr
+
+    def _check_range(self, ptr: int, nbytes: int, device_side: bool, host_side: bool) -> None:
+        """Validate [ptr, ptr + nbytes) as one side of a copy or memset.
+
+        ``device_side``: must lie in one live emulated allocation (any kind: pinned and
+        managed memory are device-accessible).  ``host_side``: must not be device-only memory.
+        Memory the emulation does not know is trusted as host memory (like the real runtime)
+        unless it is near NULL or runs into an emulated allocation.
+        """
+        if ptr < MIN_HOST_ADDRESS or ptr + nbytes > MASK64:
+            raise Status(INVALID_VALUE)
+        alloc = self._find(ptr)
+        if alloc is None:
+            if device_side or self._overlaps_allocation(ptr, nbytes):
+                raise Status(INVALID_VALUE)
+            return
+        if ptr + nbytes > alloc.ptr + alloc.size or (host_side and alloc.kind == DEVICE):
+            raise Status(INVALID_VALUE)
+
+    def _copy(self, dst: Any, src: Any, size_bytes: Any, kind: Any, stream: Any) -> None:
+        d, s, n, k = addr(dst), addr(src), u64(size_bytes), i32(kind)
+        kinds = {hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceToHost,
+                 hipMemcpyDeviceToDevice, hipMemcpyDefault}
+        if self.version >= (6, 1, 0):
+            kinds.add(hipMemcpyDeviceToDeviceNoCU)
+        if k not in kinds:
+            raise Status(INVALID_MEMCPY_DIRECTION)
+        with self._lock:
+            if stream is not _SYNC:
+                self._stream_or(addr(stream))
+            if not n:
+                return
+            to_device = k in (hipMemcpyHostToDevice, hipMemcpyDeviceToDevice,
+                              hipMemcpyDeviceToDeviceNoCU)
+            from_device = k in (hipMemcpyDeviceToHost, hipMemcpyDeviceToDevice,
+                                hipMemcpyDeviceToDeviceNoCU)
+            self._check_range(d, n, to_device, k in (hipMemcpyHostToHost, hipMemcpyDeviceToHost))
+            self._check_range(s, n, from_device, k in (hipMemcpyHostToHost, hipMemcpyHostToDevice))
+            ctypes.memmove(d, s, n)
+
+    def _set(self, dst: Any, value: Any, size_bytes: Any, stream: Any) -> None:
+        d, v, n = addr(dst), i32(value), u64(size_bytes)
+        with self._lock:
+            if stream is not _SYNC:
+                self._stream_or(addr(stream))
+            if not n:
+                return
+            self._check_range(d, n, True, False)
+            ctypes.memset(d, v & 0xFF, n)
+
+    def _live(self, ptr: Any, kind: Optional[str] = None) -> Alloc:
+        """The live allocation that starts at ``ptr`` (of ``kind``), else invalid value."""
+        alloc = self._allocs.get(addr(ptr))
+        if alloc is None or (kind is not None and alloc.kind != kind):
+            raise Status(INVALID_VALUE)
+        return alloc
+
+    # ---- HIP functions --------------------------------------------------------------------
+    def hipMalloc(self, ptr: Any, size: Any) -> None:
+        """hipMalloc(void**, size_t): size 0 gives NULL and success."""
+        self._plain_alloc(ptr, size, DEVICE, 0)
+
+    def hipFree(self, ptr: Any) -> None:
+        """hipFree(void*): NULL is success; it waits for the device (its streams become idle)."""
+        p = addr(ptr)
+        if not p:
+            return
+        with self._lock:
+            alloc = self._allocs.get(p)
+            if alloc is None or alloc.kind == PINNED:
+                raise Status(INVALID_VALUE)
+            self._release_alloc(alloc)
+            self._complete_device(alloc.device)
+
+    def hipHostMalloc(self, ptr: Any, size: Any, flags: Any) -> None:
+        """hipHostMalloc(void**, size_t, unsigned): pinned, device-accessible host memory."""
+        f = u32(flags)
+        allowed = _HOST_MALLOC_FLAGS | (_HOST_MALLOC_UNCACHED if self.version >= (7, 0, 0) else 0)
+        if f & ~allowed or (f & _COHERENT_BOTH) == _COHERENT_BOTH:
+            raise Status(INVALID_VALUE)
+        self._plain_alloc(ptr, size, PINNED, f)
+
+    def hipHostFree(self, ptr: Any) -> None:
+        """hipHostFree(void*): NULL is success; only hipHostMalloc memory."""
+        if not addr(ptr):
+            return
+        with self._lock:
+            self._release_alloc(self._live(ptr, PINNED))
+
+    def hipMallocManaged(self, dev_ptr: Any, size: Any, flags: Any) -> None:
+        """hipMallocManaged(void**, size_t, unsigned): flags hipMemAttachGlobal or Host."""
+        f = u32(flags)
+        if f not in (hipMemAttachGlobal, hipMemAttachHost):
+            raise Status(INVALID_VALUE)
+        self._plain_alloc(dev_ptr, size, MANAGED, f)
+
+    def hipMemcpy(self, dst: Any, src: Any, size_bytes: Any, kind: Any) -> None:
+        """hipMemcpy(void*, const void*, size_t, hipMemcpyKind): a checked memmove."""
+        self._copy(dst, src, size_bytes, kind, _SYNC)
+
+    def hipMemcpyAsync(self, dst: Any, src: Any, size_bytes: Any, kind: Any,
+                       stream: Any) -> None:
+        """hipMemcpyAsync(..., hipStream_t): done at once; the stream must be valid."""
+        self._copy(dst, src, size_bytes, kind, stream)
+
+    def hipMemset(self, dst: Any, value: Any, size_bytes: Any) -> None:
+        """hipMemset(void*, int, size_t): inside one live allocation."""
+        self._set(dst, value, size_bytes, _SYNC)
+
+    def hipMemsetAsync(self, dst: Any, value: Any, size_bytes: Any, stream: Any) -> None:
+        """hipMemsetAsync(void*, int, size_t, hipStream_t): done at once."""
+        self._set(dst, value, size_bytes, stream)
+
+    def hipMemPrefetchAsync(self, dev_ptr: Any, count: Any, device: Any, stream: Any) -> None:
+        """hipMemPrefetchAsync(const void*, size_t, int, hipStream_t): validates, moves nothing."""
+        p, n, d = addr(dev_ptr), u64(count), i32(device)
+        with self._lock:
+            self._stream_or(addr(stream))
+            if d != -1:   # hipCpuDeviceId prefetches to the host
+                self._device(d)
+            alloc = self._find(p) if p else None
+            if alloc is None or alloc.kind != MANAGED or p + n > alloc.ptr + alloc.size:
+                raise Status(INVALID_VALUE)
+
+    def hipPointerGetAttributes(self, attributes: Any, ptr: Any) -> None:
+        """hipPointerGetAttributes(hipPointerAttribute_t*, const void*): known memory only."""
+        attrs = out(attributes, hipPointerAttribute_t)
+        p = addr(ptr)
+        with self._lock:
+            alloc = self._find(p) if p else None
+            if alloc is None:
+                raise Status(INVALID_VALUE)
+            numbering = _MEMORY_TYPE_6 if self.version >= (6, 0, 0) else _MEMORY_TYPE_5
+            attrs.type = numbering[alloc.kind]
+            attrs.device = alloc.device
+            attrs.devicePointer = p
+            attrs.hostPointer = None if alloc.kind == DEVICE else p
+            attrs.isManaged = int(alloc.kind == MANAGED)
+            attrs.allocationFlags = alloc.flags
+
+    def hipIpcGetMemHandle(self, handle: Any, dev_ptr: Any) -> None:
+        """hipIpcGetMemHandle(hipIpcMemHandle_t*, void*): hipMalloc memory only."""
+        target = out(handle, hipIpcMemHandle_t)
+        p = addr(dev_ptr)
+        with self._lock:
+            alloc = self._find(p) if p else None
+            if alloc is None or alloc.kind != DEVICE or alloc.pool is not None:
+                raise Status(INVALID_VALUE)
+            data = b"HIPMRIPC" + struct.pack("<QQQi", alloc.ptr, alloc.size, p - alloc.ptr,
+                                             alloc.device)
+        ctypes.memmove(ctypes.addressof(target), data.ljust(64, b"\0"), 64)
+
+    def hipMemPoolExportPointer(self, export_data: Any, ptr: Any) -> None:
+        """hipMemPoolExportPointer(hipMemPoolPtrExportData*, void*): pools made for export only."""
+        target = out(export_data, hipMemPoolPtrExportData)
+        with self._lock:
+            alloc = self._live(ptr, DEVICE)
+            pool = alloc.pool
+            if pool is None or not pool.handle_types & hipMemHandleTypePosixFileDescriptor:
+                raise Status(INVALID_VALUE)
+            data = b"HIPMRPTR" + struct.pack("<QQQi", pool.handle, alloc.ptr, alloc.size,
+                                             alloc.device)
+        ctypes.memmove(ctypes.addressof(target), data.ljust(64, b"\0"), 64)

@@ -1,0 +1,273 @@
+"""Memory pools and stream-ordered allocation: hipMemPool*, hipMallocAsync, hipFreeAsync, ...
+
+Model (see the package docstring): a pool reserves 256-byte-rounded blocks from its device's
+capacity.  A freed block goes to the pool's cache and stays reserved; an allocation reuses the
+smallest cached block that is at least the request and at most 12.5 % larger (AMD's rule), else
+reserves a new block.  At a synchronize point, cached blocks are released (largest first) while
+the pool holds more than its release threshold; hipMemPoolTrimTo does the same down to its
+argument.  An allocation that would exceed the device's capacity first releases as much of the
+pool's cache as it needs, and fails with nothing released when even that would not be enough.
+"""
+from __future__ import annotations
+
+from ctypes import c_int, c_void_p
+from typing import Any, Optional
+
+from ..types import (hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
+                     hipMemAllocationTypePinned, hipMemHandleTypeNone,
+                     hipMemHandleTypePosixFileDescriptor, hipMemLocationTypeDevice,
+                     hipMemAccessFlagsProtNone, hipMemAccessFlagsProtRead,
+                     hipMemAccessFlagsProtReadWrite, hipMemPoolAttrReleaseThreshold,
+                     hipMemPoolAttrReservedMemCurrent, hipMemPoolAttrReservedMemHigh,
+                     hipMemPoolAttrUsedMemCurrent, hipMemPoolAttrUsedMemHigh)
+from ._args import Status, addr, i32, int_cell, out, out_array, u64
+from ._core import (DEVICE, INVALID_DEVICE, INVALID_VALUE, MANAGED, OUT_OF_MEMORY, PINNED, Alloc,
+                    EmulatorCore, Pool, round_up)
+
+__all__ = ["PoolMixin"]
+
+_ACCESS_FLAGS = (hipMemAccessFlagsProtNone, hipMemAccessFlagsProtRead,
+                 hipMemAccessFlagsProtReadWrite)
+
+
+class PoolMixin(EmulatorCore):
+    """hipMemPool*, hipDevice{Get,Set,GetDefault}MemPool, hipMallocAsync and friends."""
+
+    # ---- bookkeeping (lock held) ----------------------------------------------------------
+    def _pool(self, handle: Any) -> Pool:
+        pool = self._pools.get(addr(handle))
+        if pool is None:
+            raise Status(INVALID_VALUE)
+        return pool
+
+    def _pool_release(self, pool: Pool, keep: int) -> None:
+        """Release cached blocks, largest first, until the pool reserves at most ``keep`` bytes."""
+        if pool.reserved <= keep or not pool.cache:
+            return
+        pool.cache.sort()
+        dev = self._devices[pool.device]
+        while pool.cache and pool.reserved > keep:
+            block, ptr = pool.cache.pop()
+            self._heap.free(ptr)
+            pool.reserved -= block
+            dev.committed -= block
+
+    def _release_device_pools(self, ordinal: int) -> None:
+        """A synchronize point on device ``ordinal``: pools give back what exceeds their threshold."""
+        for pool in self._pools.values():
+            if pool.device == ordinal:
+                self._pool_release(pool, pool.threshold)
+
+    def _pool_alloc(self, pool: Pool, size: int) -> int:
+        """Allocate ``size`` (> 0) bytes from ``pool``; Status(OUT_OF_MEMORY) leaves all unchanged."""
+        need = round_up(size)
+        best = None
+        for i, (block, _) in enumerate(pool.cache):
+            if need <= block and block * 8 <= need * 9 and (
+                    best is None or block < pool.cache[best][0]):
+                best = i
+        if best is not None:
+            block, ptr = pool.cache.pop(best)
+        else:
+            dev = self._devices[pool.device]
+            keep = pool.reserved   # what the pool may keep reserved so that `need` fits
+            keep = min(keep, pool.reserved - (dev.committed + need - dev.capacity))
+            if pool.max_size:
+                keep = min(keep, pool.max_size - need)
+            if keep < pool.used:
+                raise Status(OUT_OF_MEMORY)
+            self._pool_release(pool, keep)
+            ptr = self._heap.alloc(need)
+            if not ptr:
+                raise Status(OUT_OF_MEMORY)
+            block = need
+            pool.reserved += block
+            dev.committed += block
+            pool.reserved_high = max(pool.reserved_high, pool.reserved)
+        pool.used += block
+        pool.used_high = max(pool.used_high, pool.used)
+        pool.live += 1
+        self._register(Alloc(ptr, size, block, pool.device, DEVICE, 0, pool))
+        return ptr
+
+    def _release_alloc(self, alloc: Alloc) -> None:
+        """Free a live allocation: back to its pool's cache, or to the host."""
+        self._unregister(alloc)
+        pool = alloc.pool
+        if pool is not None:
+            pool.used -= alloc.block
+            pool.live -= 1
+            if pool.alive:
+                pool.cache.append((alloc.block, alloc.ptr))
+                return
+            pool.reserved -= alloc.block   # destroyed pool: its last blocks go straight back
+        self._heap.free(alloc.ptr)
+        if alloc.kind == PINNED:
+            self._host_committed -= alloc.block
+        else:
+            self._devices[alloc.device].committed -= alloc.block
+
+    def _async_alloc(self, out_ptr: Any, size: Any, pool_handle: Optional[Any],
+                     stream: Any) -> None:
+        target = out(out_ptr, c_void_p)
+        nbytes = u64(size)
+        with self._lock:
+            s = self._stream_or(addr(stream), INVALID_VALUE)
+            pool = (self._devices[s.device].current_pool if pool_handle is None
+                    else self._pool(pool_handle))
+            if not nbytes:
+                target.value = None
+                return
+            try:
+                target.value = self._pool_alloc(pool, nbytes)
+            except Status:
+                target.value = None
+                raise
+
+    # ---- HIP functions --------------------------------------------------------------------
+    def hipMallocAsync(self, dev_ptr: Any, size: Any, stream: Any) -> None:
+        """hipMallocAsync(void**, size_t, hipStream_t): from the stream's device's current pool."""
+        self._async_alloc(dev_ptr, size, None, stream)
+
+    def hipMallocFromPoolAsync(self, dev_ptr: Any, size: Any, mem_pool: Any,
+                               stream: Any) -> None:
+        """hipMallocFromPoolAsync(void**, size_t, hipMemPool_t, hipStream_t)."""
+        if not addr(mem_pool):
+            raise Status(INVALID_VALUE)
+        self._async_alloc(dev_ptr, size, mem_pool, stream)
+
+    def hipFreeAsync(self, dev_ptr: Any, stream: Any) -> None:
+        """hipFreeAsync(void*, hipStream_t): pool blocks go back to their pool's cache."""
+        ptr = addr(dev_ptr)
+        with self._lock:
+            self._stream_or(addr(stream), INVALID_VALUE)
+            if not ptr:
+                if self.version >= (7, 0, 0):
+                    return
+                raise Status(INVALID_VALUE)
+            alloc = self._allocs.get(ptr)
+            if alloc is None or alloc.kind not in (DEVICE, MANAGED):
+                raise Status(INVALID_VALUE)
+            self._release_alloc(alloc)
+
+    def hipMemPoolCreate(self, mem_pool: Any, pool_props: Any) -> None:
+        """hipMemPoolCreate(hipMemPool_t*, const hipMemPoolProps*)."""
+        target = out(mem_pool, c_void_p)
+        props = out(pool_props, hipMemPoolProps)
+        if (props.allocType != hipMemAllocationTypePinned
+                or props.location.type != hipMemLocationTypeDevice
+                or props.handleTypes not in (hipMemHandleTypeNone,
+                                             hipMemHandleTypePosixFileDescriptor)):
+            raise Status(INVALID_VALUE)
+        dev = self._device(props.location.id, INVALID_VALUE)
+        with self._lock:
+            pool = Pool(self._new_handle(), dev.ordinal, False, props.handleTypes,
+                        props.maxSize)
+            self._pools[pool.handle] = pool
+        target.value = pool.handle
+
+    def hipMemPoolDestroy(self, mem_pool: Any) -> None:
+        """hipMemPoolDestroy(hipMemPool_t): releases the cache; live blocks die when freed."""
+        with self._lock:
+            pool = self._pool(mem_pool)
+            if pool.is_default:
+                raise Status(INVALID_VALUE)
+            self._pool_release(pool, 0)
+            pool.alive = False
+            del self._pools[pool.handle]
+            dev = self._devices[pool.device]
+            if dev.current_pool is pool:
+                dev.current_pool = dev.default_pool
+
+    def hipMemPoolSetAttribute(self, mem_pool: Any, attr: Any, value: Any) -> None:
+        """hipMemPoolSetAttribute(hipMemPool_t, hipMemPoolAttr, void*): byref(c_int | c_uint64)."""
+        attr = i32(attr)
+        with self._lock:
+            pool = self._pool(mem_pool)
+            if 1 <= attr <= 3:
+                pool.reuse[attr - 1] = int_cell(value, 4).value
+            elif attr == hipMemPoolAttrReleaseThreshold:
+                pool.threshold = u64(int_cell(value, 8).value)
+            elif attr in (hipMemPoolAttrReservedMemHigh, hipMemPoolAttrUsedMemHigh):
+                if int_cell(value, 8).value != 0:
+                    raise Status(INVALID_VALUE)   # a high-water mark can only be reset
+                if attr == hipMemPoolAttrReservedMemHigh:
+                    pool.reserved_high = pool.reserved
+                else:
+                    pool.used_high = pool.used
+            else:   # ReservedMemCurrent / UsedMemCurrent are read-only; others are unknown
+                raise Status(INVALID_VALUE)
+
+    def hipMemPoolGetAttribute(self, mem_pool: Any, attr: Any, value: Any) -> None:
+        """hipMemPoolGetAttribute(hipMemPool_t, hipMemPoolAttr, void*): byref(c_int | c_uint64)."""
+        attr = i32(attr)
+        with self._lock:
+            pool = self._pool(mem_pool)
+            if 1 <= attr <= 3:
+                int_cell(value, 4).value = pool.reuse[attr - 1]
+                return
+            readings = {hipMemPoolAttrReleaseThreshold: pool.threshold,
+                        hipMemPoolAttrReservedMemCurrent: pool.reserved,
+                        hipMemPoolAttrReservedMemHigh: pool.reserved_high,
+                        hipMemPoolAttrUsedMemCurrent: pool.used,
+                        hipMemPoolAttrUsedMemHigh: pool.used_high}
+            if attr not in readings:
+                raise Status(INVALID_VALUE)
+            int_cell(value, 8).value = readings[attr]
+
+    def hipMemPoolTrimTo(self, mem_pool: Any, min_bytes_to_hold: Any) -> None:
+        """hipMemPoolTrimTo(hipMemPool_t, size_t): release cache down to max(n, used) reserved."""
+        keep = u64(min_bytes_to_hold)
+        with self._lock:
+            pool = self._pool(mem_pool)
+            self._pool_release(pool, max(keep, pool.used))
+
+    def hipMemPoolSetAccess(self, mem_pool: Any, desc_list: Any, count: Any) -> None:
+        """hipMemPoolSetAccess(hipMemPool_t, const hipMemAccessDesc*, size_t): all-or-nothing."""
+        n = u64(count)
+        with self._lock:
+            pool = self._pool(mem_pool)
+            descs = out_array(desc_list, hipMemAccessDesc, n)
+            wanted = []
+            for desc in descs:
+                if (desc.location.type != hipMemLocationTypeDevice
+                        or desc.flags not in _ACCESS_FLAGS):
+                    raise Status(INVALID_VALUE)
+                wanted.append((self._device(desc.location.id, INVALID_VALUE).ordinal,
+                               desc.flags))
+            for ordinal, flags in wanted:
+                if ordinal != pool.device:   # the owner always has read-write access
+                    pool.access[ordinal] = flags
+
+    def hipMemPoolGetAccess(self, flags: Any, mem_pool: Any, location: Any) -> None:
+        """hipMemPoolGetAccess(hipMemAccessFlags*, hipMemPool_t, hipMemLocation*)."""
+        target = out(flags, c_int)
+        loc = out(location, hipMemLocation)
+        with self._lock:
+            pool = self._pool(mem_pool)
+            if loc.type != hipMemLocationTypeDevice:
+                raise Status(INVALID_VALUE)
+            ordinal = self._device(loc.id, INVALID_VALUE).ordinal
+            target.value = (hipMemAccessFlagsProtReadWrite if ordinal == pool.device
+                            else pool.access.get(ordinal, hipMemAccessFlagsProtNone))
+
+    def hipDeviceGetDefaultMemPool(self, mem_pool: Any, device: Any) -> None:
+        """hipDeviceGetDefaultMemPool(hipMemPool_t*, int)."""
+        target = out(mem_pool, c_void_p)
+        target.value = self._device(i32(device)).default_pool.handle
+
+    def hipDeviceGetMemPool(self, mem_pool: Any, device: Any) -> None:
+        """hipDeviceGetMemPool(hipMemPool_t*, int): the device's current pool."""
+        target = out(mem_pool, c_void_p)
+        dev = self._device(i32(device), INVALID_VALUE)
+        with self._lock:
+            target.value = dev.current_pool.handle
+
+    def hipDeviceSetMemPool(self, device: Any, mem_pool: Any) -> None:
+        """hipDeviceSetMemPool(int, hipMemPool_t): the pool must belong to that device."""
+        dev = self._device(i32(device), INVALID_VALUE)
+        with self._lock:
+            pool = self._pool(mem_pool)
+            if pool.device != dev.ordinal:
+                raise Status(INVALID_DEVICE)   # as AMD returns
+            dev.current_pool = pool
