@@ -55,7 +55,7 @@ _NOT_A_RESOURCE = _Info(0, (MISSING,) * 4, "a class is not a resource (pass an i
 def _is_static(cls: type, obj: Any, name: str) -> bool:
     """True when ``obj.<name>`` is the same kind of callable for every instance of ``cls``."""
     import types
-    if name in getattr(obj, "__dict__", ()):
+    if name in getattr(obj, "__dict__", ()) or getattr(cls, "__getattr__", None) is not None:
         return False
     for klass in cls.__mro__:
         if name in klass.__dict__:

@@ -150,6 +150,7 @@ class forward_property:
     be a ``resource_ref`` or another adaptor.
     """
 
+    __slots__ = ()
     own_properties: Tuple[Type[Property], ...] = ()
     properties = _FORWARDED
 

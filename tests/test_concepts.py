@@ -311,3 +311,19 @@ def test_protocols_are_protocol_classes():
     assert Resource in AsyncResource.__mro__
     assert {"allocate", "deallocate"} <= set(vars(Resource))
     assert {"allocate_async", "deallocate_async"} <= set(vars(AsyncResource))
+
+
+def test_getattr_provided_methods_are_checked_per_instance():
+    class dynamic:
+        def __init__(self, good):
+            self.good = good
+
+        def __getattr__(self, name):
+            if name == "allocate":
+                return (lambda b, a: 0) if self.good else (lambda b: 0)
+            if name == "deallocate":
+                return lambda p, b, a: None
+            raise AttributeError(name)
+    assert is_resource(dynamic(True))
+    assert not is_resource(dynamic(False))
+    assert is_resource(dynamic(True))

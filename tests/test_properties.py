@@ -301,3 +301,19 @@ def test_forward_property_rejects_non_property_own():
     with pytest.raises(TypeError):
         class bad(forward_property):
             properties = (int,)
+
+
+def test_forward_property_adaptor_with_slots():
+    class slotted(forward_property):
+        __slots__ = ("up",)
+        properties = (host_accessible,)
+
+        def __init__(self, up):
+            self.up = up
+
+        def upstream_resource(self):
+            return self.up
+    s = slotted(upstream_with_stateful_property())
+    assert not hasattr(s, "__dict__")
+    assert set(s.properties) == {host_accessible, prop_with_value}
+    assert get_property(s, prop_with_value) == 42
