@@ -66,9 +66,9 @@ def _handle_of(stream: Any) -> int:
 
 
 class stream_ref:
-    """A reference to the HIP stream ``stream`` (default: the null stream, handle 0).
+    """A reference to the HIP stream ``handle`` (default: the null stream, 0).
 
-    ``stream`` may be an int handle (>= 0), a ``ctypes.c_void_p``, another ``stream_ref``, an
+    ``handle`` may be an int handle (>= 0), a ``ctypes.c_void_p``, another ``stream_ref``, an
     object with a ``.ref`` stream_ref or an int ``.handle`` (like ``hipmr_ctypes.Stream``), or
     an object with ``__hip_stream__()`` / ``__cuda_stream__()`` returning ``(version, handle)``
     (cuda.core, CuPy).  ``None``, bools, floats and strings raise ``TypeError``; negative
@@ -79,9 +79,9 @@ class stream_ref:
     __slots__ = ("_handle",)
     value_type = int
 
-    def __init__(self, stream: Any = 0) -> None:
-        _set(self, "_handle", stream if type(stream) is int and 0 <= stream <= _MAX_HANDLE
-             else _handle_of(stream))
+    def __init__(self, handle: Any = 0) -> None:
+        _set(self, "_handle", handle if type(handle) is int and 0 <= handle <= _MAX_HANDLE
+             else _handle_of(handle))
 
     def get(self) -> int:
         """The stream handle as an int (0 for the null stream)."""

@@ -83,6 +83,7 @@ def test_default_is_the_null_stream():
 
 def test_from_handle():
     assert stream_ref(0x1234).get() == 0x1234
+    assert stream_ref(handle=0x1234) == stream_ref(0x1234)
     assert stream_ref((1 << 64) - 1).get() == (1 << 64) - 1
 
 
