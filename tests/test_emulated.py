@@ -318,6 +318,21 @@ def test_copy_checks(rt):
     assert rt.fn.hipMemcpy(dev - 16, dev, 32, DEFAULT) == INVALID
 
 
+def test_host_buffers_that_know_their_size_are_checked(rt):
+    dev = malloc(rt, 512)
+    small = ctypes.create_string_buffer(16)
+    assert rt.fn.hipMemcpy(small, dev, 17, D2H) == INVALID
+    assert rt.fn.hipMemcpy(byref(small, 8), dev, 9, D2H) == INVALID
+    assert rt.fn.hipMemcpy(small, dev, 16, D2H) == OK
+    assert rt.fn.hipMemcpy(dev, b"abcd", 4, H2D) == OK
+    assert rt.fn.hipMemcpy(dev, b"abcd", 100, H2D) == INVALID
+    assert rt.fn.hipMemcpy(b"immutable", dev, 4, D2H) == INVALID
+    attrs = hipPointerAttribute_t()
+    assert rt.fn.hipMemcpyAsync(byref(attrs), dev, ctypes.sizeof(attrs) + 1, D2H, 0) == INVALID
+    assert rt.fn.hipMemcpyAsync(byref(attrs), dev, ctypes.sizeof(attrs), D2H, 0) == OK
+    assert rt.fn.hipMemcpy(attrs, dev, 8, D2H) == INVALID   # a bare structure is not a void*
+
+
 def test_pinned_and_managed_memory(rt):
     assert rt.fn.hipHostMalloc(c_void_p(), 64, 0x8) == INVALID                 # unknown flag
     assert rt.fn.hipHostMalloc(c_void_p(), 64, 0xC0000000) == INVALID          # both coherences

@@ -43,7 +43,9 @@ What is faithful
   hipErrorInvalidMemcpyDirection; DeviceToDeviceNoCU from 6.1) and both ranges: a device side
   must lie inside one live allocation (pinned and managed memory count as device-accessible); a
   host side must not be device-only memory and must not run into an emulated allocation; NULL
-  and addresses below 64 KiB are invalid.  hipMemset* needs a range inside one live allocation.
+  and addresses below 64 KiB are invalid; a host buffer passed as a ctypes array, ``byref()``
+  or ``bytes`` must hold the whole copy, and ``bytes`` is never a destination.
+  hipMemset* needs a range inside one live allocation.
   Size 0 succeeds after the kind and stream checks.
 * Memory pools (one default pool per device, plus hipMemPoolCreate pools): a pool reserves
   blocks from its device's capacity; a freed block is cached (still reserved) and reused for a
@@ -86,8 +88,9 @@ What is simplified
 ------------------
 * Work runs synchronously when submitted; streams are never busy unless a test says so with
   :meth:`Emulator.set_stream_busy`.  hipStreamWaitEvent only validates its arguments.
-* Host pointers that are not emulated allocations are trusted, as the real runtime trusts them
-  (a wild host pointer in a copy can still crash the process, as it would on a GPU).
+* Host pointers given as plain addresses and not inside emulated allocations are trusted, as
+  the real runtime trusts them (a wild host address in a copy can still crash the process, as
+  it would on a GPU).
 * The per-thread stream (2) is one stream per device, shared by all threads.
 * Peer access, hipMemPoolSetAccess and hipMemPrefetchAsync only validate and record: all memory
   is host memory, reachable from every device.  The IPC and export handles are 64 deterministic

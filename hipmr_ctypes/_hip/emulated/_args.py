@@ -10,10 +10,10 @@ host pointer, which is trusted exactly as the real runtime trusts it.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, List, Sequence, Tuple, Type, TypeVar
+from typing import Any, List, Optional, Sequence, Tuple, Type, TypeVar
 
-__all__ = ["Status", "addr", "i32", "u32", "u64", "out", "out_array", "char_buffer", "int_cell",
-           "MASK64"]
+__all__ = ["Status", "addr", "extent", "i32", "u32", "u64", "out", "out_array", "char_buffer",
+           "int_cell", "MASK64"]
 
 MASK64 = (1 << 64) - 1
 _CArgObject = type(ctypes.byref(ctypes.c_int()))
@@ -73,6 +73,23 @@ def addr(value: Any) -> int:
         return ctypes.cast(value, ctypes.c_void_p).value or 0
     except (ctypes.ArgumentError, TypeError) as exc:
         raise TypeError(f"{type(value).__name__} is not a pointer: {exc}") from None
+
+
+def extent(value: Any) -> Optional[int]:
+    """Bytes available at a pointer argument that carries its own size, else None.
+
+    ctypes arrays, ``byref()`` of any ctypes object and ``bytes`` know their size, so a copy
+    can be checked against it; plain addresses cannot.
+    """
+    if isinstance(value, ctypes.Array):
+        return ctypes.sizeof(value)
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, _CArgObject):
+        inner = value._obj
+        return ctypes.sizeof(inner) - (ctypes.cast(value, ctypes.c_void_p).value
+                                       - ctypes.addressof(inner))
+    return None
 
 
 def _target(obj: Any) -> Any:

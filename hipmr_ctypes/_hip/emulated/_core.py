@@ -249,7 +249,8 @@ class _ThreadState(threading.local):
 class EmulatorCore:
     """Shared state and the test-facing API of the emulated runtime."""
 
-    def __init__(self, config: EmulatorConfig) -> None:
+    def __init__(self, config: Optional[EmulatorConfig] = None) -> None:
+        config = EmulatorConfig() if config is None else config
         self.config = config
         self.version: Tuple[int, int, int] = config.version
         self.version_number: int = (config.version[0] * 10_000_000 + config.version[1] * 100_000
@@ -331,7 +332,7 @@ class EmulatorCore:
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"count must be an int >= 0, not {count!r}")
         with self._lock:
-            s = self._stream(addr(stream))
+            s = self._stream(addr(stream)) if self._devices else None
             if s is None:
                 raise ValueError(f"unknown stream {stream!r}")
             s.busy = count

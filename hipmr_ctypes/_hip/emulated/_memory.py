@@ -10,7 +10,7 @@ from ..types import (hipIpcMemHandle_t, hipMemPoolPtrExportData, hipPointerAttri
                      hipMemAttachGlobal, hipMemAttachHost, hipMemcpyDefault,
                      hipMemcpyDeviceToDevice, hipMemcpyDeviceToHost, hipMemcpyHostToDevice,
                      hipMemcpyHostToHost, hipMemHandleTypePosixFileDescriptor)
-from ._args import MASK64, Status, addr, i32, out, u32, u64
+from ._args import MASK64, Status, addr, extent, i32, out, u32, u64
 from ._core import (DEVICE, INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED,
                     MIN_HOST_ADDRESS, OUT_OF_MEMORY, PINNED, Alloc, round_up)
 from ._pools import PoolMixin
@@ -26,6 +26,9 @@ _COHERENT_BOTH = 0x40000000 | 0x80000000
 _MEMORY_TYPE_6 = {PINNED: 1, DEVICE: 2, MANAGED: 3}
 _MEMORY_TYPE_5 = {PINNED: 0, DEVICE: 1, MANAGED: 4}
 _SYNC = object()   # "no stream": the synchronous copy and memset
+_KINDS = frozenset({hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceToHost,
+                    hipMemcpyDeviceToDevice, hipMemcpyDefault})
+_KINDS_NO_CU = _KINDS | {hipMemcpyDeviceToDeviceNoCU}
 
 
 class MemoryMixin(PoolMixin):
@@ -77,12 +80,14 @@ class MemoryMixin(PoolMixin):
 
     def _copy(self, dst: Any, src: Any, size_bytes: Any, kind: Any, stream: Any) -> None:
         d, s, n, k = addr(dst), addr(src), u64(size_bytes), i32(kind)
-        kinds = {hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceToHost,
-                 hipMemcpyDeviceToDevice, hipMemcpyDefault}
-        if self.version >= (6, 1, 0):
-            kinds.add(hipMemcpyDeviceToDeviceNoCU)
-        if k not in kinds:
+        if k not in (_KINDS_NO_CU if self.version >= (6, 1, 0) else _KINDS):
             raise Status(INVALID_MEMCPY_DIRECTION)
+        if isinstance(dst, bytes):   # never write into an immutable object
+            raise Status(INVALID_VALUE)
+        for side in (dst, src):      # a buffer that knows its size must hold the whole copy
+            room = extent(side)
+            if room is not None and n > room:
+                raise Status(INVALID_VALUE)
         with self._lock:
             if stream is not _SYNC:
                 self._stream_or(addr(stream))

@@ -169,8 +169,6 @@ class StreamMixin(MemoryMixin):
         """hipEventElapsedTime(float*, hipEvent_t, hipEvent_t): clr's checks, in clr's order."""
         target = out(ms, c_float)
         with self._lock:
-            if not addr(start) or not addr(stop):
-                raise Status(INVALID_HANDLE)
             first, last = self._event(start), self._event(stop)
             if first.device != last.device or not (first.recorded and last.recorded):
                 raise Status(INVALID_HANDLE)
