@@ -259,7 +259,10 @@ class EmulatorCore:
         self._lock = threading.Lock()
         self._tls = _ThreadState()
         self._heap = HostHeap()
+        # memory goes back to libc when the emulator is collected (not at exit: the OS does it,
+        # and a daemon thread may still be using it then)
         self._finalizer = weakref.finalize(self, self._heap.release_all)
+        self._finalizer.atexit = False
         self._handle_seq = 0
         self._allocs: Dict[int, Alloc] = {}
         self._bases: List[int] = []        # sorted keys of _allocs, for interior-pointer lookups
