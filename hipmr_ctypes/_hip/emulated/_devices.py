@@ -96,18 +96,21 @@ class DeviceMixin(StreamMixin):
         except TypeError:
             return b"unknown error"
 
+    def _take_last(self, field: str) -> int:
+        tls = self._tls
+        status = getattr(tls, field)
+        setattr(tls, field, SUCCESS)
+        if not self._sticky_errors:   # before HIP 7 both report the same per-thread value
+            tls.last_error = tls.last_command = SUCCESS
+        return status
+
     def hipGetLastError(self) -> int:
         """hipGetLastError(): the thread's last error, then reset to success.
 
         HIP < 7: the result of the last call, success included.  HIP >= 7 (set with
         HIPMR_EMULATED_VERSION): the last error other than not-ready, like CUDA.
         """
-        tls = self._tls
-        status = tls.last_error
-        tls.last_error = SUCCESS
-        if not self._sticky_errors:
-            tls.last_command = SUCCESS
-        return status
+        return self._take_last("last_error")
 
     def hipPeekAtLastError(self) -> int:
         """hipPeekAtLastError(): what hipGetLastError would return, without resetting it."""
@@ -115,12 +118,7 @@ class DeviceMixin(StreamMixin):
 
     def hipExtGetLastError(self) -> int:
         """hipExtGetLastError(): the result of the last call, then reset (HIP >= 6.0)."""
-        tls = self._tls
-        status = tls.last_command
-        tls.last_command = SUCCESS
-        if not self._sticky_errors:
-            tls.last_error = SUCCESS
-        return status
+        return self._take_last("last_command")
 
     # ---- devices --------------------------------------------------------------------------
     def hipGetDeviceCount(self, count: Any) -> int:
