@@ -183,6 +183,9 @@ ENUMS = {
     "hipErrorOutOfMemory": 2, "hipErrorInvalidValue": 1, "hipErrorNoDevice": 100,
     "hipErrorInvalidHandle": 400, "hipErrorNotReady": 600, "hipErrorNotSupported": 801,
 }
+# Enumerators newer than ROCm 5.2: name -> (major, minor) of the first header that has them
+ENUMS_SINCE = {"hipDeviceAttributeMemoryPoolSupportedHandleTypes": (6, 1)}
+
 # Macros (#define) the ABI test checks: name -> value
 MACROS = {
     "hipStreamDefault": hipStreamDefault, "hipStreamNonBlocking": hipStreamNonBlocking,

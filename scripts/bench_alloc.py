@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""Allocation benchmark: median ns per allocate + deallocate pair, ours beside every peer that
+imports here, in ONE run (see docs/performance.md).
+
+    HIPMR_PLATFORM=nvidia python scripts/bench_alloc.py --json out.json
+
+Sizes 256 B / 64 KiB / 16 MiB; each figure is the median over ``--repeats`` timed loops of
+``--pairs`` pairs after a warm-up, in ns per pair.  Stream-ordered frees are synchronized
+once after each loop (outside the timing).  Peers that do not import are listed as missing.
+Also runs a fragmentation workload (random sizes 1 KiB-64 MiB, random lifetimes, fixed seed)
+and reports peak pool size / peak live bytes for our PoolResource and RMM's pool.
+Never used as a test: timing bounds do not belong in unit tests.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import platform as _platform
+import random
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import hipmr_ctypes as hmr  # noqa: E402
+from hipmr_ctypes import _hip  # noqa: E402
+
+SIZES = (256, 64 << 10, 16 << 20)
+SIZE_NAMES = {256: "256 B", 64 << 10: "64 KiB", 16 << 20: "16 MiB"}
+
+
+def measure(loop: Callable[[int], None], pairs: int, repeats: int,
+            sync: Optional[Callable[[], None]] = None) -> float:
+    """Median ns per pair of ``loop(pairs)`` over ``repeats`` timed runs, after a warm-up."""
+    loop(min(pairs, 2000))
+    if sync:
+        sync()
+    results = []
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            loop(pairs)
+            t1 = time.perf_counter_ns()
+            if sync:
+                sync()
+            results.append((t1 - t0) / pairs)
+    finally:
+        gc.enable()
+    return statistics.median(results)
+
+
+# ---------------------------------------------------------------------------------- loops
+def floor_loops():
+    def f(a, b=None):
+        return a
+
+    def two_calls(n):
+        for _ in range(n):
+            p = f(1)
+            f(p, 1)
+    return two_calls
+
+
+def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
+    """Our allocators, each as a tight loop."""
+    loops: Dict[str, Callable[[int], None]] = {}
+    fn = rt.fn
+    malloc_async, free_async = fn.hipMallocAsync, fn.hipFreeAsync
+    c_void_p = ctypes.c_void_p
+
+    def raw_async(n):
+        for _ in range(n):
+            out = c_void_p()
+            malloc_async(out, size, 0)
+            free_async(out.value, 0)
+    loops["raw ctypes hipMallocAsync/hipFreeAsync (default pool)"] = raw_async
+
+    amr = hmr.AsyncMemoryResource()
+    a_alloc, a_free = amr.allocate_async, amr.deallocate_async
+
+    def async_direct(n):
+        for _ in range(n):
+            p = a_alloc(size, 256, 0)
+            a_free(p, size, 256, 0)
+    loops["AsyncMemoryResource direct"] = async_direct
+
+    pool = hmr.PoolResource(amr, initial_pool_size=256 << 20)
+    p_alloc, p_free = pool.allocate_async, pool.deallocate_async
+
+    def pool_direct(n):
+        for _ in range(n):
+            p = p_alloc(size, 256, 0)
+            p_free(p, size, 256, 0)
+    loops["PoolResource direct"] = pool_direct
+
+    ref = hmr.async_resource_ref[hmr.device_accessible](pool)
+
+    def pool_ref(n):
+        for _ in range(n):
+            p = ref.allocate_async(size, 256, 0)
+            ref.deallocate_async(p, size, 256, 0)
+    loops["PoolResource via async_resource_ref[device_accessible]"] = pool_ref
+
+    sref = hmr.stream_ref(0)
+
+    def pool_ref_sref(n):
+        for _ in range(n):
+            p = ref.allocate_async(size, 256, sref)
+            ref.deallocate_async(p, size, 256, sref)
+    loops["PoolResource via ref, stream_ref argument"] = pool_ref_sref
+
+    stats = hmr.StatisticsResource(pool)
+    s_alloc, s_free = stats.allocate_async, stats.deallocate_async
+
+    def stats_loop(n):
+        for _ in range(n):
+            p = s_alloc(size, 256, 0)
+            s_free(p, size, 256, 0)
+    loops["StatisticsResource over PoolResource"] = stats_loop
+
+    lim = hmr.LimitingResource(pool, 1 << 40)
+    l_alloc, l_free = lim.allocate_async, lim.deallocate_async
+
+    def lim_loop(n):
+        for _ in range(n):
+            p = l_alloc(size, 256, 0)
+            l_free(p, size, 256, 0)
+    loops["LimitingResource over PoolResource"] = lim_loop
+
+    loops["_keep"] = (amr, pool, stats, lim)  # type: ignore[assignment]
+    return loops
+
+
+def ours_slow(size: int) -> Dict[str, Callable[[int], None]]:
+    loops = {}
+    dmr = hmr.DeviceMemoryResource()
+
+    def dev_loop(n):
+        for _ in range(n):
+            p = dmr.allocate(size)
+            dmr.deallocate(p, size)
+    loops["DeviceMemoryResource (hipMalloc/hipFree)"] = dev_loop
+    return loops
+
+
+def peers(size: int) -> Dict[str, Callable[[int], None]]:
+    loops: Dict[str, Callable[[int], None]] = {}
+    try:
+        import cupy
+        mp = cupy.cuda.MemoryPool()
+        cupy.cuda.set_allocator(mp.malloc)
+        alloc = cupy.cuda.alloc
+
+        def cupy_pool(n):
+            for _ in range(n):
+                m = alloc(size)
+                del m
+        loops["CuPy MemoryPool (cupy.cuda.alloc)"] = cupy_pool
+        try:
+            amp = cupy.cuda.MemoryAsyncPool()
+            amalloc = amp.malloc
+
+            def cupy_async(n):
+                for _ in range(n):
+                    m = amalloc(size)
+                    del m
+            loops["CuPy MemoryAsyncPool"] = cupy_async
+        except Exception as exc:  # noqa: BLE001
+            loops["CuPy MemoryAsyncPool"] = f"missing: {exc}"  # type: ignore[assignment]
+    except Exception as exc:  # noqa: BLE001
+        loops["CuPy MemoryPool (cupy.cuda.alloc)"] = f"missing: {exc}"  # type: ignore[assignment]
+    try:
+        import rmm
+        import rmm.mr
+        pool = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 30)
+        pa, pd = pool.allocate, pool.deallocate
+
+        def rmm_pool(n):
+            for _ in range(n):
+                p = pa(size)
+                pd(p, size)
+        loops["RMM PoolMemoryResource"] = rmm_pool
+        from rmm import DeviceBuffer
+
+        def rmm_buf(n):
+            for _ in range(n):
+                b = DeviceBuffer(size=size, mr=pool)
+                del b
+        loops["RMM DeviceBuffer on the pool"] = rmm_buf
+        amr = rmm.mr.CudaAsyncMemoryResource()
+        aa, ad = amr.allocate, amr.deallocate
+
+        def rmm_async(n):
+            for _ in range(n):
+                p = aa(size)
+                ad(p, size)
+        loops["RMM CudaAsyncMemoryResource"] = rmm_async
+        loops["_rmm_keep"] = (pool, amr)  # type: ignore[assignment]
+    except Exception as exc:  # noqa: BLE001
+        loops["RMM PoolMemoryResource"] = f"missing: {exc}"  # type: ignore[assignment]
+    try:
+        import torch
+        if torch.cuda.is_available():
+            empty = torch.empty
+            dev = torch.device("cuda")
+            u8 = torch.uint8
+            empty(size, dtype=u8, device=dev)
+
+            def torch_loop(n):
+                for _ in range(n):
+                    t = empty(size, dtype=u8, device=dev)
+                    del t
+            loops["PyTorch caching allocator (torch.empty/del)"] = torch_loop
+    except Exception as exc:  # noqa: BLE001
+        loops["PyTorch caching allocator (torch.empty/del)"] = f"missing: {exc}"  # type: ignore
+    try:
+        from cuda.bindings import runtime as cudart
+
+        def cb_loop(n):
+            ma, fa = cudart.cudaMallocAsync, cudart.cudaFreeAsync
+            for _ in range(n):
+                err, p = ma(size, 0)
+                fa(p, 0)
+        loops["cuda-bindings cudaMallocAsync/cudaFreeAsync"] = cb_loop
+    except Exception as exc:  # noqa: BLE001
+        loops["cuda-bindings cudaMallocAsync/cudaFreeAsync"] = f"missing: {exc}"  # type: ignore
+    try:
+        try:
+            from cuda.core import Device as CDevice
+        except ImportError:
+            from cuda.core.experimental import Device as CDevice
+        d = CDevice()
+        d.set_current()
+        mr = d.memory_resource
+        st = d.default_stream
+
+        def cc_loop(n):
+            for _ in range(n):
+                b = mr.allocate(size, stream=st)
+                b.close(st)
+        loops["cuda.core DeviceMemoryResource allocate/Buffer.close"] = cc_loop
+    except Exception as exc:  # noqa: BLE001
+        loops["cuda.core DeviceMemoryResource allocate/Buffer.close"] = f"missing: {exc}"  # type: ignore
+    return loops
+
+
+# ---------------------------------------------------------------------------- fragmentation
+def fragmentation(seed: int, ops: int) -> Dict[str, object]:
+    """Random sizes 1 KiB-64 MiB with random lifetimes; peak pool size / peak live bytes."""
+    out: Dict[str, object] = {"seed": seed, "ops": ops}
+
+    def workload(alloc, free, pool_size):
+        rng = random.Random(seed)
+        live: List = []
+        live_bytes = peak_live = peak_pool = 0
+        for _ in range(ops):
+            if live and (rng.random() < 0.45 or live_bytes > (6 << 30)):
+                p, n = live.pop(rng.randrange(len(live)))
+                free(p, n)
+                live_bytes -= n
+            else:
+                n = int(2 ** rng.uniform(10, 26))
+                live.append((alloc(n), n))
+                live_bytes += n
+                peak_live = max(peak_live, live_bytes)
+            peak_pool = max(peak_pool, pool_size())
+        for p, n in live:
+            free(p, n)
+        return peak_pool, peak_live
+
+    amr = hmr.AsyncMemoryResource()
+    pool = hmr.PoolResource(amr)
+    peak_pool, peak_live = workload(lambda n: pool.allocate_async(n, 256, 0),
+                                    lambda p, n: pool.deallocate_async(p, n, 256, 0),
+                                    pool.pool_size)
+    out["hipmr PoolResource"] = {"peak_pool": peak_pool, "peak_live": peak_live,
+                                 "ratio": peak_pool / peak_live}
+    pool.release()
+    try:
+        import rmm.mr
+        rpool = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=0)
+        peak_pool, peak_live = workload(lambda n: rpool.allocate(n),
+                                        lambda p, n: rpool.deallocate(p, n), rpool.pool_size)
+        out["RMM PoolMemoryResource"] = {"peak_pool": peak_pool, "peak_live": peak_live,
+                                         "ratio": peak_pool / peak_live}
+    except Exception as exc:  # noqa: BLE001
+        out["RMM PoolMemoryResource"] = f"missing: {exc}"
+    return out
+
+
+# ------------------------------------------------------------------------------------ main
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", default=None, help="save results here")
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--frag-ops", type=int, default=4000)
+    args = ap.parse_args(argv)
+    rt = _hip.get_runtime()
+    sync = (lambda: rt.fn.hipDeviceSynchronize())
+    results: Dict[str, Dict[str, object]] = {}
+    floor = measure(floor_loops(), args.pairs, args.repeats)
+    get_dev = rt.fn.hipGetDevice
+    dev_out = ctypes.c_int()
+
+    def one_ctypes(n):
+        for _ in range(n):
+            get_dev(dev_out)
+    ctypes_floor = measure(one_ctypes, args.pairs, args.repeats)
+    results["two plain Python calls (floor)"] = {s: floor for s in SIZE_NAMES.values()}
+    results["one ctypes call (hipGetDevice)"] = {s: ctypes_floor for s in SIZE_NAMES.values()}
+    for size in SIZES:
+        col = SIZE_NAMES[size]
+        groups = [ours(size, rt), ours_slow(size)]
+        if not args.no_peers:
+            groups.append(peers(size))
+        for gi, loops in enumerate(groups):
+            for name, loop in loops.items():
+                if name.startswith("_"):
+                    continue
+                if isinstance(loop, str):
+                    results.setdefault(name, {})[col] = loop
+                    continue
+                pairs = args.pairs if gi != 1 else max(200, args.pairs // 50)
+                results.setdefault(name, {})[col] = measure(loop, pairs, args.repeats, sync)
+            del loops
+            gc.collect()
+    frag = fragmentation(1234, args.frag_ops)
+    dev_name = hmr.Device(0).name if hmr.device_count() else "none"
+    meta = {"date": time.strftime("%Y-%m-%d"), "platform": rt.platform, "device": dev_name,
+            "runtime_version": ".".join(map(str, rt.runtime_version())),
+            "python": sys.version.split()[0], "cpu": _platform.processor() or _platform.machine(),
+            "pairs": args.pairs, "repeats": args.repeats}
+    print_table(results, floor, meta, frag)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"meta": meta, "ns_per_pair": results, "fragmentation": frag}, fh, indent=2)
+    return 0
+
+
+def print_table(results, floor, meta, frag) -> None:
+    cols = list(SIZE_NAMES.values())
+    print(f"\n# Allocation cost, median ns per allocate+deallocate pair "
+          f"({meta['date']}, {meta['device']}, {meta['platform']} runtime "
+          f"{meta['runtime_version']}, Python {meta['python']})\n")
+    print("| allocator | " + " | ".join(cols) + " | x floor (256 B) |")
+    print("|---|" + "---|" * (len(cols) + 1))
+    for name, row in results.items():
+        cells = []
+        for c in cols:
+            v = row.get(c)
+            cells.append(f"{v:,.0f}" if isinstance(v, float) else (str(v)[:40] if v else ""))
+        v256 = row.get("256 B")
+        ratio = f"{v256 / floor:.1f}" if isinstance(v256, float) else ""
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
+    ours_ref = results.get("PoolResource via async_resource_ref[device_accessible]", {})
+    print("\n# Ratios: peer / our PoolResource via async_resource_ref (higher = we are faster)\n")
+    print("| peer | " + " | ".join(cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for name, row in results.items():
+        if name.startswith("PoolResource via") or "floor" in name or "ctypes call" in name:
+            continue
+        cells = []
+        for c in cols:
+            a, b = row.get(c), ours_ref.get(c)
+            cells.append(f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) else "")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\n# Fragmentation (random sizes 1 KiB-64 MiB, random lifetimes, seed "
+          f"{frag['seed']}, {frag['ops']} ops): peak pool size / peak live bytes\n")
+    for k, v in frag.items():
+        if isinstance(v, dict):
+            print(f"- {k}: {v['ratio']:.3f} (peak pool {v['peak_pool'] / 2**20:,.0f} MiB, "
+                  f"peak live {v['peak_live'] / 2**20:,.0f} MiB)")
+        elif k not in ("seed", "ops"):
+            print(f"- {k}: {v}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call does it all (see docs/performance.md): run on the GPU machine from the repo
+# root, with `.whl` (RMM wheels) carried. Writes logs and JSON under $OUT (or ./gpu-out).
+set -u
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+echo "== info (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes | tee "$OUT/info.txt"
+echo "== check (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes check | tee "$OUT/check.txt"
+echo "== GPU tests"
+HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider \
+  -o junit_family=xunit2 --junitxml="$OUT/gpu-junit.xml" tests > "$OUT/gpu-tests.txt" 2>&1
+echo "gpu tests rc=$?"; tail -25 "$OUT/gpu-tests.txt"
+echo "== whole suite on nvidia (emulated-only tests skip)"
+HIPMR_PLATFORM=nvidia timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests > "$OUT/all-nvidia.txt" 2>&1
+echo "all-on-nvidia rc=$?"; tail -8 "$OUT/all-nvidia.txt"
+lib=$(ls /opt/rocm*/lib/libamdhip64.so* /usr/lib/x86_64-linux-gnu/libamdhip64.so* 2>/dev/null | head -1)
+echo "== amd library tests against ${lib:-none}"
+if [ -n "$lib" ]; then
+  HIPMR_LIBRARY=$lib HIPMR_REQUIRE_AMD_LIBRARY=1 timeout 120 python3 -m pytest -q -p no:cacheprovider -m amd_library tests/test_binding.py > "$OUT/amd-lib.txt" 2>&1
+  echo "amd rc=$?"; tail -4 "$OUT/amd-lib.txt"
+fi
+echo "== bench"
+HIPMR_PLATFORM=nvidia timeout 400 python3 scripts/bench_alloc.py --json "$OUT/bench.json" | tee "$OUT/bench.txt"
