@@ -1,0 +1,16 @@
+"""Concrete memory resources: device (``hipMalloc``), async (memory pools), pinned, managed and
+host memory, and the per-device resource.  See docs/resources.md."""
+from __future__ import annotations
+
+from .async_memory import MAX_RELEASE_THRESHOLD, AsyncMemoryResource, MemoryPool
+from .device import DeviceMemoryResource
+from .host import HostMemoryResource
+from .managed import ManagedMemoryResource
+from .per_device import (get_current_device_resource, get_per_device_resource,
+                         set_current_device_resource, set_per_device_resource)
+from .pinned import PINNED_FLAGS, PinnedMemoryResource
+
+__all__ = ["DeviceMemoryResource", "AsyncMemoryResource", "MemoryPool", "PinnedMemoryResource",
+           "ManagedMemoryResource", "HostMemoryResource", "MAX_RELEASE_THRESHOLD",
+           "PINNED_FLAGS", "get_current_device_resource", "set_current_device_resource",
+           "get_per_device_resource", "set_per_device_resource"]

@@ -1,0 +1,421 @@
+"""``AsyncMemoryResource``: stream-ordered allocation from a HIP memory pool
+(``hipMallocFromPoolAsync`` / ``hipFreeAsync``; RMM's ``CudaAsyncMemoryResource``), and
+``MemoryPool``, the pool object it exposes as ``.pool``."""
+from __future__ import annotations
+
+import weakref
+from ctypes import byref, c_int, c_uint64, c_void_p
+from typing import Any, Optional
+
+from .. import _hip
+from .._hip.errors import NotSupportedError
+from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAccessFlagsProtRead,
+                          hipMemAccessFlagsProtReadWrite, hipMemAllocationTypePinned,
+                          hipMemHandleTypeNone, hipMemHandleTypePosixFileDescriptor,
+                          hipMemLocation, hipMemLocationTypeDevice, hipMemPoolAttrReleaseThreshold,
+                          hipMemPoolAttrReservedMemCurrent, hipMemPoolAttrReservedMemHigh,
+                          hipMemPoolAttrUsedMemCurrent, hipMemPoolAttrUsedMemHigh,
+                          hipMemPoolProps)
+from ..device import Device, check_device, get_device
+from ..properties import DEFAULT_ALIGNMENT, device_accessible
+from ..stream import Stream
+from ._common import (DEVICE_ALIGNMENTS, MAX_HANDLE, MAX_SIZE, STREAM_REF, check_args,
+                      check_ptr, check_size, check_stream)
+
+__all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
+
+#: The largest release threshold (``UINT64_MAX``): freed memory stays in the pool (RMM's default).
+MAX_RELEASE_THRESHOLD = (1 << 64) - 1
+
+_POOL_SUPPORT_HINT = (
+    "device {device} reports no memory-pool support (hipDeviceAttributeMemoryPoolsSupported "
+    "is 0). ROCm before 6.2 disables memory pools by default: set HIP_MEM_POOL_SUPPORT=1 in the "
+    "environment before the process starts to enable them, or use DeviceMemoryResource")
+
+
+def _check_threshold(value: Any, name: str = "release_threshold") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int number of bytes, not {type(value).__name__}")
+    if not 0 <= value <= MAX_RELEASE_THRESHOLD:
+        raise ValueError(f"{name}={value} is not in [0, 2**64)")
+    return int(value)
+
+
+def _require_pools(device: int) -> None:
+    if not Device(device).supports_memory_pools:
+        raise NotSupportedError(801, "hipErrorNotSupported",
+                                _POOL_SUPPORT_HINT.format(device=device), "AsyncMemoryResource")
+
+
+def _handle_types(device: int) -> int:
+    try:
+        return Device(device).attribute("memory_pool_supported_handle_types")
+    except (NotSupportedError, ValueError):
+        return 0
+
+
+def _destroy_pool(destroy, handle: int) -> None:
+    try:
+        destroy(handle)
+    except Exception:  # interpreter exit: the runtime may already be gone
+        pass
+
+
+def _pool_closed(*args: Any) -> int:
+    raise ValueError("AsyncMemoryResource: its memory pool is closed")
+
+
+class MemoryPool:
+    """A HIP memory pool (``hipMemPool_t``): its usage counters and settings.
+
+    ``owned`` pools (made by :class:`AsyncMemoryResource`) are destroyed exactly once: by
+    ``close()`` or when garbage-collected.  A pool that is not owned (a device's current pool)
+    is never destroyed; ``close()`` only stops this object from using it.  After ``close()``
+    every method and property except ``closed``, ``owned`` and ``device`` raises ValueError.
+    """
+
+    __slots__ = ("_handle", "_device", "_owned", "_rt", "_finalizer", "_users", "_closed",
+                 "__weakref__")
+
+    def __init__(self, handle: int, device: int, owned: bool, rt: Any = None) -> None:
+        rt = _hip.get_runtime() if rt is None else rt
+        self._handle = handle
+        self._device = device
+        self._owned = owned
+        self._rt = rt
+        self._closed = False
+        self._users: "weakref.WeakSet[AsyncMemoryResource]" = weakref.WeakSet()
+        self._finalizer = (weakref.finalize(self, _destroy_pool, rt.fn.hipMemPoolDestroy, handle)
+                           if owned else None)
+
+    def _live(self) -> int:
+        if self._closed:
+            raise ValueError("memory pool: this MemoryPool is closed")
+        return self._handle
+
+    @property
+    def handle(self) -> int:
+        """The ``hipMemPool_t`` as an int."""
+        return self._live()
+
+    @property
+    def device(self) -> int:
+        """The device the pool's memory lives on."""
+        return self._device
+
+    @property
+    def owned(self) -> bool:
+        """True when this object destroys the pool (on ``close()`` or garbage collection)."""
+        return self._owned
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._closed
+
+    def _get(self, attr: int, name: str) -> int:
+        out = c_uint64()
+        rt = self._rt
+        rt.check(rt.fn.hipMemPoolGetAttribute(self._live(), attr, byref(out)),
+                 "hipMemPoolGetAttribute", device=self._device, detail=name)
+        return out.value
+
+    def _set(self, attr: int, value: int, name: str) -> None:
+        rt = self._rt
+        rt.check(rt.fn.hipMemPoolSetAttribute(self._live(), attr, byref(c_uint64(value))),
+                 "hipMemPoolSetAttribute", device=self._device, detail=name)
+
+    @property
+    def reserved(self) -> int:
+        """Bytes of device memory the pool holds now (``hipMemPoolAttrReservedMemCurrent``)."""
+        return self._get(hipMemPoolAttrReservedMemCurrent, "reserved")
+
+    @property
+    def reserved_high(self) -> int:
+        """High-water mark of ``reserved`` (``hipMemPoolAttrReservedMemHigh``)."""
+        return self._get(hipMemPoolAttrReservedMemHigh, "reserved_high")
+
+    @property
+    def used(self) -> int:
+        """Bytes handed out and not yet freed (``hipMemPoolAttrUsedMemCurrent``)."""
+        return self._get(hipMemPoolAttrUsedMemCurrent, "used")
+
+    @property
+    def used_high(self) -> int:
+        """High-water mark of ``used`` (``hipMemPoolAttrUsedMemHigh``)."""
+        return self._get(hipMemPoolAttrUsedMemHigh, "used_high")
+
+    @property
+    def release_threshold(self) -> int:
+        """Bytes the pool keeps reserved when synchronizing instead of returning them to the
+        system (``hipMemPoolAttrReleaseThreshold``); settable, ``0 ... 2**64-1``."""
+        return self._get(hipMemPoolAttrReleaseThreshold, "release_threshold")
+
+    @release_threshold.setter
+    def release_threshold(self, value: int) -> None:
+        value = _check_threshold(value)
+        self._set(hipMemPoolAttrReleaseThreshold, value, "release_threshold")
+
+    def reset_high(self) -> None:
+        """Reset ``reserved_high`` and ``used_high`` to the current values."""
+        self._set(hipMemPoolAttrReservedMemHigh, 0, "reserved_high")
+        self._set(hipMemPoolAttrUsedMemHigh, 0, "used_high")
+
+    def trim_to(self, bytes: int) -> None:
+        """Release reserved memory back to the system until at most ``bytes`` stay reserved
+        (``hipMemPoolTrimTo``); memory in use is never released."""
+        nbytes = check_size(bytes)
+        rt = self._rt
+        rt.check(rt.fn.hipMemPoolTrimTo(self._live(), nbytes), "hipMemPoolTrimTo",
+                 device=self._device)
+
+    def set_access(self, device: Any, read_write: bool = True) -> None:
+        """Let ``device`` (a peer) read and write this pool's memory, or, with
+        ``read_write=False``, take that access away (``hipMemPoolSetAccess``)."""
+        if not isinstance(read_write, bool):
+            raise TypeError(f"read_write must be a bool, not {type(read_write).__name__}")
+        handle = self._live()
+        ordinal = check_device(device)
+        desc = hipMemAccessDesc()
+        desc.location.type = hipMemLocationTypeDevice
+        desc.location.id = ordinal
+        desc.flags = hipMemAccessFlagsProtReadWrite if read_write else hipMemAccessFlagsProtNone
+        rt = self._rt
+        rt.check(rt.fn.hipMemPoolSetAccess(handle, desc, 1), "hipMemPoolSetAccess",
+                 device=ordinal)
+
+    def access(self, device: Any) -> str:
+        """``"read_write"``, ``"read"`` or ``"none"``: what ``device`` may do with this pool's
+        memory (``hipMemPoolGetAccess``)."""
+        handle = self._live()
+        ordinal = check_device(device)
+        loc = hipMemLocation()
+        loc.type = hipMemLocationTypeDevice
+        loc.id = ordinal
+        out = c_int()
+        rt = self._rt
+        rt.check(rt.fn.hipMemPoolGetAccess(out, handle, loc), "hipMemPoolGetAccess",
+                 device=ordinal)
+        return {hipMemAccessFlagsProtReadWrite: "read_write",
+                hipMemAccessFlagsProtRead: "read"}.get(out.value, "none")
+
+    def close(self) -> None:
+        """Stop using the pool (idempotent); an owned pool is destroyed now.  Resources using
+        it then refuse to allocate (ValueError) but can still free what they handed out."""
+        if self._closed:
+            return
+        self._closed = True
+        for user in list(self._users):
+            user._malloc = _pool_closed
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> "MemoryPool":
+        self._live()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MemoryPool):
+            return NotImplemented
+        return other._handle == self._handle
+
+    def __hash__(self) -> int:
+        return hash((MemoryPool, self._handle))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self._handle:#x}"
+        return (f"<MemoryPool {state} device={self._device} "
+                f"{'owned' if self._owned else 'not owned'}>")
+
+
+class AsyncMemoryResource:
+    """Stream-ordered device memory from a memory pool: ``hipMallocFromPoolAsync`` /
+    ``hipFreeAsync`` (RMM's ``CudaAsyncMemoryResource``).
+
+    ``AsyncMemoryResource(device=None, *, initial_pool_size=None, release_threshold=None,
+    enable_ipc=False)`` creates and owns a new pool on ``device`` (default: the current one):
+    ``release_threshold`` defaults to ``2**64-1`` so freed memory stays in the pool;
+    ``initial_pool_size`` bytes are allocated and freed once to prime it; ``enable_ipc`` makes
+    the pool exportable as POSIX file descriptors.  :meth:`from_default_pool` uses a device's
+    current pool instead (not owned, never destroyed).
+
+    Raises :class:`NotSupportedError` when the device has no memory-pool support (ROCm before
+    6.2 unless ``HIP_MEM_POOL_SUPPORT=1``).  ``allocate`` / ``deallocate`` run on the null
+    stream and wait for it.  Alignment: a power of two up to 256.  Equal when using the same
+    pool.  ``.pool`` is the :class:`MemoryPool`; ``close()`` closes it.
+    """
+
+    __slots__ = ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
+                 "__weakref__")
+    properties = (device_accessible,)
+
+    def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[int] = None,
+                 release_threshold: Optional[int] = None, enable_ipc: bool = False) -> None:
+        if initial_pool_size is not None:
+            initial_pool_size = check_size(initial_pool_size, "initial_pool_size")
+        threshold = (MAX_RELEASE_THRESHOLD if release_threshold is None
+                     else _check_threshold(release_threshold))
+        if not isinstance(enable_ipc, bool):
+            raise TypeError(f"enable_ipc must be a bool, not {type(enable_ipc).__name__}")
+        rt = _hip.get_runtime()
+        dev = get_device() if device is None else check_device(device)
+        _require_pools(dev)
+        if enable_ipc and not _handle_types(dev) & hipMemHandleTypePosixFileDescriptor:
+            raise NotSupportedError(801, "hipErrorNotSupported",
+                                    f"device {dev} cannot export memory pools as POSIX file "
+                                    "descriptors (enable_ipc=True)", "AsyncMemoryResource")
+        props = hipMemPoolProps()
+        props.allocType = hipMemAllocationTypePinned
+        props.handleTypes = (hipMemHandleTypePosixFileDescriptor if enable_ipc
+                             else hipMemHandleTypeNone)
+        props.location.type = hipMemLocationTypeDevice
+        props.location.id = dev
+        out = c_void_p()
+        rt.check(rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
+        pool = MemoryPool(out.value or 0, dev, True, rt)
+        try:
+            pool.release_threshold = threshold
+            if initial_pool_size:
+                _prime(rt, pool, dev, initial_pool_size)
+        except BaseException:
+            pool.close()
+            raise
+        self._bind(pool, rt, (("initial_pool_size", initial_pool_size),
+                              ("release_threshold", threshold), ("enable_ipc", enable_ipc)))
+
+    @classmethod
+    def from_default_pool(cls, device: Optional[Any] = None) -> "AsyncMemoryResource":
+        """A resource over ``device``'s current memory pool (``hipDeviceGetMemPool``; default
+        device: the current one).  The pool is not owned: closing never destroys it."""
+        rt = _hip.get_runtime()
+        dev = get_device() if device is None else check_device(device)
+        _require_pools(dev)
+        out = c_void_p()
+        rt.check(rt.fn.hipDeviceGetMemPool(out, dev), "hipDeviceGetMemPool", device=dev)
+        self = cls.__new__(cls)
+        self._bind(MemoryPool(out.value or 0, dev, False, rt), rt, (("default_pool", True),))
+        return self
+
+    def _bind(self, pool: MemoryPool, rt: Any, settings: tuple) -> None:
+        self._pool = pool
+        self._handle = pool._handle
+        self._device = pool._device
+        self._rt = rt
+        self._settings = settings
+        self._malloc = rt.fn.hipMallocFromPoolAsync
+        self._free_fn = rt.fn.hipFreeAsync
+        pool._users.add(self)
+
+    @property
+    def pool(self) -> MemoryPool:
+        """The :class:`MemoryPool` this resource allocates from."""
+        return self._pool
+
+    @property
+    def device(self) -> int:
+        """The device ordinal the memory lives on."""
+        return self._device
+
+    # ---- hot path: every check is inlined; the slow helpers only build precise errors ----
+    def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
+        """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
+        returns the pointer as an int (0 for ``bytes == 0``)."""
+        if (type(bytes) is not int or not 0 < bytes <= MAX_SIZE or type(alignment) is not int
+                or alignment not in DEVICE_ALIGNMENTS):
+            bytes = check_args(bytes, alignment, 256)
+            if not bytes:
+                check_stream(stream)
+                return 0
+        t = type(stream)
+        if t is STREAM_REF:
+            stream = stream._handle
+        elif t is Stream:
+            stream = stream._live()
+        elif t is not int or not 0 <= stream <= MAX_HANDLE:
+            stream = check_stream(stream)
+        out = c_void_p()
+        st = self._malloc(out, bytes, self._handle, stream)
+        if st:
+            raise self._rt.error(st, "hipMallocFromPoolAsync", size=bytes, device=self._device)
+        return out.value
+
+    def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
+        if (type(ptr) is not int or not 0 < ptr <= MAX_HANDLE or type(bytes) is not int
+                or not 0 <= bytes <= MAX_SIZE or type(alignment) is not int
+                or alignment not in DEVICE_ALIGNMENTS):
+            ptr = check_ptr(ptr)
+            check_args(bytes, alignment, 256)
+            if not ptr:
+                check_stream(stream)
+                return
+        t = type(stream)
+        if t is STREAM_REF:
+            stream = stream._handle
+        elif t is Stream:
+            stream = stream._live()
+        elif t is not int or not 0 <= stream <= MAX_HANDLE:
+            stream = check_stream(stream)
+        st = self._free_fn(ptr, stream)
+        if st:
+            raise self._rt.error(st, "hipFreeAsync", device=self._device)
+
+    def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        """Allocate on the null stream and wait for it."""
+        ptr = self.allocate_async(bytes, alignment, 0)
+        if ptr:
+            st = self._rt.fn.hipStreamSynchronize(0)
+            if st:
+                self._free_fn(ptr, 0)
+                raise self._rt.error(st, "hipStreamSynchronize", device=self._device)
+        return ptr
+
+    def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+        """Free on the null stream and wait for it."""
+        self.deallocate_async(ptr, bytes, alignment, 0)
+        if ptr:
+            self._rt.check(self._rt.fn.hipStreamSynchronize(0), "hipStreamSynchronize",
+                           device=self._device)
+
+    def close(self) -> None:
+        """Close the pool (see :meth:`MemoryPool.close`)."""
+        self._pool.close()
+
+    def __enter__(self) -> "AsyncMemoryResource":
+        self._pool._live()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return other._handle == self._handle
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._handle))
+
+    def __repr__(self) -> str:
+        settings = "".join(f", {k}={v}" for k, v in self._settings if v is not None)
+        state = "closed" if self._pool._closed else f"{self._handle:#x}"
+        return f"{type(self).__name__}(device={self._device}{settings}) [pool {state}]"
+
+
+def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:
+    """Allocate then free ``nbytes`` once on the null stream of ``device`` and wait."""
+    with Device(device):
+        out = c_void_p()
+        rt.check(rt.fn.hipMallocFromPoolAsync(out, nbytes, pool._handle, 0),
+                 "hipMallocFromPoolAsync", size=nbytes, device=device)
+        st = rt.fn.hipFreeAsync(out.value, 0)
+        st2 = rt.fn.hipStreamSynchronize(0)
+        rt.check(st, "hipFreeAsync", device=device)
+        rt.check(st2, "hipStreamSynchronize", device=device)

@@ -1,0 +1,100 @@
+"""``HostMemoryResource``: ordinary (pageable) host memory from the C library's
+``posix_memalign`` / ``free``; needs no HIP library at all."""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import threading
+from ctypes import c_int, c_size_t, c_void_p
+from typing import Any, Optional
+
+from .. import _hip
+from .._hip.errors import OutOfMemoryError
+from ..properties import host_accessible
+from ._common import SyncResource, check_args, sync_stream
+
+__all__ = ["HostMemoryResource"]
+
+_lock = threading.Lock()
+_libc: Optional[Any] = None
+_SIZEOF_PTR = ctypes.sizeof(c_void_p)
+
+
+def _load_libc():
+    """This module's own handle on the C library (its functions get their own argtypes)."""
+    global _libc
+    with _lock:
+        if _libc is None:
+            lib = ctypes.CDLL(None)  # the process's own symbols: libc is always there
+            memalign = lib.posix_memalign
+            memalign.restype = c_int
+            memalign.argtypes = [ctypes.POINTER(c_void_p), c_size_t, c_size_t]
+            free = lib.free
+            free.restype = None
+            free.argtypes = [c_void_p]
+            _libc = (memalign, free)
+        return _libc
+
+
+class HostMemoryResource(SyncResource):
+    """Pageable host memory from ``posix_memalign`` (any power-of-two alignment), freed with
+    ``free``.  Host-accessible only; works with no HIP library loaded.
+
+    Not stream-ordered: ``deallocate_async`` waits for the stream first (when a HIP runtime is
+    loaded; with none, no work can be queued on any stream).  All instances are equal.
+    """
+
+    __slots__ = ("_memalign", "_free_fn")
+    properties = (host_accessible,)
+    _max_alignment = None
+
+    def __init__(self) -> None:
+        self._memalign, self._free_fn = _load_libc()
+
+    def allocate(self, bytes: int, alignment: int = 256) -> int:
+        """``posix_memalign`` ``bytes`` bytes aligned to ``alignment`` (any power of two);
+        ``allocate(0)`` returns 0."""
+        bytes = check_args(bytes, alignment, None)
+        if not bytes:
+            return 0
+        return self._alloc(bytes, alignment)
+
+    def _alloc(self, nbytes: int, alignment: int) -> int:
+        out = c_void_p()
+        rc = self._memalign(out, max(alignment, _SIZEOF_PTR), nbytes)
+        if rc:
+            if rc == errno.ENOMEM:
+                raise OutOfMemoryError(None, "ENOMEM", os.strerror(rc), "posix_memalign",
+                                       size=nbytes)
+            raise OSError(rc, f"posix_memalign({nbytes}, {alignment}) failed: "
+                              f"{os.strerror(rc)}")
+        return out.value
+
+    def _free(self, ptr: int) -> None:
+        self._free_fn(ptr)
+
+    def _sync(self, handle: int) -> None:
+        try:
+            _hip.get_runtime()
+        except Exception:  # no HIP runtime can load: nothing can be queued on any stream
+            return
+        sync_stream(handle)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __reduce__(self):
+        return (type(self), ())

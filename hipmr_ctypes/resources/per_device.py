@@ -1,0 +1,75 @@
+"""The per-device resource (RMM's ``get/set_per_device_resource``): one async,
+device-accessible resource per device, used by ``Buffer`` and the interop hooks when no resource
+is given.  The default for a device is a :class:`DeviceMemoryResource` for it, made on first use.
+
+Thread-safe: a lock guards the table, and is never held while a native call runs (making the
+default resource, checking a device ordinal).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict
+
+from ..concepts import is_async_resource
+from ..device import check_device, get_device
+from ..properties import _declared, device_accessible
+from .async_memory import AsyncMemoryResource
+from .device import DeviceMemoryResource
+
+__all__ = ["get_current_device_resource", "set_current_device_resource",
+           "get_per_device_resource", "set_per_device_resource"]
+
+_lock = threading.Lock()
+_resources: Dict[int, Any] = {}
+
+
+def _check_resource(resource: Any, device: int) -> None:
+    if not is_async_resource(resource):
+        raise TypeError(f"resource must be an async resource (allocate, deallocate, "
+                        f"allocate_async, deallocate_async and ==); {type(resource).__name__} "
+                        "is not one")
+    if device_accessible not in _declared(resource):
+        raise TypeError(f"resource must have the property device_accessible; "
+                        f"{type(resource).__name__} declares "
+                        f"{', '.join(p.__name__ for p in _declared(resource)) or 'none'}")
+    if isinstance(resource, (DeviceMemoryResource, AsyncMemoryResource)) and \
+            resource.device != device:
+        raise ValueError(f"{resource!r} allocates on device {resource.device}, not on "
+                         f"device {device}")
+
+
+def get_per_device_resource(device: Any) -> Any:
+    """The resource of ``device`` (an ordinal or a ``Device``); a ``DeviceMemoryResource`` for it
+    unless one was set."""
+    ordinal = device if type(device) is int and device in _resources else check_device(device)
+    resource = _resources.get(ordinal)
+    if resource is not None:
+        return resource
+    made = DeviceMemoryResource(ordinal)  # outside the lock: it asks the runtime
+    with _lock:
+        return _resources.setdefault(ordinal, made)
+
+
+def set_per_device_resource(device: Any, resource: Any) -> Any:
+    """Make ``resource`` the resource of ``device``; returns the previous one.
+
+    ``resource`` must be an async resource with ``device_accessible`` (TypeError otherwise,
+    naming what is missing); a device-style resource must be for that device (ValueError).
+    """
+    ordinal = check_device(device)
+    _check_resource(resource, ordinal)
+    previous = get_per_device_resource(ordinal)
+    with _lock:
+        previous = _resources.get(ordinal, previous)
+        _resources[ordinal] = resource
+    return previous
+
+
+def get_current_device_resource() -> Any:
+    """The resource of the calling thread's current device."""
+    return get_per_device_resource(get_device())
+
+
+def set_current_device_resource(resource: Any) -> Any:
+    """Make ``resource`` the resource of the current device; returns the previous one."""
+    return set_per_device_resource(get_device(), resource)
