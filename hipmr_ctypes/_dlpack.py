@@ -1,0 +1,215 @@
+"""DLPack export with ctypes only: builds ``DLManagedTensor`` (capsule name ``"dltensor"``) and
+``DLManagedTensorVersioned`` (``"dltensor_versioned"``, DLPack 1.0) capsules over a Buffer's
+memory, viewed as a 1-D array of ``uint8``.
+
+Lifetime: each export is kept in ``_exports`` (address of the managed tensor -> (owner,
+structures)) until its deleter runs, so the owner (a Buffer) stays alive while a consumer uses
+the memory.  The consumer calls the deleter once it is done.  If nobody consumes the capsule,
+the capsule's destructor calls it, but only while the capsule still has its original name (a
+consumer renames it to ``"used_dltensor"`` when it takes ownership).
+
+The deleter and the destructor are Python functions behind module-level ``CFUNCTYPE`` objects.
+A ctypes callback destroys any Python exception pending when it starts (CPython turns it into a
+SystemError and prints it as unraisable), and a capsule is typically freed by a consumer that
+has just failed, with its exception pending.  So no capsule is ever freed outside this module:
+``_capsules`` holds a reference to each one, and :func:`reap` drops the capsules nobody else
+holds any more, in ordinary Python code.  It runs at each export, after each garbage
+collection (``gc.callbacks``) and at exit.  The capsule names live in memory that is never
+freed.  Nothing here raises out of a C callback.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import gc
+import itertools
+import sys
+import threading
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64, c_uint8,
+                    c_uint16, c_uint32, c_uint64, c_void_p)
+from typing import Any, Dict, Tuple
+
+__all__ = ["kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLROCM", "kDLROCMHost", "kDLCUDAManaged",
+           "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
+           "export", "live_exports", "reap"]
+
+kDLCPU = 1
+kDLCUDA = 2
+kDLCUDAHost = 3
+kDLROCM = 10
+kDLROCMHost = 11
+kDLCUDAManaged = 13
+kDLUInt = 1
+DLPACK_MAJOR, DLPACK_MINOR = 1, 0
+
+
+class DLDevice(Structure):
+    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+
+
+class DLDataType(Structure):
+    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
+
+
+class DLTensor(Structure):
+    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
+                ("dtype", DLDataType), ("shape", POINTER(c_int64)),
+                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+
+
+class DLManagedTensor(Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p), ("deleter", c_void_p)]
+
+
+class DLPackVersion(Structure):
+    _fields_ = [("major", c_uint32), ("minor", c_uint32)]
+
+
+class DLManagedTensorVersioned(Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p), ("deleter", c_void_p),
+                ("flags", c_uint64), ("dl_tensor", DLTensor)]
+
+
+class _Legacy(Structure):
+    """One legacy export: the managed tensor first (its address is the capsule's pointer)."""
+    _fields_ = [("managed", DLManagedTensor), ("shape", c_int64 * 1)]
+
+
+class _Versioned(Structure):
+    """One versioned export."""
+    _fields_ = [("managed", DLManagedTensorVersioned), ("shape", c_int64 * 1)]
+
+
+# export token (the manager_ctx of its managed tensor) -> (owner, the ctypes structure)
+_exports: Dict[int, Tuple[Any, Structure]] = {}
+# export token -> its capsule (see the module docstring)
+_capsules: Dict[int, Any] = {}
+_tokens = itertools.count(1)
+_reap_lock = threading.RLock()
+_hooks_installed = False
+
+_py = ctypes.PyDLL(None)  # this module's own handles on the C API (own argtypes)
+_PyCapsule_New = _py.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [c_void_p, c_void_p, c_void_p]
+_PyCapsule_IsValid = _py.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = c_int
+_PyCapsule_IsValid.argtypes = [c_void_p, c_void_p]
+_PyCapsule_GetPointer = _py.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = c_void_p
+_PyCapsule_GetPointer.argtypes = [c_void_p, c_void_p]
+
+# Capsule names must outlive every capsule (a capsule keeps the char*): copies that are never
+# freed, so a capsule destroyed late in interpreter shutdown still reads valid memory.
+_libc = ctypes.CDLL(None)
+_strdup = _libc.strdup
+_strdup.restype = c_void_p
+_strdup.argtypes = [c_char_p]
+_NAME = _strdup(b"dltensor")
+_NAME_VERSIONED = _strdup(b"dltensor_versioned")
+_CTX_LEGACY = DLManagedTensor.manager_ctx.offset
+_CTX_VERSIONED = DLManagedTensorVersioned.manager_ctx.offset
+
+
+def _release(managed: int, ctx_offset: int) -> None:
+    """The deleter's work: forget the export whose managed tensor is at ``managed``."""
+    try:
+        _exports.pop(c_void_p.from_address(managed + ctx_offset).value, None)
+    except Exception:  # interpreter shutdown: module state may be gone
+        pass
+
+
+_DELETER_T = CFUNCTYPE(None, c_void_p)
+_deleter = _DELETER_T(lambda managed: _release(managed, _CTX_LEGACY))
+_deleter_versioned = _DELETER_T(lambda managed: _release(managed, _CTX_VERSIONED))
+_DELETER = ctypes.cast(_deleter, c_void_p).value
+_DELETER_VERSIONED = ctypes.cast(_deleter_versioned, c_void_p).value
+
+
+def _destroy_capsule(capsule: int) -> None:
+    """PyCapsule destructor: call the deleter of a capsule nobody consumed."""
+    try:
+        if _PyCapsule_IsValid(capsule, _NAME):
+            _release(_PyCapsule_GetPointer(capsule, _NAME), _CTX_LEGACY)
+        elif _PyCapsule_IsValid(capsule, _NAME_VERSIONED):
+            _release(_PyCapsule_GetPointer(capsule, _NAME_VERSIONED), _CTX_VERSIONED)
+    except BaseException:  # never raise out of a C callback
+        pass
+
+
+_DESTRUCTOR_T = CFUNCTYPE(None, c_void_p)
+_destructor = _DESTRUCTOR_T(_destroy_capsule)
+_DESTRUCTOR = ctypes.cast(_destructor, c_void_p).value
+
+
+def _fill(tensor: DLTensor, ptr: int, size: int, device: Tuple[int, int],
+          shape: Any) -> None:
+    tensor.data = ptr or None
+    tensor.device = DLDevice(device[0], device[1])
+    tensor.ndim = 1
+    tensor.dtype = DLDataType(kDLUInt, 8, 1)
+    shape[0] = size
+    tensor.shape = ctypes.cast(shape, POINTER(c_int64))
+    tensor.strides = None
+    tensor.byte_offset = 0
+
+
+def export(owner: Any, ptr: int, size: int, device: Tuple[int, int],
+           versioned: bool = False) -> Any:
+    """A new DLPack capsule over ``[ptr, ptr + size)`` (uint8, 1-D) that keeps ``owner`` alive
+    until the consumer's deleter call."""
+    record: Structure
+    token = next(_tokens)
+    if versioned:
+        record = _Versioned()
+        record.managed.version = DLPackVersion(DLPACK_MAJOR, DLPACK_MINOR)
+        record.managed.flags = 0
+        record.managed.deleter = _DELETER_VERSIONED
+        name = _NAME_VERSIONED
+    else:
+        record = _Legacy()
+        record.managed.deleter = _DELETER
+        name = _NAME
+    _fill(record.managed.dl_tensor, ptr, size, device, record.shape)
+    record.managed.manager_ctx = token
+    reap()
+    _exports[token] = (owner, record)
+    try:
+        capsule = _PyCapsule_New(ctypes.addressof(record), name, _DESTRUCTOR)
+    except BaseException:
+        _exports.pop(token, None)
+        raise
+    _capsules[token] = capsule
+    _install_hooks()
+    return capsule
+
+
+def reap() -> None:
+    """Drop the capsules nobody else holds: their destructors run now, in a safe context, and
+    release the exports nobody consumed."""
+    with _reap_lock:
+        for token in list(_capsules):
+            capsule = _capsules.get(token)
+            # references: _capsules, `capsule`, getrefcount's argument
+            if capsule is not None and sys.getrefcount(capsule) <= 3:
+                del capsule
+                _capsules.pop(token, None)
+
+
+def _after_gc(phase: str, info: Any) -> None:
+    if phase == "stop" and _capsules:
+        reap()
+
+
+def _install_hooks() -> None:
+    global _hooks_installed
+    if not _hooks_installed:
+        _hooks_installed = True
+        gc.callbacks.append(_after_gc)
+        atexit.register(reap)
+
+
+def live_exports() -> int:
+    """How many exports still keep their owner alive (after a :func:`reap`)."""
+    reap()
+    return len(_exports)

@@ -1,0 +1,541 @@
+"""``Buffer``: one owning allocation made through any async resource (RMM's ``DeviceBuffer``),
+with host / device copies, ``__cuda_array_interface__`` and DLPack export."""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import sys
+import threading
+import weakref
+from ctypes import POINTER, Structure, c_char_p, c_int, c_ssize_t, c_void_p
+from typing import Any, Optional, Tuple
+
+from . import _hip
+from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
+                         hipPointerAttribute_t)
+from .device import Device, get_device
+from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
+from .resource_ref import async_resource_ref
+from .resources._common import check_alignment, check_size, check_stream
+from .stream import Event, Stream, wait_event
+from .stream_ref import stream_ref
+
+__all__ = ["Buffer"]
+
+# ---- host buffers: the address of anything with the buffer protocol ----------------------------
+
+
+class _Py_buffer(Structure):
+    _fields_ = [("buf", c_void_p), ("obj", c_void_p), ("len", c_ssize_t),
+                ("itemsize", c_ssize_t), ("readonly", c_int), ("ndim", c_int),
+                ("format", c_char_p), ("shape", POINTER(c_ssize_t)),
+                ("strides", POINTER(c_ssize_t)), ("suboffsets", POINTER(c_ssize_t)),
+                ("internal", c_void_p)]
+
+
+_PyBUF_WRITABLE = 0x0001
+_PyBUF_C_CONTIGUOUS = 0x0038
+_py = ctypes.PyDLL(None)  # this module's own handles (own argtypes)
+_GetBuffer = _py.PyObject_GetBuffer
+_GetBuffer.restype = c_int
+_GetBuffer.argtypes = [ctypes.py_object, POINTER(_Py_buffer), c_int]
+_ReleaseBuffer = _py.PyBuffer_Release
+_ReleaseBuffer.restype = None
+_ReleaseBuffer.argtypes = [POINTER(_Py_buffer)]
+
+
+class _HostView:
+    """``with _HostView(obj, name, writable) as (address, nbytes)``: a C-contiguous view of
+    ``obj``'s memory, held while the block runs.  TypeError / ValueError name ``name``."""
+
+    __slots__ = ("_obj", "_writable", "_view", "nbytes")
+
+    def __init__(self, obj: Any, name: str, writable: bool) -> None:
+        try:
+            mv = memoryview(obj)
+        except TypeError:
+            raise TypeError(f"{name} must support the buffer protocol (bytes, bytearray, "
+                            f"memoryview, array.array, numpy arrays...), not "
+                            f"{type(obj).__name__}") from None
+        with mv:
+            if not mv.c_contiguous:
+                raise ValueError(f"{name} must be C-contiguous")
+            if writable and mv.readonly:
+                raise TypeError(f"{name} must be writable ({type(obj).__name__} is read-only)")
+            self.nbytes = mv.nbytes
+        self._obj = obj
+        self._writable = writable
+        self._view: Optional[_Py_buffer] = None
+
+    def __enter__(self) -> Tuple[int, int]:
+        view = _Py_buffer()
+        flags = _PyBUF_C_CONTIGUOUS | (_PyBUF_WRITABLE if self._writable else 0)
+        _GetBuffer(self._obj, view, flags)
+        self._view = view
+        return view.buf or 0, view.len
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._view is not None:
+            _ReleaseBuffer(self._view)
+            self._view = None
+
+
+# ---- freeing ------------------------------------------------------------------------------------
+_exiting = False
+_exit_hook_lock = threading.Lock()
+_exit_hook = False
+
+
+def _mark_exit() -> None:
+    global _exiting
+    _exiting = True
+
+
+def _install_exit_hook() -> None:
+    """Called after the first weakref.finalize exists: atexit runs hooks last-in first-out, so
+    this one runs before weakref's, and finalizers running at exit know it."""
+    global _exit_hook
+    with _exit_hook_lock:
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(_mark_exit)
+
+
+def _free(deallocate_async: Any, ptr: int, size: int, alignment: int, stream: int,
+          keep: Any) -> None:
+    """Free one allocation in stream order; the finalizer's and ``close()``'s work.
+
+    ``keep`` is the caller's stream object, held so that the stream outlives the allocation.
+    A stream closed meanwhile cannot be used any more (HIP 7 crashes on destroyed streams):
+    the device is synchronized and the memory freed on the null stream instead.
+    """
+    if isinstance(keep, Stream) and keep.closed:
+        Device(keep.device).synchronize()
+        stream = 0
+    deallocate_async(ptr, size, alignment, stream)
+
+
+def _finalize(deallocate_async: Any, ptr: int, size: int, alignment: int, stream: int,
+              keep: Any) -> None:
+    """Garbage collection or interpreter exit: free, never raise.  A failure is a warning,
+    except at exit, where the runtime may already be going away."""
+    try:
+        _free(deallocate_async, ptr, size, alignment, stream, keep)
+    except Exception as exc:  # noqa: BLE001
+        try:
+            if not _exiting and not sys.is_finalizing():
+                import warnings
+                warnings.warn(f"Buffer: freeing {ptr:#x} ({size} bytes) failed: {exc}",
+                              RuntimeWarning, stacklevel=2)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ---- the buffer ---------------------------------------------------------------------------------
+
+class Buffer:
+    """One allocation of ``size`` bytes made through an ``async_resource_ref`` of ``resource``
+    (default: the current device's resource) on ``stream`` (default: the null stream), aligned
+    to ``alignment``.
+
+    Freed exactly once, in stream order on the allocation stream: by ``close()`` (optionally
+    on another stream), by the context manager, or when garbage-collected (also at interpreter
+    exit, where errors from a runtime shutting down are ignored).  The buffer holds the
+    resource and the stream object it was given, so neither goes away before the memory.
+
+    Copies (``copy_from_host``, ``copy_to_host``, ``copy_from_device``, ``memset``) take
+    ``stream=None`` for a synchronous copy ordered after the work on the buffer's stream, or a
+    stream for an asynchronous one the caller synchronizes.  Host-only memory (a resource
+    without ``device_accessible``) is copied with ``ctypes.memmove``.  After ``close()`` every
+    data access raises ValueError; ``size``, ``resource``, ``stream`` and ``device`` stay
+    readable.
+    """
+
+    __slots__ = ("_ptr", "_size", "_alignment", "_ref", "_stream", "_keep", "_device",
+                 "_host_only", "_kind", "_finalizer", "_closed", "__weakref__")
+
+    def __init__(self, size: int, *, resource: Any = None, stream: Any = None,
+                 alignment: int = DEFAULT_ALIGNMENT) -> None:
+        size = check_size(size, "size")
+        alignment = check_alignment(alignment, None)
+        handle = 0 if stream is None else check_stream(stream)
+        if resource is None:
+            from .resources.per_device import get_current_device_resource
+            resource = get_current_device_resource()
+        ref = (resource if isinstance(resource, async_resource_ref)
+               else async_resource_ref(resource))
+        props = _declared(ref.resource)
+        host_only = device_accessible not in props and bool(props)
+        device = getattr(ref.resource, "device", None)
+        if type(device) is not int:
+            device = None if host_only else get_device()
+        self._size = size
+        self._alignment = alignment
+        self._ref = ref
+        self._stream = stream_ref(handle)
+        self._keep = None if stream is None or type(stream) in (int, stream_ref) else stream
+        self._device = device
+        self._host_only = host_only
+        self._kind: Optional[str] = None
+        self._closed = False
+        self._finalizer: Optional[weakref.finalize] = None
+        if size:
+            ptr = ref.allocate_async(size, alignment, handle)
+            self._ptr = ptr
+            self._finalizer = weakref.finalize(self, _finalize, ref.deallocate_async, ptr,
+                                               size, alignment, handle, self._keep)
+            _install_exit_hook()
+        else:
+            self._ptr = 0
+
+    # ---- construction helpers ----
+    @classmethod
+    def from_host(cls, obj: Any, *, resource: Any = None, stream: Any = None) -> "Buffer":
+        """A new buffer holding a copy of ``obj`` (anything C-contiguous with the buffer
+        protocol).  With ``stream``, the copy is asynchronous on it."""
+        view = _HostView(obj, "obj", False)
+        buf = cls(view.nbytes, resource=resource, stream=stream)
+        try:
+            buf._copy_in(view, stream)
+        except BaseException:
+            buf.close()
+            raise
+        return buf
+
+    # ---- attributes ----
+    def _live(self) -> int:
+        if self._closed:
+            raise ValueError("buffer: this Buffer is closed")
+        return self._ptr
+
+    @property
+    def ptr(self) -> int:
+        """The address of the memory as an int (0 for an empty buffer)."""
+        return self._live()
+
+    @property
+    def size(self) -> int:
+        """Size in bytes."""
+        return self._size
+
+    nbytes = size
+
+    @property
+    def alignment(self) -> int:
+        """The alignment the memory was allocated with."""
+        return self._alignment
+
+    @property
+    def resource(self) -> Any:
+        """The resource the memory came from."""
+        return self._ref.resource
+
+    @property
+    def stream(self) -> stream_ref:
+        """The stream the memory was allocated on (and is freed on by default)."""
+        return self._stream
+
+    @property
+    def device(self) -> Optional[int]:
+        """The device of the memory: the resource's ``device``, else the device current at
+        allocation; None for host-only memory."""
+        return self._device
+
+    @property
+    def closed(self) -> bool:
+        """True once the memory was given back."""
+        return self._closed
+
+    def __len__(self) -> int:
+        return self._size
+
+    # ---- lifetime ----
+    def close(self, stream: Any = None) -> None:
+        """Free the memory (idempotent), in stream order on ``stream`` (default: the allocation
+        stream)."""
+        if self._closed:
+            return
+        handle = None if stream is None else check_stream(stream)
+        self._closed = True
+        fin = self._finalizer
+        if fin is None:
+            return
+        args = fin.detach()
+        if args is None:  # already freed (a finalizer never runs twice)
+            return
+        _, _, (dealloc, ptr, size, alignment, own, keep), _ = args
+        if handle is None:
+            _free(dealloc, ptr, size, alignment, own, keep)
+        else:
+            dealloc(ptr, size, alignment, handle)
+
+    def __enter__(self) -> "Buffer":
+        self._live()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- copies ----
+    def _sync_copy(self, dst: int, src: int, n: int, host: bool) -> None:
+        """A synchronous copy ordered after the work on the buffer's stream."""
+        if host:
+            ctypes.memmove(dst, src, n)
+            return
+        rt = _hip.get_runtime()
+        own = self._stream._handle
+        if own == 0:
+            rt.check(rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
+            return
+        rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own), "hipMemcpyAsync",
+                 size=n)
+        rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+
+    def _copy(self, dst: int, src: int, n: int, stream: Any, host: bool) -> None:
+        if not n:
+            return
+        if stream is None:
+            self._sync_copy(dst, src, n, host)
+        elif host:
+            ctypes.memmove(dst, src, n)
+        else:
+            handle = check_stream(stream)
+            rt = _hip.get_runtime()
+            rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
+                     "hipMemcpyAsync", size=n)
+
+    def _check_size(self, n: int, what: str) -> None:
+        if n != self._size:
+            raise ValueError(f"{what} has {n} bytes, the buffer {self._size}")
+
+    def _copy_in(self, view: _HostView, stream: Any) -> None:
+        ptr = self._live()
+        self._check_size(view.nbytes, "obj")
+        with view as (address, n):
+            self._copy(ptr, address, n, stream, self._host_only)
+
+    def copy_from_host(self, obj: Any, stream: Any = None) -> None:
+        """Copy ``obj`` (C-contiguous, buffer protocol, exactly ``size`` bytes) into the
+        buffer.  With ``stream`` the copy is asynchronous: keep ``obj`` alive and unchanged
+        until the stream has done it."""
+        self._live()
+        if stream is not None:
+            check_stream(stream)
+        self._copy_in(_HostView(obj, "obj", False), stream)
+
+    def copy_to_host(self, out: Any = None, stream: Any = None) -> Any:
+        """Copy the buffer to ``out`` (writable, C-contiguous, ``size`` bytes) and return it;
+        without ``out``, to a new ``bytearray``.  With ``stream`` the copy is asynchronous."""
+        ptr = self._live()
+        if stream is not None:
+            check_stream(stream)
+        target = bytearray(self._size) if out is None else out
+        view = _HostView(target, "out", True)
+        self._check_size(view.nbytes, "out")
+        with view as (address, n):
+            self._copy(address, ptr, n, stream, self._host_only)
+        return target
+
+    def copy_from_device(self, other: Any, stream: Any = None) -> None:
+        """Copy ``other`` (a Buffer, or an object with ``__cuda_array_interface__``,
+        C-contiguous, exactly ``size`` bytes) into this buffer."""
+        ptr = self._live()
+        if stream is not None:
+            check_stream(stream)
+        if isinstance(other, Buffer):
+            src = other._live()
+            n = other._size
+            host = self._host_only and other._host_only
+            producer = None
+        else:
+            src, n, producer = _cai_source(other)
+            host = False
+        self._check_size(n, "other")
+        if producer is not None:  # CAI v3: the producer's work must be complete
+            stream_ref(producer).wait()
+        self._copy(ptr, src, n, stream, host)
+
+    def memset(self, value: int, stream: Any = None) -> None:
+        """Set every byte to ``value`` (0..255)."""
+        ptr = self._live()
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"value must be an int in [0, 255], not {type(value).__name__}")
+        if not 0 <= value <= 255:
+            raise ValueError(f"value={value} is not in [0, 255]")
+        handle = None if stream is None else check_stream(stream)
+        if not self._size:
+            return
+        if self._host_only:
+            ctypes.memset(ptr, value, self._size)
+            return
+        rt = _hip.get_runtime()
+        if handle is None:
+            own = self._stream._handle
+            if own == 0:
+                rt.check(rt.fn.hipMemset(ptr, value, self._size), "hipMemset", size=self._size)
+                return
+            rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, own), "hipMemsetAsync",
+                     size=self._size)
+            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+        else:
+            rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
+                     size=self._size)
+
+    def tobytes(self) -> bytes:
+        """A copy of the contents as ``bytes``."""
+        return bytes(self.copy_to_host())
+
+    __bytes__ = tobytes
+
+    # ---- pickling: through the host, allocated again on the current device resource ----
+    def __reduce_ex__(self, protocol: int) -> Tuple[Any, ...]:
+        data = self.copy_to_host()
+        if protocol >= 5:
+            import pickle
+            return (_unpickle, (pickle.PickleBuffer(data),))
+        return (_unpickle, (bytes(data),))
+
+    # ---- interop ----
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """CUDA Array Interface v3: 1-D ``uint8`` over the memory (device-accessible only)."""
+        if self._host_only:
+            raise AttributeError("__cuda_array_interface__: this Buffer holds host-only memory")
+        ptr = self._live()
+        handle = self._stream._handle
+        return {"version": 3, "shape": (self._size,), "typestr": "|u1", "data": (ptr, False),
+                "strides": None, "stream": handle if handle else None}
+
+    def _memory_kind(self) -> str:
+        """"device", "pinned", "managed" or "host" (host-only memory)."""
+        kind = self._kind
+        if kind is None:
+            kind = self._kind = _memory_kind(self)
+        return kind
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """``(device_type, device_id)``: kDLCUDA / kDLROCM with the device for device memory,
+        kDLCUDAHost / kDLROCMHost for pinned memory, kDLCUDAManaged for managed memory on
+        nvidia (kDLROCM on amd), kDLCPU for host memory, and kDLCPU for everything on the
+        emulated platform (whose memory is host memory)."""
+        from . import _dlpack as dl
+        self._live()
+        kind = self._memory_kind()
+        if kind == "host":
+            return (dl.kDLCPU, 0)
+        platform = _hip.get_runtime().platform
+        if platform == "emulated":
+            return (dl.kDLCPU, 0)
+        amd = platform == "amd"
+        device = self._device or 0
+        if kind == "pinned":
+            return (dl.kDLROCMHost if amd else dl.kDLCUDAHost, 0)
+        if kind == "managed" and not amd:
+            return (dl.kDLCUDAManaged, device)
+        return (dl.kDLROCM if amd else dl.kDLCUDA, device)
+
+    def __dlpack__(self, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule over the memory (1-D ``uint8``): ``"dltensor_versioned"`` when
+        ``max_version >= (1, 0)``, else ``"dltensor"``.  ``stream``: the consumer's stream
+        (None = the default stream, -1 = no synchronization): it waits for the buffer's
+        stream.  ``copy=True`` and another ``dl_device`` raise BufferError."""
+        from . import _dlpack as dl
+        ptr = self._live()
+        if copy:
+            raise BufferError("Buffer.__dlpack__: copy=True is not supported (export shares "
+                              "the memory)")
+        device = self.__dlpack_device__()
+        if dl_device is not None and tuple(dl_device) != device:
+            raise BufferError(f"Buffer.__dlpack__: the memory is on DLPack device {device}, "
+                              f"not {tuple(dl_device)}")
+        if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int)):
+            raise TypeError(f"stream must be an int or None, not {type(stream).__name__}")
+        if device[0] != dl.kDLCPU and stream != -1:
+            self._order_before(0 if stream is None else stream)
+        versioned = False
+        if max_version is not None:
+            try:
+                versioned = tuple(max_version)[0] >= dl.DLPACK_MAJOR
+            except (TypeError, IndexError):
+                raise TypeError(f"max_version must be a (major, minor) tuple, not "
+                                f"{max_version!r}") from None
+        return dl.export(self, ptr, self._size, device, versioned)
+
+    def _order_before(self, consumer: int) -> None:
+        """Make work later queued on ``consumer`` wait for the buffer's stream."""
+        own = self._stream._handle
+        legacy = (0, 1)
+        if consumer == own or (own in legacy and consumer in legacy):
+            return
+        with Event(2) as event:  # hipEventDisableTiming
+            event.record(own)
+            wait_event(consumer, event)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self._ptr:#x}"
+        return (f"<Buffer {state} size={self._size} device={self._device} "
+                f"stream={self._stream!r} resource={self._ref.resource!r}>")
+
+
+def _unpickle(data: Any) -> Buffer:
+    return Buffer.from_host(data)
+
+
+def _cai_source(obj: Any) -> Tuple[int, int, Optional[int]]:
+    """(address, nbytes, producer stream or None) of a C-contiguous CAI object."""
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        raise TypeError(f"other must be a Buffer or have __cuda_array_interface__, not "
+                        f"{type(obj).__name__}") from None
+    shape = tuple(cai["shape"])
+    typestr = cai["typestr"]
+    itemsize = int(typestr[2:])
+    n = itemsize
+    for extent in shape:
+        n *= extent
+    strides = cai.get("strides")
+    if strides is not None and n:
+        expected = []
+        step = itemsize
+        for extent in reversed(shape):
+            expected.append(step)
+            step *= extent
+        if tuple(s for s, e in zip(strides, shape) if e > 1) != tuple(
+                e for e, x in zip(reversed(expected), shape) if x > 1):
+            raise ValueError("other must be C-contiguous")
+    if cai.get("mask") is not None:
+        raise ValueError("other: masked arrays are not supported")
+    producer = cai.get("stream") if cai.get("version", 0) >= 3 else None
+    return int(cai["data"][0] or 0), n, producer
+
+
+def _memory_kind(buf: Buffer) -> str:
+    props = _declared(buf._ref.resource)
+    if buf._host_only:
+        return "host"
+    from .properties import host_accessible
+    if host_accessible not in props:
+        return "device"
+    # device- and host-accessible: pinned or managed; ask the runtime when it can tell
+    from .resources.managed import ManagedMemoryResource
+    guess = "managed" if isinstance(buf._ref.resource, ManagedMemoryResource) else "pinned"
+    if not buf._ptr:
+        return guess
+    rt = _hip.get_runtime()
+    attrs = hipPointerAttribute_t()
+    if rt.fn.hipPointerGetAttributes(attrs, buf._ptr):
+        return guess
+    if attrs.isManaged:
+        return "managed"
+    if rt.platform == "amd":
+        table = MEMORY_TYPE_6 if rt.runtime_version()[0] >= 6 else MEMORY_TYPE_5
+    else:
+        table = MEMORY_TYPE_6
+    name = table.get(attrs.type, "")
+    if name in ("managed", "unified"):
+        return "managed"
+    if name == "host":
+        return "pinned"
+    return guess
