@@ -54,10 +54,9 @@ def _why_no_device(platform: str, err: Optional[BaseException]) -> str:
 
 def collect_info() -> Dict[str, Any]:
     """Everything ``info`` prints, as a dict."""
-    platform = hmr.platform()
-    report: Dict[str, Any] = {"package": hmr.__version__, "platform": platform,
-                              "python": sys.version.split()[0]}
+    report: Dict[str, Any] = {"package": hmr.__version__, "python": sys.version.split()[0]}
     try:
+        report["platform"] = platform = hmr.platform()
         rt = _hip.get_runtime()
     except Exception as exc:  # noqa: BLE001 - the report says what went wrong
         report.update(loaded=False, error=str(exc), devices=[],
@@ -107,7 +106,7 @@ def _gib(n: int) -> str:
 def print_info(report: Dict[str, Any]) -> None:
     """The human-readable form of :func:`collect_info`."""
     print(f"hipmr_ctypes {report['package']} (Python {report['python']})")
-    print(f"platform: {report['platform']}")
+    print(f"platform: {report.get('platform', '(invalid)')}")
     if not report.get("loaded"):
         print(f"library: not loaded\n{report['error']}")
         print(f"hint: {report['hint']}")

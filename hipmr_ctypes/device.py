@@ -60,7 +60,9 @@ def check_device(device: object, name: str = "device") -> int:
     """
     if isinstance(device, Device):
         return device.id
-    if isinstance(device, bool) or not isinstance(device, int):
+    if isinstance(device, bool):
+        raise TypeError(f"{name} must be an int device ordinal or a Device, not bool")
+    if not isinstance(device, int):
         try:
             device = operator.index(device)  # numpy ints and the like
         except TypeError:
