@@ -1,0 +1,692 @@
+"""Buffer: round trips, copies, streams, lifetime (close, context manager, garbage collection,
+interpreter exit), the CUDA array interface, DLPack, pickling, injected failures."""
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import gc
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes import _dlpack, _hip
+from hipmr_ctypes._hip.decls import DECLS
+from hipmr_ctypes._hip.errors import HipError, OutOfMemoryError
+from hipmr_ctypes.buffer import Buffer
+from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
+                                    HostMemoryResource, ManagedMemoryResource,
+                                    PinnedMemoryResource, get_current_device_resource)
+
+ROOT = Path(__file__).resolve().parent.parent
+ERROR_QUERIES = {"hipGetErrorName", "hipGetErrorString", "hipGetLastError",
+                 "hipPeekAtLastError", "hipExtGetLastError"}
+NATIVE = [d.name for d in DECLS if d.name not in ERROR_QUERIES]
+
+FACTORIES = {
+    "device": DeviceMemoryResource,
+    "async": AsyncMemoryResource.from_default_pool,
+    "pinned": PinnedMemoryResource,
+    "managed": ManagedMemoryResource,
+    "host": HostMemoryResource,
+}
+SIZES = (0, 1, 255, 4097, (1 << 20) + 3)
+
+
+def pattern(n: int, seed: int = 5) -> bytes:
+    return bytes((i * 13 + seed) & 0xFF for i in range(n))
+
+
+@pytest.fixture(params=sorted(FACTORIES))
+def resource(request):
+    return FACTORIES[request.param]()
+
+
+@pytest.fixture(params=["null", "Stream", "per_thread", "stream_ref"])
+def stream(request):
+    if request.param == "null":
+        yield 0
+    elif request.param == "per_thread":
+        yield hmr.stream_per_thread
+    else:
+        with hmr.Stream() as s:
+            yield s if request.param == "Stream" else hmr.stream_ref(s)
+
+
+class Recording:
+    """An async resource over a real one that records every call."""
+    properties = (hmr.device_accessible,)
+
+    def __init__(self, upstream=None, fail_free=False):
+        self.up = upstream if upstream is not None else DeviceMemoryResource()
+        self.calls = []
+        self.fail_free = fail_free
+
+    def allocate(self, bytes, alignment=256):
+        return self.allocate_async(bytes, alignment, 0)
+
+    def deallocate(self, ptr, bytes, alignment=256):
+        self.deallocate_async(ptr, bytes, alignment, 0)
+
+    def allocate_async(self, bytes, alignment, stream):
+        ptr = self.up.allocate_async(bytes, alignment, stream)
+        self.calls.append(("allocate", ptr, bytes, alignment, hmr.stream_ref(stream).get()))
+        return ptr
+
+    def deallocate_async(self, ptr, bytes, alignment, stream):
+        self.calls.append(("deallocate", ptr, bytes, alignment, hmr.stream_ref(stream).get()))
+        if self.fail_free:
+            raise RuntimeError("refusing to free")
+        self.up.deallocate_async(ptr, bytes, alignment, stream)
+
+    def __eq__(self, other):
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+@contextlib.contextmanager
+def no_native_call(emulator):
+    before = emulator.live_allocations()
+    emulator.inject_failure(code=999, count=1, calls=NATIVE)
+    try:
+        yield
+    finally:
+        pending = emulator.pending_faults()
+        emulator.clear_faults()
+    assert pending == 1, "a native call was made"
+    assert emulator.live_allocations() == before
+
+
+# ---- round trips ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", SIZES)
+def test_round_trip(resource, n):
+    data = pattern(n)
+    with Buffer.from_host(data, resource=resource) as buf:
+        assert buf.size == buf.nbytes == len(buf) == n
+        assert buf.resource is resource
+        assert buf.tobytes() == data and bytes(buf) == data
+        out = bytearray(n)
+        assert buf.copy_to_host(out) is out and out == data
+        assert isinstance(buf.copy_to_host(), bytearray)
+        buf.copy_from_host(bytearray(reversed(data)))
+        assert buf.tobytes() == bytes(reversed(data))
+        if n:
+            assert buf.ptr and buf.ptr % 256 == 0
+        else:
+            assert buf.ptr == 0
+
+
+def test_round_trip_every_stream_kind(resource, stream):
+    n = 10_000
+    data = pattern(n, 9)
+    handle = hmr.stream_ref(stream).get()
+    buf = Buffer(n, resource=resource, stream=stream)
+    assert buf.stream == hmr.stream_ref(handle)
+    buf.copy_from_host(data, stream=stream)
+    out = buf.copy_to_host(stream=stream)
+    hmr.stream_ref(handle).wait()
+    assert out == data
+    buf.memset(0xAB, stream=stream)
+    hmr.stream_ref(handle).wait()
+    assert buf.tobytes() == b"\xab" * n
+    other = Buffer.from_host(data, resource=resource, stream=stream)
+    buf.copy_from_device(other, stream=stream)
+    hmr.stream_ref(handle).wait()
+    assert buf.tobytes() == data
+    other.close()
+    buf.close(stream=stream)
+
+
+def test_host_objects_of_every_shape():
+    arr = array.array("i", range(100))
+    raw = arr.tobytes()
+    buf = Buffer.from_host(arr)
+    assert buf.size == len(raw) and buf.tobytes() == raw
+    out = array.array("i", [0] * 100)
+    assert buf.copy_to_host(out) is out and out == arr
+    buf.copy_from_host(memoryview(raw))
+    m = memoryview(bytearray(len(raw)))
+    buf.copy_to_host(m)
+    assert m.tobytes() == raw
+    buf.copy_from_host(memoryview(raw).cast("B", (20, 20)))  # C-contiguous 2-D is fine
+
+
+def test_numpy_round_trip():
+    np = pytest.importorskip("numpy")
+    a = np.arange(1000, dtype=np.float64)
+    buf = Buffer.from_host(a)
+    b = np.empty_like(a)
+    assert buf.copy_to_host(b) is b
+    assert (a == b).all()
+    with pytest.raises(ValueError, match="C-contiguous"):
+        buf.copy_from_host(np.arange(2000, dtype=np.float64)[::2])
+    with pytest.raises(TypeError, match="writable"):
+        ro = np.zeros(1000)
+        ro.setflags(write=False)
+        buf.copy_to_host(ro)
+
+
+def test_copy_checks(emulator):
+    buf = Buffer.from_host(b"0123456789")
+    small = Buffer.from_host(b"abc", resource=HostMemoryResource())
+    with no_native_call(emulator):
+        with pytest.raises(ValueError, match="obj has 3 bytes, the buffer 10"):
+            buf.copy_from_host(b"abc")
+        with pytest.raises(ValueError, match="out has 11 bytes"):
+            buf.copy_to_host(bytearray(11))
+        with pytest.raises(TypeError, match="obj must support the buffer protocol"):
+            buf.copy_from_host("0123456789")
+        with pytest.raises(TypeError, match="out must be writable"):
+            buf.copy_to_host(b"0123456789")
+        with pytest.raises(ValueError, match="C-contiguous"):
+            buf.copy_from_host(memoryview(b"01234567890123456789")[::2])
+        with pytest.raises(TypeError, match="stream"):
+            buf.copy_from_host(b"0123456789", stream="s")
+        with pytest.raises(ValueError, match="stream"):
+            buf.copy_to_host(stream=-1)
+        with pytest.raises(ValueError, match="other has 3 bytes"):
+            buf.copy_from_device(small)
+        with pytest.raises(TypeError, match="__cuda_array_interface__"):
+            buf.copy_from_device(b"0123456789")
+        with pytest.raises(TypeError, match="value"):
+            buf.memset(1.0)
+        with pytest.raises(TypeError, match="value"):
+            buf.memset(True)
+        with pytest.raises(ValueError, match="value=256"):
+            buf.memset(256)
+        with pytest.raises(ValueError, match="value=-1"):
+            buf.memset(-1)
+    assert buf.tobytes() == b"0123456789"
+
+
+@pytest.mark.parametrize("src_kind", sorted(FACTORIES))
+@pytest.mark.parametrize("dst_kind", ["device", "host", "managed"])
+def test_copy_between_kinds(src_kind, dst_kind):
+    data = pattern(3000, 1)
+    src = Buffer.from_host(data, resource=FACTORIES[src_kind]())
+    dst = Buffer(3000, resource=FACTORIES[dst_kind]())
+    dst.copy_from_device(src)
+    assert dst.tobytes() == data
+
+
+class CAI:
+    """A foreign device array: a uint32 view of a buffer through the array interface."""
+
+    def __init__(self, buf, stream=None, strides=None, shape=None):
+        self.buf = buf
+        self.__cuda_array_interface__ = {
+            "version": 3, "shape": shape or (buf.size // 4,), "typestr": "<u4",
+            "data": (buf.ptr, False), "strides": strides, "stream": stream}
+
+
+def test_copy_from_array_interface(emulator, monkeypatch):
+    data = pattern(4000, 2)
+    src = Buffer.from_host(data)
+    dst = Buffer(4000)
+    dst.copy_from_device(CAI(src))
+    assert dst.tobytes() == data
+    dst.copy_from_device(CAI(src, strides=(4,)))  # explicit C strides are fine
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dst.copy_from_device(CAI(src, strides=(8,), shape=(1000,)))
+    with pytest.raises(ValueError, match="other has 2000 bytes"):
+        dst.copy_from_device(CAI(src, shape=(500,)))
+    rt = _hip.get_runtime()
+    synced = []
+    real = rt.fn.hipStreamSynchronize
+    monkeypatch.setattr(rt.fn, "hipStreamSynchronize", lambda s: synced.append(s) or real(s))
+    with hmr.Stream() as s:
+        dst.copy_from_device(CAI(src, stream=s.handle))  # the producer's stream is waited for
+        assert synced[0] == s.handle
+
+
+def test_memset(resource):
+    buf = Buffer(1000, resource=resource)
+    for v in (0, 1, 0x7F, 0xFF):
+        buf.memset(v)
+        assert buf.tobytes() == bytes([v]) * 1000
+    Buffer(0, resource=resource).memset(3)
+
+
+# ---- construction ---------------------------------------------------------------------------------
+def test_defaults():
+    buf = Buffer(64)
+    assert buf.resource is get_current_device_resource()
+    assert buf.stream == hmr.stream_ref(0) and buf.device == hmr.get_device()
+    assert buf.alignment == 256
+    assert Buffer(64, resource=HostMemoryResource()).device is None
+    assert Buffer(64, resource=PinnedMemoryResource()).device == hmr.get_device()
+    assert "size=64" in repr(buf) and "DeviceMemoryResource" in repr(buf)
+
+
+def test_zero_size_allocates_nothing():
+    rec = Recording()
+    buf = Buffer(0, resource=rec)
+    assert buf.ptr == 0 and buf.tobytes() == b"" and rec.calls == []
+    buf.close()
+    del buf
+    gc.collect()
+    assert rec.calls == []
+
+
+def test_alignment():
+    host = HostMemoryResource()
+    for a in (1, 64, 4096):
+        assert Buffer(100, resource=host, alignment=a).ptr % a == 0
+    assert Buffer(100, alignment=128).alignment == 128
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"size": -1}, ValueError, "size"),
+    ({"size": 1.5}, TypeError, "size"),
+    ({"size": None}, TypeError, "size"),
+    ({"size": "8"}, TypeError, "size"),
+    ({"size": 8, "alignment": 3}, ValueError, "alignment"),
+    ({"size": 8, "alignment": 2.0}, TypeError, "alignment"),
+    ({"size": 8, "alignment": 512, "resource": "device"}, ValueError, "alignment"),
+    ({"size": 8, "stream": "0"}, TypeError, "stream"),
+    ({"size": 8, "stream": -2}, ValueError, "stream"),
+    ({"size": 8, "resource": object()}, TypeError, "async_resource_ref"),
+    ({"size": 8, "resource": DeviceMemoryResource}, TypeError, "resource"),
+])
+def test_bad_arguments(emulator, kwargs, exc, match):
+    if kwargs.get("resource") == "device":
+        kwargs = dict(kwargs, resource=DeviceMemoryResource())
+    with no_native_call(emulator):
+        with pytest.raises(exc, match=match):
+            Buffer(**kwargs)
+
+
+def test_injected_failures_leave_nothing(emulator, recwarn):
+    before = emulator.live_allocations()
+    emulator.inject_failure(code=2, calls="hipMalloc")
+    with pytest.raises(OutOfMemoryError):
+        Buffer(4096)
+    emulator.inject_failure(code=1, calls="hipMemcpy")
+    with pytest.raises(HipError, match="hipMemcpy"):
+        Buffer.from_host(b"x" * 4096)
+    with hmr.Stream() as s:
+        emulator.inject_failure(code=1, calls="hipMemcpyAsync")
+        with pytest.raises(HipError, match="hipMemcpyAsync"):
+            Buffer.from_host(b"x" * 4096, stream=s)
+    gc.collect()
+    assert emulator.live_allocations() == before
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+# ---- lifetime ------------------------------------------------------------------------------------
+def test_close_is_idempotent_and_blocks_use(emulator):
+    before = emulator.live_allocations()
+    buf = Buffer.from_host(b"abcdef")
+    assert emulator.live_allocations().count == before.count + 1
+    buf.close()
+    buf.close()
+    assert buf.closed and emulator.live_allocations() == before
+    for use in (lambda: buf.ptr, buf.tobytes, lambda: bytes(buf), lambda: buf.memset(0),
+                lambda: buf.copy_from_host(b"abcdef"), buf.copy_to_host,
+                lambda: buf.copy_from_device(buf), lambda: buf.__cuda_array_interface__,
+                buf.__dlpack__, buf.__dlpack_device__, lambda: pickle.dumps(buf),
+                lambda: buf.__enter__()):
+        with pytest.raises(ValueError, match="closed"):
+            use()
+    assert buf.size == 6 and len(buf) == 6 and buf.device == 0
+    assert buf.stream == 0 and buf.resource is get_current_device_resource()
+    assert "closed" in repr(buf)
+
+
+def test_context_manager_and_garbage_collection(emulator):
+    before = emulator.live_allocations()
+    with Buffer(1000) as buf:
+        assert emulator.live_allocations().count == before.count + 1
+    assert buf.closed and emulator.live_allocations() == before
+    buf = Buffer(1000)
+    del buf
+    gc.collect()
+    assert emulator.live_allocations() == before
+
+
+def test_freed_on_the_allocation_stream_or_the_given_one():
+    rec = Recording()
+    with hmr.Stream() as s, hmr.Stream() as t:
+        buf = Buffer(100, resource=rec, stream=s)
+        assert rec.calls[-1][0] == "allocate" and rec.calls[-1][4] == s.handle
+        ptr = buf.ptr
+        buf.close()
+        assert rec.calls[-1] == ("deallocate", ptr, 100, 256, s.handle)
+        buf = Buffer(100, resource=rec, stream=s, alignment=64)
+        ptr = buf.ptr
+        buf.close(stream=t)
+        assert rec.calls[-1] == ("deallocate", ptr, 100, 64, t.handle)
+        buf = Buffer(100, resource=rec, stream=hmr.stream_per_thread)
+        ptr = buf.ptr
+        del buf
+        gc.collect()
+        assert rec.calls[-1] == ("deallocate", ptr, 100, 256, 2)
+        s.synchronize()
+
+
+def test_never_freed_twice():
+    rec = Recording()
+    buf = Buffer(100, resource=rec)
+    buf.close()
+    buf.close(stream=0)
+    del buf
+    gc.collect()
+    assert [c[0] for c in rec.calls] == ["allocate", "deallocate"]
+    buf = Buffer(100, resource=rec)
+    with pytest.raises(TypeError):
+        buf.close(stream="bad")  # a bad stream: nothing freed, still open
+    assert not buf.closed
+    buf.close()
+    assert [c[0] for c in rec.calls].count("deallocate") == 2
+
+
+def test_resource_and_stream_kept_alive(emulator, recwarn):
+    before = emulator.live_allocations()
+    r = AsyncMemoryResource()
+    s = hmr.Stream()
+    buf = Buffer.from_host(b"keep", resource=r, stream=s)
+    s.synchronize()
+    del r, s
+    gc.collect()
+    assert buf.tobytes() == b"keep"
+    del buf
+    gc.collect()
+    assert emulator.live_allocations() == before
+    assert not recwarn.list
+
+
+def test_stream_closed_before_the_buffer(recwarn):
+    rec = Recording()
+    s = hmr.Stream()
+    buf = Buffer(100, resource=rec, stream=s)
+    ptr = buf.ptr
+    s.close()
+    del buf
+    gc.collect()
+    assert rec.calls[-1] == ("deallocate", ptr, 100, 256, 0)  # the null stream instead
+    assert not recwarn.list
+
+
+def test_resource_closed_before_the_buffer(recwarn):
+    r = AsyncMemoryResource()
+    buf = Buffer.from_host(b"abc", resource=r)
+    r.close()
+    assert buf.tobytes() == b"abc"
+    buf.close()
+    assert not recwarn.list
+
+
+def test_failed_free_in_gc_is_a_warning():
+    rec = Recording(fail_free=True)
+    buf = Buffer(100, resource=rec)
+    ptr = buf.ptr
+    with pytest.warns(RuntimeWarning, match="refusing to free"):
+        del buf
+        gc.collect()
+    rec.up.deallocate(ptr, 100)
+    buf = Buffer(100, resource=rec)
+    with pytest.raises(RuntimeError, match="refusing"):
+        buf.close()  # an explicit close raises
+    assert buf.closed
+    rec.up.deallocate(rec.calls[-1][1], 100)
+
+
+EXIT_SCRIPT = r"""
+import gc, sys
+import hipmr_ctypes as hmr
+from hipmr_ctypes.buffer import Buffer
+from hipmr_ctypes.resources import *
+keep = []
+s = hmr.Stream()
+for make in (DeviceMemoryResource, AsyncMemoryResource, PinnedMemoryResource,
+             ManagedMemoryResource, HostMemoryResource):
+    r = make()
+    keep.append(Buffer.from_host(b"x" * 1000, resource=r, stream=s))
+    keep.append(Buffer(4096, resource=r))
+    del r                       # the resource is dropped before its buffers
+a = AsyncMemoryResource()
+keep.append(Buffer(100, resource=a, stream=hmr.stream_per_thread))
+a.close()                       # closed before its buffer
+t = hmr.Stream()
+keep.append(Buffer(100, stream=t))
+t.close()                       # the buffer's stream is gone
+keep.append(Buffer(100).__dlpack__())   # a capsule nobody consumed
+cycle = [Buffer(10)]
+cycle.append(cycle)             # garbage in a cycle
+del cycle
+u = hmr.Stream()
+keep.append(Buffer(100, stream=u))      # a live stream and a live buffer on it
+"""
+
+
+@pytest.mark.parametrize("ending", ["", "sys.exit(0)\n", "gc.collect()\n"])
+def test_interpreter_exit_with_live_buffers_is_silent(ending):
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONWARNINGS="default")
+    out = subprocess.run([sys.executable, "-X", "dev", "-c", EXIT_SCRIPT + ending], env=env,
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "" and out.stderr == ""
+
+
+# ---- the CUDA array interface --------------------------------------------------------------------
+def test_cuda_array_interface():
+    buf = Buffer(100)
+    assert buf.__cuda_array_interface__ == {
+        "version": 3, "shape": (100,), "typestr": "|u1", "data": (buf.ptr, False),
+        "strides": None, "stream": None}
+    with hmr.Stream() as s:
+        b2 = Buffer(8, stream=s)
+        assert b2.__cuda_array_interface__["stream"] == s.handle
+        b2.close()
+    assert Buffer(8, stream=hmr.stream_per_thread).__cuda_array_interface__["stream"] == 2
+    assert hasattr(Buffer(8, resource=PinnedMemoryResource()), "__cuda_array_interface__")
+    host = Buffer(8, resource=HostMemoryResource())
+    assert not hasattr(host, "__cuda_array_interface__")
+    with pytest.raises(AttributeError, match="host-only"):
+        host.__cuda_array_interface__
+
+
+# ---- DLPack ---------------------------------------------------------------------------------------
+_api = ctypes.PyDLL(None)
+_IsValid = _api.PyCapsule_IsValid
+_IsValid.restype, _IsValid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+_GetPointer = _api.PyCapsule_GetPointer
+_GetPointer.restype, _GetPointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+_SetName = _api.PyCapsule_SetName
+_SetName.restype, _SetName.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+_USED = ctypes.create_string_buffer(b"used_dltensor")
+_USED_VERSIONED = ctypes.create_string_buffer(b"used_dltensor_versioned")
+
+
+def _consume(capsule, versioned=False):
+    """What a consumer does: take the pointer, rename the capsule; returns the managed tensor."""
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    assert _IsValid(capsule, name)
+    ptr = _GetPointer(capsule, name)
+    _SetName(capsule, ctypes.cast(_USED_VERSIONED if versioned else _USED, ctypes.c_char_p))
+    kind = _dlpack.DLManagedTensorVersioned if versioned else _dlpack.DLManagedTensor
+    return kind.from_address(ptr), ptr
+
+
+def _call_deleter(managed, ptr):
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(managed.deleter)(ptr)
+
+
+@pytest.fixture
+def exports():
+    gc.collect()
+    _dlpack.reap()
+    base = _dlpack.live_exports()
+    yield base
+    gc.collect()
+    assert _dlpack.live_exports() == base
+
+
+def test_dlpack_device_on_emulated(emulator, resource):
+    assert Buffer(16, resource=resource).__dlpack_device__() == (_dlpack.kDLCPU, 0)
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_dlpack_capsule_contents_and_deleter(exports, emulator, versioned):
+    before = emulator.live_allocations()
+    buf = Buffer.from_host(pattern(300))
+    ptr = buf.ptr
+    cap = buf.__dlpack__(max_version=(1, 0) if versioned else None)
+    del buf
+    gc.collect()
+    assert _dlpack.live_exports() == exports + 1  # the capsule keeps the buffer alive
+    assert emulator.live_allocations().count == before.count + 1
+    managed, address = _consume(cap, versioned)
+    t = managed.dl_tensor
+    assert t.data == ptr and t.ndim == 1 and t.shape[0] == 300 and not t.strides
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (1, 8, 1) and t.byte_offset == 0
+    assert (t.device.device_type, t.device.device_id) == (_dlpack.kDLCPU, 0)
+    if versioned:
+        assert (managed.version.major, managed.version.minor) == (1, 0)
+        assert managed.flags == 0
+    assert ctypes.string_at(t.data, 300) == pattern(300)
+    del cap
+    gc.collect()
+    assert _dlpack.live_exports() == exports + 1  # consumed: only the deleter releases it
+    _call_deleter(managed, address)
+    gc.collect()
+    assert _dlpack.live_exports() == exports
+    assert emulator.live_allocations() == before
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_unconsumed_capsule_releases_the_buffer(exports, emulator, versioned):
+    before = emulator.live_allocations()
+    cap = Buffer.from_host(b"unused").__dlpack__(max_version=(1, 1) if versioned else (0, 8))
+    assert _dlpack.live_exports() == exports + 1
+    assert _IsValid(cap, b"dltensor_versioned" if versioned else b"dltensor")
+    del cap
+    gc.collect()
+    assert _dlpack.live_exports() == exports
+    assert emulator.live_allocations() == before
+
+
+def test_capsule_dropped_while_an_exception_propagates(exports):
+    buf = Buffer.from_host(b"exception")
+
+    def consumer_that_fails():
+        cap = buf.__dlpack__()  # noqa: F841
+        raise KeyError("the consumer's own error")
+
+    for _ in range(3):
+        with pytest.raises(KeyError, match="the consumer's own error"):
+            consumer_that_fails()
+        with pytest.raises(ZeroDivisionError):
+            [buf.__dlpack__(), 1 / 0]
+    gc.collect()
+
+
+def test_dlpack_arguments(exports):
+    buf = Buffer(8)
+    with pytest.raises(BufferError, match="copy=True"):
+        buf.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match="device"):
+        buf.__dlpack__(dl_device=(_dlpack.kDLCUDA, 0) if hmr.platform() == "emulated"
+                       else (_dlpack.kDLCPU, 0))
+    with pytest.raises(TypeError, match="stream"):
+        buf.__dlpack__(stream="0")
+    with pytest.raises(TypeError, match="max_version"):
+        buf.__dlpack__(max_version=1)
+    cap = buf.__dlpack__(stream=None, max_version=(1, 0), dl_device=buf.__dlpack_device__(),
+                         copy=False)
+    assert _IsValid(cap, b"dltensor_versioned")
+    del cap
+
+
+def test_numpy_from_dlpack(exports, emulator):
+    np = pytest.importorskip("numpy")
+    before = emulator.live_allocations()
+    data = pattern(1000)
+    for resource in (DeviceMemoryResource(), HostMemoryResource(), PinnedMemoryResource()):
+        buf = Buffer.from_host(data, resource=resource)
+        view = np.from_dlpack(buf)
+        assert view.dtype == np.uint8 and view.shape == (1000,)
+        assert view.tobytes() == data
+        view[:3] = 7  # the same memory, not a copy
+        assert buf.tobytes()[:4] == b"\x07\x07\x07" + data[3:4]
+        del buf
+        gc.collect()
+        assert view[3] == data[3]  # still alive through the export
+        del view
+        gc.collect()
+    assert np.from_dlpack(Buffer(0)).shape == (0,)
+    gc.collect()
+    assert emulator.live_allocations() == before
+
+
+# ---- pickling -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_pickle(protocol):
+    buf = Buffer.from_host(pattern(5000), resource=HostMemoryResource())
+    copy = pickle.loads(pickle.dumps(buf, protocol=protocol))
+    assert copy.tobytes() == buf.tobytes() and copy.ptr != buf.ptr
+    assert copy.resource is get_current_device_resource()
+
+
+def test_pickle_out_of_band():
+    buf = Buffer.from_host(pattern(5000))
+    buffers = []
+    data = pickle.dumps(buf, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 1 and len(data) < 1000
+    copy = pickle.loads(data, buffers=buffers)
+    assert copy.tobytes() == pattern(5000)
+
+
+# ---- real GPU ------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_gpu_buffer_round_trips(gpu_runtime, kind):
+    r = FACTORIES[kind]()
+    data = pattern((4 << 20) + 1)
+    with hmr.Stream() as s:
+        for stream in (None, 0, s, hmr.stream_per_thread):
+            buf = Buffer.from_host(data, resource=r, stream=stream)
+            if stream is not None:
+                hmr.stream_ref(stream).wait()
+            assert buf.tobytes() == data
+            other = Buffer(len(data), resource=FACTORIES["device"](), stream=stream)
+            other.copy_from_device(buf)
+            assert other.tobytes() == data
+            buf.memset(0x5A)
+            assert buf.tobytes() == b"\x5a" * len(data)
+            buf.close()
+            other.close()
+
+
+@pytest.mark.gpu
+def test_gpu_dlpack_device(gpu_runtime):
+    gpu = _dlpack.kDLROCM if gpu_runtime.platform == "amd" else _dlpack.kDLCUDA
+    dev = hmr.get_device()
+    assert Buffer(8).__dlpack_device__() == (gpu, dev)
+    assert Buffer(8, resource=AsyncMemoryResource.from_default_pool()).__dlpack_device__() \
+        == (gpu, dev)
+    assert Buffer(8, resource=HostMemoryResource()).__dlpack_device__() == (_dlpack.kDLCPU, 0)
+    pinned = Buffer(8, resource=PinnedMemoryResource()).__dlpack_device__()
+    managed = Buffer(8, resource=ManagedMemoryResource()).__dlpack_device__()
+    if gpu_runtime.platform == "nvidia":
+        assert pinned == (_dlpack.kDLCUDAHost, 0)
+        assert managed == (_dlpack.kDLCUDAManaged, dev)
+    else:
+        assert pinned == (_dlpack.kDLROCMHost, 0)
+        assert managed == (_dlpack.kDLROCM, dev)
+
+
+@pytest.mark.gpu
+def test_gpu_exit_with_live_buffers_is_silent(gpu_runtime):
+    env = dict(os.environ, PYTHONWARNINGS="default")
+    out = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "" and out.stderr == ""
