@@ -1,0 +1,9 @@
+"""Hooks for other GPU libraries, each imported only on demand (never by the package itself):
+
+* ``hipmr_ctypes.interop.cupy``: ``allocator(resource=None)`` for ``cupy.cuda.set_allocator``.
+* ``hipmr_ctypes.interop.numba``: ``HipmrNumbaManager``, a Numba External Memory Management
+  plugin (``NUMBA_CUDA_MEMORY_MANAGER=hipmr_ctypes.interop.numba``).
+
+DLPack and ``__cuda_array_interface__`` need no hook: ``Buffer`` implements both, so
+``torch.from_dlpack(buf)``, ``cupy.from_dlpack(buf)`` and ``cupy.asarray(buf)`` see its memory.
+"""
