@@ -1,0 +1,272 @@
+"""What every adaptor shares: the upstream reference, the async-only methods, equality, and
+the argument checks.
+
+An adaptor stores its upstream as a ``resource_ref`` / ``async_resource_ref`` carrying every
+property the upstream declares, exposes it with ``upstream_resource()`` and forwards those
+properties (:class:`~hipmr_ctypes.properties.forward_property`).  It is an async resource
+exactly when its upstream is one: the methods ``allocate_async`` / ``deallocate_async`` are
+:func:`async_method` descriptors that raise ``AttributeError`` on an instance over a
+synchronous upstream, so ``is_async_resource(adaptor)`` is False there.
+
+Checks run before any state or upstream is touched and name the argument they reject.  Hot
+paths inline the cheap part (``type(x) is int``, membership in :data:`FAST_ALIGNMENTS`) and
+call the functions here only when that fails.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+from types import MethodType
+from typing import Any, Callable, Dict, Tuple
+
+from ..concepts import is_async_resource, is_resource
+from ..properties import DEFAULT_ALIGNMENT, forward_property
+from ..resource_ref import async_resource_ref, resource_ref
+from ..stream_ref import stream_ref
+
+__all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_method",
+           "as_upstream_ref", "check_size", "check_alignment", "check_args", "check_ptr",
+           "check_stream", "check_callable", "give_back_chunks", "round_up", "FAST_ALIGNMENTS",
+           "STREAM_REF", "MAX_SIZE"]
+
+#: Largest size accepted, in bytes.
+MAX_SIZE = 1 << 63
+#: alignment -> alignment for every power of two up to 256.  ``FAST_ALIGNMENTS.get(a) is a``
+#: holds only for a genuine int in that set (CPython caches those small ints), never for a
+#: bool, a float or another integer type, which take the checked slow path instead.
+FAST_ALIGNMENTS = {1 << i: 1 << i for i in range(DEFAULT_ALIGNMENT.bit_length())}
+#: The stream_ref class, for ``type(stream) is STREAM_REF`` fast paths.
+STREAM_REF = stream_ref
+_MAX_HANDLE = (1 << 64) - 1
+
+
+def _as_int(value: Any, name: str, what: str) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, float, str, bytes)) or value is None:
+        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}")
+    try:
+        return operator.index(value)  # numpy integers and the like
+    except TypeError:
+        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}") from None
+
+
+def check_size(value: Any, name: str = "bytes") -> int:
+    """``value`` as a size: an int (not a bool) in ``[0, 2**63]``."""
+    value = _as_int(value, name, "number of bytes")
+    if value < 0:
+        raise ValueError(f"{name}={value} is negative")
+    if value > MAX_SIZE:
+        raise ValueError(f"{name}={value} is larger than 2**63")
+    return value
+
+
+def check_alignment(value: Any, name: str = "alignment") -> int:
+    """``value`` as an alignment: a positive power-of-two int (not a bool)."""
+    value = _as_int(value, name, "power of two")
+    if value <= 0 or value & (value - 1):
+        raise ValueError(f"{name}={value} is not a power of two")
+    if value > MAX_SIZE:
+        raise ValueError(f"{name}={value} is larger than 2**63")
+    return value
+
+
+def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:
+    """A checked ``(bytes, alignment)`` pair (the slow path of the adaptors' fast checks)."""
+    return check_size(nbytes), check_alignment(alignment)
+
+
+def check_ptr(value: Any, name: str = "ptr") -> int:
+    """``value`` as a pointer: an int address in ``[0, 2**64)``."""
+    value = _as_int(value, name, "address")
+    if not 0 <= value <= _MAX_HANDLE:
+        raise ValueError(f"{name}={value:#x} is not an address in [0, 2**64)")
+    return value
+
+
+def check_stream(stream: Any, name: str = "stream") -> int:
+    """The int handle of ``stream`` (an int, a stream_ref or anything stream_ref accepts)."""
+    if type(stream) is int and 0 <= stream <= _MAX_HANDLE:
+        return stream
+    if type(stream) is STREAM_REF:
+        return stream.get()
+    try:
+        return stream_ref(stream).get()
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {exc}") from None
+
+
+def check_callable(value: Any, name: str) -> Any:
+    """``value`` unchanged if callable, else TypeError naming ``name``."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, not {type(value).__name__}")
+    return value
+
+
+def round_up(value: int, alignment: int) -> int:
+    """``value`` rounded up to a multiple of the power of two ``alignment``."""
+    return (value + alignment - 1) & -alignment
+
+
+def give_back_chunks(up_dealloc: Callable[..., Any], chunks: Dict[int, int]) -> None:
+    """Finalizer of the sub-allocators: return every chunk ``{start: size}`` to the upstream
+    (with alignment 256) when the resource is garbage-collected; errors are ignored (the
+    interpreter may be exiting)."""
+    for start, size in list(chunks.items()):
+        try:
+            up_dealloc(start, size, DEFAULT_ALIGNMENT)
+        except Exception:
+            pass
+    chunks.clear()
+
+
+def as_upstream_ref(upstream: Any, name: str = "upstream") -> resource_ref:
+    """``upstream`` as a ref carrying all its properties: itself if it already is a ref, an
+    ``async_resource_ref`` for an async resource, a ``resource_ref`` for a synchronous one."""
+    if isinstance(upstream, resource_ref):
+        return upstream
+    if upstream is None or isinstance(upstream, type):
+        raise TypeError(f"{name} must be a resource instance or a resource_ref, not "
+                        f"{upstream!r}")
+    props = tuple(getattr(upstream, "properties", ()))
+    if is_async_resource(upstream):
+        return async_resource_ref[props](upstream)
+    if is_resource(upstream):
+        return resource_ref[props](upstream)
+    raise TypeError(f"{name}: {type(upstream).__name__} is not a resource (it needs "
+                    "allocate(bytes, alignment), deallocate(ptr, bytes, alignment) and ==)")
+
+
+class _AsyncMethod:
+    """A method that exists only on instances whose ``_async`` attribute is true.
+
+    On the class it is the plain function (for help() and introspection).  It is a non-data
+    descriptor, so a hot-path closure stored in the instance's ``__dict__`` under the same name
+    takes precedence.
+    """
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self._func = func
+        self._name = func.__name__
+        functools.update_wrapper(self, func)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return self._func
+        if obj._async:
+            return MethodType(self._func, obj)
+        raise AttributeError(f"{type(obj).__name__} over a synchronous upstream has no "
+                             f"{self._name} (its upstream is not an async resource)")
+
+
+def async_method(func: Callable[..., Any]) -> Any:
+    """Decorator: ``func`` is a method only of instances that are async resources."""
+    return _AsyncMethod(func)
+
+
+class Adaptor(forward_property):
+    """Base class of the adaptors: an upstream ref, forwarded properties, equality.
+
+    Subclasses call :meth:`_set_upstream` first in ``__init__`` and list their settings in
+    :meth:`_settings`; two adaptors are equal when they have the same type, equal upstreams and
+    equal settings.  Adaptors that own memory of their own (pools) compare by identity instead.
+    """
+
+    _async = False
+    _upstream: resource_ref
+
+    def _set_upstream(self, upstream: Any, name: str = "upstream") -> resource_ref:
+        ref = as_upstream_ref(upstream, name)
+        self._upstream = ref
+        self._async = isinstance(ref, async_resource_ref)
+        return ref
+
+    def upstream_resource(self) -> resource_ref:
+        """The upstream, as the ``resource_ref`` / ``async_resource_ref`` this adaptor holds."""
+        return self._upstream
+
+    @property
+    def upstream(self) -> Any:
+        """The upstream resource object itself (``upstream_resource().resource``)."""
+        return self._upstream.resource
+
+    def _settings(self) -> Tuple[Any, ...]:
+        return ()
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if type(other) is not type(self):
+            return False
+        return bool(self._upstream == other._upstream) and \
+            self._settings() == other._settings()  # type: ignore[attr-defined]
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        try:
+            return hash((type(self), self._upstream, self._settings()))
+        except TypeError:
+            return hash((type(self), self._upstream))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._upstream.resource!r})"
+
+
+class IdentityEqual:
+    """Mixin for adaptors that own memory (pools): equal only to themselves, since memory from
+    one pool cannot be given back to another even over the same upstream."""
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __ne__(self, other: object) -> bool:
+        return other is not self
+
+    __hash__ = object.__hash__
+
+
+class BoundMethods:
+    """A resource whose hot methods are closures built once per instance (``_install``), so
+    that a call looks nothing up: the methods below only document the interface and
+    delegate to those closures (e.g. when called as ``Class.allocate(instance, ...)``).
+    ``allocate_async`` / ``deallocate_async`` exist only when ``_async`` is true."""
+
+    _async = False
+
+    def _install(self, allocate: Callable[..., int], deallocate: Callable[..., None],
+                 allocate_async: Callable[..., int], deallocate_async: Callable[..., None]
+                 ) -> None:
+        self.allocate = allocate
+        self.deallocate = deallocate
+        if self._async:
+            self.allocate_async = allocate_async
+            self.deallocate_async = deallocate_async
+
+    def allocate(self, bytes: int,  # type: ignore[no-redef]
+                 alignment: int = DEFAULT_ALIGNMENT) -> int:
+        """Allocate ``bytes`` bytes aligned to ``alignment``; returns the pointer."""
+        return self.__dict__["allocate"](bytes, alignment)
+
+    def deallocate(self, ptr: int, bytes: int,  # type: ignore[no-redef]
+                   alignment: int = DEFAULT_ALIGNMENT) -> None:
+        """Free ``ptr``, obtained from ``allocate(bytes, alignment)``."""
+        self.__dict__["deallocate"](ptr, bytes, alignment)
+
+    @async_method
+    def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
+        """Allocate in stream order on ``stream`` (only over an async upstream)."""
+        return self.__dict__["allocate_async"](bytes, alignment, stream)
+
+    @async_method
+    def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        """Free ``ptr`` in stream order on ``stream`` (only over an async upstream)."""
+        self.__dict__["deallocate_async"](ptr, bytes, alignment, stream)
+
+
+class BoundAdaptor(BoundMethods, Adaptor):
+    """An :class:`Adaptor` with :class:`BoundMethods`."""

@@ -1,0 +1,252 @@
+"""``FixedSizeResource``: one block size, served from per-stream free lists."""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Dict, List, Optional
+
+from ..properties import DEFAULT_ALIGNMENT
+from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
+                    check_ptr, check_size, check_stream, give_back_chunks, round_up)
+from ._order import HOST, StreamOrder
+
+__all__ = ["FixedSizeResource"]
+
+_GRAIN = DEFAULT_ALIGNMENT
+_NONE = object()
+
+
+class _Blocks:
+    """The resource's state and slow paths (``lock`` guards everything)."""
+
+    def __init__(self, up: Any, is_async: bool, block_size: int, per_chunk: int) -> None:
+        self.lock = threading.Lock()
+        self.up_alloc = up.allocate
+        self.up_dealloc = up.deallocate
+        self.up_alloc_async = up.allocate_async if is_async else None
+        self.block_size = block_size
+        self.per_chunk = per_chunk
+        self.free: Dict[Any, List[int]] = {HOST: []}   # HOST or stream handle -> free blocks
+        self.live: Dict[int, int] = {}                  # ptr -> requested size
+        self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
+        self.streams = StreamOrder()
+
+    def grow(self, key: Any) -> None:
+        size = self.block_size * self.per_chunk
+        if key is HOST or self.up_alloc_async is None:
+            ptr = self.up_alloc(size, _GRAIN)
+        else:
+            ptr = self.up_alloc_async(size, _GRAIN, key)
+        if type(ptr) is not int or ptr <= 0 or ptr & (_GRAIN - 1):
+            raise ValueError(f"the upstream returned {ptr!r} for {size} bytes: "
+                             f"FixedSizeResource needs a non-null pointer aligned to {_GRAIN}")
+        self.chunks[ptr] = size
+        lst = self.free.setdefault(key, [])
+        lst.extend(range(ptr + size - self.block_size, ptr - 1, -self.block_size))
+
+    def take(self, key: Any) -> int:
+        """A free block for ``key`` (lock held)."""
+        free = self.free
+        lst = free.get(key)
+        if lst:
+            return lst.pop()
+        if key is not HOST and free[HOST]:  # freed synchronously: safe for every stream
+            return free[HOST].pop()
+        others = [k for k, blocks in free.items() if blocks and k != key and k is not HOST]
+        if others:  # wait for the stream holding most, then take all its blocks
+            source = max(others, key=lambda k: len(free[k]))
+            self.streams.order((source,), key)
+            mine = free.setdefault(key, [])
+            mine.extend(free.pop(source))
+            return mine.pop()
+        self.grow(key)
+        return free[key].pop()
+
+    def allocate_slow(self, nbytes: Any, alignment: Any, key: Any) -> int:
+        nbytes = check_size(nbytes)
+        alignment = check_alignment(alignment)
+        if nbytes > self.block_size:
+            raise ValueError(f"bytes={nbytes} is larger than the block size {self.block_size}")
+        if alignment > _GRAIN:
+            raise ValueError(f"alignment={alignment} is larger than {_GRAIN}, the most "
+                             "FixedSizeResource guarantees")
+        if not nbytes:
+            return 0
+        with self.lock:
+            ptr = self.take(key)
+            self.live[ptr] = nbytes
+            return ptr
+
+    def deallocate_slow(self, ptr: Any, nbytes: Any, alignment: Any, key: Any) -> None:
+        ptr = check_ptr(ptr)
+        nbytes = check_size(nbytes)
+        check_alignment(alignment)
+        if not ptr and not nbytes:
+            return
+        with self.lock:
+            known = self.live.get(ptr)
+            if known is None:
+                raise ValueError(f"ptr={ptr:#x} was not allocated by this FixedSizeResource "
+                                 "or was already deallocated")
+            if known != nbytes:
+                raise ValueError(f"ptr={ptr:#x} was allocated with {known} bytes, not "
+                                 f"bytes={nbytes}")
+            del self.live[ptr]
+            self.free.setdefault(key, []).append(ptr)
+
+    def release(self) -> int:
+        with self.lock:
+            free = self.free
+            streams = [k for k in free if k is not HOST]
+            self.streams.order([k for k in streams if free[k]], HOST)
+            for k in streams:
+                free[HOST].extend(free.pop(k))
+            self.streams.close()
+            idle = set(free[HOST])
+            bs = self.block_size
+            given = 0
+            for start, size in list(self.chunks.items()):
+                blocks = range(start, start + size, bs)
+                if all(b in idle for b in blocks):
+                    self.up_dealloc(start, size, _GRAIN)
+                    del self.chunks[start]
+                    idle.difference_update(blocks)
+                    given += size
+            if given:
+                free[HOST][:] = sorted(idle, reverse=True)
+            return given
+
+
+class FixedSizeResource(IdentityEqual, BoundAdaptor):
+    """``FixedSizeResource(upstream, block_size=1 MiB, blocks_to_preallocate=128)``.
+
+    Every allocation of at most ``block_size`` bytes (rounded up to 256) gets one whole block;
+    blocks come from upstream chunks of ``block_size * blocks_to_preallocate`` bytes (one
+    chunk is taken at construction, more on demand).  Larger requests and alignments above
+    256 raise ``ValueError``.  Free lists are kept per stream with the pool's stream-ordering
+    rules: a block freed on stream S is reused at once on S, and handed to another stream only
+    after an event wait.  Thread-safe; an async resource when the upstream is one; equal only
+    to itself.  ``release()`` gives fully free chunks back; all chunks go back when the
+    resource is garbage-collected.
+    """
+
+    def __init__(self, upstream: Any, block_size: int = 1 << 20,
+                 blocks_to_preallocate: int = 128) -> None:
+        ref = self._set_upstream(upstream)
+        block_size = check_size(block_size, "block_size")
+        per_chunk = check_size(blocks_to_preallocate, "blocks_to_preallocate")
+        if not block_size:
+            raise ValueError("block_size=0: a block must hold at least one byte")
+        if not per_chunk:
+            raise ValueError("blocks_to_preallocate=0: a chunk must hold at least one block")
+        self._block_size = round_up(block_size, _GRAIN)
+        self._per_chunk = per_chunk
+        state = self._state = _Blocks(ref, self._async, self._block_size, per_chunk)
+        with state.lock:
+            state.grow(HOST)
+        weakref.finalize(self, give_back_chunks, state.up_dealloc, state.chunks)
+        self._bind(state)
+
+    def _bind(self, state: _Blocks) -> None:
+        lock = state.lock
+        acquire = lock.acquire
+        release = lock.release
+        free = state.free
+        free_get = free.get
+        host = free[HOST]
+        live = state.live
+        live_pop = live.pop
+        aligned = FAST_ALIGNMENTS.get
+        block_size = self._block_size
+        allocate_slow = state.allocate_slow
+        deallocate_slow = state.deallocate_slow
+        SR = STREAM_REF
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment:
+                acquire()
+                try:
+                    if host:
+                        ptr = host.pop()
+                        live[ptr] = bytes
+                        return ptr
+                finally:
+                    release()
+            return allocate_slow(bytes, alignment, HOST)
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            if aligned(alignment) is alignment:
+                acquire()
+                try:
+                    known = live_pop(ptr, _NONE)
+                    if known == bytes:
+                        host.append(ptr)
+                        return
+                    if known is not _NONE:  # wrong size: put it back, report below
+                        live[ptr] = known
+                finally:
+                    release()
+            deallocate_slow(ptr, bytes, alignment, HOST)
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            if type(stream) is not int:
+                stream = stream.get() if type(stream) is SR else check_stream(stream)
+            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment:
+                acquire()
+                try:
+                    lst = free_get(stream)
+                    if lst:
+                        ptr = lst.pop()
+                        live[ptr] = bytes
+                        return ptr
+                finally:
+                    release()
+            return allocate_slow(bytes, alignment, check_stream(stream))
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            if type(stream) is not int:
+                stream = stream.get() if type(stream) is SR else check_stream(stream)
+            if aligned(alignment) is alignment:
+                acquire()
+                try:
+                    known = live_pop(ptr, _NONE)
+                    if known == bytes:
+                        lst = free_get(stream)  # only checked streams have an entry
+                        if lst is not None:
+                            lst.append(ptr)
+                            return
+                    if known is not _NONE:  # put it back; the checked path decides
+                        live[ptr] = known
+                finally:
+                    release()
+            deallocate_slow(ptr, bytes, alignment, check_stream(stream))
+
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
+
+    @property
+    def block_size(self) -> int:
+        """The size of every block (rounded up to 256)."""
+        return self._block_size
+
+    @property
+    def blocks_to_preallocate(self) -> int:
+        """Blocks per upstream chunk."""
+        return self._per_chunk
+
+    def pool_size(self) -> int:
+        """Bytes currently held from the upstream."""
+        with self._state.lock:
+            return sum(self._state.chunks.values())
+
+    def allocation_count(self) -> int:
+        """Number of live allocations."""
+        return len(self._state.live)
+
+    def release(self) -> int:
+        """Give every fully free chunk back to the upstream (after waiting on the host for the
+        streams that freed blocks); returns the bytes given back."""
+        return self._state.release()
+
+    def __repr__(self) -> str:
+        return (f"FixedSizeResource({self._upstream.resource!r}, "
+                f"block_size={self._block_size}, blocks_to_preallocate={self._per_chunk})")

@@ -1,0 +1,516 @@
+"""``PoolResource``: a coalescing best-fit sub-allocator over any resource, with an exact-fit
+fast path.
+
+Design (see docs/adaptors.md for the long version):
+
+* Blocks are carved from *chunks* the pool gets from its upstream; every block size is a
+  multiple of 256 (the *size class* of a request is its size rounded up to 256), and every
+  block starts 256-aligned.
+* **Fast path.**  A freed block goes to a free list for its (stream, size class); the pool
+  keeps, per stream, a dict from each exact requested size seen to that class's list.  An
+  allocation of a size seen before on the same stream is then: one lock, one dict lookup for
+  the stream, one for the size, a ``list.pop`` and the store of ``ptr -> size`` in the dict of
+  live blocks.  A deallocation pops ``ptr`` from the live dict (unknown pointer or wrong size:
+  ``ValueError``, state unchanged) and appends it to the list.
+* **Slow path** (a miss): the class list (other exact sizes of the class), then clean blocks
+  freed synchronously, then the best-fit structure (free blocks sorted by size, with
+  start/end maps so that neighbours coalesce in O(1)), then all free lists flushed into the
+  best-fit structure (coalescing them), then growth from the upstream (doubling, up to
+  ``maximum_pool_size``), then giving fully free chunks back and growing again, then
+  ``OutOfMemoryError``.
+* **Stream order.**  Synchronous ``allocate`` / ``deallocate`` are host-synchronous: a block
+  freed with ``deallocate`` is safe for every stream.  A block freed with
+  ``deallocate_async(..., stream=S)`` is handed out again at once on S; a best-fit block
+  carries the set of streams whose queued work may still use it, and before it goes to another
+  stream T the pool records an event on each such stream and makes T wait for it
+  (``wait_event``), or, for a synchronous allocation, waits for the event on the host.
+  Chunks obtained with ``allocate_async(..., T)`` start tagged with T.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from bisect import bisect_left, insort
+from typing import Any, Dict, FrozenSet, List, Optional
+
+from .._hip.errors import OutOfMemoryError
+from ..properties import DEFAULT_ALIGNMENT
+from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual,
+                    check_alignment, check_ptr, check_size, check_stream, give_back_chunks,
+                    round_up)
+from ._order import HOST as _SYNC
+from ._order import StreamOrder
+
+__all__ = ["PoolResource"]
+
+_GRAIN = DEFAULT_ALIGNMENT          # block sizes and starts are multiples of this
+_MIN_GROWTH = 1 << 20               # the smallest chunk the pool asks for when it grows
+_MAX_SIZES_PER_STREAM = 4096        # exact sizes remembered per stream (then forgotten)
+_CLEAN: FrozenSet[Any] = frozenset()
+_NONE = object()                    # "no such live block" (equal to no size)
+
+
+class _Arena:
+    """The pool's state and slow paths.  Every method but the ``*_slow`` entry points expects
+    the caller to hold ``lock``."""
+
+    def __init__(self, up: Any, is_async: bool, maximum: Optional[int]) -> None:
+        self.lock = threading.Lock()
+        self.up_alloc = up.allocate
+        self.up_dealloc = up.deallocate
+        self.up_alloc_async = up.allocate_async if is_async else None
+        self.maximum = maximum
+        # fast path: key (stream handle, or _SYNC) -> {exact size -> list of free ptrs};
+        # classes: key -> {block size -> the same lists}
+        self.free: Dict[Any, Dict[int, List[int]]] = {_SYNC: {}}
+        self.classes: Dict[Any, Dict[int, List[int]]] = {_SYNC: {}}
+        self.live: Dict[int, int] = {}         # ptr -> requested size
+        # best-fit structure: free block start -> size / tag, end -> start, sorted (size, start)
+        self.fsize: Dict[int, int] = {}
+        self.ftag: Dict[int, FrozenSet[Any]] = {}
+        self.fend: Dict[int, int] = {}
+        self.fsorted: List[Any] = []
+        self.chunks: Dict[int, int] = {}       # upstream chunk start -> size
+        self.pool_size = 0
+        self.peak_pool_size = 0
+        self.streams = StreamOrder()           # events for cross-stream reuse
+
+    # ----------------------------------------------------------------- best-fit structure
+    def _add(self, start: int, size: int, tag: FrozenSet[Any]) -> None:
+        self.fsize[start] = size
+        self.ftag[start] = tag
+        self.fend[start + size] = start
+        insort(self.fsorted, (size, start))
+
+    def _remove(self, start: int) -> int:
+        size = self.fsize.pop(start)
+        del self.ftag[start]
+        del self.fend[start + size]
+        fs = self.fsorted
+        del fs[bisect_left(fs, (size, start))]
+        return size
+
+    def _insert(self, start: int, size: int, tag: FrozenSet[Any]) -> None:
+        """Add a free block, merged with free neighbours inside the same chunk."""
+        chunks = self.chunks
+        end = start + size
+        if end in self.fsize and end not in chunks:
+            rtag = self.ftag[end]
+            size += self._remove(end)
+            tag = tag | rtag
+        if start in self.fend and start not in chunks:
+            left = self.fend[start]
+            ltag = self.ftag[left]
+            size += self._remove(left)
+            start = left
+            tag = tag | ltag
+        self._add(start, size, tag)
+
+    def _find(self, size: int, alignment: int) -> Optional[Any]:
+        """(block start, block size, aligned start) of the best fit, or None."""
+        fs = self.fsorted
+        i = bisect_left(fs, (size, 0))
+        if alignment <= _GRAIN:
+            if i == len(fs):
+                return None
+            bsize, start = fs[i]
+            return start, bsize, start
+        for j in range(i, len(fs)):
+            bsize, start = fs[j]
+            aligned = round_up(start, alignment)
+            if aligned + size <= start + bsize:
+                return start, bsize, aligned
+        return None
+
+    def _take_global(self, size: int, alignment: int, key: Any) -> Optional[int]:
+        found = self._find(size, alignment)
+        if found is None:
+            return None
+        start, bsize, aligned = found
+        tag = self.ftag[start]
+        if tag:
+            self._order(tag, key)  # may raise: nothing changed yet
+            tag = self.ftag[start]  # a host wait may have cleaned it
+        self._remove(start)
+        if aligned > start:
+            self._add(start, aligned - start, tag)
+        end = aligned + size
+        if start + bsize > end:
+            self._add(end, start + bsize - end, tag)
+        return aligned
+
+    # -------------------------------------------------------------------- stream order
+    def _order(self, tag: FrozenSet[Any], key: Any) -> None:
+        """Make ``key``'s stream (or the host, for _SYNC) wait for the work queued on every
+        stream of ``tag`` other than itself."""
+        waited = self.streams.order(tag, key)
+        if waited and key is _SYNC:  # idle up to now: every free block is clean of them
+            self._forget_streams(set(waited))
+
+    def _forget_streams(self, streams: Any) -> None:
+        ftag = self.ftag
+        for start, tag in ftag.items():
+            if tag and not streams.isdisjoint(tag):
+                ftag[start] = tag - streams
+
+    def _synchronize_all(self) -> None:
+        """Wait on the host for every stream that tags a free block; all become clean."""
+        streams = set()
+        for tag in self.ftag.values():
+            streams.update(tag)
+        if streams:
+            self._order(frozenset(streams), _SYNC)
+
+    # ---------------------------------------------------------------------- free lists
+    def _flush(self, key: Any) -> None:
+        """Move the free lists of ``key`` into the best-fit structure."""
+        tag = _CLEAN if key is _SYNC else frozenset((key,))
+        insert = self._insert
+        for size, lst in self.classes[key].items():
+            for ptr in lst:
+                insert(ptr, size, tag)
+        if key is _SYNC:  # the sync dicts are bound by the hot paths: clear, never replace
+            self.free[key].clear()
+            self.classes[key].clear()
+        else:
+            del self.free[key]
+            del self.classes[key]
+
+    def _flush_all(self) -> None:
+        for key in list(self.classes):
+            self._flush(key)
+
+    def _take_cached(self, nbytes: int, size: int, alignment: int, key: Any) -> Optional[int]:
+        """A block of class ``size`` from the free lists of ``key`` or the clean sync lists."""
+        for k in (key, _SYNC) if key is not _SYNC else (_SYNC,):
+            classes = self.classes.get(k)
+            lst = classes.get(size) if classes is not None else None
+            if not lst:
+                continue
+            if alignment <= _GRAIN:
+                ptr = lst.pop()
+            else:
+                for i in range(len(lst) - 1, -1, -1):
+                    if not lst[i] & (alignment - 1):
+                        ptr = lst.pop(i)
+                        break
+                else:
+                    continue
+            if k is key:
+                self._remember(key, nbytes, lst)
+            return ptr
+        return None
+
+    def _remember(self, key: Any, nbytes: int, lst: List[int]) -> None:
+        sizes = self.free[key]
+        if len(sizes) >= _MAX_SIZES_PER_STREAM:  # bound the map; it refills on misses
+            sizes.clear()
+        sizes[nbytes] = lst
+
+    # ------------------------------------------------------------------------ growth
+    def _grow(self, need: int, nbytes: int, key: Any) -> None:
+        """Get a chunk of at least ``need`` bytes from the upstream, or raise OutOfMemoryError."""
+        maximum = self.maximum
+        if maximum is not None and self.pool_size + need > maximum:
+            self._release_free_chunks()
+            if self.pool_size + need > maximum:
+                raise OutOfMemoryError(
+                    call="PoolResource.allocate", size=nbytes,
+                    detail=f"the pool would pass maximum_pool_size={maximum} "
+                           f"(pool size {self.pool_size}, free blocks cannot fit it)")
+        want = max(need, self.pool_size, _MIN_GROWTH)
+        if maximum is not None:
+            want = max(need, min(want, maximum - self.pool_size))
+        error = None
+        while True:
+            try:
+                self._add_chunk(want, key)
+                return
+            except MemoryError as exc:
+                error = exc
+            if want > need:
+                want = max(need, round_up(want // 2, _GRAIN))
+                continue
+            break
+        if self._release_free_chunks():
+            try:
+                self._add_chunk(need, key)
+                return
+            except MemoryError as exc:
+                error = exc
+        raise OutOfMemoryError(call="PoolResource.allocate", size=nbytes,
+                               detail=f"the upstream could not grow the pool by {need} bytes "
+                                      f"(pool size {self.pool_size}): {error}") from error
+
+    def _add_chunk(self, size: int, key: Any) -> None:
+        if key is _SYNC or self.up_alloc_async is None:
+            ptr = self.up_alloc(size, _GRAIN)
+            tag = _CLEAN
+        else:
+            ptr = self.up_alloc_async(size, _GRAIN, key)
+            tag = frozenset((key,))
+        if type(ptr) is not int or ptr <= 0 or ptr & (_GRAIN - 1):
+            if type(ptr) is int and ptr > 0:
+                self.up_dealloc(ptr, size, _GRAIN)
+            raise ValueError(f"the upstream returned {ptr!r} for {size} bytes: the pool needs "
+                             f"a non-null pointer aligned to {_GRAIN}")
+        self.chunks[ptr] = size
+        self.pool_size += size
+        if self.pool_size > self.peak_pool_size:
+            self.peak_pool_size = self.pool_size
+        self._add(ptr, size, tag)
+
+    def _release_free_chunks(self) -> int:
+        """Give every fully free chunk back to the upstream; returns the bytes given back."""
+        self._flush_all()
+        empty = [start for start, size in self.chunks.items() if self.fsize.get(start) == size]
+        if not empty:
+            return 0
+        streams = set()
+        for start in empty:
+            streams.update(self.ftag[start])
+        if streams:
+            self._order(frozenset(streams), _SYNC)
+        given = 0
+        for start in empty:
+            size = self.chunks[start]
+            self.up_dealloc(start, size, _GRAIN)
+            self._remove(start)
+            del self.chunks[start]
+            self.pool_size -= size
+            given += size
+        return given
+
+    # ------------------------------------------------------------------- entry points
+    def allocate_slow(self, nbytes: Any, alignment: Any, key: Any) -> int:
+        nbytes = check_size(nbytes)
+        alignment = check_alignment(alignment)
+        if not nbytes:
+            return 0
+        size = round_up(nbytes, _GRAIN)
+        with self.lock:
+            ptr = self._take_cached(nbytes, size, alignment, key)
+            if ptr is None:
+                ptr = self._take_global(size, alignment, key)
+                if ptr is None:
+                    self._flush_all()
+                    ptr = self._take_global(size, alignment, key)
+                    if ptr is None:
+                        extra = alignment - _GRAIN if alignment > _GRAIN else 0
+                        self._grow(size + extra, nbytes, key)
+                        ptr = self._take_global(size, alignment, key)
+            self.live[ptr] = nbytes
+            return ptr
+
+    def deallocate_slow(self, ptr: Any, nbytes: Any, alignment: Any, key: Any) -> None:
+        """Checked deallocation (the caller holds no lock)."""
+        ptr = check_ptr(ptr)
+        nbytes = check_size(nbytes)
+        check_alignment(alignment)
+        if not ptr and not nbytes:
+            return
+        with self.lock:
+            known = self.live.get(ptr)
+            if known is None:
+                raise ValueError(f"ptr={ptr:#x} was not allocated by this pool or was already "
+                                 "deallocated")
+            if known != nbytes:
+                raise ValueError(f"ptr={ptr:#x} was allocated with {known} bytes, not "
+                                 f"bytes={nbytes}")
+            del self.live[ptr]
+            self.push_locked(ptr, nbytes, key)
+
+    def push_locked(self, ptr: int, nbytes: int, key: Any) -> None:
+        """Put a freed block on the free list of ``key`` (lock held)."""
+        sizes = self.free.get(key)
+        if sizes is None:
+            sizes = self.free[key] = {}
+            self.classes[key] = {}
+        lst = sizes.get(nbytes)
+        if lst is None:
+            size = round_up(nbytes, _GRAIN)
+            classes = self.classes[key]
+            lst = classes.get(size)
+            if lst is None:
+                lst = classes[size] = []
+            self._remember(key, nbytes, lst)
+        lst.append(ptr)
+
+
+class PoolResource(IdentityEqual, BoundAdaptor):
+    """A pool sub-allocator over ``upstream`` (any resource or ref):
+    ``PoolResource(upstream, initial_pool_size=None, maximum_pool_size=None)``.
+
+    ``initial_pool_size``: bytes taken from the upstream at once (default: none; the pool grows
+    on demand).  ``maximum_pool_size``: the most the pool ever holds (default: no limit); an
+    allocation that cannot be served within it raises ``OutOfMemoryError``.  Sizes are rounded
+    up to 256.  Every pointer is aligned to 256 at least; larger power-of-two alignments are
+    honoured too.  ``allocate(0)`` returns 0.
+
+    Thread-safe (one lock).  An async resource when the upstream is one.  ``release()`` gives
+    fully free chunks back; ``pool_size()`` / ``peak_pool_size`` report the bytes held.  A pool
+    equals only itself.  When garbage-collected, the pool gives all its chunks back to the
+    upstream: keep it alive while its memory is in use.
+    """
+
+    def __init__(self, upstream: Any, initial_pool_size: Optional[int] = None,
+                 maximum_pool_size: Optional[int] = None) -> None:
+        ref = self._set_upstream(upstream)
+        initial = 0 if initial_pool_size is None else check_size(initial_pool_size,
+                                                                  "initial_pool_size")
+        maximum = None if maximum_pool_size is None else check_size(maximum_pool_size,
+                                                                    "maximum_pool_size")
+        initial = round_up(initial, _GRAIN)
+        if maximum is not None:
+            maximum -= maximum % _GRAIN
+            if initial > maximum:
+                raise ValueError(f"initial_pool_size={initial_pool_size} exceeds "
+                                 f"maximum_pool_size={maximum_pool_size}")
+        self._initial = initial
+        self._maximum = maximum
+        arena = self._arena = _Arena(ref, self._async, maximum)
+        if initial:
+            with arena.lock:
+                arena._add_chunk(initial, _SYNC)
+        weakref.finalize(self, give_back_chunks, arena.up_dealloc, arena.chunks)
+        self._bind(arena)
+
+    def _bind(self, arena: _Arena) -> None:
+        """Build the hot-path closures and store them on the instance."""
+        lock = arena.lock
+        acquire = lock.acquire
+        release = lock.release
+        free = arena.free
+        free_get = free.get
+        sync_sizes = free[_SYNC]
+        sync_get = sync_sizes.get
+        live = arena.live
+        live_pop = live.pop
+        aligned = FAST_ALIGNMENTS.get
+        allocate_slow = arena.allocate_slow
+        push_locked = arena.push_locked
+        deallocate_slow = arena.deallocate_slow
+        SR = STREAM_REF
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            if type(bytes) is int and aligned(alignment) is alignment:
+                acquire()
+                try:
+                    lst = sync_get(bytes)
+                    if lst:
+                        ptr = lst.pop()
+                        live[ptr] = bytes
+                        return ptr
+                finally:
+                    release()
+            return allocate_slow(bytes, alignment, _SYNC)
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            if aligned(alignment) is alignment:
+                acquire()
+                try:
+                    known = live_pop(ptr, _NONE)
+                    if known == bytes:
+                        lst = sync_get(known)
+                        if lst is not None:
+                            lst.append(ptr)
+                        else:
+                            push_locked(ptr, known, _SYNC)
+                        return
+                    if known is not _NONE:  # wrong size: put it back, report below
+                        live[ptr] = known
+                finally:
+                    release()
+            deallocate_slow(ptr, bytes, alignment, _SYNC)
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            if type(stream) is not int:
+                stream = stream.get() if type(stream) is SR else check_stream(stream)
+            if type(bytes) is int and aligned(alignment) is alignment:
+                acquire()
+                try:
+                    sizes = free_get(stream)
+                    if sizes is not None:
+                        lst = sizes.get(bytes)
+                        if lst:
+                            ptr = lst.pop()
+                            live[ptr] = bytes
+                            return ptr
+                finally:
+                    release()
+            return allocate_slow(bytes, alignment, check_stream(stream))
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            if type(stream) is not int:
+                stream = stream.get() if type(stream) is SR else check_stream(stream)
+            if aligned(alignment) is alignment:
+                acquire()
+                try:
+                    known = live_pop(ptr, _NONE)
+                    if known == bytes:
+                        sizes = free_get(stream)  # only checked streams have an entry
+                        if sizes is not None:
+                            lst = sizes.get(known)
+                            if lst is not None:
+                                lst.append(ptr)
+                            else:
+                                push_locked(ptr, known, stream)
+                            return
+                    if known is not _NONE:  # put it back; the checked path decides
+                        live[ptr] = known
+                finally:
+                    release()
+            deallocate_slow(ptr, bytes, alignment, check_stream(stream))
+
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
+
+    # --------------------------------------------------------------------- inspection
+    def pool_size(self) -> int:
+        """Bytes currently held from the upstream."""
+        return self._arena.pool_size
+
+    @property
+    def peak_pool_size(self) -> int:
+        """The most bytes the pool has held from the upstream at once."""
+        return self._arena.peak_pool_size
+
+    @property
+    def initial_pool_size(self) -> int:
+        """The initial pool size (rounded up to 256)."""
+        return self._initial
+
+    @property
+    def maximum_pool_size(self) -> Optional[int]:
+        """The maximum pool size (rounded down to 256), or None for no limit."""
+        return self._maximum
+
+    def allocated_bytes(self) -> int:
+        """Bytes in live blocks (requested sizes rounded up to 256)."""
+        with self._arena.lock:
+            return sum(round_up(n, _GRAIN) for n in self._arena.live.values())
+
+    def allocation_count(self) -> int:
+        """Number of live allocations."""
+        return len(self._arena.live)
+
+    def free_bytes(self) -> int:
+        """Bytes held from the upstream but not in live blocks."""
+        arena = self._arena
+        with arena.lock:
+            return arena.pool_size - sum(round_up(n, _GRAIN) for n in arena.live.values())
+
+    def release(self) -> int:
+        """Give every fully free chunk back to the upstream, after waiting on the host for
+        the streams that freed into it; returns the bytes given back.  Afterwards the pool
+        holds no events and refers to no stream (streams used with it may be destroyed)."""
+        arena = self._arena
+        with arena.lock:
+            arena._flush_all()
+            arena._synchronize_all()
+            given = arena._release_free_chunks()
+            arena.streams.close()
+        return given
+
+    def __repr__(self) -> str:
+        return (f"PoolResource({self._upstream.resource!r}, pool_size={self.pool_size()}, "
+                f"maximum_pool_size={self._maximum})")
