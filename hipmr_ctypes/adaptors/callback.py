@@ -1,0 +1,99 @@
+"""``CallbackResource``: a resource made of plain functions."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple
+
+from ..properties import DEFAULT_ALIGNMENT, Property
+from ._base import (FAST_ALIGNMENTS, BoundMethods, check_args, check_callable, check_ptr,
+                    check_stream)
+
+__all__ = ["CallbackResource"]
+
+
+class CallbackResource(BoundMethods):
+    """``CallbackResource(allocate, deallocate, allocate_async=None, deallocate_async=None,
+    properties=())``: a resource whose calls go to the given functions.
+
+    ``allocate(bytes, alignment) -> ptr`` and ``deallocate(ptr, bytes, alignment)``; with both
+    ``allocate_async(bytes, alignment, stream) -> ptr`` and ``deallocate_async(ptr, bytes,
+    alignment, stream)`` (``stream`` is passed as an int handle) it is an async resource.
+    ``properties``: the property classes it declares.  Sizes and alignments are checked before
+    a function is called; what ``allocate`` returns must be an int address (0 only for 0
+    bytes is up to the function).  Equal to another with the same functions and properties.
+    """
+
+    def __init__(self, allocate: Callable[[int, int], int],
+                 deallocate: Callable[[int, int, int], Any],
+                 allocate_async: Optional[Callable[[int, int, int], int]] = None,
+                 deallocate_async: Optional[Callable[[int, int, int, int], Any]] = None,
+                 properties: Tuple[type, ...] = ()) -> None:
+        check_callable(allocate, "allocate")
+        check_callable(deallocate, "deallocate")
+        if (allocate_async is None) != (deallocate_async is None):
+            raise TypeError("allocate_async and deallocate_async must be given together")
+        if allocate_async is not None:
+            check_callable(allocate_async, "allocate_async")
+            check_callable(deallocate_async, "deallocate_async")
+        if not isinstance(properties, (tuple, list, frozenset, set)):
+            raise TypeError(f"properties must be a tuple of property classes, not "
+                            f"{type(properties).__name__}")
+        for prop in properties:
+            if not (isinstance(prop, type) and issubclass(prop, Property)) or prop is Property:
+                raise TypeError(f"properties: {prop!r} is not a property class")
+        self.properties = tuple(dict.fromkeys(properties))
+        self._functions = (allocate, deallocate, allocate_async, deallocate_async)
+        self._async = allocate_async is not None
+        self._bind()
+
+    def _bind(self) -> None:
+        fn_alloc, fn_dealloc, fn_alloc_async, fn_dealloc_async = self._functions
+        aligned = FAST_ALIGNMENTS.get
+
+        def result(ptr: Any) -> int:
+            return ptr if type(ptr) is int and ptr >= 0 else check_ptr(
+                ptr, "the pointer returned by the allocate function")
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            return result(fn_alloc(bytes, alignment))
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            fn_dealloc(check_ptr(ptr), bytes, alignment)
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            return result(fn_alloc_async(bytes, alignment, check_stream(stream)))
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            fn_dealloc_async(check_ptr(ptr), bytes, alignment, check_stream(stream))
+
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
+
+    @property
+    def functions(self) -> Tuple[Any, ...]:
+        """``(allocate, deallocate, allocate_async, deallocate_async)`` as given."""
+        return self._functions
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if type(other) is not type(self):
+            return False
+        return (self._functions == other._functions  # type: ignore[attr-defined]
+                and set(self.properties) == set(other.properties))  # type: ignore[attr-defined]
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._functions, frozenset(self.properties)))
+
+    def __repr__(self) -> str:
+        names = [getattr(f, "__name__", repr(f)) for f in self._functions if f is not None]
+        return f"CallbackResource({', '.join(names)})"

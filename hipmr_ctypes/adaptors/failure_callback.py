@@ -1,0 +1,61 @@
+"""``FailureCallbackResource``: lets a callback free memory and retry when an allocation runs
+out of memory."""
+from __future__ import annotations
+
+from typing import Any, Callable, Tuple
+
+from ..properties import DEFAULT_ALIGNMENT
+from ._base import BoundAdaptor, check_args, check_callable
+
+__all__ = ["FailureCallbackResource"]
+
+
+class FailureCallbackResource(BoundAdaptor):
+    """``FailureCallbackResource(upstream, callback)``: on ``MemoryError`` (which includes
+    ``OutOfMemoryError``) from the upstream, calls ``callback(bytes)``; while it returns a true
+    value the allocation is retried, and once it returns a false one the error is raised.  An
+    exception from the callback propagates.  Deallocation goes straight to the upstream.
+    An async resource when the upstream is one; equal to another over an equal upstream with
+    the same callback.
+    """
+
+    def __init__(self, upstream: Any, callback: Callable[[int], Any]) -> None:
+        ref = self._set_upstream(upstream)
+        self._callback = check_callable(callback, "callback")
+        self._bind(ref, callback)
+
+    def _bind(self, ref: Any, callback: Callable[[int], Any]) -> None:
+        up_alloc = ref.allocate
+        up_alloc_async = getattr(ref, "allocate_async", None)
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            bytes, alignment = check_args(bytes, alignment)
+            while True:
+                try:
+                    return up_alloc(bytes, alignment)
+                except MemoryError:
+                    if not callback(bytes):
+                        raise
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            bytes, alignment = check_args(bytes, alignment)
+            while True:
+                try:
+                    return up_alloc_async(bytes, alignment, stream)
+                except MemoryError:
+                    if not callback(bytes):
+                        raise
+
+        self._install(allocate, ref.deallocate, allocate_async,
+                      getattr(ref, "deallocate_async", None))
+
+    def _settings(self) -> Tuple[Any, ...]:
+        return (self._callback,)
+
+    @property
+    def callback(self) -> Callable[[int], Any]:
+        """The callback."""
+        return self._callback
+
+    def __repr__(self) -> str:
+        return f"FailureCallbackResource({self._upstream.resource!r}, {self._callback!r})"

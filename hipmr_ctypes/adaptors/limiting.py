@@ -1,0 +1,125 @@
+"""``LimitingResource``: refuses allocations that would pass a byte limit."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Tuple
+
+from .._hip.errors import OutOfMemoryError
+from ..properties import DEFAULT_ALIGNMENT
+from ._base import FAST_ALIGNMENTS, BoundAdaptor, check_args, check_size
+
+__all__ = ["LimitingResource"]
+
+
+class LimitingResource(BoundAdaptor):
+    """``LimitingResource(upstream, limit)``: at most ``limit`` bytes outstanding.
+
+    An allocation that would take the outstanding bytes (the sizes callers asked for) past
+    ``limit`` raises ``OutOfMemoryError`` without reaching the upstream.  The bytes are
+    reserved before the upstream is called and given back if it fails, so concurrent
+    allocations never pass the limit together.  Thread-safe; an async resource when the
+    upstream is one; equal to another over an equal upstream with the same limit.
+    """
+
+    def __init__(self, upstream: Any, limit: int) -> None:
+        ref = self._set_upstream(upstream)
+        self._limit = check_size(limit, "limit")
+        self._bind(ref, self._limit)
+
+    def _bind(self, ref: Any, limit: int) -> None:
+        lock = threading.Lock()
+        acquire = lock.acquire
+        release = lock.release
+        aligned = FAST_ALIGNMENTS.get
+        up_alloc = ref.allocate
+        up_dealloc = ref.deallocate
+        up_alloc_async = getattr(ref, "allocate_async", None)
+        up_dealloc_async = getattr(ref, "deallocate_async", None)
+        used = 0
+
+        def refuse(nbytes: int) -> OutOfMemoryError:
+            return OutOfMemoryError(call="LimitingResource.allocate", size=nbytes,
+                                    detail=f"{used} of the limit {limit} bytes are in use")
+
+        def unreserve(nbytes: int) -> None:
+            nonlocal used
+            with lock:
+                used -= nbytes
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            nonlocal used
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            acquire()
+            try:
+                if used + bytes > limit:
+                    raise refuse(bytes)
+                used += bytes
+            finally:
+                release()
+            try:
+                return up_alloc(bytes, alignment)
+            except BaseException:
+                unreserve(bytes)
+                raise
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            nonlocal used
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            up_dealloc(ptr, bytes, alignment)
+            acquire()
+            try:
+                used -= bytes
+            finally:
+                release()
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            nonlocal used
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            acquire()
+            try:
+                if used + bytes > limit:
+                    raise refuse(bytes)
+                used += bytes
+            finally:
+                release()
+            try:
+                return up_alloc_async(bytes, alignment, stream)
+            except BaseException:
+                unreserve(bytes)
+                raise
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            nonlocal used
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            up_dealloc_async(ptr, bytes, alignment, stream)
+            acquire()
+            try:
+                used -= bytes
+            finally:
+                release()
+
+        self._used = lambda: used
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
+
+    def _settings(self) -> Tuple[Any, ...]:
+        return (self._limit,)
+
+    @property
+    def limit(self) -> int:
+        """The most bytes that may be outstanding."""
+        return self._limit
+
+    def get_allocation_limit(self) -> int:
+        """RMM's name for :attr:`limit`."""
+        return self._limit
+
+    def get_allocated_bytes(self) -> int:
+        """Bytes outstanding now."""
+        return self._used()
+
+    def __repr__(self) -> str:
+        return f"LimitingResource({self._upstream.resource!r}, limit={self._limit})"

@@ -1,0 +1,153 @@
+"""``LoggingResource``: one CSV line per allocation event, in RMM's log format."""
+from __future__ import annotations
+
+import os
+import threading
+from datetime import datetime
+from typing import Any, Optional, TextIO, Tuple
+
+from ..properties import DEFAULT_ALIGNMENT
+from ._base import BoundAdaptor, check_args, check_ptr, check_stream
+
+__all__ = ["LoggingResource", "LOG_HEADER"]
+
+#: The first line of every log (RMM's header).
+LOG_HEADER = "Thread,Time,Action,Pointer,Size,Stream"
+
+
+class LoggingResource(BoundAdaptor):
+    """``LoggingResource(upstream, file, auto_flush=False)``: logs every event as CSV.
+
+    ``file`` is a path (opened for writing, truncated, and closed by :meth:`close` or when the
+    adaptor is garbage-collected) or an open text file (written to, never closed).  The log
+    starts with the header ``Thread,Time,Action,Pointer,Size,Stream``; then one line per event:
+    the native thread id, the local time as ``HH:MM:SS.ffffff``, the action (``allocate``,
+    ``allocate failure`` or ``free``), the pointer and the stream handle in hex (``0x0`` for a
+    failure, and for the stream of a synchronous call) and the size in bytes, as RMM's
+    ``logging_resource_adaptor`` writes it.  A ``free`` is logged before the upstream frees
+    the memory, so that a concurrent ``allocate`` of the same address always comes after it.
+    Thread-safe; an async resource when the upstream is one; equal to another over an equal
+    upstream writing to the same file.  ``scripts/replay_log.py`` replays such a log.
+    """
+
+    def __init__(self, upstream: Any, file: Any, auto_flush: bool = False) -> None:
+        ref = self._set_upstream(upstream)
+        if not isinstance(auto_flush, bool):
+            raise TypeError(f"auto_flush must be a bool, not {type(auto_flush).__name__}")
+        if isinstance(file, (str, bytes, os.PathLike)):
+            self._file_name: Optional[str] = os.fsdecode(file)
+            self._file: TextIO = open(self._file_name, "w", encoding="ascii", newline="\n")
+            self._owned = True
+        elif callable(getattr(file, "write", None)):
+            self._file_name = getattr(file, "name", None)
+            if not isinstance(self._file_name, str):
+                self._file_name = None
+            self._file = file
+            self._owned = False
+        else:
+            raise TypeError(f"file must be a path or an open text file, not "
+                            f"{type(file).__name__}")
+        self._auto_flush = auto_flush
+        self._lock = threading.Lock()
+        self._file.write(LOG_HEADER + "\n")
+        if auto_flush:
+            self._file.flush()
+        self._bind(ref)
+
+    def _bind(self, ref: Any) -> None:
+        lock = self._lock
+        out = self._file
+        write = out.write
+        flush = out.flush if self._auto_flush else None
+        native_id = threading.get_native_id
+        now = datetime.now
+        up_alloc = ref.allocate
+        up_dealloc = ref.deallocate
+        up_alloc_async = getattr(ref, "allocate_async", None)
+        up_dealloc_async = getattr(ref, "deallocate_async", None)
+
+        def log(action: str, ptr: int, nbytes: int, stream: int) -> None:
+            line = (f"{native_id()},{now().strftime('%H:%M:%S.%f')},{action},{ptr:#x},"
+                    f"{nbytes},{stream:#x}\n")
+            with lock:
+                write(line)
+                if flush is not None:
+                    flush()
+
+        def check_open() -> None:
+            if out.closed:
+                raise ValueError("LoggingResource: the log file is closed")
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            bytes, alignment = check_args(bytes, alignment)
+            check_open()
+            try:
+                ptr = up_alloc(bytes, alignment)
+            except BaseException:
+                log("allocate failure", 0, bytes, 0)
+                raise
+            log("allocate", ptr, bytes, 0)
+            return ptr
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            ptr = check_ptr(ptr)
+            bytes, alignment = check_args(bytes, alignment)
+            log("free", ptr, bytes, 0)
+            up_dealloc(ptr, bytes, alignment)
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            bytes, alignment = check_args(bytes, alignment)
+            handle = check_stream(stream)
+            check_open()
+            try:
+                ptr = up_alloc_async(bytes, alignment, stream)
+            except BaseException:
+                log("allocate failure", 0, bytes, handle)
+                raise
+            log("allocate", ptr, bytes, handle)
+            return ptr
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            ptr = check_ptr(ptr)
+            bytes, alignment = check_args(bytes, alignment)
+            log("free", ptr, bytes, check_stream(stream))
+            up_dealloc_async(ptr, bytes, alignment, stream)
+
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
+
+    def _settings(self) -> Tuple[Any, ...]:
+        return (id(self._file),)
+
+    def get_file_name(self) -> Optional[str]:
+        """The log's path (None for a file object without one)."""
+        return self._file_name
+
+    @property
+    def file(self) -> TextIO:
+        """The text file the log is written to."""
+        return self._file
+
+    def flush(self) -> None:
+        """Write buffered lines out to the file."""
+        with self._lock:
+            self._file.flush()
+
+    def close(self) -> None:
+        """Flush, and close the file if this adaptor opened it (idempotent).  Allocating or
+        freeing through a closed LoggingResource raises ``ValueError``."""
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.flush()
+            if self._owned:
+                self._file.close()
+
+    def __enter__(self) -> "LoggingResource":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        target = self._file_name if self._file_name is not None else self._file
+        return f"LoggingResource({self._upstream.resource!r}, {target!r})"

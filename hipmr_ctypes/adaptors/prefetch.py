@@ -1,0 +1,73 @@
+"""``PrefetchResource``: prefetches every new allocation to a device."""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from .. import device as _device
+from ..properties import DEFAULT_ALIGNMENT
+from ._base import BoundAdaptor, check_args, check_stream
+
+__all__ = ["PrefetchResource"]
+
+
+class PrefetchResource(BoundAdaptor):
+    """``PrefetchResource(upstream, device=None)``: after each allocation, prefetches the
+    memory to ``device`` (default: the device current when the allocation is made) with
+    ``hipMemPrefetchAsync``, on the allocation's stream (the null stream for ``allocate``).
+    Meant for managed memory.  If the prefetch fails, the memory is given back and the error
+    raised.  Deallocation goes straight to the upstream.  An async resource when the upstream
+    is one; equal to another over an equal upstream with the same device.
+    """
+
+    def __init__(self, upstream: Any, device: Optional[int] = None) -> None:
+        ref = self._set_upstream(upstream)
+        if device is not None:
+            device = _device.check_device(device)
+        self._device = device
+        self._bind(ref, device)
+
+    def _bind(self, ref: Any, device: Optional[int]) -> None:
+        up_alloc = ref.allocate
+        up_dealloc = ref.deallocate
+        up_alloc_async = getattr(ref, "allocate_async", None)
+        up_dealloc_async = getattr(ref, "deallocate_async", None)
+
+        def prefetch(ptr: int, nbytes: int, handle: int) -> None:
+            target = _device.get_device() if device is None else device
+            _device.prefetch(ptr, nbytes, target, handle)
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            bytes, alignment = check_args(bytes, alignment)
+            ptr = up_alloc(bytes, alignment)
+            if ptr and bytes:
+                try:
+                    prefetch(ptr, bytes, 0)
+                except BaseException:
+                    up_dealloc(ptr, bytes, alignment)
+                    raise
+            return ptr
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            bytes, alignment = check_args(bytes, alignment)
+            handle = check_stream(stream)
+            ptr = up_alloc_async(bytes, alignment, stream)
+            if ptr and bytes:
+                try:
+                    prefetch(ptr, bytes, handle)
+                except BaseException:
+                    up_dealloc_async(ptr, bytes, alignment, stream)
+                    raise
+            return ptr
+
+        self._install(allocate, up_dealloc, allocate_async, up_dealloc_async)
+
+    def _settings(self) -> Tuple[Any, ...]:
+        return (self._device,)
+
+    @property
+    def device(self) -> Optional[int]:
+        """The target device (None: the current device at each allocation)."""
+        return self._device
+
+    def __repr__(self) -> str:
+        return f"PrefetchResource({self._upstream.resource!r}, device={self._device})"

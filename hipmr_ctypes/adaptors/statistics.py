@@ -1,0 +1,170 @@
+"""``StatisticsResource``: counts the bytes and allocations that pass through it."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, List, Tuple
+
+from ..properties import DEFAULT_ALIGNMENT
+from ._base import FAST_ALIGNMENTS, BoundAdaptor, check_args
+
+__all__ = ["StatisticsResource", "Statistics"]
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """A snapshot of a :class:`StatisticsResource`'s counters (RMM's ``Statistics``).
+
+    Bytes are the sizes callers asked for; ``current_*`` is what is outstanding now,
+    ``peak_*`` the most ever outstanding at once, ``total_*`` everything ever allocated.
+    """
+
+    current_bytes: int = 0
+    current_count: int = 0
+    peak_bytes: int = 0
+    peak_count: int = 0
+    total_bytes: int = 0
+    total_count: int = 0
+
+
+class StatisticsResource(BoundAdaptor):
+    """Counts current / peak / total bytes and allocations: ``StatisticsResource(upstream)``.
+
+    ``statistics`` is a :class:`Statistics` snapshot.  ``push_counters()`` starts a fresh set
+    of counters (returning the statistics before the push); ``pop_counters()`` ends it,
+    returning its statistics and folding them into the set below (RMM semantics: the lower
+    peak becomes ``max(peak, current + popped peak)``).  Every call is counted, also
+    ``allocate(0)``.  Thread-safe; an async resource when the upstream is one; equal to another
+    over an equal upstream.
+    """
+
+    def __init__(self, upstream: Any) -> None:
+        ref = self._set_upstream(upstream)
+        self._bind(ref)
+
+    def _bind(self, ref: Any) -> None:
+        lock = threading.Lock()
+        acquire = lock.acquire
+        release = lock.release
+        aligned = FAST_ALIGNMENTS.get
+        up_alloc = ref.allocate
+        up_dealloc = ref.deallocate
+        up_alloc_async = getattr(ref, "allocate_async", None)
+        up_dealloc_async = getattr(ref, "deallocate_async", None)
+        stack: List[Tuple[int, ...]] = []
+        cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            nonlocal cb, cn, pb, pn, tb, tn
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            ptr = up_alloc(bytes, alignment)
+            acquire()
+            try:
+                cb += bytes
+                if cb > pb:
+                    pb = cb
+                cn += 1
+                if cn > pn:
+                    pn = cn
+                tb += bytes
+                tn += 1
+            finally:
+                release()
+            return ptr
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            nonlocal cb, cn
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            up_dealloc(ptr, bytes, alignment)
+            acquire()
+            try:
+                cb -= bytes
+                cn -= 1
+            finally:
+                release()
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            nonlocal cb, cn, pb, pn, tb, tn
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            ptr = up_alloc_async(bytes, alignment, stream)
+            acquire()
+            try:
+                cb += bytes
+                if cb > pb:
+                    pb = cb
+                cn += 1
+                if cn > pn:
+                    pn = cn
+                tb += bytes
+                tn += 1
+            finally:
+                release()
+            return ptr
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            nonlocal cb, cn
+            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+                bytes, alignment = check_args(bytes, alignment)
+            up_dealloc_async(ptr, bytes, alignment, stream)
+            acquire()
+            try:
+                cb -= bytes
+                cn -= 1
+            finally:
+                release()
+
+        def snapshot() -> Statistics:
+            with lock:
+                return Statistics(cb, cn, pb, pn, tb, tn)
+
+        def push() -> Statistics:
+            nonlocal cb, cn, pb, pn, tb, tn
+            with lock:
+                before = Statistics(cb, cn, pb, pn, tb, tn)
+                stack.append((cb, cn, pb, pn, tb, tn))
+                cb = cn = pb = pn = tb = tn = 0
+                return before
+
+        def pop() -> Statistics:
+            nonlocal cb, cn, pb, pn, tb, tn
+            with lock:
+                if not stack:
+                    raise IndexError("pop_counters: no counters were pushed")
+                popped = Statistics(cb, cn, pb, pn, tb, tn)
+                lcb, lcn, lpb, lpn, ltb, ltn = stack.pop()
+                pb = max(lpb, lcb + pb)
+                pn = max(lpn, lcn + pn)
+                cb, cn = lcb + cb, lcn + cn
+                tb, tn = ltb + tb, ltn + tn
+                return popped
+
+        self._snapshot = snapshot
+        self._push = push
+        self._pop = pop
+        self._depth = stack.__len__
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
+
+    @property
+    def statistics(self) -> Statistics:
+        """The current counters (of the innermost pushed set)."""
+        return self._snapshot()
+
+    #: RMM's name for :attr:`statistics`.
+    allocation_counts = statistics
+
+    def push_counters(self) -> Statistics:
+        """Start a fresh set of counters; returns the statistics before the push."""
+        return self._push()
+
+    def pop_counters(self) -> Statistics:
+        """End the innermost set of counters, fold it into the one below and return it;
+        ``IndexError`` when none was pushed."""
+        return self._pop()
+
+    @property
+    def depth(self) -> int:
+        """How many counter sets are pushed (0 when only the base set exists)."""
+        return self._depth()
