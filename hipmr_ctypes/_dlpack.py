@@ -31,7 +31,7 @@ from typing import Any, Dict, Tuple
 
 __all__ = ["kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLROCM", "kDLROCMHost", "kDLCUDAManaged",
            "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
-           "export", "live_exports", "reap"]
+           "export", "exported", "live_exports", "reap"]
 
 kDLCPU = 1
 kDLCUDA = 2
@@ -207,6 +207,12 @@ def _install_hooks() -> None:
         _hooks_installed = True
         gc.callbacks.append(_after_gc)
         atexit.register(reap)
+
+
+def exported(owner: Any) -> bool:
+    """True while some export of ``owner`` waits for its deleter."""
+    reap()
+    return any(o is owner for o, _ in list(_exports.values()))
 
 
 def live_exports() -> int:

@@ -15,7 +15,7 @@ from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
                          hipPointerAttribute_t)
 from .device import Device, get_device
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
-from .resource_ref import async_resource_ref
+from .resource_ref import async_resource_ref, resource_ref
 from .resources._common import check_alignment, check_size, check_stream
 from .stream import Event, Stream, wait_event
 from .stream_ref import stream_ref
@@ -252,7 +252,11 @@ class Buffer:
     # ---- lifetime ----
     def close(self, stream: Any = None) -> None:
         """Free the memory (idempotent), in stream order on ``stream`` (default: the allocation
-        stream)."""
+        stream).
+
+        While a DLPack consumer still uses the memory, the buffer only becomes closed here;
+        the memory is freed (on the allocation stream) once the last consumer lets it go.
+        """
         if self._closed:
             return
         handle = None if stream is None else check_stream(stream)
@@ -260,6 +264,9 @@ class Buffer:
         fin = self._finalizer
         if fin is None:
             return
+        dl = sys.modules.get("hipmr_ctypes._dlpack")
+        if dl is not None and dl.exported(self):
+            return  # the finalizer frees it when the exports release the buffer
         args = fin.detach()
         if args is None:  # already freed (a finalizer never runs twice)
             return
@@ -518,24 +525,32 @@ def _memory_kind(buf: Buffer) -> str:
     from .properties import host_accessible
     if host_accessible not in props:
         return "device"
-    # device- and host-accessible: pinned or managed; ask the runtime when it can tell
+    # device- and host-accessible: pinned or managed.  Our own resources (also under adaptors
+    # that name their upstream) say which; otherwise ask the runtime about the pointer.
     from .resources.managed import ManagedMemoryResource
-    guess = "managed" if isinstance(buf._ref.resource, ManagedMemoryResource) else "pinned"
+    from .resources.pinned import PinnedMemoryResource
+    resource = buf._ref.resource
+    for _ in range(32):
+        if isinstance(resource, ManagedMemoryResource):
+            return "managed"
+        if isinstance(resource, PinnedMemoryResource):
+            return "pinned"
+        upstream = getattr(resource, "upstream_resource", None)
+        if upstream is None:
+            break
+        resource = upstream()
+        if isinstance(resource, resource_ref):
+            resource = resource.resource
     if not buf._ptr:
-        return guess
+        return "pinned"
     rt = _hip.get_runtime()
     attrs = hipPointerAttribute_t()
     if rt.fn.hipPointerGetAttributes(attrs, buf._ptr):
-        return guess
+        return "pinned"
     if attrs.isManaged:
         return "managed"
     if rt.platform == "amd":
         table = MEMORY_TYPE_6 if rt.runtime_version()[0] >= 6 else MEMORY_TYPE_5
     else:
         table = MEMORY_TYPE_6
-    name = table.get(attrs.type, "")
-    if name in ("managed", "unified"):
-        return "managed"
-    if name == "host":
-        return "pinned"
-    return guess
+    return "managed" if table.get(attrs.type, "") in ("managed", "unified") else "pinned"

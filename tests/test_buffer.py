@@ -690,3 +690,84 @@ def test_gpu_exit_with_live_buffers_is_silent(gpu_runtime):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "" and out.stderr == ""
+
+
+class _Forwarding(hmr.forward_property):
+    """An adaptor that names its upstream (forward_property)."""
+
+    def __init__(self, upstream):
+        self._up = upstream
+
+    def upstream_resource(self):
+        return self._up
+
+    def allocate(self, bytes, alignment=256):
+        return self._up.allocate(bytes, alignment)
+
+    def deallocate(self, ptr, bytes, alignment=256):
+        self._up.deallocate(ptr, bytes, alignment)
+
+    def allocate_async(self, bytes, alignment, stream):
+        return self._up.allocate_async(bytes, alignment, stream)
+
+    def deallocate_async(self, ptr, bytes, alignment, stream):
+        self._up.deallocate_async(ptr, bytes, alignment, stream)
+
+    def __eq__(self, other):
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+class _Opaque(Recording):
+    """Host- and device-accessible, but says nothing about its upstream."""
+    properties = (hmr.device_accessible, hmr.host_accessible)
+
+
+@pytest.mark.parametrize("make,expected", [
+    (DeviceMemoryResource, "device"),
+    (AsyncMemoryResource.from_default_pool, "device"),
+    (HostMemoryResource, "host"),
+    (PinnedMemoryResource, "pinned"),
+    (ManagedMemoryResource, "managed"),
+    (lambda: _Forwarding(ManagedMemoryResource()), "managed"),
+    (lambda: _Forwarding(hmr.async_resource_ref[hmr.device_accessible, hmr.host_accessible](
+        PinnedMemoryResource())), "pinned"),
+    (lambda: _Opaque(ManagedMemoryResource()), "managed"),   # asks the runtime
+    (lambda: _Opaque(PinnedMemoryResource()), "pinned"),
+])
+def test_memory_kind(emulator, make, expected):
+    assert Buffer(64, resource=make())._memory_kind() == expected
+
+
+def test_close_while_exported_defers_the_free(exports, emulator):
+    before = emulator.live_allocations()
+    buf = Buffer.from_host(b"shared memory")
+    managed, address = _consume(buf.__dlpack__())
+    buf.close()
+    assert buf.closed
+    with pytest.raises(ValueError, match="closed"):
+        buf.tobytes()
+    gc.collect()
+    assert emulator.live_allocations().count == before.count + 1  # the consumer still reads
+    assert ctypes.string_at(managed.dl_tensor.data, 13) == b"shared memory"
+    del buf
+    gc.collect()
+    assert emulator.live_allocations().count == before.count + 1
+    _call_deleter(managed, address)  # the consumer lets go: now it is freed
+    gc.collect()
+    assert emulator.live_allocations() == before
+
+
+def test_close_after_numpy_export(exports, emulator):
+    np = pytest.importorskip("numpy")
+    before = emulator.live_allocations()
+    buf = Buffer.from_host(b"numpy")
+    view = np.from_dlpack(buf)
+    buf.close()
+    del buf
+    gc.collect()
+    assert view.tobytes() == b"numpy"
+    del view
+    gc.collect()
+    assert emulator.live_allocations() == before
