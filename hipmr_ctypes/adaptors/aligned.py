@@ -5,7 +5,8 @@ import threading
 from typing import Any, Dict, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_alignment, check_args, check_ptr, check_size, round_up
+from ._base import (BoundAdaptor, check_alignment, check_args, check_ptr, check_size,
+                    check_stream, round_up)
 
 __all__ = ["AlignedResource"]
 
@@ -89,6 +90,7 @@ class AlignedResource(BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             bytes, alignment = check_args(bytes, alignment)
+            check_stream(stream)
             alignment = want(bytes, alignment)
             if alignment <= UPSTREAM_ALIGNMENT or not bytes:
                 return up_alloc_async(bytes, min(alignment, UPSTREAM_ALIGNMENT), stream)
@@ -97,6 +99,7 @@ class AlignedResource(BoundAdaptor):
                          alignment)
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            check_stream(stream)
             ptr, bytes, alignment, entry = claim(ptr, bytes, alignment)
             if entry is None:
                 up_dealloc_async(ptr, bytes, min(want(bytes, alignment), UPSTREAM_ALIGNMENT),

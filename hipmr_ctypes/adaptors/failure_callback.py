@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_callable
+from ._base import BoundAdaptor, check_args, check_callable, check_stream
 
 __all__ = ["FailureCallbackResource"]
 
@@ -39,6 +39,7 @@ class FailureCallbackResource(BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             bytes, alignment = check_args(bytes, alignment)
+            check_stream(stream)
             while True:
                 try:
                     return up_alloc_async(bytes, alignment, stream)

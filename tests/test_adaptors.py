@@ -1,0 +1,304 @@
+"""What every adaptor does over every kind of upstream: user-written resources (synchronous
+over real host memory, async over an address space), the package's HostMemoryResource and
+the emulated device resources, and refs to them.  Properties, async-ness, upstream_resource,
+equality, argument checks that leave everything unchanged, and stacks of adaptors."""
+import ctypes
+import io
+import os
+import sys
+
+import pytest
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes import (async_resource_ref, device_accessible, host_accessible,
+                          is_async_resource, is_async_resource_with, is_resource,
+                          is_resource_with, resource_ref)
+from hipmr_ctypes.adaptors import (AlignedResource, BinningResource, CallbackResource,
+                                   FailureCallbackResource, FixedSizeResource,
+                                   LimitingResource, LoggingResource, PoolResource,
+                                   PrefetchResource, StatisticsResource, TrackingResource)
+from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
+                                    HostMemoryResource, ManagedMemoryResource,
+                                    PinnedMemoryResource)
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+from fuzz_pool import AddressSpaceResource, HostBufferResource  # noqa: E402
+
+# name -> factory(upstream); each takes the upstream first
+ADAPTORS = {
+    "pool": lambda up: PoolResource(up),
+    "pool-initial": lambda up: PoolResource(up, initial_pool_size=1 << 20,
+                                            maximum_pool_size=1 << 26),
+    "binning": lambda up: BinningResource(up, [512, 4096]),
+    "fixed": lambda up: FixedSizeResource(up, block_size=1 << 16, blocks_to_preallocate=4),
+    "limiting": lambda up: LimitingResource(up, 1 << 30),
+    "statistics": lambda up: StatisticsResource(up),
+    "tracking": lambda up: TrackingResource(up, capture_stacks=True),
+    "logging": lambda up: LoggingResource(up, io.StringIO()),
+    "failure": lambda up: FailureCallbackResource(up, lambda n: False),
+    "aligned": lambda up: AlignedResource(up, alignment=4096),
+}
+# name -> (factory, writable host memory?)
+UPSTREAMS = {
+    "user-host": (lambda: HostBufferResource((host_accessible,)), True),
+    "user-address-space": (lambda: AddressSpaceResource(properties=(device_accessible,)), False),
+    "host": (HostMemoryResource, True),
+    "device": (DeviceMemoryResource, False),
+    "async": (AsyncMemoryResource, False),
+    "managed": (ManagedMemoryResource, True),
+    "pinned": (PinnedMemoryResource, True),
+}
+SIZES = (1, 100, 256, 1000, 4096, 60000)
+
+
+def _fill_and_check(blocks):
+    """Write a distinct byte over each block, then check every block still holds its own."""
+    for i, (ptr, size) in enumerate(blocks):
+        ctypes.memset(ptr, i % 251 + 1, size)
+    for i, (ptr, size) in enumerate(blocks):
+        assert ctypes.string_at(ptr, size) == bytes([i % 251 + 1]) * size
+
+
+@pytest.mark.parametrize("up_name", sorted(UPSTREAMS))
+@pytest.mark.parametrize("name", sorted(ADAPTORS))
+def test_adaptor_over_upstream(name, up_name):
+    make_up, writable = UPSTREAMS[up_name]
+    up = make_up()
+    r = ADAPTORS[name](up)
+    assert is_resource(r)
+    assert is_async_resource(r) == is_async_resource(up)
+    assert set(r.properties) == set(up.properties)
+    assert is_resource_with(r, *up.properties)
+    assert r.upstream_resource().resource is up
+    assert r == r and not (r != r)
+    blocks = []
+    for size in SIZES:
+        for alignment in (1, 64, 256):
+            ptr = r.allocate(size, alignment)
+            assert ptr and ptr % alignment == 0
+            blocks.append((ptr, size, alignment))
+    starts = sorted((p, s) for p, s, _ in blocks)
+    for (p1, s1), (p2, _) in zip(starts, starts[1:]):
+        assert p1 + s1 <= p2, "live blocks overlap"
+    if writable:
+        _fill_and_check([(p, s) for p, s, _ in blocks])
+    for ptr, size, alignment in reversed(blocks):
+        r.deallocate(ptr, size, alignment)
+    if is_async_resource(r):
+        ptr = r.allocate_async(1000, 256, 0)
+        r.deallocate_async(ptr, 1000, 256, hmr.stream_ref(0))
+    assert r.allocate(0) == 0
+    r.deallocate(0, 0)
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTORS))
+def test_async_follows_the_upstream(name):
+    sync_up = HostBufferResource()
+    assert not is_async_resource(sync_up)
+    r = ADAPTORS[name](sync_up)
+    assert is_resource(r) and not is_async_resource(r)
+    assert not hasattr(r, "allocate_async") and not hasattr(r, "deallocate_async")
+    with pytest.raises(AttributeError, match="synchronous upstream"):
+        r.allocate_async  # noqa: B018
+    # the class still documents the async methods
+    assert callable(type(r).allocate_async)
+    async_up = AddressSpaceResource()
+    assert is_async_resource(ADAPTORS[name](async_up))
+    # a synchronous ref to an async resource gives a synchronous adaptor
+    assert not is_async_resource(ADAPTORS[name](resource_ref[device_accessible](async_up)))
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTORS))
+def test_upstream_as_ref_and_properties_forwarded(name):
+    up = ManagedMemoryResource()
+    ref = async_resource_ref[device_accessible](up)
+    r = ADAPTORS[name](ref)
+    assert r.upstream_resource() is ref
+    # the adaptor has what the ref shows, no more
+    assert set(r.properties) == {device_accessible}
+    assert hmr.get_property(r, device_accessible) is None
+    with pytest.raises(TypeError):
+        hmr.get_property(r, host_accessible)
+    # and can itself be held through a ref of those properties
+    outer = async_resource_ref[device_accessible](r)
+    p = outer.allocate_async(4096, 256, 0)
+    outer.deallocate_async(p, 4096, 256, 0)
+    with pytest.raises(TypeError):
+        resource_ref[host_accessible](r)
+
+
+def test_stateful_property_forwarded_live():
+    class level(hmr.Property):
+        value_type = int
+
+    class Leveled(HostBufferResource):
+        def __init__(self):
+            super().__init__((host_accessible, level))
+            self.value = 1
+
+        def get_property(self, prop):
+            return self.value
+
+    up = Leveled()
+    r = StatisticsResource(PoolResource(up))
+    assert hmr.has_property_with(r, level, int)
+    assert hmr.get_property(r, level) == 1
+    up.value = 7
+    assert hmr.get_property(r, level) == 7
+
+
+@pytest.mark.parametrize("name", ["limiting", "statistics", "tracking", "logging", "failure",
+                                  "aligned"])
+def test_pass_through_adaptors_equal_over_equal_upstreams(name):
+    up = HostMemoryResource()
+    if name == "logging":
+        f = io.StringIO()
+        a, b = LoggingResource(up, f), LoggingResource(HostMemoryResource(), f)
+        assert a == b and hash(a) == hash(b)
+        assert a != LoggingResource(up, io.StringIO())
+        return
+    if name == "failure":
+        cb = lambda n: False  # noqa: E731
+        a, b = FailureCallbackResource(up, cb), FailureCallbackResource(up, cb)
+        assert a == b and hash(a) == hash(b)
+        assert a != FailureCallbackResource(up, lambda n: False)
+        return
+    a, b = ADAPTORS[name](up), ADAPTORS[name](HostMemoryResource())
+    assert a == b and hash(a) == hash(b)
+    assert a != ADAPTORS[name](HostBufferResource())     # another upstream
+    assert a != StatisticsResource(up) or name == "statistics"
+    assert resource_ref[host_accessible](a) == resource_ref[host_accessible](b)
+
+
+def test_settings_take_part_in_equality():
+    up = HostMemoryResource()
+    assert LimitingResource(up, 100) != LimitingResource(up, 200)
+    assert TrackingResource(up) != TrackingResource(up, capture_stacks=True)
+    assert AlignedResource(up, 512) != AlignedResource(up, 1024)
+    assert AlignedResource(up, 512, 10) != AlignedResource(up, 512, 20)
+
+
+@pytest.mark.parametrize("name", ["pool", "fixed"])
+def test_sub_allocators_equal_only_to_themselves(name):
+    up = HostMemoryResource()
+    a, b = ADAPTORS[name](up), ADAPTORS[name](up)
+    assert a == a and a != b
+    assert resource_ref[host_accessible](a) != resource_ref[host_accessible](b)
+
+
+def test_binning_equal_with_equal_bins():
+    up = HostMemoryResource()
+    pool = PoolResource(up)
+    assert BinningResource(up, [(1024, pool)]) == BinningResource(up, [(1024, pool)])
+    assert BinningResource(up, [1024]) != BinningResource(up, [1024])  # separate bins
+    assert BinningResource(up) == BinningResource(up)
+
+
+BAD_ALLOCATIONS = [
+    ((-1,), ValueError, "bytes"), ((1.5,), TypeError, "bytes"), ((True,), TypeError, "bytes"),
+    (("8",), TypeError, "bytes"), ((None,), TypeError, "bytes"),
+    ((8, 3), ValueError, "alignment"), ((8, 0), ValueError, "alignment"),
+    ((8, -4), ValueError, "alignment"), ((8, 2.0), TypeError, "alignment"),
+    ((8, False), TypeError, "alignment"),
+]
+
+
+@pytest.mark.parametrize("args,error,word", BAD_ALLOCATIONS)
+@pytest.mark.parametrize("name", sorted(ADAPTORS))
+def test_bad_arguments_change_nothing(name, args, error, word):
+    up = AddressSpaceResource()
+    r = StatisticsResource(ADAPTORS[name](up))
+    keep = r.allocate(1000)
+    before, calls, outstanding = r.statistics, up.calls, up.outstanding
+    with pytest.raises(error, match=word):
+        r.allocate(*args)
+    with pytest.raises(error, match=word):
+        r.allocate_async(*(args + (256,) * (2 - len(args))), 0)
+    bad_free = (keep,) + args + (256,) * (2 - len(args))
+    if args[0] is not True and not (isinstance(args[0], int) and args[0] == 1000):
+        with pytest.raises((TypeError, ValueError)):
+            r.deallocate(*bad_free)
+    assert r.statistics == before
+    assert up.calls == calls and up.outstanding == outstanding
+    r.deallocate(keep, 1000)
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTORS))
+def test_bad_stream_changes_nothing(name):
+    up = AddressSpaceResource()
+    r = ADAPTORS[name](up)
+    keep = r.allocate_async(1000, 256, 0)
+    calls = up.calls
+    for stream in (-1, "s", 1.5, None):
+        with pytest.raises((TypeError, ValueError)):
+            r.allocate_async(64, 256, stream)
+        with pytest.raises((TypeError, ValueError)):
+            r.deallocate_async(keep, 1000, 256, stream)
+    assert up.calls == calls
+    r.deallocate_async(keep, 1000, 256, 0)
+
+
+def test_bad_constructor_arguments():
+    up = HostMemoryResource()
+    for make, error in [
+        (lambda: PoolResource(None), TypeError),
+        (lambda: PoolResource(HostMemoryResource), TypeError),
+        (lambda: PoolResource(object()), TypeError),
+        (lambda: PoolResource(up, -1), ValueError),
+        (lambda: PoolResource(up, 1.0), TypeError),
+        (lambda: PoolResource(up, None, True), TypeError),
+        (lambda: PoolResource(up, 1 << 21, 1 << 20), ValueError),
+        (lambda: LimitingResource(up, -5), ValueError),
+        (lambda: LimitingResource(up, "5"), TypeError),
+        (lambda: AlignedResource(up, 3), ValueError),
+        (lambda: AlignedResource(up, 512, -1), ValueError),
+        (lambda: FixedSizeResource(up, 0), ValueError),
+        (lambda: FixedSizeResource(up, 4096, 0), ValueError),
+        (lambda: BinningResource(up, [0]), ValueError),
+        (lambda: BinningResource(up, [512, 512]), ValueError),
+        (lambda: BinningResource(up, min_size_exponent=10), ValueError),
+        (lambda: TrackingResource(up, capture_stacks=1), TypeError),
+        (lambda: LoggingResource(up, 42), TypeError),
+        (lambda: FailureCallbackResource(up, None), TypeError),
+        (lambda: CallbackResource(up.allocate, None), TypeError),
+        (lambda: CallbackResource(up.allocate, up.deallocate, up.allocate_async), TypeError),
+        (lambda: CallbackResource(up.allocate, up.deallocate, properties=(int,)), TypeError),
+    ]:
+        with pytest.raises(error):
+            make()
+
+
+def test_stack_of_adaptors_over_a_pool_is_exact():
+    up = AddressSpaceResource(properties=(device_accessible,))
+    pool = PoolResource(up, maximum_pool_size=1 << 24)
+    stack = StatisticsResource(TrackingResource(LimitingResource(
+        AlignedResource(pool, alignment=4096, threshold=1 << 12), 1 << 23)))
+    ref = async_resource_ref[device_accessible](stack)
+    ptrs = []
+    for i in range(200):
+        n = 1 + (i * 7919) % 50000
+        stream = i % 3
+        p = ref.allocate_async(n, 256, stream)
+        assert p % (4096 if n >= 4096 else 256) == 0
+        ptrs.append((p, n, stream))
+    st = stack.statistics
+    assert st.current_count == 200 and st.current_bytes == sum(n for _, n, _ in ptrs)
+    tracking = stack.upstream_resource().resource
+    assert tracking.get_allocated_bytes() == st.current_bytes
+    limiting = tracking.upstream_resource().resource
+    assert limiting.get_allocated_bytes() == st.current_bytes
+    for p, n, stream in ptrs:
+        ref.deallocate_async(p, n, 256, (stream + 1) % 3)
+    assert stack.statistics.current_bytes == 0 and tracking.outstanding() == {}
+    assert limiting.get_allocated_bytes() == 0
+    pool.release()
+    assert up.outstanding == 0 and pool.pool_size() == 0
+
+
+def test_adaptor_methods_documented_on_the_class():
+    for cls in (PoolResource, StatisticsResource, LimitingResource, TrackingResource,
+                LoggingResource, FailureCallbackResource, AlignedResource, PrefetchResource,
+                BinningResource, FixedSizeResource, CallbackResource):
+        for name in ("allocate", "deallocate", "allocate_async", "deallocate_async"):
+            assert getattr(cls, name).__doc__
+        assert cls.__doc__
