@@ -34,8 +34,11 @@ class StatisticsResource(BoundAdaptor):
     of counters (returning the statistics before the push); ``pop_counters()`` ends it,
     returning its statistics and folding them into the set below (RMM semantics: the lower
     peak becomes ``max(peak, current + popped peak)``).  Every call is counted, also
-    ``allocate(0)``.  Thread-safe; an async resource when the upstream is one; equal to another
-    over an equal upstream.
+    ``allocate(0)``.  An allocation is counted once the upstream has made it, a deallocation
+    before the upstream frees (and counted back if the upstream refuses it), so that under
+    concurrency the counters never show more than is really outstanding: over a
+    LimitingResource, the peak never passes the limit.  Thread-safe; an async resource when
+    the upstream is one; equal to another over an equal upstream.
     """
 
     def __init__(self, upstream: Any) -> None:
@@ -77,13 +80,17 @@ class StatisticsResource(BoundAdaptor):
             nonlocal cb, cn
             if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
                 bytes, alignment = check_args(bytes, alignment)
-            up_dealloc(ptr, bytes, alignment)
             acquire()
             try:
                 cb -= bytes
                 cn -= 1
             finally:
                 release()
+            try:
+                up_dealloc(ptr, bytes, alignment)
+            except BaseException:
+                undo(bytes)
+                raise
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             nonlocal cb, cn, pb, pn, tb, tn
@@ -108,13 +115,26 @@ class StatisticsResource(BoundAdaptor):
             nonlocal cb, cn
             if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
                 bytes, alignment = check_args(bytes, alignment)
-            up_dealloc_async(ptr, bytes, alignment, stream)
             acquire()
             try:
                 cb -= bytes
                 cn -= 1
             finally:
                 release()
+            try:
+                up_dealloc_async(ptr, bytes, alignment, stream)
+            except BaseException:
+                undo(bytes)
+                raise
+
+        def undo(nbytes: int) -> None:
+            """The upstream refused a deallocation: count the memory as outstanding again."""
+            nonlocal cb, cn, pb, pn
+            with lock:
+                cb += nbytes
+                cn += 1
+                pb = max(pb, cb)
+                pn = max(pn, cn)
 
         def snapshot() -> Statistics:
             with lock:

@@ -1,0 +1,148 @@
+"""16 threads hammering one PoolResource, and a statistics + limiting + pool stack, with mixed
+sizes and streams for a fixed number of operations: no deadlock (join with a timeout), no two
+live allocations ever overlap (checked in a shared interval map and by writing each block's
+bytes), and every count balances exactly at the end."""
+import ctypes
+import os
+import random
+import sys
+import threading
+from bisect import bisect_left, insort
+
+import pytest
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes import OutOfMemoryError
+from hipmr_ctypes.adaptors import LimitingResource, PoolResource, StatisticsResource
+from hipmr_ctypes.resources import HostMemoryResource
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+from fuzz_pool import AddressSpaceResource, check_pool_tiles  # noqa: E402
+
+THREADS = 16
+OPS = 1500
+JOIN_TIMEOUT = 120.0
+
+
+class LiveRanges:
+    """The live ranges of every thread, checked for overlap under one test lock."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.starts = []
+        self.sizes = {}
+        self.errors = []
+
+    def add(self, ptr, size):
+        with self.lock:
+            i = bisect_left(self.starts, ptr)
+            if i < len(self.starts) and self.starts[i] < ptr + size:
+                self.errors.append(f"{ptr:#x}+{size} overlaps {self.starts[i]:#x}")
+            if i and self.starts[i - 1] + self.sizes[self.starts[i - 1]] > ptr:
+                self.errors.append(f"{ptr:#x}+{size} overlaps {self.starts[i - 1]:#x}")
+            insort(self.starts, ptr)
+            self.sizes[ptr] = size
+
+    def remove(self, ptr):
+        with self.lock:
+            del self.starts[bisect_left(self.starts, ptr)]
+            del self.sizes[ptr]
+
+
+def hammer(resource, streams, ranges, writable, seed, counts, errors, expect_oom):
+    rng = random.Random(seed)
+    mine = []
+    allocated = failed = 0
+    try:
+        for _ in range(OPS):
+            if mine and (len(mine) > 24 or rng.random() < 0.45):
+                ptr, size, stream, fill = mine.pop(rng.randrange(len(mine)))
+                if writable and ctypes.string_at(ptr, size) != fill * size:
+                    errors.append(f"block {ptr:#x} was overwritten while live")
+                ranges.remove(ptr)
+                free_on = rng.choice(streams + [None])
+                if free_on is None:
+                    resource.deallocate(ptr, size)
+                else:
+                    resource.deallocate_async(ptr, size, 256, free_on)
+                continue
+            size = rng.choice([rng.randint(1, 512), rng.randint(1, 70000), 65536,
+                               rng.randint(1, 1 << 21)])
+            stream = rng.choice(streams + [None])
+            try:
+                ptr = (resource.allocate(size) if stream is None
+                       else resource.allocate_async(size, 256, stream))
+            except OutOfMemoryError:
+                if not expect_oom:
+                    raise
+                failed += 1
+                continue
+            allocated += 1
+            ranges.add(ptr, size)
+            fill = bytes([rng.randrange(1, 256)])
+            if writable:
+                ctypes.memset(ptr, fill[0], size)
+            mine.append((ptr, size, stream, fill))
+        for ptr, size, stream, _ in mine:
+            ranges.remove(ptr)
+            resource.deallocate(ptr, size)
+    except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        errors.append(f"{type(exc).__name__}: {exc}")
+    counts.append((allocated, failed))
+
+
+def run_threads(resource, streams, writable, expect_oom=False):
+    ranges = LiveRanges()
+    counts, errors = [], []
+    threads = [threading.Thread(target=hammer, daemon=True,
+                                args=(resource, streams, ranges, writable, seed, counts, errors,
+                                      expect_oom))
+               for seed in range(THREADS)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: more interleavings per run
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(JOIN_TIMEOUT)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(t.is_alive() for t in threads), "deadlock: threads still running"
+    assert errors == [] and ranges.errors == []
+    assert len(counts) == THREADS and ranges.starts == []
+    return sum(a for a, _ in counts), sum(f for _, f in counts)
+
+
+@pytest.fixture
+def streams():
+    made = [hmr.Stream() for _ in range(3)]
+    yield [0] + [s.handle for s in made]
+    for s in made:
+        s.close()
+
+
+def test_sixteen_threads_on_one_pool_over_host_memory(streams):
+    pool = PoolResource(HostMemoryResource())
+    allocated, _ = run_threads(pool, streams, writable=True)
+    assert allocated > THREADS * OPS // 3
+    assert pool.allocation_count() == 0
+    check_pool_tiles(pool)
+    pool.release()
+    assert pool.pool_size() == 0
+
+
+def test_sixteen_threads_on_statistics_limiting_pool(streams):
+    up = AddressSpaceResource()
+    pool = PoolResource(up, maximum_pool_size=1 << 27)
+    limiting = LimitingResource(pool, 1 << 26)
+    stats = StatisticsResource(limiting)
+    allocated, failed = run_threads(stats, streams, writable=False, expect_oom=True)
+    st = stats.statistics
+    assert st.total_count == allocated and st.current_count == 0 and st.current_bytes == 0
+    assert 0 < st.peak_bytes <= 1 << 26
+    assert limiting.get_allocated_bytes() == 0
+    assert pool.allocation_count() == 0
+    check_pool_tiles(pool)
+    pool.release()
+    assert up.outstanding == 0 and pool.pool_size() == 0
+    assert failed >= 0
