@@ -20,6 +20,32 @@ from .stream_ref import stream_per_thread, stream_ref
 from .device import (Device, device_count, driver_version, get_device, platform,
                      runtime_version, set_device, synchronize)
 from .stream import Event, Stream, wait_event
+from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemoryResource,
+                        HostMemoryResource, ManagedMemoryResource, MemoryPool,
+                        PinnedMemoryResource, get_current_device_resource,
+                        get_per_device_resource, set_current_device_resource,
+                        set_per_device_resource)
+from .adaptors import (AlignedResource, BinningResource, CallbackResource,
+                       FailureCallbackResource, FixedSizeResource, LimitingResource,
+                       LoggingResource, PoolResource, PrefetchResource, Statistics,
+                       StatisticsResource, TrackedAllocation, TrackingResource)
+from .buffer import Buffer
+
+__all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
+    "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "Property",
+    "device_accessible", "forward_property", "get_property", "has_property", "has_property_with",
+    "host_accessible", "property_with_value", "AsyncResource", "Resource", "is_async_resource",
+    "is_async_resource_with", "is_resource", "is_resource_with", "DEFAULT_ALIGNMENT",
+    "async_resource_ref", "resource_cast", "resource_ref", "try_get_property",
+    "stream_per_thread", "stream_ref", "Device", "device_count", "driver_version", "get_device",
+    "platform", "runtime_version", "set_device", "synchronize", "Event", "Stream", "wait_event",
+    "MAX_RELEASE_THRESHOLD", "AsyncMemoryResource", "DeviceMemoryResource", "HostMemoryResource",
+    "ManagedMemoryResource", "MemoryPool", "PinnedMemoryResource", "get_current_device_resource",
+    "get_per_device_resource", "set_current_device_resource", "set_per_device_resource",
+    "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
+    "FixedSizeResource", "LimitingResource", "LoggingResource", "PoolResource",
+    "PrefetchResource", "Statistics", "StatisticsResource", "TrackedAllocation",
+    "TrackingResource", "Buffer"]
 
 __version__ = "0.1.0"
 
