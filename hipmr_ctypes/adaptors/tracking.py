@@ -54,7 +54,8 @@ class TrackingResource(BoundAdaptor):
         up_dealloc_async = getattr(ref, "deallocate_async", None)
 
         def record(ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
-            stack = traceback.extract_stack()[:-2] if capture else None  # drop record/allocate
+            stack = (traceback.StackSummary.from_list(traceback.extract_stack()[:-2])
+                     if capture else None)  # without record() and allocate()
             with lock:
                 live[ptr] = TrackedAllocation(ptr, nbytes, alignment, stream, stack)
 

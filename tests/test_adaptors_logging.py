@@ -1,0 +1,170 @@
+"""LoggingResource writes RMM's CSV log; scripts/replay_log.py replays it against any resource
+and reports the same statistics."""
+import csv
+import io
+import os
+import random
+import re
+import sys
+import threading
+import types
+
+import pytest
+
+from hipmr_ctypes import OutOfMemoryError, stream_ref
+from hipmr_ctypes.adaptors import (LOG_HEADER, LimitingResource, LoggingResource,
+                                   PoolResource, Statistics, StatisticsResource)
+from hipmr_ctypes.resources import HostMemoryResource
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+import replay_log  # noqa: E402
+from fuzz_pool import AddressSpaceResource  # noqa: E402
+
+LINE = re.compile(r"^(\d+),(\d\d:\d\d:\d\d\.\d{6}),(allocate|allocate failure|free),"
+                  r"(0x[0-9a-f]+),(\d+),(0x[0-9a-f]+)$")
+
+
+def test_csv_lines_as_rmm_writes_them():
+    out = io.StringIO()
+    log = LoggingResource(LimitingResource(AddressSpaceResource(), 10000), out)
+    p = log.allocate(1000)
+    q = log.allocate_async(2000, 256, 0x5000)
+    with pytest.raises(OutOfMemoryError):
+        log.allocate_async(9000, 256, stream_ref(0x6000))
+    log.deallocate_async(q, 2000, 256, 0x5000)
+    log.deallocate(p, 1000)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == LOG_HEADER == "Thread,Time,Action,Pointer,Size,Stream"
+    rows = [LINE.match(line) for line in lines[1:]]
+    assert all(rows), lines
+    tid = str(threading.get_native_id())
+    assert all(r.group(1) == tid for r in rows)
+    assert [(r.group(3), r.group(4), r.group(5), r.group(6)) for r in rows] == [
+        ("allocate", hex(p), "1000", "0x0"),
+        ("allocate", hex(q), "2000", "0x5000"),
+        ("allocate failure", "0x0", "9000", "0x6000"),
+        ("free", hex(q), "2000", "0x5000"),
+        ("free", hex(p), "1000", "0x0"),
+    ]
+    # and csv reads it back
+    records = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [r["Action"] for r in records] == ["allocate", "allocate", "allocate failure",
+                                              "free", "free"]
+
+
+def test_log_file_by_path_flush_and_close(tmp_path):
+    path = tmp_path / "run.csv"
+    log = LoggingResource(HostMemoryResource(), path)
+    assert log.get_file_name() == str(path)
+    p = log.allocate(64)
+    log.flush()
+    assert path.read_text().count("\n") == 2
+    log.deallocate(p, 64)
+    log.close()
+    log.close()
+    assert len(path.read_text().splitlines()) == 3
+    with pytest.raises(ValueError, match="closed"):
+        log.allocate(64)
+
+
+def test_auto_flush_and_a_file_object_is_not_closed(tmp_path):
+    with open(tmp_path / "x.csv", "w") as f:
+        log = LoggingResource(HostMemoryResource(), f, auto_flush=True)
+        p = log.allocate(10)
+        assert (tmp_path / "x.csv").read_text().count("allocate") == 1
+        log.deallocate(p, 10)
+        log.close()
+        assert not f.closed
+
+
+def test_free_is_logged_before_the_upstream_frees():
+    order = []
+
+    class Up(AddressSpaceResource):
+        def deallocate(self, ptr, bytes, alignment=256):
+            order.append(("upstream free", out.getvalue().count("free,")))
+            super().deallocate(ptr, bytes, alignment)
+
+    out = io.StringIO()
+    log = LoggingResource(Up(), out)
+    p = log.allocate(100)
+    log.deallocate(p, 100)
+    assert order == [("upstream free", 1)]
+
+
+def workload(resource, seed=0, steps=2000):
+    """A mixed workload through ``resource``; returns nothing, leaves a few blocks live."""
+    rng = random.Random(seed)
+    live = []
+    for _ in range(steps):
+        if live and rng.random() < 0.48:
+            p, n, s = live.pop(rng.randrange(len(live)))
+            if s is None:
+                resource.deallocate(p, n)
+            else:
+                resource.deallocate_async(p, n, 256, s)
+        else:
+            n = rng.choice([0, rng.randint(1, 4096), rng.randint(1, 1 << 20)])
+            s = rng.choice([None, 0])
+            try:
+                p = resource.allocate(n) if s is None else resource.allocate_async(n, 256, s)
+            except OutOfMemoryError:
+                continue
+            live.append((p, n, s))
+    return live
+
+
+def test_replay_reports_the_same_statistics(tmp_path):
+    path = tmp_path / "run.csv"
+    with LoggingResource(LimitingResource(PoolResource(HostMemoryResource()), 8 << 20),
+                         path) as log:
+        stats = StatisticsResource(log)
+        live = workload(stats)
+        original = stats.statistics
+        for p, n, _ in live:
+            stats.deallocate(p, n)
+        final = stats.statistics
+    report = replay_log.replay(path)
+    assert report.failures_in_log > 0 and report.unmatched_frees == 0
+    assert report.replayed == report.from_log == final
+    assert report.replayed.peak_bytes == original.peak_bytes
+    assert report.peak_pool_size >= report.replayed.peak_bytes
+    assert report.fragmentation >= 1.0
+    # against a user-specified resource
+    other = replay_log.replay(path, AddressSpaceResource())
+    assert other.replayed == final and other.peak_pool_size is None
+
+
+def test_replay_command_line(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "run.csv"
+    with LoggingResource(PoolResource(HostMemoryResource()), path) as log:
+        live = workload(log, seed=4, steps=500)   # leave some live: replayed, then freed
+    assert live
+    assert replay_log.main([str(path), "--initial", "4MiB", "--maximum", "1GiB"]) == 0
+    text = capsys.readouterr().out
+    assert "statistics match" in text and "peak pool size" in text
+    assert f"{len(live)} allocations live at the end" in text
+    assert replay_log.main([str(path), "--resource", "host", "--json"]) == 0
+    assert '"peak_pool_size": null' in capsys.readouterr().out
+    module = types.ModuleType("replay_target_for_test")
+    module.make = lambda: AddressSpaceResource()
+    monkeypatch.setitem(sys.modules, "replay_target_for_test", module)
+    assert replay_log.main([str(path), "--resource", "replay_target_for_test:make"]) == 0
+
+
+def test_replay_rejects_what_is_not_a_log():
+    with pytest.raises(ValueError, match="first line"):
+        replay_log.replay(io.StringIO("a,b,c\n"))
+    with pytest.raises(ValueError, match="unknown action"):
+        replay_log.replay(io.StringIO(LOG_HEADER + "\n1,00:00:00.000000,grow,0x10,5,0x0\n"))
+    with pytest.raises(ValueError, match="could not parse"):
+        replay_log.parse_bytes("2k")
+    assert replay_log.parse_bytes("2kb") == 2000 and replay_log.parse_bytes("1GiB") == 1 << 30
+
+
+def test_free_without_allocation_is_counted_not_replayed():
+    text = LOG_HEADER + "\n1,00:00:00.000000,free,0x1000,64,0x0\n" \
+        "1,00:00:00.000001,allocate,0x2000,64,0x0\n"
+    report = replay_log.replay(io.StringIO(text), AddressSpaceResource())
+    assert report.unmatched_frees == 1 and report.live_at_end == 1
+    assert report.replayed == Statistics(64, 1, 64, 1, 64, 1) == report.from_log

@@ -1,0 +1,340 @@
+"""The other adaptors one by one: limiting, tracking, failure callback, aligned, prefetch,
+callback, binning and fixed-size."""
+import os
+import sys
+
+import pytest
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes import OutOfMemoryError, device_accessible, host_accessible
+from hipmr_ctypes.adaptors import (AlignedResource, BinningResource, CallbackResource,
+                                   FailureCallbackResource, FixedSizeResource,
+                                   LimitingResource, PoolResource, PrefetchResource,
+                                   StatisticsResource, TrackingResource, _order)
+from hipmr_ctypes.resources import HostMemoryResource, ManagedMemoryResource
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+from fuzz_pool import AddressSpaceResource, HostBufferResource  # noqa: E402
+
+
+# ------------------------------------------------------------------------------ limiting
+def test_limiting_counts_exactly_and_refuses_past_the_limit():
+    up = AddressSpaceResource()
+    lim = LimitingResource(up, 1000)
+    a = lim.allocate(600)
+    b = lim.allocate_async(400, 256, 0)
+    assert lim.get_allocated_bytes() == 1000 and lim.get_allocation_limit() == lim.limit == 1000
+    calls = up.calls
+    with pytest.raises(OutOfMemoryError, match="1000 of the limit 1000") as info:
+        lim.allocate(1)
+    assert isinstance(info.value, MemoryError) and info.value.size == 1
+    assert up.calls == calls and lim.get_allocated_bytes() == 1000
+    lim.deallocate(a, 600)
+    c = lim.allocate(600)
+    lim.deallocate(c, 600)
+    lim.deallocate_async(b, 400, 256, 0)
+    assert lim.get_allocated_bytes() == 0
+
+
+def test_limiting_gives_the_reservation_back_when_the_upstream_fails():
+    lim = LimitingResource(AddressSpaceResource(capacity=500), 1000)
+    with pytest.raises(OutOfMemoryError, match="capacity"):
+        lim.allocate(800)
+    assert lim.get_allocated_bytes() == 0
+
+
+# ------------------------------------------------------------------------------ tracking
+def test_tracking_outstanding_report_and_stacks():
+    tr = TrackingResource(AddressSpaceResource(), capture_stacks=True)
+    a = tr.allocate(100)
+    b = tr.allocate_async(200, 512, 3)
+    out = tr.outstanding()
+    assert set(out) == {a, b} and out[b].size == 200 and out[b].alignment == 512
+    assert out[b].stream == 3 and out[a].stream is None
+    assert tr.get_allocated_bytes() == 300
+    text = tr.report()
+    assert "2 outstanding allocations, 300 bytes" in text
+    assert f"ptr={a:#x} size=100" in text and "on stream 0x3" in text
+    assert "test_tracking_outstanding_report_and_stacks" in text   # the captured stack
+    assert tr.get_outstanding_allocations_str() == text
+    tr.deallocate(a, 100)
+    tr.deallocate_async(b, 200, 512, 3)
+    assert tr.outstanding() == {} and tr.report().startswith("0 outstanding")
+
+
+def test_tracking_refuses_unknown_pointers_before_the_upstream():
+    up = AddressSpaceResource()
+    tr = TrackingResource(up)
+    direct = up.allocate(64)
+    calls = up.calls
+    with pytest.raises(ValueError, match="not an outstanding allocation"):
+        tr.deallocate(direct, 64)
+    p = tr.allocate(64)
+    with pytest.raises(ValueError, match="64 bytes, not bytes=65"):
+        tr.deallocate(p, 65)
+    assert up.calls == calls + 1 and tr.get_allocated_bytes() == 64
+    assert tr.outstanding()[p].stack is None
+    tr.deallocate(p, 64)
+
+
+def test_nested_tracking_counts_independently():
+    inner = TrackingResource(HostMemoryResource())
+    outer = TrackingResource(inner)
+    p = outer.allocate(10)
+    q = inner.allocate(20)
+    assert outer.get_allocated_bytes() == 10 and inner.get_allocated_bytes() == 30
+    outer.deallocate(p, 10)
+    inner.deallocate(q, 20)
+    assert inner.outstanding() == outer.outstanding() == {}
+
+
+def test_tracking_restores_its_record_when_the_upstream_refuses():
+    class Refusing(AddressSpaceResource):
+        def deallocate(self, ptr, bytes, alignment=256):
+            raise RuntimeError("no")
+
+    tr = TrackingResource(Refusing())
+    p = tr.allocate(32)
+    with pytest.raises(RuntimeError):
+        tr.deallocate(p, 32)
+    assert p in tr.outstanding()
+
+
+# ---------------------------------------------------------------------- failure callback
+def test_failure_callback_retries_while_it_returns_true():
+    up = AddressSpaceResource(capacity=1000)
+    keep = [up.allocate(800)]
+    seen = []
+
+    def callback(nbytes):
+        seen.append(nbytes)
+        if keep:
+            up.deallocate(keep.pop(), 800)   # free something, then ask for a retry
+            return True
+        return False
+
+    fc = FailureCallbackResource(up, callback)
+    p = fc.allocate(500)
+    assert seen == [500]
+    with pytest.raises(OutOfMemoryError):
+        fc.allocate_async(900, 256, 0)
+    assert seen == [500, 900]
+    fc.deallocate(p, 500)
+
+
+def test_failure_callback_exception_propagates():
+    def callback(nbytes):
+        raise KeyError("from the callback")
+
+    fc = FailureCallbackResource(AddressSpaceResource(capacity=10), callback)
+    with pytest.raises(KeyError, match="from the callback"):
+        fc.allocate(100)
+
+
+# ------------------------------------------------------------------------------- aligned
+def test_aligned_over_an_upstream_capped_at_256():
+    class Capped(HostBufferResource):
+        def allocate(self, bytes, alignment=256):
+            if alignment > 256:
+                raise ValueError("alignment above 256")
+            return super().allocate(bytes, alignment)
+
+    up = Capped()
+    al = AlignedResource(up, alignment=4096, threshold=1000)
+    small = al.allocate(100)                    # below the threshold: as asked
+    assert small % 256 == 0
+    big = al.allocate(5000)
+    assert big % 4096 == 0
+    huge = al.allocate(10, 1 << 16)             # any alignment the caller asks for
+    assert huge % (1 << 16) == 0
+    with pytest.raises(ValueError, match="5000 bytes, not bytes=4000"):
+        al.deallocate(big, 4000)
+    for p, n, a in ((small, 100, 256), (big, 5000, 256), (huge, 10, 1 << 16)):
+        al.deallocate(p, n, a)
+    assert up.live == {}
+    assert al.alignment == 4096 and al.threshold == 1000
+
+
+# ------------------------------------------------------------------------------ prefetch
+def test_prefetch_calls_the_device_helper(monkeypatch):
+    from hipmr_ctypes import device
+    calls = []
+    monkeypatch.setattr(device, "prefetch", lambda *a: calls.append(a))
+    monkeypatch.setattr(device, "get_device", lambda: 0)
+    up = ManagedMemoryResource()
+    pf = PrefetchResource(up)
+    p = pf.allocate(4096)
+    q = pf.allocate_async(100, 256, hmr.stream_ref(0))
+    z = pf.allocate(0)
+    assert calls == [(p, 4096, 0, 0), (q, 100, 0, 0)] and z == 0
+    pf.deallocate(p, 4096)
+    pf.deallocate_async(q, 100, 256, 0)
+    assert pf.device is None and PrefetchResource(up, 0).device == 0
+
+
+def test_prefetch_failure_gives_the_memory_back(monkeypatch):
+    from hipmr_ctypes import device
+
+    def fail(*a):
+        raise hmr.HipError(1, call="hipMemPrefetchAsync")
+
+    monkeypatch.setattr(device, "prefetch", fail)
+    up = AddressSpaceResource()
+    pf = PrefetchResource(up, device=0)
+    with pytest.raises(hmr.HipError):
+        pf.allocate(100)
+    assert up.outstanding == 0
+
+
+def test_prefetch_on_the_emulated_runtime():
+    pf = PrefetchResource(ManagedMemoryResource())
+    p = pf.allocate(1 << 16)
+    pf.deallocate(p, 1 << 16)
+
+
+# ------------------------------------------------------------------------------ callback
+def test_callback_resource_sync_and_async():
+    up = AddressSpaceResource()
+    log = []
+
+    def alloc(n, a):
+        log.append(("a", n, a))
+        return up.allocate(n, a)
+
+    def dealloc(p, n, a):
+        log.append(("d", n, a))
+        up.deallocate(p, n, a)
+
+    sync = CallbackResource(alloc, dealloc, properties=(device_accessible,))
+    assert hmr.is_resource_with(sync, device_accessible)
+    assert not hmr.is_async_resource(sync)
+    p = sync.allocate(100)
+    sync.deallocate(p, 100)
+    assert log == [("a", 100, 256), ("d", 100, 256)]
+    streams = []
+    full = CallbackResource(alloc, dealloc,
+                            lambda n, a, s: streams.append(s) or up.allocate(n, a),
+                            lambda p, n, a, s: streams.append(s) or up.deallocate(p, n, a))
+    assert hmr.is_async_resource(full)
+    q = full.allocate_async(64, 256, hmr.stream_ref(7))
+    full.deallocate_async(q, 64, 256, 7)
+    assert streams == [7, 7]                     # streams arrive as int handles
+    assert full == CallbackResource(*full.functions) and full != sync
+    pool = PoolResource(sync)                    # usable as an upstream
+    r = pool.allocate(10)
+    pool.deallocate(r, 10)
+
+
+def test_callback_result_must_be_an_address():
+    cb = CallbackResource(lambda n, a: "nope", lambda p, n, a: None)
+    with pytest.raises(TypeError, match="pointer returned"):
+        cb.allocate(10)
+
+
+# ------------------------------------------------------------------------------- binning
+def test_binning_routes_by_size():
+    up = AddressSpaceResource()
+    big_bin = PoolResource(up)
+    b = BinningResource(up, [512, (1 << 20, big_bin)], min_size_exponent=10,
+                        max_size_exponent=12)
+    sizes = [s for s, _ in b.bins]
+    assert sizes == [512, 1024, 2048, 4096, 1 << 20]
+    res = b.bin_resources
+    assert isinstance(res[512], FixedSizeResource) and res[1 << 20] is big_bin
+    p1 = b.allocate(100)      # -> 512 bin
+    p2 = b.allocate(3000)     # -> 4096 bin
+    p3 = b.allocate(70000)    # -> the pool bin
+    p4 = b.allocate(2 << 20)  # -> upstream
+    p5 = b.allocate(100, 1024)  # an alignment above 256 -> upstream
+    assert res[512].allocation_count() == 1 and res[4096].allocation_count() == 1
+    assert big_bin.allocation_count() == 1 and b.allocation_count() == 5
+    assert p5 % 1024 == 0
+    b.add_bin(1 << 16)
+    with pytest.raises(ValueError, match="already a bin"):
+        b.add_bin(1 << 16)
+    p6 = b.allocate(60000)    # -> the new bin
+    assert b.bin_resources[1 << 16].allocation_count() == 1
+    # p3 (70000) was allocated by the pool bin and still goes back there
+    for p, n, a in ((p1, 100, 256), (p2, 3000, 256), (p3, 70000, 256), (p4, 2 << 20, 256),
+                    (p5, 100, 1024), (p6, 60000, 256)):
+        b.deallocate(p, n, a)
+    assert b.allocation_count() == 0 and big_bin.allocation_count() == 0
+    with pytest.raises(ValueError, match="not an outstanding allocation"):
+        b.deallocate(p1, 100)
+    b.release()
+    big_bin.release()
+    assert up.outstanding == 0
+
+
+def test_binning_bins_must_match_the_upstream():
+    up = AddressSpaceResource(properties=(device_accessible,))
+    with pytest.raises(TypeError, match="lacks the upstream's properties device_accessible"):
+        BinningResource(up, [(1024, HostBufferResource((host_accessible,)))])
+    with pytest.raises(TypeError, match="async"):
+        BinningResource(up, [(1024, HostBufferResource((device_accessible,)))])
+    sync = BinningResource(HostBufferResource(), [(1024, HostBufferResource())])
+    assert not hmr.is_async_resource(sync)
+
+
+# ---------------------------------------------------------------------------- fixed size
+def test_fixed_size_blocks_and_chunks():
+    up = AddressSpaceResource()
+    fx = FixedSizeResource(up, block_size=1000, blocks_to_preallocate=4)
+    assert fx.block_size == 1024 and fx.blocks_to_preallocate == 4
+    assert fx.pool_size() == 4096 == up.outstanding
+    ptrs = [fx.allocate(1000) for _ in range(5)]          # the fifth needs a new chunk
+    assert fx.pool_size() == 8192 and len(set(ptrs)) == 5
+    with pytest.raises(ValueError, match="larger than the block size 1024"):
+        fx.allocate(1025)
+    with pytest.raises(ValueError, match="larger than 256"):
+        fx.allocate(10, 512)
+    for p in ptrs:
+        fx.deallocate(p, 1000)
+    assert fx.allocate(1000) == ptrs[-1]                  # last freed, first reused
+    fx.deallocate(ptrs[-1], 1000)
+    assert fx.release() == 8192 and up.outstanding == 0
+
+
+def test_fixed_size_stream_ordering(monkeypatch):
+    calls = []
+
+    class FakeEvent:
+        def record(self, s):
+            calls.append(("record", s))
+
+        def synchronize(self):
+            calls.append(("synchronize",))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_order, "_new_event", FakeEvent)
+    monkeypatch.setattr(_order, "_wait_event", lambda s, ev: calls.append(("wait", s)))
+    fx = FixedSizeResource(AddressSpaceResource(), block_size=256, blocks_to_preallocate=1)
+    p = fx.allocate_async(100, 256, 1)       # the only block (freed synchronously: clean)
+    assert calls == []
+    fx.deallocate_async(p, 100, 256, 1)
+    assert fx.allocate_async(100, 256, 1) == p and calls == []
+    fx.deallocate_async(p, 100, 256, 1)
+    assert fx.allocate_async(100, 256, 2) == p
+    assert calls == [("record", 1), ("wait", 2)]
+    fx.deallocate_async(p, 100, 256, 2)
+    calls.clear()
+    assert fx.allocate(100) == p
+    assert calls == [("record", 2), ("synchronize",)]
+    fx.deallocate(p, 100)
+
+
+def test_fixed_size_misuse():
+    fx = FixedSizeResource(AddressSpaceResource(), block_size=512, blocks_to_preallocate=2)
+    p = fx.allocate(300)
+    with pytest.raises(ValueError, match="300 bytes, not bytes=200"):
+        fx.deallocate(p, 200)
+    fx.deallocate(p, 300)
+    with pytest.raises(ValueError, match="already deallocated"):
+        fx.deallocate(p, 300)
+    assert fx.allocate(0) == 0
+    stats = StatisticsResource(fx)
+    q = stats.allocate(512)
+    stats.deallocate(q, 512)
+    assert fx.allocation_count() == 0

@@ -1,0 +1,104 @@
+"""StatisticsResource: exact counters after mixed workloads, the counter stack (RMM's
+push/pop semantics), nested adaptors counting independently, failures not counted."""
+import os
+import random
+import sys
+
+import pytest
+
+from hipmr_ctypes import OutOfMemoryError
+from hipmr_ctypes.adaptors import (LimitingResource, PoolResource, Statistics,
+                                   StatisticsResource)
+from hipmr_ctypes.resources import HostMemoryResource
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+from fuzz_pool import AddressSpaceResource  # noqa: E402
+
+
+def test_exact_after_a_mixed_workload():
+    rng = random.Random(3)
+    stats = StatisticsResource(PoolResource(AddressSpaceResource()))
+    live, cur, peak, total, n, npeak, ntotal = [], 0, 0, 0, 0, 0, 0
+    for i in range(3000):
+        if live and rng.random() < 0.45:
+            p, size, stream = live.pop(rng.randrange(len(live)))
+            if stream is None:
+                stats.deallocate(p, size)
+            else:
+                stats.deallocate_async(p, size, 256, rng.randrange(3))
+            cur -= size
+            n -= 1
+        else:
+            size = rng.choice([0, rng.randint(1, 300), rng.randint(1, 1 << 20)])
+            stream = rng.choice([None, 0, 1, 2])
+            p = (stats.allocate(size) if stream is None
+                 else stats.allocate_async(size, 256, stream))
+            live.append((p, size, stream))
+            cur += size
+            n += 1
+            total += size
+            ntotal += 1
+            peak, npeak = max(peak, cur), max(npeak, n)
+        assert stats.statistics == Statistics(cur, n, peak, npeak, total, ntotal)
+
+
+def test_failures_and_refused_frees_are_not_counted():
+    stats = StatisticsResource(LimitingResource(AddressSpaceResource(), 1000))
+    p = stats.allocate(600)
+    before = stats.statistics
+    with pytest.raises(OutOfMemoryError):
+        stats.allocate(600)
+    with pytest.raises(ValueError):
+        stats.allocate(-1)
+    assert stats.statistics == before
+    pool_stats = StatisticsResource(PoolResource(AddressSpaceResource()))
+    q = pool_stats.allocate(100)
+    pool_stats.deallocate(q, 100)
+    before = pool_stats.statistics
+    with pytest.raises(ValueError):
+        pool_stats.deallocate(q, 100)           # double free, refused by the pool
+    assert pool_stats.statistics == before
+    stats.deallocate(p, 600)
+
+
+def test_counter_stack_follows_rmm():
+    stats = StatisticsResource(HostMemoryResource())
+    a = stats.allocate(1000)
+    assert stats.depth == 0
+    before = stats.push_counters()
+    assert before == Statistics(1000, 1, 1000, 1, 1000, 1) and stats.depth == 1
+    assert stats.statistics == Statistics()
+    b = stats.allocate(500)
+    c = stats.allocate(300)
+    stats.deallocate(b, 500)
+    stats.deallocate(a, 1000)                     # allocated before the push
+    assert stats.statistics == Statistics(-700, 0, 800, 2, 800, 2)
+    popped = stats.pop_counters()
+    assert popped == Statistics(-700, 0, 800, 2, 800, 2) and stats.depth == 0
+    # below: current += popped current, peak = max(peak, current + popped peak)
+    assert stats.statistics == Statistics(300, 1, 1800, 3, 1800, 3)
+    stats.deallocate(c, 300)
+    with pytest.raises(IndexError, match="no counters were pushed"):
+        stats.pop_counters()
+    assert stats.allocation_counts == stats.statistics
+
+
+def test_nested_statistics_count_independently():
+    inner = StatisticsResource(HostMemoryResource())
+    outer = StatisticsResource(inner)
+    p = outer.allocate(100)
+    q = inner.allocate(50)
+    assert outer.statistics.current_bytes == 100
+    assert inner.statistics.current_bytes == 150 and inner.statistics.total_count == 2
+    outer.deallocate(p, 100)
+    inner.deallocate(q, 50)
+    assert inner.statistics == Statistics(0, 0, 150, 2, 150, 2)
+    assert outer.statistics == Statistics(0, 0, 100, 1, 100, 1)
+
+
+def test_statistics_is_a_frozen_dataclass():
+    st = Statistics(1, 2, 3, 4, 5, 6)
+    with pytest.raises(AttributeError):
+        st.current_bytes = 0
+    assert st == Statistics(current_bytes=1, current_count=2, peak_bytes=3, peak_count=4,
+                            total_bytes=5, total_count=6)
