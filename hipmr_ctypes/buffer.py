@@ -16,7 +16,7 @@ from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
 from .device import Device, get_device
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
 from .resource_ref import async_resource_ref, resource_ref
-from .resources._common import check_alignment, check_size, check_stream
+from .resources._common import check, check_alignment, check_size, check_stream
 from .stream import Event, Stream, wait_event
 from .stream_ref import stream_ref
 
@@ -292,11 +292,11 @@ class Buffer:
         rt = _hip.get_runtime()
         own = self._stream._handle
         if own == 0:
-            rt.check(rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
+            check(rt, rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
             return
-        rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own), "hipMemcpyAsync",
+        check(rt, rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own), "hipMemcpyAsync",
                  size=n)
-        rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+        check(rt, rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
 
     def _copy(self, dst: int, src: int, n: int, stream: Any, host: bool) -> None:
         if not n:
@@ -308,7 +308,7 @@ class Buffer:
         else:
             handle = check_stream(stream)
             rt = _hip.get_runtime()
-            rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
+            check(rt, rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
                      "hipMemcpyAsync", size=n)
 
     def _check_size(self, n: int, what: str) -> None:
@@ -379,13 +379,13 @@ class Buffer:
         if handle is None:
             own = self._stream._handle
             if own == 0:
-                rt.check(rt.fn.hipMemset(ptr, value, self._size), "hipMemset", size=self._size)
+                check(rt, rt.fn.hipMemset(ptr, value, self._size), "hipMemset", size=self._size)
                 return
-            rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, own), "hipMemsetAsync",
+            check(rt, rt.fn.hipMemsetAsync(ptr, value, self._size, own), "hipMemsetAsync",
                      size=self._size)
-            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+            check(rt, rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
         else:
-            rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
+            check(rt, rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
                      size=self._size)
 
     def tobytes(self) -> bytes:

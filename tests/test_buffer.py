@@ -10,7 +10,6 @@ import os
 import pickle
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -254,7 +253,7 @@ def test_memset(resource):
     Buffer(0, resource=resource).memset(3)
 
 
-# ---- construction ---------------------------------------------------------------------------------
+# ---- construction --------------------------------------------------------------------------------
 def test_defaults():
     buf = Buffer(64)
     assert buf.resource is get_current_device_resource()
@@ -493,7 +492,7 @@ def test_cuda_array_interface():
         host.__cuda_array_interface__
 
 
-# ---- DLPack ---------------------------------------------------------------------------------------
+# ---- DLPack --------------------------------------------------------------------------------------
 _api = ctypes.PyDLL(None)
 _IsValid = _api.PyCapsule_IsValid
 _IsValid.restype, _IsValid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
@@ -626,7 +625,7 @@ def test_numpy_from_dlpack(exports, emulator):
     assert emulator.live_allocations() == before
 
 
-# ---- pickling -------------------------------------------------------------------------------------
+# ---- pickling ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("protocol", [2, 4, 5])
 def test_pickle(protocol):
     buf = Buffer.from_host(pattern(5000), resource=HostMemoryResource())

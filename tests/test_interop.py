@@ -79,7 +79,7 @@ def pattern(n: int, seed: int = 1) -> bytes:
     return bytes((i * 31 + seed) & 0xFF for i in range(n))
 
 
-# ---- CuPy -------------------------------------------------------------------------------------------
+# ---- CuPy ----------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_cupy_allocator(gpu_runtime):
     cupy = pytest.importorskip("cupy")
@@ -151,7 +151,7 @@ def test_gpu_cupy_array_interface_and_dlpack(gpu_runtime):
     assert _dlpack.live_exports() == base
 
 
-# ---- PyTorch ----------------------------------------------------------------------------------------
+# ---- PyTorch -------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_torch_dlpack(gpu_runtime):
     torch = pytest.importorskip("torch")
@@ -205,7 +205,7 @@ def test_gpu_torch_and_cupy_share_through_buffer(gpu_runtime):
     buf.close()
 
 
-# ---- Numba ------------------------------------------------------------------------------------------
+# ---- Numba ---------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_numba_memory_manager(gpu_runtime):
     pytest.importorskip("numba.cuda")

@@ -267,7 +267,7 @@ def test_alignment_limits(emulator, kind, resource):
             resource.allocate_async(100, 4096, 0)
 
 
-# ---- equality, hash, repr -------------------------------------------------------------------------
+# ---- equality, hash, repr ------------------------------------------------------------------------
 def test_equality_and_hash():
     d0, d0b = DeviceMemoryResource(), DeviceMemoryResource(0)
     assert d0 == d0b and not d0 != d0b and hash(d0) == hash(d0b)
@@ -363,7 +363,7 @@ def test_pinned_flags_reach_the_runtime(emulator):
     m.deallocate(p, 64)
 
 
-# ---- out of memory, injected failures ---------------------------------------------------------------
+# ---- out of memory, injected failures ------------------------------------------------------------
 @pytest.mark.parametrize("kind_name", ["device", "async", "async_default_pool", "managed"])
 def test_out_of_memory(emulator, kind_name):
     r = FACTORIES[kind_name]()
@@ -412,6 +412,22 @@ def test_injected_failure_leaves_nothing(emulator, kind_name, call):
     write_read(r, p, 4096)
     r.deallocate(p, 4096)
     assert emulator.live_allocations() == before
+
+
+def test_failures_reset_the_last_error(emulator):
+    """A failure we raise leaves no stale error for the next library that checks (RMM and
+    CCCL reset it too)."""
+    rt = _hip.get_runtime()
+    for kind_name, call in (("device", "hipMalloc"), ("async", "hipMallocFromPoolAsync"),
+                            ("pinned", "hipHostMalloc"), ("managed", "hipMallocManaged")):
+        r = FACTORIES[kind_name]()
+        emulator.inject_failure(code=2, calls=call)
+        with pytest.raises(OutOfMemoryError):
+            r.allocate(64)
+        assert rt.fn.hipPeekAtLastError() == 0
+    with pytest.raises(InvalidValueError):
+        DeviceMemoryResource().deallocate(4096 * 4096, 64)
+    assert rt.fn.hipPeekAtLastError() == 0
 
 
 def test_failed_free_raises(emulator):
@@ -618,7 +634,7 @@ def test_async_on_another_device(two_devices):
         assert a.pool.access(0) == "none"
 
 
-# ---- sync resources wait for the stream before freeing --------------------------------------------
+# ---- sync resources wait for the stream before freeing -------------------------------------------
 @pytest.mark.parametrize("kind_name", ["device", "pinned", "managed", "host"])
 def test_deallocate_async_waits_for_the_stream(emulator, kind_name, monkeypatch):
     rt = _hip.get_runtime()
@@ -710,6 +726,7 @@ def test_gpu_out_of_memory(gpu_runtime):
         with pytest.raises(OutOfMemoryError) as info:
             r.allocate(too_much)
         assert info.value.size == too_much and info.value.device == 0
+        assert gpu_runtime.fn.hipPeekAtLastError() == 0  # no stale error left for others
         p = r.allocate(1 << 20)
         r.deallocate(p, 1 << 20)
 

@@ -18,7 +18,7 @@ from ..stream_ref import stream_ref
 
 __all__ = ["MAX_SIZE", "MAX_DEVICE_ALIGNMENT", "DEVICE_ALIGNMENTS", "MAX_HANDLE",
            "check_size", "check_alignment", "check_ptr", "check_args", "check_stream",
-           "sync_stream", "SyncResource", "STREAM_REF"]
+           "sync_stream", "SyncResource", "STREAM_REF", "error", "check"]
 
 #: Largest size accepted (bytes): anything larger raises ValueError before any native call.
 MAX_SIZE = 1 << 63
@@ -87,6 +87,21 @@ def check_stream(stream: Any, name: str = "stream") -> int:
     if type(stream) is STREAM_REF:
         return stream._handle
     return as_stream_handle(stream, name)
+
+
+def error(rt: Any, status: int, call: str, **kw: Any) -> Exception:
+    """``rt.error(status, call, ...)`` that also resets the calling thread's last error
+    (``hipGetLastError``), as RMM and CCCL do before they throw: a library that checks the
+    last error after its own calls (PyTorch, CuPy) must not see ours."""
+    exc = rt.error(status, call, **kw)
+    rt.fn.hipGetLastError()
+    return exc
+
+
+def check(rt: Any, status: int, call: str, **kw: Any) -> None:
+    """Raise :func:`error` when ``status`` is not success."""
+    if status:
+        raise error(rt, status, call, **kw)
 
 
 def sync_stream(handle: int) -> None:

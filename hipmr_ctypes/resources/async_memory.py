@@ -19,8 +19,8 @@ from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAcc
 from ..device import Device, check_device, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..stream import Stream
-from ._common import (DEVICE_ALIGNMENTS, MAX_HANDLE, MAX_SIZE, STREAM_REF, check_args,
-                      check_ptr, check_size, check_stream)
+from ._common import (DEVICE_ALIGNMENTS, MAX_HANDLE, MAX_SIZE, STREAM_REF, check, check_args,
+                      check_ptr, check_size, check_stream, error)
 
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 
@@ -116,13 +116,13 @@ class MemoryPool:
     def _get(self, attr: int, name: str) -> int:
         out = c_uint64()
         rt = self._rt
-        rt.check(rt.fn.hipMemPoolGetAttribute(self._live(), attr, byref(out)),
+        check(rt, rt.fn.hipMemPoolGetAttribute(self._live(), attr, byref(out)),
                  "hipMemPoolGetAttribute", device=self._device, detail=name)
         return out.value
 
     def _set(self, attr: int, value: int, name: str) -> None:
         rt = self._rt
-        rt.check(rt.fn.hipMemPoolSetAttribute(self._live(), attr, byref(c_uint64(value))),
+        check(rt, rt.fn.hipMemPoolSetAttribute(self._live(), attr, byref(c_uint64(value))),
                  "hipMemPoolSetAttribute", device=self._device, detail=name)
 
     @property
@@ -166,7 +166,7 @@ class MemoryPool:
         (``hipMemPoolTrimTo``); memory in use is never released."""
         nbytes = check_size(bytes)
         rt = self._rt
-        rt.check(rt.fn.hipMemPoolTrimTo(self._live(), nbytes), "hipMemPoolTrimTo",
+        check(rt, rt.fn.hipMemPoolTrimTo(self._live(), nbytes), "hipMemPoolTrimTo",
                  device=self._device)
 
     def set_access(self, device: Any, read_write: bool = True) -> None:
@@ -181,7 +181,7 @@ class MemoryPool:
         desc.location.id = ordinal
         desc.flags = hipMemAccessFlagsProtReadWrite if read_write else hipMemAccessFlagsProtNone
         rt = self._rt
-        rt.check(rt.fn.hipMemPoolSetAccess(handle, desc, 1), "hipMemPoolSetAccess",
+        check(rt, rt.fn.hipMemPoolSetAccess(handle, desc, 1), "hipMemPoolSetAccess",
                  device=ordinal)
 
     def access(self, device: Any) -> str:
@@ -194,7 +194,7 @@ class MemoryPool:
         loc.id = ordinal
         out = c_int()
         rt = self._rt
-        rt.check(rt.fn.hipMemPoolGetAccess(out, handle, loc), "hipMemPoolGetAccess",
+        check(rt, rt.fn.hipMemPoolGetAccess(out, handle, loc), "hipMemPoolGetAccess",
                  device=ordinal)
         return {hipMemAccessFlagsProtReadWrite: "read_write",
                 hipMemAccessFlagsProtRead: "read"}.get(out.value, "none")
@@ -274,7 +274,7 @@ class AsyncMemoryResource:
         props.location.type = hipMemLocationTypeDevice
         props.location.id = dev
         out = c_void_p()
-        rt.check(rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
+        check(rt, rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
         pool = MemoryPool(out.value or 0, dev, True, rt)
         try:
             pool.release_threshold = threshold
@@ -294,7 +294,7 @@ class AsyncMemoryResource:
         dev = get_device() if device is None else check_device(device)
         _require_pools(dev)
         out = c_void_p()
-        rt.check(rt.fn.hipDeviceGetMemPool(out, dev), "hipDeviceGetMemPool", device=dev)
+        check(rt, rt.fn.hipDeviceGetMemPool(out, dev), "hipDeviceGetMemPool", device=dev)
         self = cls.__new__(cls)
         self._bind(MemoryPool(out.value or 0, dev, False, rt), rt, (("default_pool", True),))
         return self
@@ -339,7 +339,8 @@ class AsyncMemoryResource:
         out = c_void_p()
         st = self._malloc(out, bytes, self._handle, stream)
         if st:
-            raise self._rt.error(st, "hipMallocFromPoolAsync", size=bytes, device=self._device)
+            raise error(self._rt, st, "hipMallocFromPoolAsync", size=bytes,
+                        device=self._device)
         return out.value
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
@@ -361,7 +362,7 @@ class AsyncMemoryResource:
             stream = check_stream(stream)
         st = self._free_fn(ptr, stream)
         if st:
-            raise self._rt.error(st, "hipFreeAsync", device=self._device)
+            raise error(self._rt, st, "hipFreeAsync", device=self._device)
 
     def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocate on the null stream and wait for it."""
@@ -370,14 +371,14 @@ class AsyncMemoryResource:
             st = self._rt.fn.hipStreamSynchronize(0)
             if st:
                 self._free_fn(ptr, 0)
-                raise self._rt.error(st, "hipStreamSynchronize", device=self._device)
+                raise error(self._rt, st, "hipStreamSynchronize", device=self._device)
         return ptr
 
     def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
         """Free on the null stream and wait for it."""
         self.deallocate_async(ptr, bytes, alignment, 0)
         if ptr:
-            self._rt.check(self._rt.fn.hipStreamSynchronize(0), "hipStreamSynchronize",
+            check(self._rt, self._rt.fn.hipStreamSynchronize(0), "hipStreamSynchronize",
                            device=self._device)
 
     def close(self) -> None:
@@ -413,9 +414,9 @@ def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:
     """Allocate then free ``nbytes`` once on the null stream of ``device`` and wait."""
     with Device(device):
         out = c_void_p()
-        rt.check(rt.fn.hipMallocFromPoolAsync(out, nbytes, pool._handle, 0),
+        check(rt, rt.fn.hipMallocFromPoolAsync(out, nbytes, pool._handle, 0),
                  "hipMallocFromPoolAsync", size=nbytes, device=device)
         st = rt.fn.hipFreeAsync(out.value, 0)
         st2 = rt.fn.hipStreamSynchronize(0)
-        rt.check(st, "hipFreeAsync", device=device)
-        rt.check(st2, "hipStreamSynchronize", device=device)
+        check(rt, st, "hipFreeAsync", device=device)
+        check(rt, st2, "hipStreamSynchronize", device=device)

@@ -7,7 +7,7 @@ from ctypes import c_void_p
 from .. import _hip
 from .._hip.types import hipMemAttachGlobal, hipMemAttachHost
 from ..properties import device_accessible, host_accessible
-from ._common import SyncResource
+from ._common import SyncResource, error
 
 __all__ = ["ManagedMemoryResource"]
 
@@ -47,13 +47,13 @@ class ManagedMemoryResource(SyncResource):
         out = c_void_p()
         st = self._malloc(out, nbytes, self._flags)
         if st:
-            raise self._rt.error(st, "hipMallocManaged", size=nbytes)
+            raise error(self._rt, st, "hipMallocManaged", size=nbytes)
         return out.value
 
     def _free(self, ptr: int) -> None:
         st = self._free_fn(ptr)
         if st:
-            raise self._rt.error(st, "hipFree")
+            raise error(self._rt, st, "hipFree")
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):

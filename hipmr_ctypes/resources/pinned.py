@@ -8,7 +8,7 @@ from .. import _hip
 from .._hip.types import (hipHostMallocMapped, hipHostMallocPortable,
                           hipHostMallocWriteCombined)
 from ..properties import device_accessible, host_accessible
-from ._common import SyncResource
+from ._common import SyncResource, error
 
 __all__ = ["PinnedMemoryResource", "PINNED_FLAGS"]
 
@@ -67,13 +67,13 @@ class PinnedMemoryResource(SyncResource):
         out = c_void_p()
         st = self._malloc(out, nbytes, self._native_flags)
         if st:
-            raise self._rt.error(st, "hipHostMalloc", size=nbytes)
+            raise error(self._rt, st, "hipHostMalloc", size=nbytes)
         return out.value
 
     def _free(self, ptr: int) -> None:
         st = self._free_fn(ptr)
         if st:
-            raise self._rt.error(st, "hipHostFree")
+            raise error(self._rt, st, "hipHostFree")
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
