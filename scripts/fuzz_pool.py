@@ -378,6 +378,7 @@ class Fuzzer:
         self.cur = self.peak = self.total = 0
         self.ncur = self.npeak = self.ntotal = 0
         self.step = 0
+        self.target_live = self.rng.choice([8, 64, 512])   # the live set hovers around this
 
     # ------------------------------------------------------------------ model helpers
     def fail(self, message: str) -> None:
@@ -548,7 +549,7 @@ class Fuzzer:
             rng = self.rng
             for self.step in range(ops):
                 roll = rng.random()
-                if roll < 0.5 + (0.1 if len(self.live) < 64 else -0.1):
+                if roll < 0.5 + (0.1 if len(self.live) < self.target_live else -0.1):
                     self.do_allocate()
                 elif roll < 0.985:
                     self.do_deallocate()
