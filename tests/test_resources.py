@@ -526,11 +526,17 @@ def test_async_release_threshold(emulator):
         assert a.pool.reserved == 0
 
 
+def _pool_alive(rt, handle) -> bool:
+    value = ctypes.c_uint64()
+    return rt.fn.hipMemPoolGetAttribute(handle, 4, ctypes.byref(value)) == 0
+
+
 def test_async_close(emulator):
     a = AsyncMemoryResource()
     rt = _hip.get_runtime()
     handle = a.pool.handle
     p = a.allocate(4096)
+    q = a.allocate_async(512, 256, hmr.stream_per_thread)
     a.close()
     a.close()  # idempotent
     assert a.pool.closed and "closed" in repr(a.pool)
@@ -542,9 +548,22 @@ def test_async_close(emulator):
                 lambda: a.pool.release_threshold):
         with pytest.raises(ValueError, match="closed"):
             use()
+    # destroyed only once nothing allocated from it is outstanding
+    assert _pool_alive(rt, handle)
     a.deallocate(p, 4096)  # what it handed out can still be freed
-    value = ctypes.c_uint64()
-    assert rt.fn.hipMemPoolGetAttribute(handle, 4, ctypes.byref(value)) != 0  # destroyed
+    assert _pool_alive(rt, handle)
+    a.deallocate_async(q, 512, 256, hmr.stream_per_thread)
+    assert rt.fn.hipPeekAtLastError() == 0
+    assert not _pool_alive(rt, handle)
+
+
+def test_async_close_with_nothing_outstanding_destroys_at_once(emulator):
+    a = AsyncMemoryResource(initial_pool_size=1 << 20)
+    handle = a.pool.handle
+    p = a.allocate(100)
+    a.deallocate(p, 100)
+    a.close()
+    assert not _pool_alive(_hip.get_runtime(), handle)
 
 
 def test_async_default_pool_is_not_owned(emulator):

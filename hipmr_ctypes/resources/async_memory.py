@@ -65,6 +65,17 @@ def _pool_closed(*args: Any) -> int:
     raise ValueError("AsyncMemoryResource: its memory pool is closed")
 
 
+def _free_then_destroy(free: Any, pool: "MemoryPool") -> Any:
+    """``hipFreeAsync`` for a resource whose owned pool was closed with allocations still out:
+    after each free, the pool is destroyed if that was the last one."""
+    def free_async(ptr: int, stream: int) -> int:
+        st = free(ptr, stream)
+        if not st:
+            pool._destroy_when_unused(stream)
+        return st
+    return free_async
+
+
 class MemoryPool:
     """A HIP memory pool (``hipMemPool_t``): its usage counters and settings.
 
@@ -200,15 +211,41 @@ class MemoryPool:
                 hipMemAccessFlagsProtRead: "read"}.get(out.value, "none")
 
     def close(self) -> None:
-        """Stop using the pool (idempotent); an owned pool is destroyed now.  Resources using
-        it then refuse to allocate (ValueError) but can still free what they handed out."""
+        """Stop using the pool (idempotent): resources using it refuse to allocate from now on
+        (ValueError) but still free what they handed out.  An owned pool is destroyed as soon
+        as nothing allocated from it is outstanding: now, or when the last of it is freed
+        through a resource (destroying a pool with live allocations and freeing them later
+        crashes CUDA 13)."""
         if self._closed:
             return
         self._closed = True
         for user in list(self._users):
             user._malloc = _pool_closed
+            if self._finalizer is not None:
+                user._free_fn = _free_then_destroy(user._free_fn, self)
         if self._finalizer is not None:
-            self._finalizer()
+            self._destroy_when_unused(None)
+
+    def _destroy_when_unused(self, stream: Optional[int]) -> None:
+        """Destroy a closed, owned pool if nothing allocated from it is outstanding once
+        ``stream`` (None: the whole device) has done its work."""
+        finalizer = self._finalizer
+        if finalizer is None or not finalizer.alive:
+            return
+        rt = self._rt
+        used = c_uint64()
+        try:
+            if stream is None:
+                Device(self._device).synchronize()
+            elif rt.fn.hipStreamSynchronize(stream):
+                return
+            if rt.fn.hipMemPoolGetAttribute(self._handle, hipMemPoolAttrUsedMemCurrent,
+                                            byref(used)):
+                return
+        finally:
+            rt.fn.hipGetLastError()
+        if used.value == 0:
+            finalizer()
 
     def __enter__(self) -> "MemoryPool":
         self._live()
