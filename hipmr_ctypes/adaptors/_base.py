@@ -26,8 +26,8 @@ from ..stream_ref import stream_ref
 
 __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_method",
            "as_upstream_ref", "check_size", "check_alignment", "check_args", "check_ptr",
-           "check_stream", "check_callable", "give_back_chunks", "round_up", "FAST_ALIGNMENTS",
-           "STREAM_REF", "MAX_SIZE"]
+           "check_stream", "check_free", "check_callable", "give_back_chunks", "round_up",
+           "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE"]
 
 #: Largest size accepted, in bytes.
 MAX_SIZE = 1 << 63
@@ -94,6 +94,16 @@ def check_stream(stream: Any, name: str = "stream") -> int:
         return stream_ref(stream).get()
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{name}: {exc}") from None
+
+
+def check_free(ptr: int, known: Any, nbytes: int, owner: str) -> None:
+    """Raise ValueError unless ``known``, the size ``ptr`` was allocated with (None when it is
+    not live), equals the ``nbytes`` it is being freed with."""
+    if known is None:
+        raise ValueError(f"ptr={ptr:#x} is not a live allocation of this {owner} (never "
+                         "allocated by it, or already deallocated)")
+    if known != nbytes:
+        raise ValueError(f"ptr={ptr:#x} was allocated with {known} bytes, not bytes={nbytes}")
 
 
 def check_callable(value: Any, name: str) -> Any:

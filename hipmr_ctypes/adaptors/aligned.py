@@ -5,8 +5,8 @@ import threading
 from typing import Any, Dict, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_alignment, check_args, check_ptr, check_size,
-                    check_stream, round_up)
+from ._base import (BoundAdaptor, check_alignment, check_args, check_free, check_ptr,
+                    check_size, check_stream, round_up)
 
 __all__ = ["AlignedResource"]
 
@@ -59,9 +59,7 @@ class AlignedResource(BoundAdaptor):
             with lock:
                 entry = moved.get(ptr)
                 if entry is not None:
-                    if entry[2] != nbytes:
-                        raise ValueError(f"ptr={ptr:#x} was allocated with {entry[2]} bytes, "
-                                         f"not bytes={nbytes}")
+                    check_free(ptr, entry[2], nbytes, "AlignedResource")
                     del moved[ptr]
             return ptr, nbytes, alignment, entry
 

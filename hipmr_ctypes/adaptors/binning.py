@@ -6,8 +6,8 @@ from bisect import bisect_left
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, as_upstream_ref, check_args, check_ptr, check_size,
-                    check_stream)
+from ._base import (BoundAdaptor, as_upstream_ref, check_args, check_free, check_ptr,
+                    check_size, check_stream)
 from .fixed_size import FixedSizeResource
 
 __all__ = ["BinningResource"]
@@ -120,14 +120,9 @@ class BinningResource(BoundAdaptor):
             nbytes, alignment = check_args(nbytes, alignment)
             with lock:
                 found = live.get(ptr)
-                if found is None:
-                    if not ptr and not nbytes:
-                        return ptr, nbytes, alignment, None
-                    raise ValueError(f"ptr={ptr:#x} is not an outstanding allocation of this "
-                                     "BinningResource")
-                if found[1] != nbytes:
-                    raise ValueError(f"ptr={ptr:#x} was allocated with {found[1]} bytes, not "
-                                     f"bytes={nbytes}")
+                if found is None and not ptr and not nbytes:
+                    return ptr, nbytes, alignment, None
+                check_free(ptr, None if found is None else found[1], nbytes, "BinningResource")
                 del live[ptr]
             return ptr, nbytes, alignment, found
 

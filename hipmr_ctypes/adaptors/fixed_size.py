@@ -7,7 +7,8 @@ from typing import Any, Dict, List, Optional
 
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
-                    check_ptr, check_size, check_stream, give_back_chunks, round_up)
+                    check_free, check_ptr, check_size, check_stream, give_back_chunks,
+                    round_up)
 from ._order import HOST, StreamOrder
 
 __all__ = ["FixedSizeResource"]
@@ -84,13 +85,7 @@ class _Blocks:
         if not ptr and not nbytes:
             return
         with self.lock:
-            known = self.live.get(ptr)
-            if known is None:
-                raise ValueError(f"ptr={ptr:#x} was not allocated by this FixedSizeResource "
-                                 "or was already deallocated")
-            if known != nbytes:
-                raise ValueError(f"ptr={ptr:#x} was allocated with {known} bytes, not "
-                                 f"bytes={nbytes}")
+            check_free(ptr, self.live.get(ptr), nbytes, "FixedSizeResource")
             del self.live[ptr]
             self.free.setdefault(key, []).append(ptr)
 

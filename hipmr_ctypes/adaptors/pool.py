@@ -36,7 +36,8 @@ from typing import Any, Dict, FrozenSet, List, Optional
 from .._hip.errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual,
-                    check_alignment, check_ptr, check_size, check_stream, give_back_chunks,
+                    check_alignment, check_free, check_ptr, check_size, check_stream,
+                    give_back_chunks,
                     round_up)
 from ._order import HOST as _SYNC
 from ._order import StreamOrder
@@ -310,13 +311,7 @@ class _Arena:
         if not ptr and not nbytes:
             return
         with self.lock:
-            known = self.live.get(ptr)
-            if known is None:
-                raise ValueError(f"ptr={ptr:#x} was not allocated by this pool or was already "
-                                 "deallocated")
-            if known != nbytes:
-                raise ValueError(f"ptr={ptr:#x} was allocated with {known} bytes, not "
-                                 f"bytes={nbytes}")
+            check_free(ptr, self.live.get(ptr), nbytes, "PoolResource")
             del self.live[ptr]
             self.push_locked(ptr, nbytes, key)
 

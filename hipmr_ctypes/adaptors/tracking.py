@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_ptr, check_stream
+from ._base import BoundAdaptor, check_args, check_free, check_ptr, check_stream
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
 
@@ -66,14 +66,10 @@ class TrackingResource(BoundAdaptor):
             nbytes, alignment = check_args(nbytes, alignment)
             with lock:
                 found = live.get(ptr)
-                if found is None:
-                    if ptr == 0 and nbytes == 0:
-                        return ptr, nbytes, alignment, None
-                    raise ValueError(f"ptr={ptr:#x} is not an outstanding allocation of this "
-                                     "TrackingResource")
-                if found.size != nbytes:
-                    raise ValueError(f"ptr={ptr:#x} was allocated with {found.size} bytes, "
-                                     f"not bytes={nbytes}")
+                if found is None and not ptr and not nbytes:
+                    return ptr, nbytes, alignment, None
+                check_free(ptr, None if found is None else found.size, nbytes,
+                           "TrackingResource")
                 del live[ptr]
             return ptr, nbytes, alignment, found
 
