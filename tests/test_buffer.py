@@ -92,6 +92,10 @@ class Recording:
 
 @contextlib.contextmanager
 def no_native_call(emulator):
+    """Assert that the block makes no HIP call at all and changes no allocation (garbage
+    collection is off meanwhile: earlier tests' garbage must not be freed inside it)."""
+    enabled = gc.isenabled()
+    gc.disable()
     before = emulator.live_allocations()
     emulator.inject_failure(code=999, count=1, calls=NATIVE)
     try:
@@ -99,6 +103,8 @@ def no_native_call(emulator):
     finally:
         pending = emulator.pending_faults()
         emulator.clear_faults()
+        if enabled:
+            gc.enable()
     assert pending == 1, "a native call was made"
     assert emulator.live_allocations() == before
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import subprocess
 import sys
@@ -97,7 +98,10 @@ def write_read(r, ptr: int, n: int, seed: int = 3) -> None:
 
 @contextlib.contextmanager
 def no_native_call(emulator):
-    """Assert that the block makes no HIP call at all and changes no allocation."""
+    """Assert that the block makes no HIP call at all and changes no allocation (garbage
+    collection is off meanwhile: earlier tests' garbage must not be freed inside it)."""
+    enabled = gc.isenabled()
+    gc.disable()
     before = emulator.live_allocations()
     emulator.inject_failure(code=999, count=1, calls=NATIVE)
     try:
@@ -105,6 +109,8 @@ def no_native_call(emulator):
     finally:
         pending = emulator.pending_faults()
         emulator.clear_faults()
+        if enabled:
+            gc.enable()
     assert pending == 1, "a native call was made"
     assert emulator.live_allocations() == before
 
@@ -216,7 +222,7 @@ BAD_ALIGNMENTS = [(3, ValueError), (0, ValueError), (-8, ValueError), (48, Value
 BAD_PTRS = [(-1, ValueError), (1 << 64, ValueError), (1.0, TypeError), ("0x10", TypeError),
             (None, TypeError)]
 BAD_STREAMS = [("0", TypeError), (-1, ValueError), (1.5, TypeError), (None, TypeError),
-               (object(), TypeError)]
+               (object(), TypeError), (1 << 64, ValueError), (False, TypeError)]
 
 
 def _calls(r, ptr=4096):
@@ -434,11 +440,32 @@ def test_failed_free_raises(emulator):
     r = DeviceMemoryResource()
     p = r.allocate(64)
     r.deallocate(p, 64)
-    with pytest.raises(InvalidValueError, match="hipFree"):
+    with pytest.raises(InvalidValueError, match=f"hipFree.*ptr={p:#x}"):
         r.deallocate(p, 64)  # double free: the runtime says so
     a = AsyncMemoryResource.from_default_pool()
-    with pytest.raises(InvalidValueError, match="hipFreeAsync"):
+    with pytest.raises(InvalidValueError, match=f"hipFreeAsync.*ptr={p:#x}"):
         a.deallocate_async(p, 64, 256, 0)
+    with pytest.raises(InvalidValueError, match="hipHostFree.*ptr="):
+        PinnedMemoryResource().deallocate(p, 64)
+
+
+def test_host_resource_refuses_what_it_did_not_allocate(emulator):
+    r, other = HostMemoryResource(), HostMemoryResource()
+    p = r.allocate(1000)
+    foreign = ctypes.create_string_buffer(1000)
+    with no_native_call(emulator):
+        for bad_ptr, bad_size, match in ((ctypes.addressof(foreign), 1000, "ptr=0x"),
+                                         (p + 256, 744, "ptr=0x"),
+                                         (p, 999, "bytes=999")):
+            with pytest.raises(ValueError, match=match):
+                r.deallocate(bad_ptr, bad_size)
+            with pytest.raises(ValueError, match=match):
+                r.deallocate_async(bad_ptr, bad_size, 256, 0)
+    write_read(r, p, 1000)
+    other.deallocate(p, 1000)  # all host resources are equal: any of them frees it
+    for call in (lambda: r.deallocate(p, 1000), lambda: r.deallocate_async(p, 1000, 256, 0)):
+        with pytest.raises(ValueError, match="freed already"):
+            call()
 
 
 # ---- DeviceMemoryResource: current device -------------------------------------------------------
@@ -588,7 +615,6 @@ def test_async_pool_destroyed_by_garbage_collection(emulator, monkeypatch):
     a = AsyncMemoryResource()
     handle = a.pool.handle
     del a
-    import gc
     gc.collect()
     assert destroyed == [handle]
 

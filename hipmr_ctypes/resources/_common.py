@@ -82,8 +82,10 @@ def check_args(nbytes: Any, alignment: Any, max_alignment: "int | None") -> int:
 
 def check_stream(stream: Any, name: str = "stream") -> int:
     """The int handle of ``stream`` (anything :class:`stream_ref` accepts)."""
-    if type(stream) is int and 0 <= stream <= MAX_HANDLE:
-        return stream
+    if type(stream) is int:
+        if 0 <= stream <= MAX_HANDLE:
+            return stream
+        raise ValueError(f"{name}={stream} is not a stream handle (an address in [0, 2**64))")
     if type(stream) is STREAM_REF:
         return stream._handle
     return as_stream_handle(stream, name)
@@ -132,6 +134,12 @@ class SyncResource:
     def _sync(self, handle: int) -> None:
         sync_stream(handle)
 
+    def _claim(self, ptr: int, nbytes: int) -> None:
+        """Before freeing ``ptr`` (non-zero): raise ValueError if it cannot be freed here."""
+
+    def _unclaim(self, ptr: int, nbytes: int) -> None:
+        """Undo :meth:`_claim` when the free did not happen."""
+
     def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocate ``bytes`` bytes aligned to ``alignment``; ``allocate(0)`` returns 0."""
         if (type(bytes) is not int or not 0 < bytes <= MAX_SIZE or type(alignment) is not int
@@ -146,6 +154,7 @@ class SyncResource:
         ptr = check_ptr(ptr)
         check_args(bytes, alignment, self._max_alignment)
         if ptr:
+            self._claim(ptr, bytes)
             self._free(ptr)
 
     def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
@@ -159,5 +168,10 @@ class SyncResource:
         check_args(bytes, alignment, self._max_alignment)
         handle = check_stream(stream)
         if ptr:
-            self._sync(handle)
+            self._claim(ptr, bytes)
+            try:
+                self._sync(handle)
+            except BaseException:
+                self._unclaim(ptr, bytes)
+                raise
             self._free(ptr)

@@ -399,7 +399,8 @@ class AsyncMemoryResource:
             stream = check_stream(stream)
         st = self._free_fn(ptr, stream)
         if st:
-            raise error(self._rt, st, "hipFreeAsync", device=self._device)
+            raise error(self._rt, st, "hipFreeAsync", device=self._device,
+                        detail=f"ptr={ptr:#x}")
 
     def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocate on the null stream and wait for it."""

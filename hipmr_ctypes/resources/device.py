@@ -75,7 +75,7 @@ class DeviceMemoryResource(SyncResource):
     def _free(self, ptr: int) -> None:
         st = self._call(self._free_fn, ptr) if self._switch else self._free_fn(ptr)
         if st:
-            raise error(self._rt, st, "hipFree", device=self._device)
+            raise error(self._rt, st, "hipFree", device=self._device, detail=f"ptr={ptr:#x}")
 
     def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
         """``hipFree(ptr)``; ``deallocate(0, ...)`` does nothing."""

@@ -7,7 +7,7 @@ import errno
 import os
 import threading
 from ctypes import c_int, c_size_t, c_void_p
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from .. import _hip
 from .._hip.errors import OutOfMemoryError
@@ -18,6 +18,10 @@ __all__ = ["HostMemoryResource"]
 
 _lock = threading.Lock()
 _libc: Optional[Any] = None
+# every live allocation of every HostMemoryResource (they are all equal: any of them frees
+# what another allocated): ptr -> bytes.  libc's free must never see a foreign pointer.
+_live: Dict[int, int] = {}
+_live_lock = threading.Lock()
 _SIZEOF_PTR = ctypes.sizeof(c_void_p)
 
 
@@ -42,7 +46,10 @@ class HostMemoryResource(SyncResource):
     ``free``.  Host-accessible only; works with no HIP library loaded.
 
     Not stream-ordered: ``deallocate_async`` waits for the stream first (when a HIP runtime is
-    loaded; with none, no work can be queued on any stream).  All instances are equal.
+    loaded; with none, no work can be queued on any stream).  All instances are equal, and any
+    of them frees what another allocated.  Freeing a pointer no HostMemoryResource handed out
+    (or one already freed, or with another size than allocated) is a ValueError, never a
+    crash: the live allocations are recorded.
     """
 
     __slots__ = ("_memalign", "_free_fn")
@@ -69,7 +76,25 @@ class HostMemoryResource(SyncResource):
                                        size=nbytes)
             raise OSError(rc, f"posix_memalign({nbytes}, {alignment}) failed: "
                               f"{os.strerror(rc)}")
-        return out.value
+        ptr = out.value
+        with _live_lock:
+            _live[ptr] = nbytes
+        return ptr
+
+    def _claim(self, ptr: int, nbytes: int) -> None:
+        with _live_lock:
+            size = _live.get(ptr)
+            if size is None:
+                raise ValueError(f"ptr={ptr:#x} was not allocated by a HostMemoryResource, or "
+                                 "was freed already")
+            if size != nbytes:
+                raise ValueError(f"bytes={nbytes}, but ptr={ptr:#x} was allocated with "
+                                 f"{size} bytes")
+            del _live[ptr]
+
+    def _unclaim(self, ptr: int, nbytes: int) -> None:
+        with _live_lock:
+            _live[ptr] = nbytes
 
     def _free(self, ptr: int) -> None:
         self._free_fn(ptr)

@@ -53,7 +53,7 @@ class ManagedMemoryResource(SyncResource):
     def _free(self, ptr: int) -> None:
         st = self._free_fn(ptr)
         if st:
-            raise error(self._rt, st, "hipFree")
+            raise error(self._rt, st, "hipFree", detail=f"ptr={ptr:#x}")
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):

@@ -73,7 +73,7 @@ class PinnedMemoryResource(SyncResource):
     def _free(self, ptr: int) -> None:
         st = self._free_fn(ptr)
         if st:
-            raise error(self._rt, st, "hipHostFree")
+            raise error(self._rt, st, "hipHostFree", detail=f"ptr={ptr:#x}")
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
