@@ -150,6 +150,8 @@ class Device:
                 known = ", ".join(sorted(DEVICE_ATTRIBUTES))
                 raise ValueError(f"unknown device attribute {attr!r}; known names: {known}")
         elif isinstance(attr, int) and not isinstance(attr, bool):
+            if not 0 <= attr < (1 << 31):
+                raise ValueError(f"attr={attr} is not a hipDeviceAttribute_t code")
             code = attr
         else:
             raise TypeError(f"attr must be a str or int, not {type(attr).__name__}")

@@ -19,7 +19,7 @@ __all__ = ["Stream", "Event", "wait_event", "as_stream_handle"]
 
 def as_stream_handle(stream: object, name: str = "stream") -> int:
     """The int handle of anything :class:`stream_ref` accepts (TypeError/ValueError otherwise)."""
-    if type(stream) is int and stream >= 0:
+    if type(stream) is int and 0 <= stream <= 0xFFFFFFFFFFFFFFFF:
         return stream
     try:
         return stream_ref(stream).get()
@@ -52,6 +52,8 @@ class Stream:
             raise ValueError(f"flags={flags}: expected 0 (default) or 1 (non-blocking)")
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+        if not -(1 << 31) <= priority < (1 << 31):
+            raise ValueError(f"priority={priority} does not fit a C int")
         rt = _hip.get_runtime()
         out = ctypes.c_void_p()
         if device is None:

@@ -42,6 +42,9 @@ def _handle_of(stream: Any) -> int:
                         "(null) stream")
     if isinstance(stream, bool):
         raise TypeError("a bool is not a stream handle")
+    if isinstance(stream, type):
+        raise TypeError(f"cannot make a stream_ref from the class {stream.__name__}: pass a "
+                        "stream object or handle")
     if isinstance(stream, int):
         return _check_int(stream)
     ctypes = sys.modules.get("ctypes")  # a c_void_p exists only if ctypes was imported
