@@ -13,7 +13,7 @@ from ctypes import POINTER, Structure, c_char_p, c_int, c_size_t, c_uint, c_void
 from typing import Dict, Optional
 
 from .decls import DECL_BY_NAME
-from .errors import ERROR_NAMES
+from .errors import ERROR_NAMES, NotSupportedError
 from .loader import load_first, nvidia_candidates
 from .runtime import Functions, Runtime, decode_cuda_version, missing_function
 
@@ -135,8 +135,17 @@ def _bind(lib, symbol: str, decl_name: str):
     return cfunc
 
 
+def _required_missing(symbol: str, where: str, name: str) -> NotSupportedError:
+    return NotSupportedError(801, "hipErrorNotSupported",
+                             f"required symbol {symbol} is missing from {where}; this is not a "
+                             "CUDA runtime library, or it is too old", name)
+
+
 def _raw(lib, symbol: str, restype, argtypes):
-    cfunc = getattr(lib, symbol)
+    try:
+        cfunc = getattr(lib, symbol)
+    except AttributeError:
+        raise _required_missing(symbol, getattr(lib, "_name", "the library"), symbol) from None
     cfunc.restype = restype
     cfunc.argtypes = argtypes
     return cfunc
@@ -152,7 +161,7 @@ def create_nvidia_runtime(env=None) -> Runtime:
             setattr(fn, name, _bind(cudart, symbol, name))
         except AttributeError:
             if DECL_BY_NAME[name].required:
-                raise
+                raise _required_missing(symbol, where, name) from None
             setattr(fn, name, missing_function(name, where))
 
     version = c_int()
