@@ -83,6 +83,23 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
 
     amr = hmr.AsyncMemoryResource()
     a_alloc, a_free = amr.allocate_async, amr.deallocate_async
+    from_pool, pool_handle = fn.hipMallocFromPoolAsync, amr.pool.handle
+
+    def raw_from_pool(n):
+        for _ in range(n):
+            out = c_void_p()
+            from_pool(out, size, pool_handle, 0)
+            free_async(out.value, 0)
+    loops["raw ctypes hipMallocFromPoolAsync/hipFreeAsync (same pool)"] = raw_from_pool
+
+    dflt = hmr.AsyncMemoryResource.from_default_pool(0)
+    d_alloc, d_free = dflt.allocate_async, dflt.deallocate_async
+
+    def default_direct(n):
+        for _ in range(n):
+            p = d_alloc(size, 256, 0)
+            d_free(p, size, 256, 0)
+    loops["AsyncMemoryResource.from_default_pool direct"] = default_direct
 
     def async_direct(n):
         for _ in range(n):
@@ -133,7 +150,7 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
             l_free(p, size, 256, 0)
     loops["LimitingResource over PoolResource"] = lim_loop
 
-    loops["_keep"] = (amr, pool, stats, lim)  # type: ignore[assignment]
+    loops["_keep"] = (amr, dflt, pool, stats, lim)  # type: ignore[assignment]
     return loops
 
 

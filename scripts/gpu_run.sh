@@ -12,9 +12,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== info (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes | tee "$OUT/info.txt"
 echo "== check (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes check | tee "$OUT/check.txt"
 echo "== GPU tests"
-HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider \
+HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider \
   -o junit_family=xunit2 --junitxml="$OUT/gpu-junit.xml" tests > "$OUT/gpu-tests.txt" 2>&1
 echo "gpu tests rc=$?"; tail -25 "$OUT/gpu-tests.txt"
+if [ "${FULL:-0}" = 1 ]; then
 echo "== whole suite on nvidia (emulated-only tests skip)"
 HIPMR_PLATFORM=nvidia timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests > "$OUT/all-nvidia.txt" 2>&1
 echo "all-on-nvidia rc=$?"; tail -8 "$OUT/all-nvidia.txt"
@@ -24,5 +25,6 @@ if [ -n "$lib" ]; then
   HIPMR_LIBRARY=$lib HIPMR_REQUIRE_AMD_LIBRARY=1 timeout 120 python3 -m pytest -q -p no:cacheprovider -m amd_library tests/test_binding.py > "$OUT/amd-lib.txt" 2>&1
   echo "amd rc=$?"; tail -4 "$OUT/amd-lib.txt"
 fi
-echo "== bench"
-HIPMR_PLATFORM=nvidia timeout 400 python3 scripts/bench_alloc.py --json "$OUT/bench.json" | tee "$OUT/bench.txt"
+fi
+echo "== bench"; date
+HIPMR_PLATFORM=nvidia timeout ${BENCH_TIMEOUT:-400} python3 scripts/bench_alloc.py --pairs ${PAIRS:-20000} --json "$OUT/bench.json" | tee "$OUT/bench.txt"
