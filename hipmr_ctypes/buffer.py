@@ -139,8 +139,9 @@ class Buffer:
     to ``alignment``.
 
     Freed exactly once, in stream order on the allocation stream: by ``close()`` (optionally
-    on another stream), by the context manager, or when garbage-collected (also at interpreter
-    exit, where errors from a runtime shutting down are ignored).  The buffer holds the
+    on another stream; a failed free leaves the buffer owning the memory), by the context
+    manager, or when garbage-collected (also at interpreter exit, where errors from a runtime
+    shutting down are ignored).  The buffer holds the
     resource and the stream object it was given, so neither goes away before the memory.
 
     Copies (``copy_from_host``, ``copy_to_host``, ``copy_from_device``, ``memset``) take
@@ -254,27 +255,37 @@ class Buffer:
         """Free the memory (idempotent), in stream order on ``stream`` (default: the allocation
         stream).
 
-        While a DLPack consumer still uses the memory, the buffer only becomes closed here;
-        the memory is freed (on the allocation stream) once the last consumer lets it go.
+        If the free fails, the error propagates and the buffer still owns the memory: a later
+        ``close()`` (or garbage collection) tries again.  While a DLPack consumer still uses the
+        memory, the buffer only becomes closed here; the memory is freed (on the allocation
+        stream) once the last consumer lets it go.
         """
         if self._closed:
             return
         handle = None if stream is None else check_stream(stream)
-        self._closed = True
         fin = self._finalizer
         if fin is None:
+            self._closed = True
             return
         dl = sys.modules.get("hipmr_ctypes._dlpack")
         if dl is not None and dl.exported(self):
+            self._closed = True
             return  # the finalizer frees it when the exports release the buffer
-        args = fin.detach()
-        if args is None:  # already freed (a finalizer never runs twice)
+        args = fin.detach()  # claims the memory: a finalizer never runs twice
+        if args is None:
+            self._closed = True
             return
-        _, _, (dealloc, ptr, size, alignment, own, keep), _ = args
-        if handle is None:
-            _free(dealloc, ptr, size, alignment, own, keep)
-        else:
-            dealloc(ptr, size, alignment, handle)
+        _, func, fargs, _ = args
+        dealloc, ptr, size, alignment, own, keep = fargs
+        try:
+            if handle is None:
+                _free(dealloc, ptr, size, alignment, own, keep)
+            else:
+                dealloc(ptr, size, alignment, handle)
+        except BaseException:
+            self._finalizer = weakref.finalize(self, func, *fargs)  # still ours
+            raise
+        self._closed = True
 
     def __enter__(self) -> "Buffer":
         self._live()

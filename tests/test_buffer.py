@@ -438,9 +438,24 @@ def test_failed_free_in_gc_is_a_warning():
     rec.up.deallocate(ptr, 100)
     buf = Buffer(100, resource=rec)
     with pytest.raises(RuntimeError, match="refusing"):
-        buf.close()  # an explicit close raises
+        buf.close()  # an explicit close raises, and the buffer still owns the memory
+    assert not buf.closed and buf.tobytes() == bytes(buf)
+    rec.fail_free = False
+    buf.close()  # a retry frees it
     assert buf.closed
-    rec.up.deallocate(rec.calls[-1][1], 100)
+    assert [c[0] for c in rec.calls[-2:]] == ["deallocate", "deallocate"]
+
+
+def test_failed_close_then_garbage_collection(emulator):
+    before = emulator.live_allocations()
+    buf = Buffer(4096, resource=AsyncMemoryResource.from_default_pool())
+    emulator.inject_failure(code=999, calls="hipFreeAsync")
+    with pytest.raises(HipError, match="hipFreeAsync"):
+        buf.close()
+    assert not buf.closed
+    del buf
+    gc.collect()  # the finalizer frees it
+    assert emulator.live_allocations() == before
 
 
 EXIT_SCRIPT = r"""

@@ -380,9 +380,8 @@ def test_out_of_memory(emulator, kind_name):
             call()
         err = info.value
         assert isinstance(err, MemoryError) and err.size == too_much
-        assert str(too_much) in str(err)
-        if kind_name != "managed":
-            assert err.device == 0
+        assert str(too_much) in str(err) and "on device 0" in str(err)
+        assert err.device == 0
     assert emulator.live_allocations() == before
     p = r.allocate(1024)  # still usable
     r.deallocate(p, 1024)

@@ -2,7 +2,7 @@
 (RMM's ``ManagedMemoryResource``, CCCL's ``managed_memory_resource``)."""
 from __future__ import annotations
 
-from ctypes import c_void_p
+from ctypes import c_int, c_void_p
 
 from .. import _hip
 from .._hip.types import hipMemAttachGlobal, hipMemAttachHost
@@ -47,7 +47,9 @@ class ManagedMemoryResource(SyncResource):
         out = c_void_p()
         st = self._malloc(out, nbytes, self._flags)
         if st:
-            raise error(self._rt, st, "hipMallocManaged", size=nbytes)
+            device = c_int()
+            self._rt.fn.hipGetDevice(device)  # managed memory counts against the current one
+            raise error(self._rt, st, "hipMallocManaged", size=nbytes, device=device.value)
         return out.value
 
     def _free(self, ptr: int) -> None:
