@@ -199,7 +199,8 @@ BAD_ALLOCATIONS = [
     (("8",), TypeError, "bytes"), ((None,), TypeError, "bytes"),
     ((8, 3), ValueError, "alignment"), ((8, 0), ValueError, "alignment"),
     ((8, -4), ValueError, "alignment"), ((8, 2.0), TypeError, "alignment"),
-    ((8, False), TypeError, "alignment"),
+    ((8, False), TypeError, "alignment"), ((8, None), TypeError, "alignment"),
+    (((1 << 64) + 1,), ValueError, "bytes"),
 ]
 
 
@@ -221,6 +222,22 @@ def test_bad_arguments_change_nothing(name, args, error, word):
     assert r.statistics == before
     assert up.calls == calls and up.outstanding == outstanding
     r.deallocate(keep, 1000)
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTORS))
+def test_float_equal_to_a_live_pointer_is_not_taken_for_it(name):
+    up = AddressSpaceResource()
+    r = StatisticsResource(ADAPTORS[name](up))
+    p = r.allocate(512)
+    before, outstanding = r.statistics, up.outstanding
+    with pytest.raises(TypeError, match="ptr"):
+        r.deallocate(float(p), 512)
+    with pytest.raises(TypeError, match="ptr"):
+        r.deallocate_async(float(p), 512, 256, 0)
+    with pytest.raises(TypeError, match="alignment"):
+        r.deallocate(p, 512, None)
+    assert r.statistics == before and up.outstanding == outstanding
+    r.deallocate(p, 512)
 
 
 @pytest.mark.parametrize("name", sorted(ADAPTORS))
@@ -256,6 +273,8 @@ def test_bad_constructor_arguments():
         (lambda: FixedSizeResource(up, 4096, 0), ValueError),
         (lambda: BinningResource(up, [0]), ValueError),
         (lambda: BinningResource(up, [512, 512]), ValueError),
+        (lambda: BinningResource(up, 5), TypeError),
+        (lambda: BinningResource(up, [(1, 2, 3)]), TypeError),
         (lambda: BinningResource(up, min_size_exponent=10), ValueError),
         (lambda: TrackingResource(up, capture_stacks=1), TypeError),
         (lambda: LoggingResource(up, 42), TypeError),

@@ -36,6 +36,13 @@ def test_limiting_counts_exactly_and_refuses_past_the_limit():
     assert lim.get_allocated_bytes() == 0
 
 
+def test_limiting_calls_an_impossible_size_a_bad_argument():
+    lim = LimitingResource(AddressSpaceResource(), 1000)
+    with pytest.raises(ValueError, match="bytes"):
+        lim.allocate((1 << 64) + 1)
+    assert lim.get_allocated_bytes() == 0
+
+
 def test_limiting_gives_the_reservation_back_when_the_upstream_fails():
     lim = LimitingResource(AddressSpaceResource(capacity=500), 1000)
     with pytest.raises(OutOfMemoryError, match="capacity"):
@@ -72,6 +79,8 @@ def test_tracking_refuses_unknown_pointers_before_the_upstream():
     p = tr.allocate(64)
     with pytest.raises(ValueError, match="64 bytes, not bytes=65"):
         tr.deallocate(p, 65)
+    with pytest.raises(ValueError, match="alignment=256, not alignment=64"):
+        tr.deallocate(p, 64, 64)
     assert up.calls == calls + 1 and tr.get_allocated_bytes() == 64
     assert tr.outstanding()[p].stack is None
     tr.deallocate(p, 64)

@@ -25,19 +25,24 @@ from ..resource_ref import async_resource_ref, resource_ref
 from ..stream_ref import stream_ref
 
 __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_method",
-           "as_upstream_ref", "check_size", "check_alignment", "check_args", "check_ptr",
+           "as_upstream_ref", "check_size", "check_alignment", "check_args",
+           "check_free_args", "check_ptr",
            "check_stream", "check_free", "check_callable", "give_back_chunks", "round_up",
-           "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE"]
+           "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR"]
 
 #: Largest size accepted, in bytes.
 MAX_SIZE = 1 << 63
 #: alignment -> alignment for every power of two up to 256.  ``FAST_ALIGNMENTS.get(a) is a``
 #: holds only for a genuine int in that set (CPython caches those small ints), never for a
-#: bool, a float or another integer type, which take the checked slow path instead.
-FAST_ALIGNMENTS = {1 << i: 1 << i for i in range(DEFAULT_ALIGNMENT.bit_length())}
+#: bool, a float or another integer type, which take the checked slow path instead; ``None``
+#: maps to False so that ``get(None)`` is not ``None``.
+FAST_ALIGNMENTS: Dict[Any, Any] = {1 << i: 1 << i for i in range(DEFAULT_ALIGNMENT.bit_length())}
+FAST_ALIGNMENTS[None] = False
 #: The stream_ref class, for ``type(stream) is STREAM_REF`` fast paths.
 STREAM_REF = stream_ref
-_MAX_HANDLE = (1 << 64) - 1
+#: Largest pointer / stream handle (an address).
+MAX_PTR = (1 << 64) - 1
+_MAX_HANDLE = MAX_PTR
 
 
 def _as_int(value: Any, name: str, what: str) -> int:
@@ -74,6 +79,11 @@ def check_alignment(value: Any, name: str = "alignment") -> int:
 def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:
     """A checked ``(bytes, alignment)`` pair (the slow path of the adaptors' fast checks)."""
     return check_size(nbytes), check_alignment(alignment)
+
+
+def check_free_args(ptr: Any, nbytes: Any, alignment: Any) -> Tuple[int, int, int]:
+    """A checked ``(ptr, bytes, alignment)`` triple (the slow path of the fast checks)."""
+    return check_ptr(ptr), check_size(nbytes), check_alignment(alignment)
 
 
 def check_ptr(value: Any, name: str = "ptr") -> int:

@@ -33,7 +33,12 @@ class BinningResource(BoundAdaptor):
                  max_size_exponent: Optional[int] = None) -> None:
         ref = self._set_upstream(upstream)
         specs: List[Tuple[int, Any]] = []
-        for item in bins:
+        try:
+            items = list(bins)
+        except TypeError:
+            raise TypeError(f"bins must be an iterable of sizes or (size, resource) pairs, "
+                            f"not {type(bins).__name__}") from None
+        for item in items:
             if isinstance(item, tuple):
                 if len(item) != 2:
                     raise TypeError(f"bins: {item!r} is not a size or a (size, resource) pair")

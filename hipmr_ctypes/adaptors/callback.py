@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT, Property
-from ._base import (FAST_ALIGNMENTS, BoundMethods, check_args, check_callable, check_ptr,
-                    check_stream)
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundMethods, check_args,
+                    check_callable, check_free_args, check_ptr, check_stream)
 
 __all__ = ["CallbackResource"]
 
@@ -54,24 +54,28 @@ class CallbackResource(BoundMethods):
                 ptr, "the pointer returned by the allocate function")
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                    or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             return result(fn_alloc(bytes, alignment))
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
-                bytes, alignment = check_args(bytes, alignment)
-            fn_dealloc(check_ptr(ptr), bytes, alignment)
+            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+            fn_dealloc(ptr, bytes, alignment)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                    or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             return result(fn_alloc_async(bytes, alignment, check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
-                bytes, alignment = check_args(bytes, alignment)
-            fn_dealloc_async(check_ptr(ptr), bytes, alignment, check_stream(stream))
+            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+            fn_dealloc_async(ptr, bytes, alignment, check_stream(stream))
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 

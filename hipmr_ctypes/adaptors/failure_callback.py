@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_callable, check_stream
+from ._base import BoundAdaptor, check_args, check_callable, check_free_args, check_stream
 
 __all__ = ["FailureCallbackResource"]
 
@@ -14,9 +14,9 @@ class FailureCallbackResource(BoundAdaptor):
     """``FailureCallbackResource(upstream, callback)``: on ``MemoryError`` (which includes
     ``OutOfMemoryError``) from the upstream, calls ``callback(bytes)``; while it returns a true
     value the allocation is retried, and once it returns a false one the error is raised.  An
-    exception from the callback propagates.  Deallocation goes straight to the upstream.
-    An async resource when the upstream is one; equal to another over an equal upstream with
-    the same callback.
+    exception from the callback propagates.  Deallocation goes to the upstream (after the
+    arguments are checked).  An async resource when the upstream is one; equal to another
+    over an equal upstream with the same callback.
     """
 
     def __init__(self, upstream: Any, callback: Callable[[int], Any]) -> None:
@@ -47,8 +47,17 @@ class FailureCallbackResource(BoundAdaptor):
                     if not callback(bytes):
                         raise
 
-        self._install(allocate, ref.deallocate, allocate_async,
-                      getattr(ref, "deallocate_async", None))
+        up_dealloc = ref.deallocate
+        up_dealloc_async = getattr(ref, "deallocate_async", None)
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            up_dealloc(*check_free_args(ptr, bytes, alignment))
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            check_stream(stream)
+            up_dealloc_async(*check_free_args(ptr, bytes, alignment), stream)
+
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._callback,)

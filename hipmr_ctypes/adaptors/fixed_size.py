@@ -170,7 +170,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             return allocate_slow(bytes, alignment, HOST)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if aligned(alignment) is alignment:
+            if type(ptr) is int and aligned(alignment) is alignment:
                 acquire()
                 try:
                     known = live_pop(ptr, _NONE)
@@ -201,7 +201,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
                 stream = stream.get() if type(stream) is SR else check_stream(stream)
-            if aligned(alignment) is alignment:
+            if type(ptr) is int and aligned(alignment) is alignment:
                 acquire()
                 try:
                     known = live_pop(ptr, _NONE)

@@ -6,7 +6,8 @@ from typing import Any, Tuple
 
 from .._hip.errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import FAST_ALIGNMENTS, BoundAdaptor, check_args, check_size
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args,
+                    check_free_args, check_size)
 
 __all__ = ["LimitingResource"]
 
@@ -38,6 +39,7 @@ class LimitingResource(BoundAdaptor):
         used = 0
 
         def refuse(nbytes: int) -> OutOfMemoryError:
+            check_size(nbytes)  # a size above 2**63 is a bad argument, not a lack of memory
             return OutOfMemoryError(call="LimitingResource.allocate", size=nbytes,
                                     detail=f"{used} of the limit {limit} bytes are in use")
 
@@ -48,7 +50,8 @@ class LimitingResource(BoundAdaptor):
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             nonlocal used
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                    or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             acquire()
             try:
@@ -65,8 +68,9 @@ class LimitingResource(BoundAdaptor):
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             nonlocal used
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
-                bytes, alignment = check_args(bytes, alignment)
+            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             up_dealloc(ptr, bytes, alignment)
             acquire()
             try:
@@ -76,7 +80,8 @@ class LimitingResource(BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             nonlocal used
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                    or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             acquire()
             try:
@@ -93,8 +98,9 @@ class LimitingResource(BoundAdaptor):
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             nonlocal used
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
-                bytes, alignment = check_args(bytes, alignment)
+            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             up_dealloc_async(ptr, bytes, alignment, stream)
             acquire()
             try:

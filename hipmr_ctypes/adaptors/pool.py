@@ -401,7 +401,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             return allocate_slow(bytes, alignment, _SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if aligned(alignment) is alignment:
+            if type(ptr) is int and aligned(alignment) is alignment:
                 acquire()
                 try:
                     known = live_pop(ptr, _NONE)
@@ -438,7 +438,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
                 stream = stream.get() if type(stream) is SR else check_stream(stream)
-            if aligned(alignment) is alignment:
+            if type(ptr) is int and aligned(alignment) is alignment:
                 acquire()
                 try:
                     known = live_pop(ptr, _NONE)

@@ -5,7 +5,7 @@ from typing import Any, Optional, Tuple
 
 from .. import device as _device
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_stream
+from ._base import BoundAdaptor, check_args, check_free_args, check_stream
 
 __all__ = ["PrefetchResource"]
 
@@ -15,8 +15,9 @@ class PrefetchResource(BoundAdaptor):
     memory to ``device`` (default: the device current when the allocation is made) with
     ``hipMemPrefetchAsync``, on the allocation's stream (the null stream for ``allocate``).
     Meant for managed memory.  If the prefetch fails, the memory is given back and the error
-    raised.  Deallocation goes straight to the upstream.  An async resource when the upstream
-    is one; equal to another over an equal upstream with the same device.
+    raised.  Deallocation goes to the upstream (after the arguments are checked).  An async
+    resource when the upstream is one; equal to another over an equal upstream with the same
+    device.
     """
 
     def __init__(self, upstream: Any, device: Optional[int] = None) -> None:
@@ -59,7 +60,14 @@ class PrefetchResource(BoundAdaptor):
                     raise
             return ptr
 
-        self._install(allocate, up_dealloc, allocate_async, up_dealloc_async)
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            up_dealloc(*check_free_args(ptr, bytes, alignment))
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            check_stream(stream)
+            up_dealloc_async(*check_free_args(ptr, bytes, alignment), stream)
+
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._device,)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any, List, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import FAST_ALIGNMENTS, BoundAdaptor, check_args
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args,
+                    check_free_args)
 
 __all__ = ["StatisticsResource", "Statistics"]
 
@@ -59,7 +60,8 @@ class StatisticsResource(BoundAdaptor):
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             nonlocal cb, cn, pb, pn, tb, tn
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                    or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             ptr = up_alloc(bytes, alignment)
             acquire()
@@ -78,8 +80,9 @@ class StatisticsResource(BoundAdaptor):
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             nonlocal cb, cn
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
-                bytes, alignment = check_args(bytes, alignment)
+            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             acquire()
             try:
                 cb -= bytes
@@ -94,7 +97,8 @@ class StatisticsResource(BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             nonlocal cb, cn, pb, pn, tb, tn
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
+            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                    or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             ptr = up_alloc_async(bytes, alignment, stream)
             acquire()
@@ -113,8 +117,9 @@ class StatisticsResource(BoundAdaptor):
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             nonlocal cb, cn
-            if type(bytes) is not int or bytes < 0 or aligned(alignment) is not alignment:
-                bytes, alignment = check_args(bytes, alignment)
+            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             acquire()
             try:
                 cb -= bytes

@@ -30,8 +30,8 @@ class TrackingResource(BoundAdaptor):
 
     ``outstanding()`` returns ``{ptr: TrackedAllocation}``; ``get_allocated_bytes()`` the sum of
     their sizes; ``report()`` a readable list (with stacks when ``capture_stacks`` is true).
-    Deallocating a pointer this adaptor did not hand out, or with another size, raises
-    ``ValueError`` before the upstream is called.  Thread-safe; an async resource when the
+    Deallocating a pointer this adaptor did not hand out, or with another size or alignment,
+    raises ``ValueError`` before the upstream is called.  Thread-safe; an async resource when the
     upstream is one; equal to another over an equal upstream with the same setting.
     """
 
@@ -70,6 +70,9 @@ class TrackingResource(BoundAdaptor):
                     return ptr, nbytes, alignment, None
                 check_free(ptr, None if found is None else found.size, nbytes,
                            "TrackingResource")
+                if found.alignment != alignment:
+                    raise ValueError(f"ptr={ptr:#x} was allocated with alignment="
+                                     f"{found.alignment}, not alignment={alignment}")
                 del live[ptr]
             return ptr, nbytes, alignment, found
 
