@@ -111,35 +111,54 @@ _CTX_LEGACY = DLManagedTensor.manager_ctx.offset
 _CTX_VERSIONED = DLManagedTensorVersioned.manager_ctx.offset
 
 
-def _release(managed: int, ctx_offset: int) -> None:
-    """The deleter's work: forget the export whose managed tensor is at ``managed``."""
+def _release(managed: int, ctx_offset: int, _exports: Any = _exports,
+             _at: Any = c_void_p.from_address) -> None:
+    """The deleter's work: forget the export whose managed tensor is at ``managed``.
+
+    It may run while the interpreter is torn down (a capsule still held at exit), when module
+    globals and even builtins are gone: it looks no global name up (the defaults bind them)
+    and catches with a bare ``except``, which needs no name either."""
     try:
-        _exports.pop(c_void_p.from_address(managed + ctx_offset).value, None)
-    except Exception:  # interpreter shutdown: module state may be gone
+        _exports.pop(_at(managed + ctx_offset).value, None)
+    except:  # noqa: E722
         pass
 
 
 _DELETER_T = CFUNCTYPE(None, c_void_p)
-_deleter = _DELETER_T(lambda managed: _release(managed, _CTX_LEGACY))
-_deleter_versioned = _DELETER_T(lambda managed: _release(managed, _CTX_VERSIONED))
+_deleter = _DELETER_T(lambda managed, _r=_release, _o=_CTX_LEGACY: _r(managed, _o))
+_deleter_versioned = _DELETER_T(lambda managed, _r=_release, _o=_CTX_VERSIONED: _r(managed, _o))
 _DELETER = ctypes.cast(_deleter, c_void_p).value
 _DELETER_VERSIONED = ctypes.cast(_deleter_versioned, c_void_p).value
 
 
-def _destroy_capsule(capsule: int) -> None:
-    """PyCapsule destructor: call the deleter of a capsule nobody consumed."""
+def _destroy_capsule(capsule: int, _valid: Any = _PyCapsule_IsValid,
+                     _get: Any = _PyCapsule_GetPointer, _release: Any = _release,
+                     _names: Any = ((_NAME, _CTX_LEGACY), (_NAME_VERSIONED, _CTX_VERSIONED))
+                     ) -> None:
+    """PyCapsule destructor: call the deleter of a capsule nobody consumed.  Like
+    :func:`_release`, safe while the interpreter is torn down (no global lookups)."""
     try:
-        if _PyCapsule_IsValid(capsule, _NAME):
-            _release(_PyCapsule_GetPointer(capsule, _NAME), _CTX_LEGACY)
-        elif _PyCapsule_IsValid(capsule, _NAME_VERSIONED):
-            _release(_PyCapsule_GetPointer(capsule, _NAME_VERSIONED), _CTX_VERSIONED)
-    except BaseException:  # never raise out of a C callback
+        for name, offset in _names:
+            if _valid(capsule, name):
+                _release(_get(capsule, name), offset)
+                break
+    except:  # noqa: E722 - never raise out of a C callback
         pass
 
 
 _DESTRUCTOR_T = CFUNCTYPE(None, c_void_p)
 _destructor = _DESTRUCTOR_T(_destroy_capsule)
 _DESTRUCTOR = ctypes.cast(_destructor, c_void_p).value
+
+# C code calls these thunks through raw pointers (capsules, consumers' deleter calls) until the
+# very end of interpreter shutdown, after this module is torn down: one extra reference each
+# keeps them (and their code) alive for the life of the process.
+_Py_IncRef = _py.Py_IncRef
+_Py_IncRef.restype = None
+_Py_IncRef.argtypes = [ctypes.py_object]
+for _thunk in (_deleter, _deleter_versioned, _destructor):
+    _Py_IncRef(_thunk)
+del _thunk
 
 
 def _fill(tensor: DLTensor, ptr: int, size: int, device: Tuple[int, int],
