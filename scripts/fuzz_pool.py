@@ -122,6 +122,28 @@ class StreamModel:
         _order._new_event, _order._wait_event = saved
 
 
+def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
+    """Replace the adaptors' events by fakes that log every call as ``("record", stream)``,
+    ``("wait", stream)``, ``("synchronize",)`` or ``("close",)``; ``setattr_(obj, name,
+    value)`` does the replacing (pytest's ``monkeypatch.setattr`` undoes it afterwards).
+    Returns the log."""
+    calls: List[Tuple[Any, ...]] = []
+
+    class RecordingEvent:
+        def record(self, stream: Any) -> None:
+            calls.append(("record", stream))
+
+        def synchronize(self) -> None:
+            calls.append(("synchronize",))
+
+        def close(self) -> None:
+            calls.append(("close",))
+
+    setattr_(_order, "_new_event", RecordingEvent)
+    setattr_(_order, "_wait_event", lambda stream, ev: calls.append(("wait", stream)))
+    return calls
+
+
 class FreedRanges:
     """Address ranges not in use, each with the (stream, count) of the free that released it:
     whoever gets them next must be ordered after that free."""

@@ -10,11 +10,11 @@ from hipmr_ctypes import OutOfMemoryError, device_accessible, host_accessible
 from hipmr_ctypes.adaptors import (AlignedResource, BinningResource, CallbackResource,
                                    FailureCallbackResource, FixedSizeResource,
                                    LimitingResource, PoolResource, PrefetchResource,
-                                   StatisticsResource, TrackingResource, _order)
+                                   StatisticsResource, TrackingResource)
 from hipmr_ctypes.resources import HostMemoryResource, ManagedMemoryResource
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from fuzz_pool import AddressSpaceResource, HostBufferResource  # noqa: E402
+from fuzz_pool import AddressSpaceResource, HostBufferResource, recording_events  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ limiting
@@ -305,20 +305,7 @@ def test_fixed_size_blocks_and_chunks():
 
 
 def test_fixed_size_stream_ordering(monkeypatch):
-    calls = []
-
-    class FakeEvent:
-        def record(self, s):
-            calls.append(("record", s))
-
-        def synchronize(self):
-            calls.append(("synchronize",))
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(_order, "_new_event", FakeEvent)
-    monkeypatch.setattr(_order, "_wait_event", lambda s, ev: calls.append(("wait", s)))
+    calls = recording_events(monkeypatch.setattr)
     fx = FixedSizeResource(AddressSpaceResource(), block_size=256, blocks_to_preallocate=1)
     p = fx.allocate_async(100, 256, 1)       # the only block (freed synchronously: clean)
     assert calls == []

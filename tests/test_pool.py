@@ -9,36 +9,22 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import OutOfMemoryError, async_resource_ref, device_accessible, stream_ref
-from hipmr_ctypes.adaptors import PoolResource, StatisticsResource, _order
+from hipmr_ctypes.adaptors import PoolResource, StatisticsResource
 from hipmr_ctypes.adaptors import pool as pool_module
 from hipmr_ctypes.resources import AsyncMemoryResource, HostMemoryResource
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from fuzz_pool import AddressSpaceResource, HostBufferResource, check_pool_tiles  # noqa: E402
+from fuzz_pool import (AddressSpaceResource, HostBufferResource, check_pool_tiles,  # noqa: E402
+                       recording_events)
 
 MiB = 1 << 20
 
 
 class Events:
-    """Fake events recording every call the pool makes (installed with monkeypatch)."""
+    """Fake events recording every call the pool makes (``calls``)."""
 
     def __init__(self, monkeypatch):
-        self.calls = []
-        log = self.calls
-
-        class FakeEvent:
-            def record(self, stream):
-                log.append(("record", stream))
-
-            def synchronize(self):
-                log.append(("synchronize",))
-
-            def close(self):
-                log.append(("close",))
-
-        monkeypatch.setattr(_order, "_new_event", FakeEvent)
-        monkeypatch.setattr(_order, "_wait_event",
-                            lambda stream, ev: log.append(("wait", stream)))
+        self.calls = recording_events(monkeypatch.setattr)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import operator
 from types import MethodType
 from typing import Any, Callable, Dict, Tuple
 
+from .._exit import finalizer, keep_at_exit
 from ..concepts import is_async_resource, is_resource
 from ..properties import DEFAULT_ALIGNMENT, forward_property
 from ..resource_ref import async_resource_ref, resource_ref
@@ -26,7 +27,7 @@ from ..stream_ref import stream_ref
 
 __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_method",
            "as_upstream_ref", "check_size", "check_alignment", "check_args",
-           "check_free_args", "check_ptr",
+           "check_free_args", "check_ptr", "upstream_calls", "checked_frees",
            "check_stream", "check_free", "check_callable", "give_back_chunks", "round_up",
            "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR"]
 
@@ -128,16 +129,43 @@ def round_up(value: int, alignment: int) -> int:
     return (value + alignment - 1) & -alignment
 
 
+@finalizer
 def give_back_chunks(up_dealloc: Callable[..., Any], chunks: Dict[int, int]) -> None:
     """Finalizer of the sub-allocators: return every chunk ``{start: size}`` to the upstream
     (with alignment 256) when the resource is garbage-collected; errors are ignored (the
-    interpreter may be exiting)."""
+    interpreter may be exiting).  At an exit with daemon threads still running it gives
+    nothing back: they may still use the memory (see ``hipmr_ctypes._exit``)."""
+    if keep_at_exit():
+        return
     for start, size in list(chunks.items()):
         try:
             up_dealloc(start, size, DEFAULT_ALIGNMENT)
         except Exception:
             pass
     chunks.clear()
+
+
+def upstream_calls(ref: resource_ref) -> Tuple[Any, Any, Any, Any]:
+    """``(allocate, deallocate, allocate_async, deallocate_async)`` of an upstream ref, bound
+    once (the async ones are None for a synchronous ref)."""
+    return (ref.allocate, ref.deallocate, getattr(ref, "allocate_async", None),
+            getattr(ref, "deallocate_async", None))
+
+
+def checked_frees(ref: resource_ref) -> Tuple[Any, Any]:
+    """``deallocate`` / ``deallocate_async`` that check their arguments, then call the
+    upstream's: for adaptors that do nothing of their own when memory is freed."""
+    up_dealloc = ref.deallocate
+    up_dealloc_async = getattr(ref, "deallocate_async", None)
+
+    def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+        up_dealloc(*check_free_args(ptr, bytes, alignment))
+
+    def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        check_stream(stream)
+        up_dealloc_async(*check_free_args(ptr, bytes, alignment), stream)
+
+    return deallocate, deallocate_async
 
 
 def as_upstream_ref(upstream: Any, name: str = "upstream") -> resource_ref:

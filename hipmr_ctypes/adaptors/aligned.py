@@ -5,8 +5,8 @@ import threading
 from typing import Any, Dict, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_alignment, check_args, check_free, check_ptr,
-                    check_size, check_stream, round_up)
+from ._base import (BoundAdaptor, check_alignment, check_args, check_free, check_ptr, check_size,
+                    check_stream, round_up, upstream_calls)
 
 __all__ = ["AlignedResource"]
 
@@ -38,10 +38,7 @@ class AlignedResource(BoundAdaptor):
         moved: Dict[int, Tuple[int, int, int]] = {}   # aligned ptr -> (upstream ptr, total, bytes)
         default = self._alignment
         threshold = self._threshold
-        up_alloc = ref.allocate
-        up_dealloc = ref.deallocate
-        up_alloc_async = getattr(ref, "allocate_async", None)
-        up_dealloc_async = getattr(ref, "deallocate_async", None)
+        up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
         def want(nbytes: int, alignment: int) -> int:
             return default if nbytes >= threshold and default > alignment else alignment

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_callable, check_free_args, check_stream
+from ._base import (BoundAdaptor, check_args, check_callable, check_stream, checked_frees,
+                    upstream_calls)
 
 __all__ = ["FailureCallbackResource"]
 
@@ -25,8 +26,7 @@ class FailureCallbackResource(BoundAdaptor):
         self._bind(ref, callback)
 
     def _bind(self, ref: Any, callback: Callable[[int], Any]) -> None:
-        up_alloc = ref.allocate
-        up_alloc_async = getattr(ref, "allocate_async", None)
+        up_alloc, _, up_alloc_async, _ = upstream_calls(ref)
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             bytes, alignment = check_args(bytes, alignment)
@@ -47,16 +47,7 @@ class FailureCallbackResource(BoundAdaptor):
                     if not callback(bytes):
                         raise
 
-        up_dealloc = ref.deallocate
-        up_dealloc_async = getattr(ref, "deallocate_async", None)
-
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            up_dealloc(*check_free_args(ptr, bytes, alignment))
-
-        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            check_stream(stream)
-            up_dealloc_async(*check_free_args(ptr, bytes, alignment), stream)
-
+        deallocate, deallocate_async = checked_frees(ref)
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:

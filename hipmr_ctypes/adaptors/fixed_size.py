@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
-                    check_free, check_ptr, check_size, check_stream, give_back_chunks,
-                    round_up)
+                    check_free, check_ptr, check_size, check_stream, give_back_chunks, round_up)
 from ._order import HOST, StreamOrder
 
 __all__ = ["FixedSizeResource"]

@@ -6,8 +6,8 @@ from typing import Any, Tuple
 
 from .._hip.errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args,
-                    check_free_args, check_size)
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args, check_free_args,
+                    check_size, upstream_calls)
 
 __all__ = ["LimitingResource"]
 
@@ -32,10 +32,7 @@ class LimitingResource(BoundAdaptor):
         acquire = lock.acquire
         release = lock.release
         aligned = FAST_ALIGNMENTS.get
-        up_alloc = ref.allocate
-        up_dealloc = ref.deallocate
-        up_alloc_async = getattr(ref, "allocate_async", None)
-        up_dealloc_async = getattr(ref, "deallocate_async", None)
+        up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
 
         def refuse(nbytes: int) -> OutOfMemoryError:

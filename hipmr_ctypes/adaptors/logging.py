@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Optional, TextIO, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_ptr, check_stream
+from ._base import (BoundAdaptor, check_args, check_ptr, check_stream, upstream_calls)
 
 __all__ = ["LoggingResource", "LOG_HEADER"]
 
@@ -61,10 +61,7 @@ class LoggingResource(BoundAdaptor):
         flush = out.flush if self._auto_flush else None
         native_id = threading.get_native_id
         now = datetime.now
-        up_alloc = ref.allocate
-        up_dealloc = ref.deallocate
-        up_alloc_async = getattr(ref, "allocate_async", None)
-        up_dealloc_async = getattr(ref, "deallocate_async", None)
+        up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
         def log(action: str, ptr: int, nbytes: int, stream: int) -> None:
             line = (f"{native_id()},{now().strftime('%H:%M:%S.%f')},{action},{ptr:#x},"

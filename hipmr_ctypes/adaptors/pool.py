@@ -35,10 +35,8 @@ from typing import Any, Dict, FrozenSet, List, Optional
 
 from .._hip.errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual,
-                    check_alignment, check_free, check_ptr, check_size, check_stream,
-                    give_back_chunks,
-                    round_up)
+from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
+                    check_free, check_ptr, check_size, check_stream, give_back_chunks, round_up)
 from ._order import HOST as _SYNC
 from ._order import StreamOrder
 

@@ -5,7 +5,7 @@ from typing import Any, Optional, Tuple
 
 from .. import device as _device
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_free_args, check_stream
+from ._base import BoundAdaptor, check_args, check_stream, checked_frees, upstream_calls
 
 __all__ = ["PrefetchResource"]
 
@@ -28,10 +28,7 @@ class PrefetchResource(BoundAdaptor):
         self._bind(ref, device)
 
     def _bind(self, ref: Any, device: Optional[int]) -> None:
-        up_alloc = ref.allocate
-        up_dealloc = ref.deallocate
-        up_alloc_async = getattr(ref, "allocate_async", None)
-        up_dealloc_async = getattr(ref, "deallocate_async", None)
+        up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
         def prefetch(ptr: int, nbytes: int, handle: int) -> None:
             target = _device.get_device() if device is None else device
@@ -60,13 +57,7 @@ class PrefetchResource(BoundAdaptor):
                     raise
             return ptr
 
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            up_dealloc(*check_free_args(ptr, bytes, alignment))
-
-        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            check_stream(stream)
-            up_dealloc_async(*check_free_args(ptr, bytes, alignment), stream)
-
+        deallocate, deallocate_async = checked_frees(ref)
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:

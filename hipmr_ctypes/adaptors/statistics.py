@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any, List, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args,
-                    check_free_args)
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args, check_free_args,
+                    upstream_calls)
 
 __all__ = ["StatisticsResource", "Statistics"]
 
@@ -51,10 +51,7 @@ class StatisticsResource(BoundAdaptor):
         acquire = lock.acquire
         release = lock.release
         aligned = FAST_ALIGNMENTS.get
-        up_alloc = ref.allocate
-        up_dealloc = ref.deallocate
-        up_alloc_async = getattr(ref, "allocate_async", None)
-        up_dealloc_async = getattr(ref, "deallocate_async", None)
+        up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         stack: List[Tuple[int, ...]] = []
         cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_free, check_ptr, check_stream
+from ._base import BoundAdaptor, check_args, check_free, check_ptr, check_stream, upstream_calls
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
 
@@ -48,10 +48,7 @@ class TrackingResource(BoundAdaptor):
         lock = self._lock
         live = self._live
         capture = self._capture
-        up_alloc = ref.allocate
-        up_dealloc = ref.deallocate
-        up_alloc_async = getattr(ref, "allocate_async", None)
-        up_dealloc_async = getattr(ref, "deallocate_async", None)
+        up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
         def record(ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
             stack = (traceback.StackSummary.from_list(traceback.extract_stack()[:-2])
