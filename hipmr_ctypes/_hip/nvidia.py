@@ -115,8 +115,9 @@ def _cu_status(result: int) -> int:
 
 
 class _cudaPointerAttributes(Structure):
+    # CUDA 13 appends ``long reserved[8]`` (88 bytes in all); a larger buffer is harmless on 12
     _fields_ = [("type", c_int), ("device", c_int), ("devicePointer", c_void_p),
-                ("hostPointer", c_void_p)]
+                ("hostPointer", c_void_p), ("reserved", ctypes.c_long * 8)]
 
 
 class _cudaMemLocation(Structure):

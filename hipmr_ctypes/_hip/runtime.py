@@ -104,7 +104,16 @@ class Runtime:
             pass
         if not name or (name == "hipErrorUnknown" and code != 999):
             name = ERROR_NAMES.get(code, "hipErrorUnknown")
+        self.clear_last_error()
         return make_error(code, call, name, message, size=size, device=device, detail=detail)
+
+    def clear_last_error(self) -> None:
+        """Reset the thread's last error (as RMM and CCCL do after a failure they report), so
+        that other libraries sharing the runtime (PyTorch, CuPy) do not see our stale error."""
+        try:
+            self.fn.hipGetLastError()
+        except Exception:  # noqa: BLE001 - never hide the error being reported
+            pass
 
     def check(self, status: int, call: Optional[str] = None, **kw) -> None:
         """Raise the matching HipError when ``status`` is not success."""

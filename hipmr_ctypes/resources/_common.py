@@ -92,12 +92,9 @@ def check_stream(stream: Any, name: str = "stream") -> int:
 
 
 def error(rt: Any, status: int, call: str, **kw: Any) -> Exception:
-    """``rt.error(status, call, ...)`` that also resets the calling thread's last error
-    (``hipGetLastError``), as RMM and CCCL do before they throw: a library that checks the
-    last error after its own calls (PyTorch, CuPy) must not see ours."""
-    exc = rt.error(status, call, **kw)
-    rt.fn.hipGetLastError()
-    return exc
+    """``rt.error(status, call, ...)``; it also resets the calling thread's last error, as RMM
+    and CCCL do before they throw (see ``Runtime.clear_last_error``)."""
+    return rt.error(status, call, **kw)
 
 
 def check(rt: Any, status: int, call: str, **kw: Any) -> None:
