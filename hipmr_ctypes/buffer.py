@@ -11,6 +11,7 @@ from ctypes import POINTER, Structure, c_char_p, c_int, c_ssize_t, c_void_p
 from typing import Any, Optional, Tuple
 
 from . import _hip
+from ._exit import finalizer, keep_at_exit
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
                          hipPointerAttribute_t)
 from .device import Device, get_device
@@ -115,10 +116,14 @@ def _free(deallocate_async: Any, ptr: int, size: int, alignment: int, stream: in
     deallocate_async(ptr, size, alignment, stream)
 
 
+@finalizer
 def _finalize(deallocate_async: Any, ptr: int, size: int, alignment: int, stream: int,
               keep: Any) -> None:
     """Garbage collection or interpreter exit: free, never raise.  A failure is a warning,
-    except at exit, where the runtime may already be going away."""
+    except at exit, where the runtime may already be going away.  At an exit with daemon
+    threads still running nothing is freed: they may still use it (``hipmr_ctypes._exit``)."""
+    if keep_at_exit():
+        return
     try:
         _free(deallocate_async, ptr, size, alignment, stream, keep)
     except Exception as exc:  # noqa: BLE001

@@ -11,6 +11,7 @@ import weakref
 from typing import Optional, Tuple
 
 from . import _hip
+from ._exit import finalizer, keep_at_exit
 from .device import Device, check_device
 from .stream_ref import stream_ref
 
@@ -27,7 +28,10 @@ def as_stream_handle(stream: object, name: str = "stream") -> int:
         raise type(exc)(f"{name}: {exc}") from None
 
 
+@finalizer
 def _destroy(destroy, handle: int) -> None:
+    if keep_at_exit():  # daemon threads may still use it: the process end reclaims it
+        return
     try:
         destroy(handle)
     except Exception:  # interpreter exit: the runtime may already be gone

@@ -8,6 +8,7 @@ from ctypes import byref, c_int, c_uint64, c_void_p
 from typing import Any, Optional
 
 from .. import _hip
+from .._exit import finalizer, keep_at_exit
 from .._hip.errors import NotSupportedError
 from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAccessFlagsProtRead,
                           hipMemAccessFlagsProtReadWrite, hipMemAllocationTypePinned,
@@ -54,7 +55,10 @@ def _handle_types(device: int) -> int:
         return 0
 
 
+@finalizer
 def _destroy_pool(destroy, handle: int) -> None:
+    if keep_at_exit():  # daemon threads may still use it: the process end reclaims it
+        return
     try:
         destroy(handle)
     except Exception:  # interpreter exit: the runtime may already be gone
