@@ -162,18 +162,21 @@ class _Arena:
 
     # ---------------------------------------------------------------------- free lists
     def _flush(self, key: Any) -> None:
-        """Move the free lists of ``key`` into the best-fit structure."""
+        """Move the free lists of ``key`` into the best-fit structure.
+
+        The lock-free fast paths may pop from or append to these lists at any moment, so they
+        are drained with atomic ``pop`` calls and never replaced or dropped: a block appended
+        concurrently stays on a list that later allocations and flushes still see."""
         tag = _CLEAN if key is _SYNC else frozenset((key,))
         insert = self._insert
-        for size, lst in self.classes[key].items():
-            for ptr in lst:
+        for size, lst in list(self.classes[key].items()):
+            pop = lst.pop
+            while True:
+                try:
+                    ptr = pop()
+                except IndexError:
+                    break
                 insert(ptr, size, tag)
-        if key is _SYNC:  # the sync dicts are bound by the hot paths: clear, never replace
-            self.free[key].clear()
-            self.classes[key].clear()
-        else:
-            del self.free[key]
-            del self.classes[key]
 
     def _flush_all(self) -> None:
         for key in list(self.classes):
@@ -186,14 +189,22 @@ class _Arena:
             lst = classes.get(size) if classes is not None else None
             if not lst:
                 continue
+            ptr = None
             if alignment <= _GRAIN:
-                ptr = lst.pop()
+                try:
+                    ptr = lst.pop()  # the fast paths may empty it concurrently
+                except IndexError:
+                    continue
             else:
-                for i in range(len(lst) - 1, -1, -1):
-                    if not lst[i] & (alignment - 1):
-                        ptr = lst.pop(i)
+                for cand in reversed(lst[:]):
+                    if not cand & (alignment - 1):
+                        try:
+                            lst.remove(cand)  # atomic: fails if a fast path took it
+                        except ValueError:
+                            continue
+                        ptr = cand
                         break
-                else:
+                if ptr is None:
                     continue
             if k is key:
                 self._remember(key, nbytes, lst)
@@ -369,90 +380,72 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         self._bind(arena)
 
     def _bind(self, arena: _Arena) -> None:
-        """Build the hot-path closures and store them on the instance."""
-        lock = arena.lock
-        acquire = lock.acquire
-        release = lock.release
-        free = arena.free
-        free_get = free.get
-        sync_sizes = free[_SYNC]
-        sync_get = sync_sizes.get
+        """Build the hot-path closures and store them on the instance.
+
+        The fast paths take no lock: each step is one atomic operation on a built-in list or
+        dict (``list.pop`` hands a block to exactly one caller, ``dict.pop`` lets exactly one
+        caller free it), and the slow paths, under the lock, only ever drain the free lists
+        with ``pop`` and never drop a list a fast path may hold.  A block between two steps
+        (popped from a list, not yet recorded live; or popped from ``live``, not yet appended)
+        is neither free nor live, so no slow path can give its chunk back meanwhile."""
+        free = arena.free                # stream -> {exact size -> free list}
+        sync_free = free[_SYNC]
         live = arena.live
         live_pop = live.pop
-        aligned = FAST_ALIGNMENTS.get
+        FAST = FAST_ALIGNMENTS           # {a: a} for a in 1..256; FAST[True] is 1, not True
         allocate_slow = arena.allocate_slow
-        push_locked = arena.push_locked
         deallocate_slow = arena.deallocate_slow
         SR = STREAM_REF
+        MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if type(bytes) is int and aligned(alignment) is alignment:
-                acquire()
+            if type(bytes) is int:
                 try:
-                    lst = sync_get(bytes)
-                    if lst:
-                        ptr = lst.pop()
+                    if FAST[alignment] is alignment:
+                        ptr = sync_free[bytes].pop()
                         live[ptr] = bytes
                         return ptr
-                finally:
-                    release()
+                except MISS:
+                    pass
             return allocate_slow(bytes, alignment, _SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if type(ptr) is int and aligned(alignment) is alignment:
-                acquire()
-                try:
-                    known = live_pop(ptr, _NONE)
-                    if known == bytes:
-                        lst = sync_get(known)
-                        if lst is not None:
-                            lst.append(ptr)
-                        else:
-                            push_locked(ptr, known, _SYNC)
-                        return
-                    if known is not _NONE:  # wrong size: put it back, report below
-                        live[ptr] = known
-                finally:
-                    release()
+            known = live_pop(ptr, _NONE) if type(ptr) is int else _NONE
+            try:
+                if known == bytes and type(bytes) is int and FAST[alignment] is alignment:
+                    sync_free[bytes].append(ptr)
+                    return
+            except MISS:
+                pass
+            if known is not _NONE:  # put it back; the checked path decides
+                live[ptr] = known
             deallocate_slow(ptr, bytes, alignment, _SYNC)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if type(stream) is not int:
-                stream = stream.get() if type(stream) is SR else check_stream(stream)
-            if type(bytes) is int and aligned(alignment) is alignment:
-                acquire()
+                stream = stream._handle if type(stream) is SR else check_stream(stream)
+            if type(bytes) is int:
                 try:
-                    sizes = free_get(stream)
-                    if sizes is not None:
-                        lst = sizes.get(bytes)
-                        if lst:
-                            ptr = lst.pop()
-                            live[ptr] = bytes
-                            return ptr
-                finally:
-                    release()
+                    if FAST[alignment] is alignment:
+                        ptr = free[stream][bytes].pop()  # only checked streams have an entry
+                        live[ptr] = bytes
+                        return ptr
+                except MISS:
+                    pass
             return allocate_slow(bytes, alignment, check_stream(stream))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
-                stream = stream.get() if type(stream) is SR else check_stream(stream)
-            if type(ptr) is int and aligned(alignment) is alignment:
-                acquire()
-                try:
-                    known = live_pop(ptr, _NONE)
-                    if known == bytes:
-                        sizes = free_get(stream)  # only checked streams have an entry
-                        if sizes is not None:
-                            lst = sizes.get(known)
-                            if lst is not None:
-                                lst.append(ptr)
-                            else:
-                                push_locked(ptr, known, stream)
-                            return
-                    if known is not _NONE:  # put it back; the checked path decides
-                        live[ptr] = known
-                finally:
-                    release()
+                stream = stream._handle if type(stream) is SR else check_stream(stream)
+            known = live_pop(ptr, _NONE) if type(ptr) is int else _NONE
+            try:
+                if known == bytes and type(bytes) is int and FAST[alignment] is alignment:
+                    free[stream][bytes].append(ptr)
+                    return
+            except MISS:
+                pass
+            if known is not _NONE:  # put it back; the checked path decides
+                live[ptr] = known
             deallocate_slow(ptr, bytes, alignment, check_stream(stream))
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
@@ -479,8 +472,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
 
     def allocated_bytes(self) -> int:
         """Bytes in live blocks (requested sizes rounded up to 256)."""
-        with self._arena.lock:
-            return sum(round_up(n, _GRAIN) for n in self._arena.live.values())
+        live = self._arena.live.copy()  # atomic snapshot: the fast paths take no lock
+        return sum(round_up(n, _GRAIN) for n in live.values())
 
     def allocation_count(self) -> int:
         """Number of live allocations."""
@@ -490,7 +483,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         """Bytes held from the upstream but not in live blocks."""
         arena = self._arena
         with arena.lock:
-            return arena.pool_size - sum(round_up(n, _GRAIN) for n in arena.live.values())
+            live = arena.live.copy()
+            return arena.pool_size - sum(round_up(n, _GRAIN) for n in live.values())
 
     def release(self) -> int:
         """Give every fully free chunk back to the upstream, after waiting on the host for
