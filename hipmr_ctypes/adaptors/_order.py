@@ -23,6 +23,24 @@ def _new_event() -> Any:
     return Event(flags=2)
 
 
+def _event_for(stream: int) -> Any:
+    """A new event on the device of ``stream``: an event can be recorded only on a stream of
+    its own device, and the calling thread's current device may be another one (a pool for
+    device 1 used from a thread on device 0).  The special streams (0, 1, 2) belong to the
+    current device; a stream whose device the runtime cannot tell gets one there too."""
+    if stream not in (0, 1, 2):
+        from ..device import Device, get_device
+        from ..stream_ref import stream_ref
+        try:
+            device = stream_ref(stream).device()
+        except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream
+            device = None
+        if device is not None and device != get_device():
+            with Device(device):
+                return _new_event()
+    return _new_event()
+
+
 def _wait_event(stream: int, event: Any) -> None:
     """Make ``stream`` wait for ``event`` (a module function so that tests can replace it)."""
     from ..stream import wait_event
@@ -45,13 +63,30 @@ class StreamOrder:
         for s in others:
             ev = events.get(s)
             if ev is None:
-                ev = events[s] = _new_event()
+                ev = events[s] = _event_for(s)
             ev.record(s)
             if key is HOST:
                 ev.synchronize()
             else:
                 _wait_event(key, ev)
         return others
+
+    def record_for_host(self, streams: Iterable[Any]) -> list:
+        """Fresh events recorded now on every stream in ``streams``: the caller waits for them
+        on the host *without* holding its lock, then closes them.  Fresh (not the reusable
+        ones) so that nothing can re-record or close them meanwhile."""
+        events = []
+        try:
+            for s in streams:
+                if s is not HOST:
+                    ev = _event_for(s)
+                    events.append(ev)
+                    ev.record(s)
+        except BaseException:
+            for ev in events:
+                ev.close()
+            raise
+        return events
 
     def close(self) -> None:
         """Destroy the events (they are made again when needed)."""

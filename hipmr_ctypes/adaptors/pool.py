@@ -71,6 +71,7 @@ class _Arena:
         self.fsorted: List[Any] = []
         self.chunks: Dict[int, int] = {}       # upstream chunk start -> size
         self.pool_size = 0
+        self.pending = 0                       # bytes being asked of the upstream right now
         self.peak_pool_size = 0
         self.streams = StreamOrder()           # events for cross-stream reuse
 
@@ -121,22 +122,28 @@ class _Arena:
                 return start, bsize, aligned
         return None
 
-    def _take_global(self, size: int, alignment: int, key: Any) -> Optional[int]:
+    def _take_global(self, size: int, alignment: int, key: Any) -> Optional[Any]:
+        """``(ptr, host_events, tag)`` for a best-fit block, or None.  For the host (``_SYNC``)
+        a block still used by streams comes with fresh events the caller must wait for, after
+        letting go of the lock; for a stream, that stream is made to wait (no host wait)."""
         found = self._find(size, alignment)
         if found is None:
             return None
         start, bsize, aligned = found
         tag = self.ftag[start]
+        events = None
         if tag:
-            self._order(tag, key)  # may raise: nothing changed yet
-            tag = self.ftag[start]  # a host wait may have cleaned it
+            if key is _SYNC:
+                events = self.streams.record_for_host(tag)  # may raise: nothing changed yet
+            else:
+                self._order(tag, key)  # may raise: nothing changed yet
         self._remove(start)
         if aligned > start:
             self._add(start, aligned - start, tag)
         end = aligned + size
         if start + bsize > end:
             self._add(end, start + bsize - end, tag)
-        return aligned
+        return aligned, events, tag
 
     # -------------------------------------------------------------------- stream order
     def _order(self, tag: FrozenSet[Any], key: Any) -> None:
@@ -221,16 +228,16 @@ class _Arena:
     def _grow(self, need: int, nbytes: int, key: Any) -> None:
         """Get a chunk of at least ``need`` bytes from the upstream, or raise OutOfMemoryError."""
         maximum = self.maximum
-        if maximum is not None and self.pool_size + need > maximum:
+        if maximum is not None and self.pool_size + self.pending + need > maximum:
             self._release_free_chunks()
-            if self.pool_size + need > maximum:
+            if self.pool_size + self.pending + need > maximum:
                 raise OutOfMemoryError(
                     call="PoolResource.allocate", size=nbytes,
                     detail=f"the pool would pass maximum_pool_size={maximum} "
                            f"(pool size {self.pool_size}, free blocks cannot fit it)")
         want = max(need, self.pool_size, _MIN_GROWTH)
         if maximum is not None:
-            want = max(need, min(want, maximum - self.pool_size))
+            want = max(need, min(want, maximum - self.pool_size - self.pending))
         error = None
         while True:
             try:
@@ -253,12 +260,23 @@ class _Arena:
                                       f"(pool size {self.pool_size}): {error}") from error
 
     def _add_chunk(self, size: int, key: Any) -> None:
-        if key is _SYNC or self.up_alloc_async is None:
-            ptr = self.up_alloc(size, _GRAIN)
-            tag = _CLEAN
-        else:
-            ptr = self.up_alloc_async(size, _GRAIN, key)
-            tag = frozenset((key,))
+        """Get a chunk from the upstream.  The lock (held by the caller) is let go during the
+        upstream call, which may block (a ``hipMalloc``, a stream synchronization): other
+        threads keep allocating meanwhile.  ``pending`` keeps concurrent growth within
+        ``maximum_pool_size``."""
+        lock = self.lock
+        self.pending += size
+        lock.release()
+        try:
+            if key is _SYNC or self.up_alloc_async is None:
+                ptr = self.up_alloc(size, _GRAIN)
+                tag = _CLEAN
+            else:
+                ptr = self.up_alloc_async(size, _GRAIN, key)
+                tag = frozenset((key,))
+        finally:
+            lock.acquire()
+            self.pending -= size
         if type(ptr) is not int or ptr <= 0 or ptr & (_GRAIN - 1):
             if type(ptr) is int and ptr > 0:
                 self.up_dealloc(ptr, size, _GRAIN)
@@ -298,19 +316,44 @@ class _Arena:
         if not nbytes:
             return 0
         size = round_up(nbytes, _GRAIN)
+        extra = alignment - _GRAIN if alignment > _GRAIN else 0
         with self.lock:
-            ptr = self._take_cached(nbytes, size, alignment, key)
-            if ptr is None:
-                ptr = self._take_global(size, alignment, key)
-                if ptr is None:
-                    self._flush_all()
-                    ptr = self._take_global(size, alignment, key)
-                    if ptr is None:
-                        extra = alignment - _GRAIN if alignment > _GRAIN else 0
-                        self._grow(size + extra, nbytes, key)
-                        ptr = self._take_global(size, alignment, key)
-            self.live[ptr] = nbytes
-            return ptr
+            found = self._take(nbytes, size, alignment, key)
+            tries = 0
+            while found is None:  # grow; other threads may take the new chunk first (the
+                tries += 1        # lock is let go during the upstream call): then again
+                if tries > 8:
+                    raise OutOfMemoryError(call="PoolResource.allocate", size=nbytes,
+                                           detail="other threads kept taking the pool's growth")
+                self._grow(size + extra, nbytes, key)
+                found = self._take_global(size, alignment, key)
+            ptr, events, tag = found
+            if not events:
+                self.live[ptr] = nbytes
+                return ptr
+        try:  # the host waits for the streams that last used the block, lock not held
+            for ev in events:
+                ev.synchronize()
+        except BaseException:
+            with self.lock:
+                self._insert(ptr, size, tag)
+            raise
+        finally:
+            for ev in events:
+                ev.close()
+        self.live[ptr] = nbytes
+        return ptr
+
+    def _take(self, nbytes: int, size: int, alignment: int, key: Any) -> Optional[Any]:
+        """A block from the free lists, the best-fit structure, or both after coalescing."""
+        ptr = self._take_cached(nbytes, size, alignment, key)
+        if ptr is not None:
+            return ptr, None, _CLEAN
+        found = self._take_global(size, alignment, key)
+        if found is None:
+            self._flush_all()
+            found = self._take_global(size, alignment, key)
+        return found
 
     def deallocate_slow(self, ptr: Any, nbytes: Any, alignment: Any, key: Any) -> None:
         """Checked deallocation (the caller holds no lock)."""
