@@ -41,6 +41,28 @@ def _event_for(stream: int) -> Any:
     return _new_event()
 
 
+#: hipEventRecord's status for a stream that no longer exists (destroyed after memory was
+#: freed on it): invalid handle, or (AMD) context destroyed
+_GONE = (400, 709)
+
+
+def _record(event: Any, stream: int) -> bool:
+    """Record ``event`` on ``stream``; False when the stream no longer exists.  Its queued
+    work can then only be waited for device-wide: every device is synchronized (a destroyed
+    stream's work still runs to completion), so nothing it did can still be pending."""
+    from .._hip.errors import HipError
+    try:
+        event.record(stream)
+        return True
+    except HipError as exc:
+        if exc.code not in _GONE:
+            raise
+    from ..device import Device, device_count
+    for device in range(device_count()):
+        Device(device).synchronize()
+    return False
+
+
 def _wait_event(stream: int, event: Any) -> None:
     """Make ``stream`` wait for ``event`` (a module function so that tests can replace it)."""
     from ..stream import wait_event
@@ -64,7 +86,9 @@ class StreamOrder:
             ev = events.get(s)
             if ev is None:
                 ev = events[s] = _event_for(s)
-            ev.record(s)
+            if not _record(ev, s):  # s was destroyed: waited for device-wide
+                events.pop(s).close()
+                continue
             if key is HOST:
                 ev.synchronize()
             else:
@@ -81,7 +105,8 @@ class StreamOrder:
                 if s is not HOST:
                     ev = _event_for(s)
                     events.append(ev)
-                    ev.record(s)
+                    if not _record(ev, s):  # s was destroyed: waited for device-wide
+                        events.pop().close()
         except BaseException:
             for ev in events:
                 ev.close()
