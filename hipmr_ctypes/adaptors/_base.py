@@ -29,7 +29,7 @@ __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_me
            "as_upstream_ref", "check_size", "check_alignment", "check_args",
            "check_free_args", "check_ptr", "upstream_calls", "checked_frees",
            "check_stream", "check_free", "check_callable", "give_back_chunks", "round_up",
-           "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR"]
+           "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR", "checks_arguments"]
 
 #: Largest size accepted, in bytes.
 MAX_SIZE = 1 << 63
@@ -150,6 +150,13 @@ def upstream_calls(ref: resource_ref) -> Tuple[Any, Any, Any, Any]:
     once (the async ones are None for a synchronous ref)."""
     return (ref.allocate, ref.deallocate, getattr(ref, "allocate_async", None),
             getattr(ref, "deallocate_async", None))
+
+
+def checks_arguments(ref: resource_ref) -> bool:
+    """True when the resource behind ``ref`` is one of the package's own, which validate every
+    argument (sizes, alignments, pointers) before they change anything: an adaptor over it may
+    leave those checks to it and keep only the ones its own bookkeeping needs."""
+    return getattr(type(ref.resource), "_checks_arguments", False) is True
 
 
 def checked_frees(ref: resource_ref) -> Tuple[Any, Any]:
@@ -283,6 +290,9 @@ class BoundMethods:
     that a call looks nothing up: the methods below only document the interface and
     delegate to those closures (e.g. when called as ``Class.allocate(instance, ...)``).
     ``allocate_async`` / ``deallocate_async`` exist only when ``_async`` is true."""
+
+    #: every subclass validates its arguments before changing anything (see checks_arguments)
+    _checks_arguments = True
 
     _async = False
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 from .._hip.errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args, check_free_args,
-                    check_size, upstream_calls)
+                    check_size, upstream_calls, checks_arguments)
 
 __all__ = ["LimitingResource"]
 
@@ -32,8 +32,24 @@ class LimitingResource(BoundAdaptor):
         acquire = lock.acquire
         release = lock.release
         aligned = FAST_ALIGNMENTS.get
+        own = not checks_arguments(ref)  # False: the upstream validates, keep only our needs
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
+        returned: List[int] = []   # sizes freed and not yet subtracted from ``used``
+        freed = returned.append
+        pop_returned = returned.pop
+
+        def drain() -> None:
+            """Subtract the freed sizes from ``used`` (lock held)."""
+            nonlocal used
+            k = len(returned)
+            used -= sum(returned[:k])
+            del returned[:k]  # sizes appended meanwhile stay
+
+        def current() -> int:
+            with lock:
+                drain()
+                return used
 
         def refuse(nbytes: int) -> OutOfMemoryError:
             check_size(nbytes)  # a size above 2**63 is a bad argument, not a lack of memory
@@ -47,11 +63,13 @@ class LimitingResource(BoundAdaptor):
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             nonlocal used
-            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                    or aligned(alignment) is not alignment):
+            if type(bytes) is not int or own and (not 0 <= bytes <= MAX_SIZE
+                                                  or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             acquire()
             try:
+                while returned:  # usually one size: the last free
+                    used -= pop_returned()
                 if used + bytes > limit:
                     raise refuse(bytes)
                 used += bytes
@@ -65,23 +83,21 @@ class LimitingResource(BoundAdaptor):
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             nonlocal used
-            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
-                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+            if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+                        or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             up_dealloc(ptr, bytes, alignment)
-            acquire()
-            try:
-                used -= bytes
-            finally:
-                release()
+            freed(bytes)  # atomic; the next allocation or reader subtracts it
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             nonlocal used
-            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                    or aligned(alignment) is not alignment):
+            if type(bytes) is not int or own and (not 0 <= bytes <= MAX_SIZE
+                                                  or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             acquire()
             try:
+                while returned:  # usually one size: the last free
+                    used -= pop_returned()
                 if used + bytes > limit:
                     raise refuse(bytes)
                 used += bytes
@@ -95,17 +111,13 @@ class LimitingResource(BoundAdaptor):
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             nonlocal used
-            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
-                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+            if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+                        or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             up_dealloc_async(ptr, bytes, alignment, stream)
-            acquire()
-            try:
-                used -= bytes
-            finally:
-                release()
+            freed(bytes)
 
-        self._used = lambda: used
+        self._used = current
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:

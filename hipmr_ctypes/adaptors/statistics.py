@@ -7,9 +7,11 @@ from typing import Any, List, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args, check_free_args,
-                    upstream_calls)
+                    checks_arguments, upstream_calls)
 
 __all__ = ["StatisticsResource", "Statistics"]
+
+_FOLD_AT = 4096  # log entries that make an allocation fold the log into the counters
 
 
 @dataclass(frozen=True)
@@ -47,104 +49,118 @@ class StatisticsResource(BoundAdaptor):
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:
+        """The hot paths take no lock: each call appends one entry to a log (``list.append``
+        is atomic): ``n + 1`` for an allocation of n bytes, ``-(n + 1)`` for a deallocation.
+        Readers, and every ``_FOLD_AT`` allocations, fold the log into the counters under a
+        lock, in log order.
+        The log order is a valid order of the operations (an allocation is logged after the
+        upstream made it, a deallocation before the upstream frees it), so current and peak
+        are exact for that order and never show more than is really outstanding."""
         lock = threading.Lock()
-        acquire = lock.acquire
-        release = lock.release
+        log: List[int] = []
+        append = log.append
+        undone: List[int] = []   # refused deallocations (counted back, but not in totals)
         aligned = FAST_ALIGNMENTS.get
+        own = not checks_arguments(ref)  # False: the upstream validates, keep only our needs
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         stack: List[Tuple[int, ...]] = []
         cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
 
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        def fold() -> None:
+            """Apply the log to the counters (lock held)."""
             nonlocal cb, cn, pb, pn, tb, tn
-            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                    or aligned(alignment) is not alignment):
+            k = len(log)
+            if not k:
+                return
+            batch = log[:k]
+            del log[:k]      # entries appended meanwhile stay, after position k
+            b, n, peak_b, peak_n = cb, cn, pb, pn
+            allocated = adds = 0
+            for x in batch:
+                if x > 0:
+                    x -= 1
+                    b += x
+                    n += 1
+                    allocated += x
+                    adds += 1
+                    if b > peak_b:
+                        peak_b = b
+                    if n > peak_n:
+                        peak_n = n
+                else:
+                    b += x + 1
+                    n -= 1
+            if undone:  # counted back as allocations, but they were not new allocations
+                n_undone = len(undone)
+                given = undone[:n_undone]
+                del undone[:n_undone]
+                allocated -= sum(given)
+                adds -= n_undone
+            cb, cn, pb, pn = b, n, peak_b, peak_n
+            tb += allocated
+            tn += adds
+
+        def fold_some() -> None:
+            with lock:
+                fold()
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            if own and (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                        or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             ptr = up_alloc(bytes, alignment)
-            acquire()
-            try:
-                cb += bytes
-                if cb > pb:
-                    pb = cb
-                cn += 1
-                if cn > pn:
-                    pn = cn
-                tb += bytes
-                tn += 1
-            finally:
-                release()
+            append(bytes + 1)
+            if len(log) > _FOLD_AT:
+                fold_some()
             return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            nonlocal cb, cn
-            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
-                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+            if type(bytes) is not int or bytes < 0 or own and (
+                    type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
+                    or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            acquire()
-            try:
-                cb -= bytes
-                cn -= 1
-            finally:
-                release()
+            append(-1 - bytes)
             try:
                 up_dealloc(ptr, bytes, alignment)
             except BaseException:
-                undo(bytes)
+                with lock:  # a fold sees both or neither
+                    append(bytes + 1)
+                    undone.append(bytes)
                 raise
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            nonlocal cb, cn, pb, pn, tb, tn
-            if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                    or aligned(alignment) is not alignment):
+            if own and (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                        or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             ptr = up_alloc_async(bytes, alignment, stream)
-            acquire()
-            try:
-                cb += bytes
-                if cb > pb:
-                    pb = cb
-                cn += 1
-                if cn > pn:
-                    pn = cn
-                tb += bytes
-                tn += 1
-            finally:
-                release()
+            append(bytes + 1)
+            if len(log) > _FOLD_AT:
+                fold_some()
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            nonlocal cb, cn
-            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
-                    or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+            if type(bytes) is not int or bytes < 0 or own and (
+                    type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
+                    or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            acquire()
-            try:
-                cb -= bytes
-                cn -= 1
-            finally:
-                release()
+            append(-1 - bytes)
             try:
                 up_dealloc_async(ptr, bytes, alignment, stream)
             except BaseException:
-                undo(bytes)
+                with lock:  # a fold sees both or neither
+                    append(bytes + 1)
+                    undone.append(bytes)
                 raise
-
-        def undo(nbytes: int) -> None:
-            """The upstream refused a deallocation: count the memory as outstanding again."""
-            nonlocal cb, cn, pb, pn
-            with lock:
-                cb += nbytes
-                cn += 1
-                pb = max(pb, cb)
-                pn = max(pn, cn)
 
         def snapshot() -> Statistics:
             with lock:
+                fold()
                 return Statistics(cb, cn, pb, pn, tb, tn)
 
         def push() -> Statistics:
             nonlocal cb, cn, pb, pn, tb, tn
             with lock:
+                fold()
                 before = Statistics(cb, cn, pb, pn, tb, tn)
                 stack.append((cb, cn, pb, pn, tb, tn))
                 cb = cn = pb = pn = tb = tn = 0
@@ -155,6 +171,7 @@ class StatisticsResource(BoundAdaptor):
             with lock:
                 if not stack:
                     raise IndexError("pop_counters: no counters were pushed")
+                fold()
                 popped = Statistics(cb, cn, pb, pn, tb, tn)
                 lcb, lcn, lpb, lpn, ltb, ltn = stack.pop()
                 pb = max(lpb, lcb + pb)

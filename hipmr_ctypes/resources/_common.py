@@ -118,6 +118,9 @@ class SyncResource:
     queued on the stream is never handed back early.
     """
 
+    #: validates every argument before any native call (adaptors over it rely on this)
+    _checks_arguments = True
+
     __slots__ = ("__weakref__",)
     properties: tuple = ()
     _max_alignment: "int | None" = MAX_DEVICE_ALIGNMENT

@@ -289,6 +289,9 @@ class AsyncMemoryResource:
     pool.  ``.pool`` is the :class:`MemoryPool`; ``close()`` closes it.
     """
 
+    #: validates every argument before any native call (adaptors over it rely on this)
+    _checks_arguments = True
+
     __slots__ = ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
                  "__weakref__")
     properties = (device_accessible,)
