@@ -34,6 +34,11 @@ def inject(emulator, code=2, count=1, calls=None):
     emulator.inject_failure(code=code, count=count, calls=calls)
 
 
+def provoked(n=1):
+    """Count a fault a test provoked without the hook (out of memory, a broken library)."""
+    FAULTS_INJECTED[0] += n
+
+
 @pytest.fixture
 def clean(emulator):
     """The emulator, with a fresh per-device table; checks that the test leaked nothing."""
@@ -68,6 +73,7 @@ def serves(r, nbytes=MiB, stream=None):
 
 
 def assert_oom_message(exc, nbytes, device=0):
+    provoked()
     text = str(exc.value)
     assert str(nbytes) in text, text
     assert f"device {device}" in text, text
@@ -131,6 +137,7 @@ def test_out_of_memory_pinned_and_managed(clean, kind):
     with pytest.raises(OutOfMemoryError) as info:
         r.allocate(size)
     assert str(size) in str(info.value)
+    provoked()
     assert clean.live_allocations() == before
     serves(r)
 
@@ -160,6 +167,7 @@ def test_pool_at_maximum_size_refuses_then_serves(clean):
     with pytest.raises(OutOfMemoryError) as info:
         pool.allocate(MiB)
     assert str(MiB) in str(info.value) and "maximum_pool_size" in str(info.value)
+    provoked()
     assert pool.pool_size() <= 8 * MiB
     for p in live:
         pool.deallocate(p, MiB)
@@ -197,6 +205,7 @@ def test_failure_callback_frees_a_cache_and_retries(clean):
     with pytest.raises(OutOfMemoryError):
         r.allocate(cap * 2)
     assert calls == [cap * 2, cap * 2]
+    provoked(3)
     serves(r)
     serves(pool)
     pool.release()
@@ -222,6 +231,7 @@ def test_limiting_refusal_changes_nothing(clean):
     with pytest.raises(OutOfMemoryError) as info:
         stats.allocate(2 * MiB)
     assert str(2 * MiB) in str(info.value)
+    provoked()
     assert (stats.statistics, stats.upstream.get_allocated_bytes(),
             clean.live_allocations()) == before
     stats.deallocate(p, 3 * MiB)
@@ -628,6 +638,7 @@ def _libraries(tmp_path):
 @pytest.mark.parametrize("which", ["missing-file", "not-a-library", "lacks-symbols"])
 def test_library_missing_or_unusable(tmp_path, platform, which):
     path, error, words = _libraries(tmp_path)[which]
+    provoked()
     proc = _child(_PROBE, HIPMR_PLATFORM=platform, HIPMR_LIBRARY=path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -677,6 +688,7 @@ print("DEVICE OK")
     ({"HIPMR_EMULATED_VERSION": "5.2.0"}, "hmr.AsyncMemoryResource()", "HIP_MEM_POOL_SUPPORT"),
 ], ids=["optional-symbol-missing", "version-without-pools"])
 def test_unsupported_runtime_features_are_clear_errors(env, call, needle):
+    provoked()
     proc = _child(_UNSUPPORTED.format(call=call), HIPMR_PLATFORM="emulated", **env)
     assert proc.returncode == 0, proc.stderr
     first, last = proc.stdout.splitlines()[0], proc.stdout.splitlines()[-1]

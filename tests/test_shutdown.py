@@ -398,3 +398,46 @@ def test_buffer_garbage_collection_frees_exactly_once(emulator):
         for name, func in saved.items():
             setattr(rt.fn, name, func)
     assert failures == []
+
+
+@pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource", "BinningResource"])
+@pytest.mark.parametrize("then", ["host", "other-stream", "release"])
+def test_stream_destroyed_after_freeing_into_a_pool(emulator, kind, then):
+    """The common ``with Stream() as s:`` pattern: memory freed on ``s`` into a pool, then
+    ``s`` destroyed.  The pool must go on serving that memory (it cannot record an event on a
+    destroyed stream: it waits device-wide instead) and give everything back."""
+    import gc
+
+    import hipmr_ctypes as hmr
+    gc.collect()
+    before = emulator.live_allocations()
+    up = hmr.AsyncMemoryResource()
+    make = {"PoolResource": lambda: hmr.PoolResource(up),
+            "FixedSizeResource": lambda: hmr.FixedSizeResource(up, 4096, 4),
+            "BinningResource": lambda: hmr.BinningResource(up, [4096])}[kind]
+    pool = make()
+    with hmr.Stream() as s:
+        for n in (1000, 3000):
+            p = pool.allocate_async(n, 256, s)
+            pool.deallocate_async(p, n, 256, s)
+        with hmr.Buffer.from_host(b"b" * 2000, resource=pool, stream=s) as b:
+            assert b.tobytes() == b"b" * 2000
+    assert s.closed
+    for _ in range(3):
+        if then == "host":
+            pool.deallocate(pool.allocate(1000), 1000)
+        elif then == "other-stream":
+            with hmr.Stream() as t:
+                q = pool.allocate_async(1000, 256, t)
+                pool.deallocate_async(q, 1000, 256, t)
+                t.synchronize()
+                pool.release()
+        else:
+            pool.release()
+    pool.release()
+    if hasattr(pool, "pool_size"):
+        assert pool.pool_size() == 0
+    del pool
+    up.close()
+    gc.collect()
+    assert emulator.live_allocations() == before
