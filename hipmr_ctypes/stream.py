@@ -153,7 +153,7 @@ class Stream:
 class Event:
     """An owning HIP event: ``Event(flags=0)`` (2 = ``hipEventDisableTiming``, 1 = blocking sync)."""
 
-    __slots__ = ("_handle", "_flags", "_finalizer", "_recorded", "__weakref__")
+    __slots__ = ("_handle", "_flags", "_finalizer", "_recorded", "_device", "__weakref__")
 
     def __init__(self, flags: int = 0) -> None:
         if isinstance(flags, bool) or not isinstance(flags, int):
@@ -162,6 +162,7 @@ class Event:
             raise ValueError(f"flags={flags}: expected a combination of 1 (blocking sync), "
                              f"2 (disable timing) and 4 (interprocess)")
         rt = _hip.get_runtime()
+        self._device = Device().id  # events are recorded on streams of this device only
         out = ctypes.c_void_p()
         rt.check(rt.fn.hipEventCreateWithFlags(out, flags), "hipEventCreateWithFlags")
         self._handle = out.value or 0
@@ -185,13 +186,23 @@ class Event:
         return self._flags
 
     @property
+    def device(self) -> int:
+        """The device the event was created on (it can be recorded on its streams only)."""
+        return self._device
+
+    @property
     def closed(self) -> bool:
         """True once the event has been destroyed."""
         return not self._finalizer.alive
 
     def record(self, stream: object = 0) -> "Event":
-        """Record the event on ``stream`` (anything :class:`stream_ref` accepts); returns self."""
+        """Record the event on ``stream`` (anything :class:`stream_ref` accepts); returns self.
+        A :class:`Stream` of another device than the event's is a ValueError."""
         handle = as_stream_handle(stream)
+        if type(stream) is Stream and stream._device != self._device:
+            raise ValueError(f"stream: {stream!r} is on device {stream._device}; this Event "
+                             f"was created on device {self._device} and can be recorded only "
+                             "on streams of that device")
         rt = _hip.get_runtime()
         rt.check(rt.fn.hipEventRecord(self._live(), handle), "hipEventRecord")
         self._recorded = True
