@@ -18,7 +18,7 @@ from .device import Device, get_device
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
 from .resource_ref import async_resource_ref, resource_ref
 from .resources._common import check, check_alignment, check_size, check_stream
-from .stream import Event, Stream, wait_event
+from .stream import Stream, wait_event
 from .stream_ref import stream_ref
 
 __all__ = ["Buffer"]
@@ -491,7 +491,8 @@ class Buffer:
         legacy = (0, 1)
         if consumer == own or (own in legacy and consumer in legacy):
             return
-        with Event(2) as event:  # hipEventDisableTiming
+        from .adaptors._order import _event_for
+        with _event_for(own) as event:  # on own's device (hipEventDisableTiming)
             event.record(own)
             wait_event(consumer, event)
 
