@@ -19,7 +19,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip.errors import HipError, NotSupportedError, OutOfMemoryError
+from hipmr_ctypes._hip.errors import HipError, OutOfMemoryError
 from hipmr_ctypes.resources import per_device
 
 ROOT = Path(__file__).resolve().parent.parent
