@@ -317,7 +317,8 @@ def test_fixed_size_stream_ordering(monkeypatch):
     fx.deallocate_async(p, 100, 256, 2)
     calls.clear()
     assert fx.allocate(100) == p
-    assert calls == [("record", 2), ("synchronize",)]
+    assert calls == [("record", 2), ("synchronize",), ("close",)]  # a fresh event, waited
+    # for without the lock
     fx.deallocate(p, 100)
 
 

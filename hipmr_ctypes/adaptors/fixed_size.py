@@ -32,11 +32,18 @@ class _Blocks:
         self.streams = StreamOrder()
 
     def grow(self, key: Any) -> None:
+        """A new chunk from the upstream (lock held by the caller).  The lock is let go during
+        the upstream call, which may block (a ``hipMalloc``, a stream synchronization): other
+        threads keep allocating and freeing meanwhile."""
         size = self.block_size * self.per_chunk
-        if key is HOST or self.up_alloc_async is None:
-            ptr = self.up_alloc(size, _GRAIN)
-        else:
-            ptr = self.up_alloc_async(size, _GRAIN, key)
+        self.lock.release()
+        try:
+            if key is HOST or self.up_alloc_async is None:
+                ptr = self.up_alloc(size, _GRAIN)
+            else:
+                ptr = self.up_alloc_async(size, _GRAIN, key)
+        finally:
+            self.lock.acquire()
         if type(ptr) is not int or ptr <= 0 or ptr & (_GRAIN - 1):
             raise ValueError(f"the upstream returned {ptr!r} for {size} bytes: "
                              f"FixedSizeResource needs a non-null pointer aligned to {_GRAIN}")
@@ -44,23 +51,28 @@ class _Blocks:
         lst = self.free.setdefault(key, [])
         lst.extend(range(ptr + size - self.block_size, ptr - 1, -self.block_size))
 
-    def take(self, key: Any) -> int:
-        """A free block for ``key`` (lock held)."""
+    def take(self, key: Any) -> Any:
+        """A free block for ``key`` (lock held): ``(ptr, None)``, or, for the host, ``(None,
+        (events, source, blocks))`` when it must first wait for the stream ``source`` that freed
+        ``blocks`` (taken out of the free lists): the caller waits without the lock."""
         free = self.free
         lst = free.get(key)
         if lst:
-            return lst.pop()
+            return lst.pop(), None
         if key is not HOST and free[HOST]:  # freed synchronously: safe for every stream
-            return free[HOST].pop()
+            return free[HOST].pop(), None
         others = [k for k, blocks in free.items() if blocks and k != key and k is not HOST]
         if others:  # wait for the stream holding most, then take all its blocks
             source = max(others, key=lambda k: len(free[k]))
+            if key is HOST:
+                events = self.streams.record_for_host((source,))  # may raise: nothing changed
+                return None, (events, source, free.pop(source))
             self.streams.order((source,), key)
             mine = free.setdefault(key, [])
             mine.extend(free.pop(source))
-            return mine.pop()
+            return mine.pop(), None
         self.grow(key)
-        return free[key].pop()
+        return free[key].pop(), None
 
     def allocate_slow(self, nbytes: Any, alignment: Any, key: Any) -> int:
         nbytes = check_size(nbytes)
@@ -73,7 +85,25 @@ class _Blocks:
         if not nbytes:
             return 0
         with self.lock:
-            ptr = self.take(key)
+            ptr, wait = self.take(key)
+            if wait is None:
+                self.live[ptr] = nbytes
+                return ptr
+        events, source, blocks = wait
+        try:  # the host waits for the stream that freed the blocks, lock not held
+            for ev in events:
+                ev.synchronize()
+        except BaseException:
+            with self.lock:
+                self.free.setdefault(source, []).extend(blocks)
+            raise
+        finally:
+            for ev in events:
+                ev.close()
+        with self.lock:
+            host = self.free[HOST]
+            host.extend(blocks)
+            ptr = host.pop()
             self.live[ptr] = nbytes
             return ptr
 
