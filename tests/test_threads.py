@@ -428,3 +428,46 @@ def test_a_blocked_host_wait_does_not_block_the_pool(emu, monkeypatch):
         pool.release()
     assert finished, ("PoolResource holds its lock while it waits on the host for a stream's "
                       "event: other threads' allocations wait too")
+
+
+def test_a_blocked_upstream_does_not_block_the_fixed_size_resource(emu, monkeypatch):
+    """FixedSizeResource: one thread's allocation needs a new chunk and the upstream blocks;
+    another thread frees and allocates a block meanwhile."""
+    fixed = hmr.FixedSizeResource(hmr.AsyncMemoryResource(), 4096, 4)
+    keep = fixed.allocate(4096)
+    held = [fixed.allocate(4096) for _ in range(3)]          # every block of the chunk in use
+    blocker = Blocker(monkeypatch, "hipStreamSynchronize")
+    grown = []
+    finished = _while_blocked(blocker, lambda: grown.append(fixed.allocate(4096)),
+                              lambda: (fixed.deallocate(keep, 4096),
+                                       fixed.deallocate(fixed.allocate(4096), 4096)))
+    for p in held + grown:
+        fixed.deallocate(p, 4096)
+    fixed.release()
+    assert finished, ("FixedSizeResource holds its lock while its upstream blocks: a thread "
+                      "with a free block waited for another thread's growth")
+
+
+def test_a_blocked_host_wait_does_not_block_the_fixed_size_resource(emu, monkeypatch):
+    """FixedSizeResource: a synchronous allocation takes blocks freed on a stream and waits on
+    the host for that stream's event; another thread reuses its own stream's block meanwhile."""
+    fixed = hmr.FixedSizeResource(hmr.AsyncMemoryResource(), 4096, 4)
+    with hmr.Stream() as s:
+        mine = fixed.allocate_async(4096, 256, 0)
+        a, b = fixed.allocate_async(4096, 256, s), fixed.allocate_async(4096, 256, s)
+        last = fixed.allocate(4096)
+        fixed.deallocate_async(a, 4096, 256, s)
+        fixed.deallocate_async(b, 4096, 256, s)               # the only free blocks: on s
+        blocker = Blocker(monkeypatch, "hipEventSynchronize")
+        took = []
+
+        def reuse():
+            fixed.deallocate_async(mine, 4096, 256, 0)
+            fixed.deallocate_async(fixed.allocate_async(4096, 256, 0), 4096, 256, 0)
+
+        finished = _while_blocked(blocker, lambda: took.append(fixed.allocate(4096)), reuse)
+        for p in took + [last]:
+            fixed.deallocate(p, 4096)
+        fixed.release()
+    assert finished, ("FixedSizeResource holds its lock while it waits on the host for a "
+                      "stream's event: other threads' allocations wait too")
