@@ -534,11 +534,44 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         the streams that freed into it; returns the bytes given back.  Afterwards the pool
         holds no events and refers to no stream (streams used with it may be destroyed)."""
         arena = self._arena
-        with arena.lock:
+        lock = arena.lock
+        # the runtime may block (event waits, the upstream's frees): the lock is let go for
+        # those, so that other threads keep allocating meanwhile
+        with lock:
             arena._flush_all()
-            arena._synchronize_all()
-            given = arena._release_free_chunks()
+            tagged = {start: tag for start, tag in arena.ftag.items() if tag}
+            streams = frozenset().union(*tagged.values()) if tagged else _CLEAN
+            events = arena.streams.record_for_host(streams) if streams else []
+        try:
+            for ev in events:
+                ev.synchronize()
+        finally:
+            for ev in events:
+                ev.close()
+        with lock:
+            ftag = arena.ftag
+            for start, tag in tagged.items():  # still free as when the events were recorded:
+                if ftag.get(start) is tag:     # clean now
+                    ftag[start] = tag - streams
+            empty = [(start, size) for start, size in arena.chunks.items()
+                     if arena.fsize.get(start) == size and not ftag[start]]
+            for start, size in empty:          # out of the pool before the lock is let go
+                arena._remove(start)
+                del arena.chunks[start]
+                arena.pool_size -= size
             arena.streams.close()
+        given = 0
+        try:
+            for i, (start, size) in enumerate(empty):
+                arena.up_dealloc(start, size, _GRAIN)
+                given += size
+        except BaseException:
+            with lock:                         # what the upstream did not take stays ours
+                for start, size in empty[i:]:
+                    arena.chunks[start] = size
+                    arena.pool_size += size
+                    arena._add(start, size, _CLEAN)
+            raise
         return given
 
     def __repr__(self) -> str:
