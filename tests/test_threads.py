@@ -471,3 +471,19 @@ def test_a_blocked_host_wait_does_not_block_the_fixed_size_resource(emu, monkeyp
         fixed.release()
     assert finished, ("FixedSizeResource holds its lock while it waits on the host for a "
                       "stream's event: other threads' allocations wait too")
+
+
+def test_a_blocked_release_does_not_block_cached_allocations(emu, monkeypatch):
+    """One thread releases the pool's free chunks and the upstream's free blocks (waits for
+    the null stream); another thread allocates a size the pool has cached meanwhile."""
+    up = hmr.AsyncMemoryResource()
+    pool = hmr.PoolResource(up, initial_pool_size=MiB)
+    cached = pool.allocate(4096)
+    pool.deallocate(cached, 4096)                     # cached: served without the lock
+    big = pool.allocate(8 * MiB)
+    pool.deallocate(big, 8 * MiB)                     # a whole free chunk to give back
+    blocker = Blocker(monkeypatch, "hipStreamSynchronize")
+    finished = _while_blocked(blocker, pool.release,
+                              lambda: pool.deallocate(pool.allocate(4096), 4096))
+    pool.release()
+    assert finished, "a release() waiting for the runtime blocked a cached allocation"
