@@ -119,26 +119,57 @@ class _Blocks:
             self.free.setdefault(key, []).append(ptr)
 
     def release(self) -> int:
+        # the runtime may block (event waits, the upstream's frees): the lock is let go for
+        # those, so that other threads keep allocating meanwhile
         with self.lock:
             free = self.free
-            streams = [k for k in free if k is not HOST]
-            self.streams.order([k for k in streams if free[k]], HOST)
-            for k in streams:
-                free[HOST].extend(free.pop(k))
+            moved = {k: free.pop(k) for k in [k for k in free if k is not HOST]}
+            moved = {k: blocks for k, blocks in moved.items() if blocks}
+            try:
+                events = self.streams.record_for_host(list(moved))
+            except BaseException:
+                for k, blocks in moved.items():
+                    free.setdefault(k, []).extend(blocks)
+                raise
+        try:
+            for ev in events:
+                ev.synchronize()
+        except BaseException:
+            with self.lock:
+                for k, blocks in moved.items():
+                    self.free.setdefault(k, []).extend(blocks)
+            raise
+        finally:
+            for ev in events:
+                ev.close()
+        with self.lock:
+            host = self.free[HOST]
+            for blocks in moved.values():
+                host.extend(blocks)
             self.streams.close()
-            idle = set(free[HOST])
+            idle = set(host)
             bs = self.block_size
-            given = 0
+            empty = []
             for start, size in list(self.chunks.items()):
                 blocks = range(start, start + size, bs)
                 if all(b in idle for b in blocks):
-                    self.up_dealloc(start, size, _GRAIN)
-                    del self.chunks[start]
+                    empty.append((start, size))
+                    del self.chunks[start]         # out of the resource before the lock goes
                     idle.difference_update(blocks)
-                    given += size
-            if given:
-                free[HOST][:] = sorted(idle, reverse=True)
-            return given
+            if empty:
+                host[:] = sorted(idle, reverse=True)
+        given = 0
+        try:
+            for i, (start, size) in enumerate(empty):
+                self.up_dealloc(start, size, _GRAIN)
+                given += size
+        except BaseException:
+            with self.lock:                        # what the upstream did not take stays ours
+                for start, size in empty[i:]:
+                    self.chunks[start] = size
+                    self.free[HOST].extend(range(start + size - bs, start - 1, -bs))
+            raise
+        return given
 
 
 class FixedSizeResource(IdentityEqual, BoundAdaptor):
