@@ -487,3 +487,20 @@ def test_a_blocked_release_does_not_block_cached_allocations(emu, monkeypatch):
                               lambda: pool.deallocate(pool.allocate(4096), 4096))
     pool.release()
     assert finished, "a release() waiting for the runtime blocked a cached allocation"
+
+
+def test_a_blocked_release_does_not_block_the_fixed_size_resource(emu, monkeypatch):
+    fixed = hmr.FixedSizeResource(hmr.AsyncMemoryResource(), 4096, 4)
+    keep = fixed.allocate(4096)
+    blocks = [fixed.allocate(4096) for _ in range(7)]  # two chunks
+    for p in blocks[3:]:
+        fixed.deallocate(p, 4096)                      # the second chunk is free again
+    blocker = Blocker(monkeypatch, "hipStreamSynchronize")
+    finished = _while_blocked(blocker, fixed.release,
+                              lambda: (fixed.deallocate(keep, 4096),
+                                       fixed.deallocate(fixed.allocate(4096), 4096)))
+    for p in blocks[:3]:
+        fixed.deallocate(p, 4096)
+    fixed.release()
+    assert fixed.pool_size() == 0
+    assert finished, "a release() waiting for the runtime blocked another thread"
