@@ -31,14 +31,20 @@ def driver_version() -> Tuple[int, int, int]:
     return _hip.get_runtime().driver_version()
 
 
+#: HIP statuses of ``hipGetDeviceCount`` that mean "no usable device here": no device, and a
+#: runtime with no (or too old a) driver beneath it (``cudaErrorInsufficientDriver`` on nvidia).
+_NO_DEVICE_CODES = (100, 35)
+
+
 def device_count() -> int:
-    """How many devices the runtime sees; 0 when it reports ``hipErrorNoDevice``."""
+    """How many devices the runtime sees; 0 when it reports ``hipErrorNoDevice`` or
+    ``hipErrorInsufficientDriver`` (a runtime library with no driver beneath it)."""
     rt = _hip.get_runtime()
     out = ctypes.c_int(0)
     st = rt.fn.hipGetDeviceCount(out)
     if st:
         err = rt.error(st, "hipGetDeviceCount")
-        if isinstance(err, NoDeviceError):
+        if err.code in _NO_DEVICE_CODES:
             return 0
         raise err
     return out.value

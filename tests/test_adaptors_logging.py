@@ -168,3 +168,18 @@ def test_free_without_allocation_is_counted_not_replayed():
     report = replay_log.replay(io.StringIO(text), AddressSpaceResource())
     assert report.unmatched_frees == 1 and report.live_at_end == 1
     assert report.replayed == Statistics(64, 1, 64, 1, 64, 1) == report.from_log
+
+
+def test_close_with_a_file_object_stops_logging_without_closing_it():
+    buf = io.StringIO()
+    log = LoggingResource(HostMemoryResource(), buf)
+    p = log.allocate(64)
+    log.close()
+    assert not buf.closed  # the caller's file stays open
+    with pytest.raises(ValueError, match="closed"):
+        log.allocate(64)
+    with pytest.raises(ValueError, match="closed"):
+        log.deallocate(p, 64)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].split(",")[2] == "allocate"
+    log.upstream.deallocate(p, 64)

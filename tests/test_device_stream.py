@@ -237,3 +237,15 @@ def test_gpu_attribute_map_matches_cuda_bindings(gpu_runtime):
              19: "cudaDevAttrL2CacheSize", 56: "cudaDevAttrMaxThreadsPerBlock"}
     for hip, cuda_name in names.items():
         assert ATTRIBUTE_MAP[hip] == int(getattr(runtime.cudaDeviceAttr, cuda_name)), cuda_name
+
+
+def test_device_count_is_zero_without_a_driver(monkeypatch):
+    """hipErrorNoDevice and hipErrorInsufficientDriver (libcudart with no driver) mean 0."""
+    rt = _hip.get_runtime()
+    for code in (100, 35):
+        monkeypatch.setattr(rt.fn, "hipGetDeviceCount", lambda out, code=code: code)
+        assert hmr.device_count() == 0
+    monkeypatch.setattr(rt.fn, "hipGetDeviceCount", lambda out: 3)  # hipErrorNotInitialized
+    with pytest.raises(hmr.HipError) as info:
+        hmr.device_count()
+    assert info.value.code == 3

@@ -48,6 +48,7 @@ class LoggingResource(BoundAdaptor):
             raise TypeError(f"file must be a path or an open text file, not "
                             f"{type(file).__name__}")
         self._auto_flush = auto_flush
+        self._closed = False
         self._lock = threading.Lock()
         self._file.write(LOG_HEADER + "\n")
         if auto_flush:
@@ -72,8 +73,9 @@ class LoggingResource(BoundAdaptor):
                     flush()
 
         def check_open() -> None:
-            if out.closed:
-                raise ValueError("LoggingResource: the log file is closed")
+            if self._closed or out.closed:
+                raise ValueError("LoggingResource: this LoggingResource (or its log file) is "
+                                 "closed")
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             bytes, alignment = check_args(bytes, alignment)
@@ -89,6 +91,7 @@ class LoggingResource(BoundAdaptor):
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             ptr = check_ptr(ptr)
             bytes, alignment = check_args(bytes, alignment)
+            check_open()
             log("free", ptr, bytes, 0)
             up_dealloc(ptr, bytes, alignment)
 
@@ -107,7 +110,9 @@ class LoggingResource(BoundAdaptor):
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             ptr = check_ptr(ptr)
             bytes, alignment = check_args(bytes, alignment)
-            log("free", ptr, bytes, check_stream(stream))
+            handle = check_stream(stream)
+            check_open()
+            log("free", ptr, bytes, handle)
             up_dealloc_async(ptr, bytes, alignment, stream)
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
@@ -133,6 +138,7 @@ class LoggingResource(BoundAdaptor):
         """Flush, and close the file if this adaptor opened it (idempotent).  Allocating or
         freeing through a closed LoggingResource raises ``ValueError``."""
         with self._lock:
+            self._closed = True
             if self._file.closed:
                 return
             self._file.flush()
