@@ -15,7 +15,6 @@ call the functions here only when that fails.
 from __future__ import annotations
 
 import functools
-import operator
 from types import MethodType
 from typing import Any, Callable, Dict, Tuple
 
@@ -23,7 +22,8 @@ from .._exit import finalizer, keep_at_exit
 from ..concepts import is_async_resource, is_resource
 from ..properties import DEFAULT_ALIGNMENT, forward_property
 from ..resource_ref import async_resource_ref, resource_ref
-from ..stream_ref import stream_ref
+from .._checks import (MAX_PTR, MAX_SIZE, STREAM_REF, check_alignment, check_ptr,
+                       check_size, check_stream)
 
 __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_method",
            "as_upstream_ref", "check_size", "check_alignment", "check_args",
@@ -31,50 +31,12 @@ __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_me
            "check_stream", "check_free", "check_callable", "give_back_chunks", "round_up",
            "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR", "checks_arguments"]
 
-#: Largest size accepted, in bytes.
-MAX_SIZE = 1 << 63
 #: alignment -> alignment for every power of two up to 256.  ``FAST_ALIGNMENTS.get(a) is a``
 #: holds only for a genuine int in that set (CPython caches those small ints), never for a
 #: bool, a float or another integer type, which take the checked slow path instead; ``None``
 #: maps to False so that ``get(None)`` is not ``None``.
 FAST_ALIGNMENTS: Dict[Any, Any] = {1 << i: 1 << i for i in range(DEFAULT_ALIGNMENT.bit_length())}
 FAST_ALIGNMENTS[None] = False
-#: The stream_ref class, for ``type(stream) is STREAM_REF`` fast paths.
-STREAM_REF = stream_ref
-#: Largest pointer / stream handle (an address).
-MAX_PTR = (1 << 64) - 1
-_MAX_HANDLE = MAX_PTR
-
-
-def _as_int(value: Any, name: str, what: str) -> int:
-    if type(value) is int:
-        return value
-    if isinstance(value, (bool, float, str, bytes)) or value is None:
-        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}")
-    try:
-        return operator.index(value)  # numpy integers and the like
-    except TypeError:
-        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}") from None
-
-
-def check_size(value: Any, name: str = "bytes") -> int:
-    """``value`` as a size: an int (not a bool) in ``[0, 2**63]``."""
-    value = _as_int(value, name, "number of bytes")
-    if value < 0:
-        raise ValueError(f"{name}={value} is negative")
-    if value > MAX_SIZE:
-        raise ValueError(f"{name}={value} is larger than 2**63")
-    return value
-
-
-def check_alignment(value: Any, name: str = "alignment") -> int:
-    """``value`` as an alignment: a positive power-of-two int (not a bool)."""
-    value = _as_int(value, name, "power of two")
-    if value <= 0 or value & (value - 1):
-        raise ValueError(f"{name}={value} is not a power of two")
-    if value > MAX_SIZE:
-        raise ValueError(f"{name}={value} is larger than 2**63")
-    return value
 
 
 def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:
@@ -85,26 +47,6 @@ def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:
 def check_free_args(ptr: Any, nbytes: Any, alignment: Any) -> Tuple[int, int, int]:
     """A checked ``(ptr, bytes, alignment)`` triple (the slow path of the fast checks)."""
     return check_ptr(ptr), check_size(nbytes), check_alignment(alignment)
-
-
-def check_ptr(value: Any, name: str = "ptr") -> int:
-    """``value`` as a pointer: an int address in ``[0, 2**64)``."""
-    value = _as_int(value, name, "address")
-    if not 0 <= value <= _MAX_HANDLE:
-        raise ValueError(f"{name}={value:#x} is not an address in [0, 2**64)")
-    return value
-
-
-def check_stream(stream: Any, name: str = "stream") -> int:
-    """The int handle of ``stream`` (an int, a stream_ref or anything stream_ref accepts)."""
-    if type(stream) is int and 0 <= stream <= _MAX_HANDLE:
-        return stream
-    if type(stream) is STREAM_REF:
-        return stream.get()
-    try:
-        return stream_ref(stream).get()
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{name}: {exc}") from None
 
 
 def check_free(ptr: int, known: Any, nbytes: int, owner: str) -> None:

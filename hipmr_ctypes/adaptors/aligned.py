@@ -29,7 +29,7 @@ class AlignedResource(BoundAdaptor):
     def __init__(self, upstream: Any, alignment: int = DEFAULT_ALIGNMENT,
                  threshold: int = 0) -> None:
         ref = self._set_upstream(upstream)
-        self._alignment = check_alignment(alignment, "alignment")
+        self._alignment = check_alignment(alignment, name="alignment")
         self._threshold = check_size(threshold, "threshold")
         self._bind(ref)
 

@@ -82,7 +82,6 @@ class LimitingResource(BoundAdaptor):
                 raise
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            nonlocal used
             if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
                         or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
@@ -110,7 +109,6 @@ class LimitingResource(BoundAdaptor):
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            nonlocal used
             if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
                         or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)

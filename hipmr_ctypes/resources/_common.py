@@ -9,68 +9,29 @@ pays for a few comparisons and an invalid one gets the precise error.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 from ..properties import DEFAULT_ALIGNMENT
-from ..stream import as_stream_handle
+from .._checks import MAX_PTR, MAX_SIZE, STREAM_REF, check_ptr, check_size, check_stream
+from .._checks import check_alignment as _check_alignment
 from ..stream_ref import stream_ref
 
 __all__ = ["MAX_SIZE", "MAX_DEVICE_ALIGNMENT", "DEVICE_ALIGNMENTS", "MAX_HANDLE",
            "check_size", "check_alignment", "check_ptr", "check_args", "check_stream",
            "sync_stream", "SyncResource", "STREAM_REF", "error", "check"]
 
-#: Largest size accepted (bytes): anything larger raises ValueError before any native call.
-MAX_SIZE = 1 << 63
 #: Largest alignment HIP guarantees for device-style allocations.
 MAX_DEVICE_ALIGNMENT = DEFAULT_ALIGNMENT
 #: Every alignment a device-style resource accepts: {1, 2, 4, ..., 256}.
 DEVICE_ALIGNMENTS = frozenset(1 << i for i in range(MAX_DEVICE_ALIGNMENT.bit_length()))
 #: Largest pointer / handle value (an address).
-MAX_HANDLE = (1 << 64) - 1
-#: The stream_ref class, for ``type(stream) is STREAM_REF`` fast paths.
-STREAM_REF = stream_ref
-
-
-def _as_int(value: Any, name: str, what: str) -> int:
-    if type(value) is int:
-        return value
-    if isinstance(value, bool) or value is None or isinstance(value, (float, str, bytes)):
-        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}")
-    try:
-        return operator.index(value)  # numpy integers and the like
-    except TypeError:
-        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}") from None
-
-
-def check_size(value: Any, name: str = "bytes") -> int:
-    """``value`` as a size in bytes: an int in ``[0, 2**63]``; TypeError / ValueError otherwise."""
-    value = _as_int(value, name, "number of bytes")
-    if value < 0:
-        raise ValueError(f"{name}={value} is negative")
-    if value > MAX_SIZE:
-        raise ValueError(f"{name}={value} is larger than 2**63")
-    return value
+MAX_HANDLE = MAX_PTR
 
 
 def check_alignment(value: Any, max_alignment: "int | None" = MAX_DEVICE_ALIGNMENT,
                     name: str = "alignment") -> int:
     """``value`` as an alignment: a power of two int, at most ``max_alignment`` (None: any)."""
-    value = _as_int(value, name, "power of two")
-    if value <= 0 or value & (value - 1):
-        raise ValueError(f"{name}={value} is not a power of two")
-    if max_alignment is not None and value > max_alignment:
-        raise ValueError(f"{name}={value} is larger than {max_alignment}, the most this "
-                         "resource can guarantee")
-    return value
-
-
-def check_ptr(value: Any, name: str = "ptr") -> int:
-    """``value`` as a pointer: an int address in ``[0, 2**64)``."""
-    value = _as_int(value, name, "address")
-    if not 0 <= value <= MAX_HANDLE:
-        raise ValueError(f"{name}={value:#x} is not an address in [0, 2**64)")
-    return value
+    return _check_alignment(value, max_alignment, name)
 
 
 def check_args(nbytes: Any, alignment: Any, max_alignment: "int | None") -> int:
@@ -78,17 +39,6 @@ def check_args(nbytes: Any, alignment: Any, max_alignment: "int | None") -> int:
     nbytes = check_size(nbytes)
     check_alignment(alignment, max_alignment)
     return nbytes
-
-
-def check_stream(stream: Any, name: str = "stream") -> int:
-    """The int handle of ``stream`` (anything :class:`stream_ref` accepts)."""
-    if type(stream) is int:
-        if 0 <= stream <= MAX_HANDLE:
-            return stream
-        raise ValueError(f"{name}={stream} is not a stream handle (an address in [0, 2**64))")
-    if type(stream) is STREAM_REF:
-        return stream._handle
-    return as_stream_handle(stream, name)
 
 
 def error(rt: Any, status: int, call: str, **kw: Any) -> Exception:

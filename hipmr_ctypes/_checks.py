@@ -1,0 +1,79 @@
+"""Argument checks shared by the resources and the adaptors.
+
+Each check raises TypeError / ValueError naming the argument, before anything is changed or
+any native call is made.  Hot paths inline the cheap part (``type(x) is int``, a range, a set
+membership) and call these only when that fails, so a valid call pays a few comparisons and an
+invalid one gets the precise error.  Imports only the model layer and ``stream``.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Optional
+
+from .stream import as_stream_handle
+from .stream_ref import stream_ref
+
+__all__ = ["MAX_SIZE", "MAX_PTR", "STREAM_REF", "check_size", "check_alignment", "check_ptr",
+           "check_stream"]
+
+#: Largest size accepted, in bytes: anything larger raises ValueError.
+MAX_SIZE = 1 << 63
+#: Largest pointer / stream handle (an address).
+MAX_PTR = (1 << 64) - 1
+#: The stream_ref class, for ``type(stream) is STREAM_REF`` fast paths.
+STREAM_REF = stream_ref
+
+
+def _as_int(value: Any, name: str, what: str) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, float, str, bytes)) or value is None:
+        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}")
+    try:
+        return operator.index(value)  # numpy integers and the like
+    except TypeError:
+        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}") from None
+
+
+def check_size(value: Any, name: str = "bytes") -> int:
+    """``value`` as a size in bytes: an int (not a bool) in ``[0, 2**63]``."""
+    value = _as_int(value, name, "number of bytes")
+    if value < 0:
+        raise ValueError(f"{name}={value} is negative")
+    if value > MAX_SIZE:
+        raise ValueError(f"{name}={value} is larger than 2**63")
+    return value
+
+
+def check_alignment(value: Any, max_alignment: Optional[int] = None,
+                    name: str = "alignment") -> int:
+    """``value`` as an alignment: a positive power-of-two int (not a bool), at most
+    ``max_alignment`` (None: at most 2**63)."""
+    value = _as_int(value, name, "power of two")
+    if value <= 0 or value & (value - 1):
+        raise ValueError(f"{name}={value} is not a power of two")
+    if max_alignment is not None and value > max_alignment:
+        raise ValueError(f"{name}={value} is larger than {max_alignment}, the most this "
+                         "resource can guarantee")
+    if value > MAX_SIZE:
+        raise ValueError(f"{name}={value} is larger than 2**63")
+    return value
+
+
+def check_ptr(value: Any, name: str = "ptr") -> int:
+    """``value`` as a pointer: an int address in ``[0, 2**64)``."""
+    value = _as_int(value, name, "address")
+    if not 0 <= value <= MAX_PTR:
+        raise ValueError(f"{name}={value:#x} is not an address in [0, 2**64)")
+    return value
+
+
+def check_stream(stream: Any, name: str = "stream") -> int:
+    """The int handle of ``stream`` (anything :class:`stream_ref` accepts)."""
+    if type(stream) is int:
+        if 0 <= stream <= MAX_PTR:
+            return stream
+        raise ValueError(f"{name}={stream} is not a stream handle (an address in [0, 2**64))")
+    if type(stream) is STREAM_REF:
+        return stream._handle
+    return as_stream_handle(stream, name)
