@@ -28,3 +28,8 @@ fi
 fi
 echo "== bench"; date
 HIPMR_PLATFORM=nvidia timeout ${BENCH_TIMEOUT:-400} python3 scripts/bench_alloc.py --pairs ${PAIRS:-20000} --json "$OUT/bench.json" | tee "$OUT/bench.txt"
+echo "== ref overhead"; HIPMR_PLATFORM=nvidia timeout 120 python3 scripts/bench_ref.py --json "$OUT/bench_ref.json" | tail -15
+if [ "${RELIABILITY:-1}" = 1 ]; then
+  echo "== reliability report (nvidia)"
+  HIPMR_PLATFORM=nvidia timeout ${RELIABILITY_TIMEOUT:-300} python3 scripts/reliability_report.py --fuzz-ops 200000 --json "$OUT/reliability.json" | tee "$OUT/reliability.txt"
+fi
