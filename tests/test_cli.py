@@ -71,3 +71,28 @@ def test_info_real_library_reports_version_and_no_device(amd_runtime):
 def test_unknown_command_fails():
     out = run("frobnicate")
     assert out.returncode != 0
+
+
+def test_check_emulated_passes_every_check():
+    out = run("check", "--json", HIPMR_PLATFORM="emulated")
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    names = set(report["checks"])
+    assert {"HostMemoryResource", "DeviceMemoryResource", "AsyncMemoryResource",
+            "PoolResource(AsyncMemoryResource)", "Event timing"} <= names
+    assert all(r["ok"] == "yes" for r in report["checks"].values())
+
+
+def test_check_reports_a_failure_with_exit_status_1():
+    # an emulated device too small for the 64 MiB event-timing buffer: that check must fail
+    out = run("check", HIPMR_PLATFORM="emulated", HIPMR_EMULATED_MEMORY="16MiB")
+    assert out.returncode == 1
+    assert "no  Event timing: OutOfMemoryError" in out.stdout
+
+
+def test_bench_emulated_json():
+    out = run("bench", "--json", HIPMR_PLATFORM="emulated")
+    assert out.returncode == 0, out.stderr
+    table = json.loads(out.stdout)["ns_per_pair"]
+    assert set(table) >= {"HostMemoryResource", "PoolResource(AsyncMemoryResource)"}
+    assert all(v > 0 for row in table.values() for v in row.values())
