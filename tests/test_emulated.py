@@ -894,3 +894,24 @@ def test_threads_hammering_allocations():
     assert emu.live_allocations() == (0, 0)
     rt.check(fn.hipDeviceSynchronize())
     assert free_bytes(rt) == emu.capacity(0)
+
+
+def test_a_call_from_a_finalizer_inside_the_emulator_is_deferred_not_deadlocked(rt):
+    """The garbage collector can run a finalizer (hipFree, hipMemPoolDestroy...) while this
+    thread is inside the emulator holding its lock: the call must neither deadlock nor run in
+    the middle of the other update; it runs as soon as the lock is let go."""
+    ptr = malloc(rt, 4096)
+    before = rt.emulator.live_allocations()
+    done = []
+
+    def inside():
+        with rt.emulator._lock:  # as if the collector ran while a call held the lock
+            done.append(rt.fn.hipFree(ptr))
+            assert rt.emulator._lock._deferred  # queued, not run yet
+    t = threading.Thread(target=inside)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "deadlock: a re-entrant call waited for the lock its thread holds"
+    assert done == [0]
+    assert rt.emulator.live_allocations()[0] == before[0] - 1  # freed once the lock was let go
+    assert rt.fn.hipFree(ptr) == errors.HIP_ERROR_INVALID_VALUE  # and only once
