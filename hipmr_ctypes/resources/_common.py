@@ -18,7 +18,7 @@ from ..stream_ref import stream_ref
 
 __all__ = ["MAX_SIZE", "MAX_DEVICE_ALIGNMENT", "DEVICE_ALIGNMENTS", "MAX_HANDLE",
            "check_size", "check_alignment", "check_ptr", "check_args", "check_stream",
-           "sync_stream", "SyncResource", "STREAM_REF", "error", "check"]
+           "sync_stream", "SyncResource", "FlagsEqual", "STREAM_REF", "error", "check"]
 
 #: Largest alignment HIP guarantees for device-style allocations.
 MAX_DEVICE_ALIGNMENT = DEFAULT_ALIGNMENT
@@ -125,3 +125,25 @@ class SyncResource:
                 self._unclaim(ptr, bytes)
                 raise
             self._free(ptr)
+
+
+class FlagsEqual:
+    """Equality, hash and pickling of resources defined by their ``_flags`` alone (pinned and
+    managed memory): two of the same type and flags are equal."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return other._flags == self._flags  # type: ignore[attr-defined]
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._flags))  # type: ignore[attr-defined]
+
+    def __reduce__(self):
+        return (type(self), (self._flags,))  # type: ignore[attr-defined]

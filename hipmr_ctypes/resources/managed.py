@@ -7,14 +7,14 @@ from ctypes import c_int, c_void_p
 from .. import _hip
 from .._hip.types import hipMemAttachGlobal, hipMemAttachHost
 from ..properties import device_accessible, host_accessible
-from ._common import SyncResource, error
+from ._common import FlagsEqual, SyncResource, error
 
 __all__ = ["ManagedMemoryResource"]
 
 _FLAG_NAMES = {hipMemAttachGlobal: "hipMemAttachGlobal", hipMemAttachHost: "hipMemAttachHost"}
 
 
-class ManagedMemoryResource(SyncResource):
+class ManagedMemoryResource(FlagsEqual, SyncResource):
     """Managed memory from ``hipMallocManaged(ptr, bytes, flags)``, freed with ``hipFree``:
     accessible from the host and from every device, migrated on demand.
 
@@ -57,20 +57,5 @@ class ManagedMemoryResource(SyncResource):
         if st:
             raise error(self._rt, st, "hipFree", detail=f"ptr={ptr:#x}")
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return other._flags == self._flags
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    def __hash__(self) -> int:
-        return hash((type(self), self._flags))
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(flags={_FLAG_NAMES[self._flags]})"
-
-    def __reduce__(self):
-        return (type(self), (self._flags,))

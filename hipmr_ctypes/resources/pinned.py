@@ -8,7 +8,7 @@ from .. import _hip
 from .._hip.types import (hipHostMallocMapped, hipHostMallocPortable,
                           hipHostMallocWriteCombined)
 from ..properties import device_accessible, host_accessible
-from ._common import SyncResource, error
+from ._common import FlagsEqual, SyncResource, error
 
 __all__ = ["PinnedMemoryResource", "PINNED_FLAGS"]
 
@@ -36,7 +36,7 @@ def _check_flags(flags: object) -> int:
     return int(flags)
 
 
-class PinnedMemoryResource(SyncResource):
+class PinnedMemoryResource(FlagsEqual, SyncResource):
     """Page-locked (pinned) host memory from ``hipHostMalloc(ptr, bytes, flags)``, freed with
     ``hipHostFree``: accessible from the host and from every device.
 
@@ -75,20 +75,5 @@ class PinnedMemoryResource(SyncResource):
         if st:
             raise error(self._rt, st, "hipHostFree", detail=f"ptr={ptr:#x}")
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return other._flags == self._flags
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    def __hash__(self) -> int:
-        return hash((type(self), self._flags))
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(flags={self._flags:#x})"
-
-    def __reduce__(self):
-        return (type(self), (self._flags,))
