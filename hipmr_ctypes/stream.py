@@ -38,7 +38,51 @@ def _destroy(destroy, handle: int) -> None:
         pass
 
 
-class Stream:
+class _Owned:
+    """What an owning Stream and Event share: the handle, ``close()`` (idempotent, through the
+    finalizer that also runs at garbage collection), the context manager, and the check that
+    raises ``ValueError`` on use after close, before any native call."""
+
+    __slots__ = ()
+    _what = "object"
+
+    def _own(self, handle: int, destroy) -> None:
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, _destroy, destroy, handle)
+
+    def _live(self) -> int:
+        if not self._finalizer.alive:
+            raise ValueError(f"{self._what.lower()}: this {self._what} is closed")
+        return self._handle
+
+    @property
+    def handle(self) -> int:
+        """The native handle (``hipStream_t`` / ``hipEvent_t``) as an int."""
+        return self._live()
+
+    @property
+    def flags(self) -> int:
+        """The creation flags."""
+        return self._flags
+
+    @property
+    def closed(self) -> bool:
+        """True once the native object has been destroyed."""
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Destroy the native object (idempotent); work already queued still completes."""
+        self._finalizer()
+
+    def __enter__(self):
+        self._live()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Stream(_Owned):
     """An owning HIP stream: ``Stream(flags=0, priority=0, device=None)``.
 
     ``flags``: 0 (``hipStreamDefault``) or 1 (``hipStreamNonBlocking``). ``priority``: lower
@@ -47,6 +91,7 @@ class Stream:
     """
 
     __slots__ = ("_handle", "_ref", "_flags", "_device", "_finalizer", "__weakref__")
+    _what = "Stream"
 
     def __init__(self, flags: int = 0, priority: int = 0,
                  device: Optional[object] = None) -> None:
@@ -68,31 +113,15 @@ class Stream:
             with Device(self._device):
                 st = rt.fn.hipStreamCreateWithPriority(out, flags, priority)
         rt.check(st, "hipStreamCreateWithPriority", device=self._device)
-        self._handle = out.value or 0
+        self._own(out.value or 0, rt.fn.hipStreamDestroy)
         self._flags = flags
         self._ref = stream_ref(self._handle)
-        self._finalizer = weakref.finalize(self, _destroy, rt.fn.hipStreamDestroy, self._handle)
-
-    def _live(self) -> int:
-        if not self._finalizer.alive:
-            raise ValueError("stream: this Stream is closed")
-        return self._handle
-
-    @property
-    def handle(self) -> int:
-        """The ``hipStream_t`` as an int."""
-        return self._live()
 
     @property
     def ref(self) -> stream_ref:
         """A non-owning :class:`stream_ref` to this stream."""
         self._live()
         return self._ref
-
-    @property
-    def flags(self) -> int:
-        """The creation flags."""
-        return self._flags
 
     @property
     def device(self) -> int:
@@ -103,11 +132,6 @@ class Stream:
     def priority(self) -> int:
         """The stream's priority as the runtime reports it."""
         return stream_ref(self._live()).priority()
-
-    @property
-    def closed(self) -> bool:
-        """True once the stream has been destroyed."""
-        return not self._finalizer.alive
 
     def synchronize(self) -> None:
         """Block until all work queued on the stream is done."""
@@ -120,17 +144,6 @@ class Stream:
     def wait_event(self, event: "Event") -> None:
         """Make later work on this stream wait for ``event``."""
         wait_event(self._live(), event)
-
-    def close(self) -> None:
-        """Destroy the stream (idempotent). Work already queued still completes."""
-        self._finalizer()
-
-    def __enter__(self) -> "Stream":
-        self._live()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __hip_stream__(self) -> Tuple[int, int]:
         return (0, self._live())
@@ -150,10 +163,11 @@ class Stream:
         return f"<Stream {state} device={self._device} flags={self._flags}>"
 
 
-class Event:
+class Event(_Owned):
     """An owning HIP event: ``Event(flags=0)`` (2 = ``hipEventDisableTiming``, 1 = blocking sync)."""
 
     __slots__ = ("_handle", "_flags", "_finalizer", "_recorded", "_device", "__weakref__")
+    _what = "Event"
 
     def __init__(self, flags: int = 0) -> None:
         if isinstance(flags, bool) or not isinstance(flags, int):
@@ -165,35 +179,14 @@ class Event:
         self._device = Device().id  # events are recorded on streams of this device only
         out = ctypes.c_void_p()
         rt.check(rt.fn.hipEventCreateWithFlags(out, flags), "hipEventCreateWithFlags")
-        self._handle = out.value or 0
+        self._own(out.value or 0, rt.fn.hipEventDestroy)
         self._flags = flags
         self._recorded = False
-        self._finalizer = weakref.finalize(self, _destroy, rt.fn.hipEventDestroy, self._handle)
-
-    def _live(self) -> int:
-        if not self._finalizer.alive:
-            raise ValueError("event: this Event is closed")
-        return self._handle
-
-    @property
-    def handle(self) -> int:
-        """The ``hipEvent_t`` as an int."""
-        return self._live()
-
-    @property
-    def flags(self) -> int:
-        """The creation flags."""
-        return self._flags
 
     @property
     def device(self) -> int:
         """The device the event was created on (it can be recorded on its streams only)."""
         return self._device
-
-    @property
-    def closed(self) -> bool:
-        """True once the event has been destroyed."""
-        return not self._finalizer.alive
 
     def record(self, stream: object = 0) -> "Event":
         """Record the event on ``stream`` (anything :class:`stream_ref` accepts); returns self.
@@ -234,17 +227,6 @@ class Event:
         rt.check(rt.fn.hipEventElapsedTime(out, self._live(), other._live()),
                  "hipEventElapsedTime")
         return out.value
-
-    def close(self) -> None:
-        """Destroy the event (idempotent)."""
-        self._finalizer()
-
-    def __enter__(self) -> "Event":
-        self._live()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"0x{self._handle:x}"
