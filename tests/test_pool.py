@@ -388,3 +388,29 @@ def test_through_async_resource_ref_the_hot_methods_are_the_pool_closures():
     assert ref.deallocate is pool.deallocate
     p = ref.allocate(256)
     ref.deallocate(p, 256)
+
+
+def test_a_finalizer_freeing_into_the_pool_inside_its_slow_path_is_deferred():
+    """The garbage collector may run a finalizer (a pool over this one giving its chunks back)
+    while this thread holds the pool's lock in its slow path: the free must neither deadlock
+    nor run in the middle of the slow path's update; it runs when the lock is let go."""
+    import threading
+    from hipmr_ctypes import HostMemoryResource
+    pool = PoolResource(HostMemoryResource(), initial_pool_size=MiB)
+    p = pool.allocate(12345)            # a size whose free takes the slow path
+    before = pool.allocation_count()
+    done = []
+
+    def inside():
+        with pool._arena.lock:          # as if the collector ran inside the slow path
+            pool.deallocate(p, 12345)
+            done.append(pool.allocation_count())
+    t = threading.Thread(target=inside)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "deadlock: a free re-entered the lock its thread holds"
+    assert done == [before]             # deferred: still live while the lock is held...
+    assert pool.allocation_count() == before - 1
+    assert pool.allocate(12345) == p    # ...freed, onto the free list, once it was let go
+    pool.deallocate(p, 12345)
+    assert pool.release() > 0
