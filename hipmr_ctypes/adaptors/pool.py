@@ -28,12 +28,12 @@ Design (see docs/adaptors.md for the long version):
 """
 from __future__ import annotations
 
-import threading
 import weakref
 from bisect import bisect_left, insort
 from typing import Any, Dict, FrozenSet, List, Optional
 
 from .._hip.errors import OutOfMemoryError
+from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
                     check_free, check_ptr, check_size, check_stream, give_back_chunks, round_up)
@@ -49,51 +49,12 @@ _CLEAN: FrozenSet[Any] = frozenset()
 _NONE = object()                    # "no such live block" (equal to no size)
 
 
-class _OwnedLock:
-    """The pool's lock, knowing which thread holds it.  The garbage collector can run a
-    finalizer at any allocation, also in a thread holding this lock inside the slow path; a
-    free it makes into this pool is deferred until the lock is let go, not deadlocked."""
-
-    __slots__ = ("_lock", "owner", "_deferred")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.owner: Optional[int] = None
-        self._deferred: List[Any] = []
-
-    def acquire(self) -> None:
-        self._lock.acquire()
-        self.owner = threading.get_ident()
-
-    def release(self) -> None:
-        self.owner = None
-        self._lock.release()
-        while self._deferred:
-            try:
-                call, args = self._deferred.pop(0)
-            except IndexError:
-                break
-            try:
-                call(*args)
-            except Exception:  # noqa: BLE001 - a finalizer's free: nobody to report to
-                pass
-
-    __enter__ = acquire
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-    def defer(self, call: Any, *args: Any) -> None:
-        """Run ``call(*args)`` once the lock is let go."""
-        self._deferred.append((call, args))
-
-
 class _Arena:
     """The pool's state and slow paths.  Every method but the ``*_slow`` entry points expects
     the caller to hold ``lock``."""
 
     def __init__(self, up: Any, is_async: bool, maximum: Optional[int]) -> None:
-        self.lock = _OwnedLock()
+        self.lock = DeferringLock()  # see deallocate_slow
         self.up_alloc = up.allocate
         self.up_dealloc = up.deallocate
         self.up_alloc_async = up.allocate_async if is_async else None
@@ -402,7 +363,7 @@ class _Arena:
         if not ptr and not nbytes:
             return
         lock = self.lock
-        if lock.owner == threading.get_ident():
+        if lock.held_here():
             # a finalizer run by the garbage collector inside this thread's slow path (a pool
             # over this one giving its chunks back): free once the lock is let go
             lock.defer(self.deallocate_slow, ptr, nbytes, alignment, key)

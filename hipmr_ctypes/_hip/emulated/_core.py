@@ -11,9 +11,10 @@ import ctypes
 import ctypes.util
 import threading
 import weakref
-from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
+from typing import (Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
                     Tuple, Union)
 
+from ..._locks import DeferringLock
 from ..decls import DECL_BY_NAME, DECLS
 from ..errors import ERROR_NAMES
 from ..runtime import Functions, missing_function
@@ -250,44 +251,19 @@ class _Reentered(Exception):
     """The emulator's lock was asked for again by the thread that holds it."""
 
 
-class _StateLock:
-    """The emulator's one lock, aware of re-entry: the garbage collector can run a finalizer
-    (which frees memory or destroys a pool through the emulator) at any allocation, also while
-    this thread is inside the emulator holding the lock.  Such a call is deferred, not run in
-    the middle of another call's update (and not deadlocked): it runs right after the outer
-    call lets go of the lock."""
+class _StateLock(DeferringLock):
+    """The emulator's one lock.  The garbage collector can run a finalizer (which frees memory
+    or destroys a pool through the emulator) at any allocation, also while this thread is
+    inside the emulator holding the lock: entering again raises :class:`_Reentered`, and the
+    call wrapper defers that call until the outer call lets go of the lock."""
 
-    __slots__ = ("_lock", "_owner", "_deferred")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._owner: Optional[int] = None
-        self._deferred: List[Any] = []
+    __slots__ = ()
 
     def __enter__(self) -> "_StateLock":
-        me = threading.get_ident()
-        if self._owner == me:
+        if self.held_here():
             raise _Reentered
-        self._lock.acquire()
-        self._owner = me
+        self.acquire()
         return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._owner = None
-        self._lock.release()
-        while self._deferred:
-            try:
-                impl, args = self._deferred.pop(0)
-            except IndexError:
-                return
-            try:
-                impl(*args)
-            except Exception:  # noqa: BLE001 - a finalizer's call: nobody to report to
-                pass
-
-    def defer(self, impl: Callable[..., Any], args: Tuple[Any, ...]) -> None:
-        """Run ``impl(*args)`` once the lock is let go."""
-        self._deferred.append((impl, args))
 
 
 class EmulatorCore:
@@ -450,7 +426,7 @@ class EmulatorCore:
                     # called by a finalizer that the garbage collector ran while this thread
                     # was inside the emulator: run it once the outer call lets go (a finalizer
                     # ignores the status; the real runtime cannot be re-entered like this)
-                    emu._lock.defer(impl, args)
+                    emu._lock.defer(impl, *args)
                     return SUCCESS
                 except Status as exc:
                     status = exc.code
