@@ -112,14 +112,16 @@ class StreamModel:
                 raise AssertionError(f"wait_event on a non-stream {stream!r}")
             model.merge(stream, ev.view)
 
-        saved = (_order._new_event, _order._wait_event)
+        # _event_for asks the runtime for a stream's device: fake streams never reach it
+        saved = (_order._new_event, _order._event_for, _order._wait_event)
         _order._new_event = FakeEvent
+        _order._event_for = lambda stream: FakeEvent()
         _order._wait_event = wait_event
         return saved
 
     @staticmethod
-    def uninstall(saved: Tuple[Any, Any]) -> None:
-        _order._new_event, _order._wait_event = saved
+    def uninstall(saved: Tuple[Any, Any, Any]) -> None:
+        _order._new_event, _order._event_for, _order._wait_event = saved
 
 
 def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
@@ -140,6 +142,7 @@ def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
             calls.append(("close",))
 
     setattr_(_order, "_new_event", RecordingEvent)
+    setattr_(_order, "_event_for", lambda stream: RecordingEvent())
     setattr_(_order, "_wait_event", lambda stream, ev: calls.append(("wait", stream)))
     return calls
 

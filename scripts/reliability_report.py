@@ -53,8 +53,15 @@ CORRUPTION = re.compile(r"overlap|overwritten|corrupt|FuzzFailure|tiles|model", 
 class Collector:
     """pytest plugin: every test's outcome, and the counters of the reliability modules."""
 
-    def __init__(self) -> None:
+    def __init__(self, progress_path: Optional[str] = None) -> None:
         self.tests: List[Dict[str, Any]] = []
+        self.progress_path = progress_path
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        """Name the test now running, so that a crash of this process can say which."""
+        if self.progress_path:
+            with open(self.progress_path, "w") as fh:
+                fh.write(nodeid)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed") or (
@@ -106,7 +113,7 @@ class Collector:
 
 def pytest_child(out_path: str, args: List[str]) -> int:
     import pytest
-    collector = Collector()
+    collector = Collector(out_path + ".running")
     rc = pytest.main(args, plugins=[collector])
     with open(out_path, "w") as fh:
         json.dump({"rc": int(rc), "tests": collector.tests, "counters": collector.counters()},
@@ -115,6 +122,18 @@ def pytest_child(out_path: str, args: List[str]) -> int:
 
 
 # ------------------------------------------------------------------ the parent
+def _crash_excerpt(stderr: str, head: int = 25) -> str:
+    """The innermost frames of a fatal error's traceback (faulthandler prints them first),
+    then the end of stderr."""
+    lines = stderr.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Fatal Python error" in line), None)
+    if start is None:
+        return stderr[-2000:]
+    first = lines[start:start + head]
+    rest = lines[start + head:]
+    return "\n".join(first + (["..."] + rest[-5:] if rest else []))
+
+
 def classify(message: str) -> str:
     if CRASH.search(message):
         return "crash"
@@ -138,8 +157,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     per_target = max(1, args.fuzz_ops // len(targets)) if args.fuzz_ops else 0
     if per_target:
         fuzz_proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "scripts" / "fuzz_pool.py"), "--seed", str(args.seed),
-             "--ops", str(per_target), "--target", "all"],
+            [sys.executable, "-X", "faulthandler", str(ROOT / "scripts" / "fuzz_pool.py"),
+             "--seed", str(args.seed), "--ops", str(per_target), "--target", "all"],
             cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     with tempfile.TemporaryDirectory(prefix="hipmr-reliability-") as tmp:
@@ -147,6 +166,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--pytest-child", out_path, "--",
                "-q", "-p", "no:cacheprovider", *files, *args.pytest_args]
         proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True)
+        try:
+            with open(out_path + ".running") as fh:
+                running = fh.read().strip()
+        except OSError:
+            running = ""
         try:
             with open(out_path) as fh:
                 suite = json.load(fh)
@@ -167,7 +191,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         fuzz["returncode"] = fuzz_proc.returncode
         fuzz["crashed"] = fuzz_proc.returncode not in (0, 1)
         if fuzz["crashed"]:
-            fuzz["stderr"] = ferr[-3000:]
+            fuzz["stderr"] = _crash_excerpt(ferr)
 
     tests = suite["tests"]
     counts = {k: sum(1 for t in tests if t["outcome"] == k)
@@ -183,8 +207,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     suite_crashed = proc.returncode != 0 or suite["rc"] is None
     if suite_crashed:
         kinds["crash"] += 1
-        failures.append({"id": "pytest child process", "kind": "crash",
-                         "message": f"rc={proc.returncode}: {proc.stderr[-2000:]}"})
+        failures.append({"id": f"pytest child process, in {running or 'no test'}",
+                         "kind": "crash",
+                         "message": f"rc={proc.returncode}: {_crash_excerpt(proc.stderr)}"})
     if fuzz["crashed"]:
         kinds["crash"] += 1
         failures.append({"id": "fuzz_pool child process", "kind": "crash",
@@ -256,8 +281,13 @@ def format_table(result: Dict[str, Any]) -> str:
         lines.append("")
         lines.append("failures:")
         for f in result["failures"]:
-            first = f["message"].strip().splitlines()[-1:] or [""]
-            lines.append(f"  [{f['kind']}] {f['id']}: {first[0][:200]}")
+            msg = f["message"].strip().splitlines()
+            # a crash: its innermost frame; a failed test: the last line of its report
+            frames = [m for m in msg if m.strip().startswith("File ")] if f["kind"] == "crash" \
+                else []
+            frames = [m for m in frames if "/lib/python" not in m] or frames  # not the stdlib's
+            first = (frames or msg[-1:] or [""])[0].strip()
+            lines.append(f"  [{f['kind']}] {f['id']}: {first[:200]}")
     lines.append("")
     lines.append("result: " + ("OK" if result["ok"] else "NOT OK"))
     return "\n".join(lines)

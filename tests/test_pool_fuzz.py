@@ -34,3 +34,29 @@ def test_fuzz_reports_the_seed_of_a_failure(monkeypatch):
 def test_fuzz_command_line(capsys):
     assert fuzz_pool.main(["--seed", "3", "--ops", "500", "--target", "fixed"]) == 0
     assert "ok   seed=3 target=fixed ops=500" in capsys.readouterr().out
+
+
+class _Tripwire:
+    """A runtime that records every use (and fails it): the fuzzer's streams are fake
+    handles, and a real runtime given one may crash (cudaStreamGetDevice on one segfaulted
+    on the H200), so the fuzzer must never reach it."""
+
+    def __init__(self):
+        self.used = []
+
+    def __getattr__(self, name):
+        self.used.append(name)
+        raise AssertionError(f"the fuzzer reached the runtime ({name}) with a fake stream")
+
+
+@pytest.mark.parametrize("target", fuzz_pool.TARGETS)
+def test_fuzz_never_reaches_the_runtime(target):
+    from hipmr_ctypes import _hip
+    fuzzer = fuzz_pool.Fuzzer(target, 4)   # built on the real runtime; then cut it off
+    tripwire = _Tripwire()
+    previous = _hip.set_runtime(tripwire)
+    try:
+        fuzzer.run(1500)
+    finally:
+        _hip.set_runtime(previous)
+    assert tripwire.used == []
