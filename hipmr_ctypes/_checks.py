@@ -13,8 +13,8 @@ from typing import Any, Optional
 from .stream import as_stream_handle
 from .stream_ref import stream_ref
 
-__all__ = ["MAX_SIZE", "MAX_PTR", "STREAM_REF", "check_size", "check_alignment", "check_ptr",
-           "check_stream"]
+__all__ = ["MAX_SIZE", "MAX_PTR", "STREAM_REF", "FAST_ALIGNMENTS", "check_size",
+           "check_alignment", "check_ptr", "check_stream"]
 
 #: Largest size accepted, in bytes: anything larger raises ValueError.
 MAX_SIZE = 1 << 63
@@ -22,6 +22,13 @@ MAX_SIZE = 1 << 63
 MAX_PTR = (1 << 64) - 1
 #: The stream_ref class, for ``type(stream) is STREAM_REF`` fast paths.
 STREAM_REF = stream_ref
+#: alignment -> alignment for every power of two up to 256 (the default alignment).
+#: ``FAST_ALIGNMENTS[a] is a`` holds only for a genuine int in that set (CPython caches those
+#: small ints), never for a bool, a float or another integer type, which take the checked slow
+#: path instead (``KeyError`` / ``TypeError`` for anything else); ``None`` maps to False so
+#: that ``get(None)`` is not ``None``.
+FAST_ALIGNMENTS = {1 << i: 1 << i for i in range(9)}
+FAST_ALIGNMENTS[None] = False
 
 
 def _as_int(value: Any, name: str, what: str) -> int:

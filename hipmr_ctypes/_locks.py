@@ -10,9 +10,10 @@ lock is let go.  A leaf module: it imports only the standard library, so every l
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, List, Optional
 
-__all__ = ["DeferringLock"]
+__all__ = ["DeferringLock", "TokenMutex"]
 
 
 class DeferringLock:
@@ -59,3 +60,64 @@ class DeferringLock:
     def defer(self, call: Callable[..., Any], *args: Any) -> None:
         """Run ``call(*args)`` once the lock is let go."""
         self._deferred.append((call, args))
+
+
+class TokenMutex:
+    """A mutex for critical sections of a few int operations: one token in a list.
+
+    ``take_nowait()`` pops the token and ``put(True)`` appends it back; both are single atomic
+    operations on a built-in list (also without the GIL), about three times cheaper than a
+    ``threading.Lock`` acquire / release pair in CPython.  When the token is out, ``take()``
+    yields until it is back, so it suits sections that make no call which can block or take
+    long: the holder always comes back at once.  Not reentrant: code that a finalizer may
+    re-enter (a deallocation run by the garbage collector inside the section) must not take
+    it; such code appends to a list that the holder drains instead.  A wait of more than
+    ``TIMEOUT`` seconds can only be such a re-entry (or a token lost to an asynchronous
+    exception between take and ``try``) and raises RuntimeError instead of hanging.
+
+    Hot paths bind the primitives once (``take = m.take_nowait``, ``put = m.put``) and call
+    ``m.take()`` only when ``take_nowait()`` raises IndexError.
+    """
+
+    __slots__ = ("take_nowait", "put")
+
+    #: seconds a waiter yields before it gives up
+    TIMEOUT = 5.0
+
+    def __init__(self) -> None:
+        tokens = [True]
+        #: pop the token; IndexError when another thread holds it
+        self.take_nowait: Callable[[], Any] = tokens.pop
+        #: give the token back (exactly once per successful take)
+        self.put: Callable[[Any], None] = tokens.append
+
+    def take(self) -> None:
+        """Wait for the token and take it."""
+        take = self.take_nowait
+        deadline = None
+        spins = 0
+        while True:
+            try:
+                take()
+                return
+            except IndexError:
+                pass
+            spins += 1
+            if spins < 100:
+                time.sleep(0)  # let the holder run
+                continue
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self.TIMEOUT
+            elif now > deadline:
+                raise RuntimeError(
+                    f"a mutex was held for over {self.TIMEOUT} s: re-entered from a "
+                    "finalizer or signal handler of the thread that holds it?")
+            time.sleep(0.0001)
+
+    def __enter__(self) -> "TokenMutex":
+        self.take()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.put(True)

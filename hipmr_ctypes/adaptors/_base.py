@@ -22,8 +22,8 @@ from .._exit import finalizer, keep_at_exit
 from ..concepts import is_async_resource, is_resource
 from ..properties import DEFAULT_ALIGNMENT, forward_property
 from ..resource_ref import async_resource_ref, resource_ref
-from .._checks import (MAX_PTR, MAX_SIZE, STREAM_REF, check_alignment, check_ptr,
-                       check_size, check_stream)
+from .._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, STREAM_REF, check_alignment,
+                       check_ptr, check_size, check_stream)
 
 __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_method",
            "as_upstream_ref", "check_size", "check_alignment", "check_args",
@@ -31,12 +31,6 @@ __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_me
            "check_stream", "check_free", "check_callable", "give_back_chunks", "round_up",
            "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR", "checks_arguments"]
 
-#: alignment -> alignment for every power of two up to 256.  ``FAST_ALIGNMENTS.get(a) is a``
-#: holds only for a genuine int in that set (CPython caches those small ints), never for a
-#: bool, a float or another integer type, which take the checked slow path instead; ``None``
-#: maps to False so that ``get(None)`` is not ``None``.
-FAST_ALIGNMENTS: Dict[Any, Any] = {1 << i: 1 << i for i in range(DEFAULT_ALIGNMENT.bit_length())}
-FAST_ALIGNMENTS[None] = False
 
 
 def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:

@@ -1,15 +1,17 @@
 """``LimitingResource``: refuses allocations that would pass a byte limit."""
 from __future__ import annotations
 
-import threading
 from typing import Any, List, Tuple
 
 from .._hip.errors import OutOfMemoryError
+from .._locks import TokenMutex
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args, check_free_args,
                     check_size, upstream_calls, checks_arguments)
 
 __all__ = ["LimitingResource"]
+
+_SYNC = object()  # the "stream" of allocate(): synchronous
 
 
 class LimitingResource(BoundAdaptor):
@@ -28,58 +30,45 @@ class LimitingResource(BoundAdaptor):
         self._bind(ref, self._limit)
 
     def _bind(self, ref: Any, limit: int) -> None:
-        lock = threading.Lock()
-        acquire = lock.acquire
-        release = lock.release
+        """``used`` changes only under a :class:`TokenMutex` (a few int operations, no call
+        that allocates): an allocation reserves its bytes before the upstream is called (and
+        gives them back if it fails).  A deallocation only appends its size to ``returned``
+        (atomic) after the upstream freed; the next allocation or reader subtracts it.  So a
+        finalizer that frees through this resource never waits for the mutex, and ``used``
+        never shows less than what is really outstanding."""
+        mutex = TokenMutex()
+        take = mutex.take_nowait
+        wait = mutex.take
+        put = mutex.put
         aligned = FAST_ALIGNMENTS.get
         own = not checks_arguments(ref)  # False: the upstream validates, keep only our needs
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
-        returned: List[int] = []   # sizes freed and not yet subtracted from ``used``
+        returned: List[int] = []   # sizes freed (or reserved in vain), not yet subtracted
         freed = returned.append
         pop_returned = returned.pop
 
-        def drain() -> None:
-            """Subtract the freed sizes from ``used`` (lock held)."""
-            nonlocal used
-            k = len(returned)
-            used -= sum(returned[:k])
-            del returned[:k]  # sizes appended meanwhile stay
-
         def current() -> int:
-            with lock:
-                drain()
-                return used
+            nonlocal used
+            try:
+                take()
+            except IndexError:
+                wait()
+            try:
+                while returned:
+                    used -= pop_returned()
+                in_use = used
+            finally:
+                put(True)
+            return in_use
 
-        def refuse(nbytes: int) -> OutOfMemoryError:
+        def refuse(nbytes: int, in_use: int) -> OutOfMemoryError:
             check_size(nbytes)  # a size above 2**63 is a bad argument, not a lack of memory
             return OutOfMemoryError(call="LimitingResource.allocate", size=nbytes,
-                                    detail=f"{used} of the limit {limit} bytes are in use")
-
-        def unreserve(nbytes: int) -> None:
-            nonlocal used
-            with lock:
-                used -= nbytes
+                                    detail=f"{in_use} of the limit {limit} bytes are in use")
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            nonlocal used
-            if type(bytes) is not int or own and (not 0 <= bytes <= MAX_SIZE
-                                                  or aligned(alignment) is not alignment):
-                bytes, alignment = check_args(bytes, alignment)
-            acquire()
-            try:
-                while returned:  # usually one size: the last free
-                    used -= pop_returned()
-                if used + bytes > limit:
-                    raise refuse(bytes)
-                used += bytes
-            finally:
-                release()
-            try:
-                return up_alloc(bytes, alignment)
-            except BaseException:
-                unreserve(bytes)
-                raise
+            return allocate_async(bytes, alignment, _SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
@@ -89,23 +78,32 @@ class LimitingResource(BoundAdaptor):
             freed(bytes)  # atomic; the next allocation or reader subtracts it
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            """(``stream`` _SYNC: the synchronous ``allocate``.)"""
             nonlocal used
             if type(bytes) is not int or own and (not 0 <= bytes <= MAX_SIZE
                                                   or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
-            acquire()
             try:
+                take()
+            except IndexError:
+                wait()
+            try:  # int operations only: nothing here allocates or calls out
                 while returned:  # usually one size: the last free
                     used -= pop_returned()
-                if used + bytes > limit:
-                    raise refuse(bytes)
-                used += bytes
+                in_use = used
+                fits = in_use + bytes <= limit
+                if fits:
+                    used = in_use + bytes
             finally:
-                release()
+                put(True)
+            if not fits:
+                raise refuse(bytes, in_use)
             try:
+                if stream is _SYNC:
+                    return up_alloc(bytes, alignment)
                 return up_alloc_async(bytes, alignment, stream)
             except BaseException:
-                unreserve(bytes)
+                freed(bytes)  # the reservation, given back
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
@@ -116,6 +114,7 @@ class LimitingResource(BoundAdaptor):
             freed(bytes)
 
         self._used = current
+        self._mutex = mutex
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:

@@ -5,13 +5,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any, List, Tuple
 
+from .._locks import TokenMutex
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args, check_free_args,
                     checks_arguments, upstream_calls)
 
 __all__ = ["StatisticsResource", "Statistics"]
 
-_FOLD_AT = 4096  # log entries that make an allocation fold the log into the counters
+_SYNC = object()  # the "stream" of allocate(): synchronous
 
 
 @dataclass(frozen=True)
@@ -49,69 +50,87 @@ class StatisticsResource(BoundAdaptor):
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:
-        """The hot paths take no lock: each call appends one entry to a log (``list.append``
-        is atomic): ``n + 1`` for an allocation of n bytes, ``-(n + 1)`` for a deallocation.
-        Readers, and every ``_FOLD_AT`` allocations, fold the log into the counters under a
-        lock, in log order.
-        The log order is a valid order of the operations (an allocation is logged after the
-        upstream made it, a deallocation before the upstream frees it), so current and peak
-        are exact for that order and never show more than is really outstanding."""
-        lock = threading.Lock()
-        log: List[int] = []
-        append = log.append
-        undone: List[int] = []   # refused deallocations (counted back, but not in totals)
+        """The counters change only under a :class:`TokenMutex` (a few int operations, no
+        call that allocates), taken by allocations and readers.  A deallocation takes no
+        mutex: it appends its size to ``returned`` (atomic) before the upstream frees, and
+        the next allocation or reader subtracts it first.  Peaks can only rise at an
+        allocation, which sees every deallocation logged before it, so current and peak are
+        exact for that order and never show more than is really outstanding; and a finalizer
+        that frees through this resource never waits for the mutex.  A deallocation the
+        upstream refuses is counted back (``undone``), not as a new allocation."""
+        mutex = TokenMutex()
+        take = mutex.take_nowait
+        wait = mutex.take
+        put = mutex.put
+        stack_lock = threading.Lock()   # push / pop: the stack and the counters together
+        returned: List[int] = []        # sizes freed, not yet subtracted
+        freed = returned.append
+        pop_returned = returned.pop
+        undone: List[int] = []          # sizes whose free the upstream refused
+        undo = undone.append
         aligned = FAST_ALIGNMENTS.get
         own = not checks_arguments(ref)  # False: the upstream validates, keep only our needs
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         stack: List[Tuple[int, ...]] = []
         cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
 
-        def fold() -> None:
-            """Apply the log to the counters (lock held)."""
-            nonlocal cb, cn, pb, pn, tb, tn
-            k = len(log)
-            if not k:
-                return
-            batch = log[:k]
-            del log[:k]      # entries appended meanwhile stay, after position k
-            b, n, peak_b, peak_n = cb, cn, pb, pn
-            allocated = adds = 0
-            for x in batch:
-                if x > 0:
-                    x -= 1
-                    b += x
-                    n += 1
-                    allocated += x
-                    adds += 1
-                    if b > peak_b:
-                        peak_b = b
-                    if n > peak_n:
-                        peak_n = n
-                else:
-                    b += x + 1
-                    n -= 1
-            if undone:  # counted back as allocations, but they were not new allocations
-                n_undone = len(undone)
-                given = undone[:n_undone]
-                del undone[:n_undone]
-                allocated -= sum(given)
-                adds -= n_undone
-            cb, cn, pb, pn = b, n, peak_b, peak_n
-            tb += allocated
-            tn += adds
+        def settle() -> None:
+            """Subtract the logged frees, count back the refused ones (mutex held)."""
+            nonlocal cb, cn, pb, pn
+            while returned:
+                cb -= pop_returned()
+                cn -= 1
+            while undone:
+                cb += undone.pop()
+                cn += 1
+                if cb > pb:
+                    pb = cb
+                if cn > pn:
+                    pn = cn
 
-        def fold_some() -> None:
-            with lock:
-                fold()
+        def read() -> Tuple[int, ...]:
+            try:
+                take()
+            except IndexError:
+                wait()
+            try:
+                settle()
+                values = cb, cn, pb, pn, tb, tn
+            finally:
+                put(True)
+            return values
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_async(bytes, alignment, _SYNC)
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            """(``stream`` _SYNC: the synchronous ``allocate``.)"""
+            nonlocal cb, cn, pb, pn, tb, tn
             if own and (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
                         or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
-            ptr = up_alloc(bytes, alignment)
-            append(bytes + 1)
-            if len(log) > _FOLD_AT:
-                fold_some()
+            ptr = (up_alloc(bytes, alignment) if stream is _SYNC
+                   else up_alloc_async(bytes, alignment, stream))
+            try:
+                take()
+            except IndexError:
+                wait()
+            try:  # int operations only
+                while returned:  # usually one size: the last free
+                    cb -= pop_returned()
+                    cn -= 1
+                if undone:
+                    settle()
+                cb += bytes
+                cn += 1
+                tb += bytes
+                tn += 1
+                if cb > pb:
+                    pb = cb
+                if cn > pn:
+                    pn = cn
+            finally:
+                put(True)
             return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
@@ -119,68 +138,67 @@ class StatisticsResource(BoundAdaptor):
                     type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
                     or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            append(-1 - bytes)
+            freed(bytes)
             try:
                 up_dealloc(ptr, bytes, alignment)
             except BaseException:
-                with lock:  # a fold sees both or neither
-                    append(bytes + 1)
-                    undone.append(bytes)
+                undo(bytes)
                 raise
-
-        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if own and (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                        or aligned(alignment) is not alignment):
-                bytes, alignment = check_args(bytes, alignment)
-            ptr = up_alloc_async(bytes, alignment, stream)
-            append(bytes + 1)
-            if len(log) > _FOLD_AT:
-                fold_some()
-            return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(bytes) is not int or bytes < 0 or own and (
                     type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
                     or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            append(-1 - bytes)
+            freed(bytes)
             try:
                 up_dealloc_async(ptr, bytes, alignment, stream)
             except BaseException:
-                with lock:  # a fold sees both or neither
-                    append(bytes + 1)
-                    undone.append(bytes)
+                undo(bytes)
                 raise
 
         def snapshot() -> Statistics:
-            with lock:
-                fold()
-                return Statistics(cb, cn, pb, pn, tb, tn)
+            return Statistics(*read())
 
         def push() -> Statistics:
             nonlocal cb, cn, pb, pn, tb, tn
-            with lock:
-                fold()
-                before = Statistics(cb, cn, pb, pn, tb, tn)
-                stack.append((cb, cn, pb, pn, tb, tn))
-                cb = cn = pb = pn = tb = tn = 0
-                return before
+            with stack_lock:
+                try:
+                    take()
+                except IndexError:
+                    wait()
+                try:
+                    settle()
+                    before = cb, cn, pb, pn, tb, tn
+                    cb = cn = pb = pn = tb = tn = 0
+                finally:
+                    put(True)
+                stack.append(before)
+            return Statistics(*before)
 
         def pop() -> Statistics:
             nonlocal cb, cn, pb, pn, tb, tn
-            with lock:
+            with stack_lock:
                 if not stack:
                     raise IndexError("pop_counters: no counters were pushed")
-                fold()
-                popped = Statistics(cb, cn, pb, pn, tb, tn)
                 lcb, lcn, lpb, lpn, ltb, ltn = stack.pop()
-                pb = max(lpb, lcb + pb)
-                pn = max(lpn, lcn + pn)
-                cb, cn = lcb + cb, lcn + cn
-                tb, tn = ltb + tb, ltn + tn
-                return popped
+                try:
+                    take()
+                except IndexError:
+                    wait()
+                try:
+                    settle()
+                    popped = cb, cn, pb, pn, tb, tn
+                    pb = max(lpb, lcb + pb)
+                    pn = max(lpn, lcn + pn)
+                    cb, cn = lcb + cb, lcn + cn
+                    tb, tn = ltb + tb, ltn + tn
+                finally:
+                    put(True)
+            return Statistics(*popped)
 
         self._snapshot = snapshot
+        self._mutex = mutex
         self._push = push
         self._pop = pop
         self._depth = stack.__len__

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import weakref
 from ctypes import byref, c_int, c_uint64, c_void_p
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from .. import _hip
 from .._exit import finalizer, keep_at_exit
@@ -19,9 +19,8 @@ from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAcc
                           hipMemPoolProps)
 from ..device import Device, check_device, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
-from ..stream import Stream
-from ._common import (DEVICE_ALIGNMENTS, MAX_HANDLE, MAX_SIZE, STREAM_REF, check, check_args,
-                      check_ptr, check_size, check_stream, error)
+from .._checks import FAST_ALIGNMENTS as _FAST
+from ._common import check, check_args, check_ptr, check_size, check_stream, error
 
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 
@@ -363,23 +362,23 @@ class AsyncMemoryResource:
         """The device ordinal the memory lives on."""
         return self._device
 
-    # ---- hot path: every check is inlined; the slow helpers only build precise errors ----
+    # ---- hot path: one inlined test for the common case (int size, int stream handle, an
+    # alignment in 1..256); anything else takes the slow path, which converts what it may
+    # (Stream, stream_ref, numpy integers, handles above 2**63) and names what it rejects.
+    # The test is kept out of the native call's try, so no error of the call is swallowed.
     def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
         """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
         returns the pointer as an int (0 for ``bytes == 0``)."""
-        if (type(bytes) is not int or not 0 < bytes <= MAX_SIZE or type(alignment) is not int
-                or alignment not in DEVICE_ALIGNMENTS):
-            bytes = check_args(bytes, alignment, 256)
+        try:
+            fast = (type(bytes) is int is type(stream)
+                    and 0 < bytes <= 9223372036854775808 >= stream >= 0   # 2**63
+                    and _FAST[alignment] is alignment)
+        except (KeyError, TypeError):  # an alignment that is no key / not hashable
+            fast = False
+        if not fast:
+            bytes, stream = _checked_alloc(bytes, alignment, stream)
             if not bytes:
-                check_stream(stream)
                 return 0
-        t = type(stream)
-        if t is STREAM_REF:
-            stream = stream._handle
-        elif t is Stream:
-            stream = stream._live()
-        elif t is not int or not 0 <= stream <= MAX_HANDLE:
-            stream = check_stream(stream)
         out = c_void_p()
         st = self._malloc(out, bytes, self._handle, stream)
         if st:
@@ -389,21 +388,16 @@ class AsyncMemoryResource:
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
-        if (type(ptr) is not int or not 0 < ptr <= MAX_HANDLE or type(bytes) is not int
-                or not 0 <= bytes <= MAX_SIZE or type(alignment) is not int
-                or alignment not in DEVICE_ALIGNMENTS):
-            ptr = check_ptr(ptr)
-            check_args(bytes, alignment, 256)
+        try:
+            fast = (type(ptr) is int is type(bytes) is type(stream)
+                    and 0 < ptr <= 9223372036854775808 >= bytes >= 0 <= stream
+                    <= 9223372036854775808 and _FAST[alignment] is alignment)
+        except (KeyError, TypeError):
+            fast = False
+        if not fast:
+            ptr, stream = _checked_free(ptr, bytes, alignment, stream)
             if not ptr:
-                check_stream(stream)
                 return
-        t = type(stream)
-        if t is STREAM_REF:
-            stream = stream._handle
-        elif t is Stream:
-            stream = stream._live()
-        elif t is not int or not 0 <= stream <= MAX_HANDLE:
-            stream = check_stream(stream)
         st = self._free_fn(ptr, stream)
         if st:
             raise error(self._rt, st, "hipFreeAsync", device=self._device,
@@ -453,6 +447,20 @@ class AsyncMemoryResource:
         settings = "".join(f", {k}={v}" for k, v in self._settings if v is not None)
         state = "closed" if self._pool._closed else f"{self._handle:#x}"
         return f"{type(self).__name__}(device={self._device}{settings}) [pool {state}]"
+
+
+def _checked_alloc(nbytes: Any, alignment: Any, stream: Any) -> Tuple[int, int]:
+    """The slow path of ``allocate_async``'s test: (size, stream handle), or the precise
+    TypeError / ValueError."""
+    nbytes = check_args(nbytes, alignment, 256)
+    return nbytes, check_stream(stream)
+
+
+def _checked_free(ptr: Any, nbytes: Any, alignment: Any, stream: Any) -> Tuple[int, int]:
+    """The slow path of ``deallocate_async``'s test: (pointer, stream handle)."""
+    ptr = check_ptr(ptr)
+    check_args(nbytes, alignment, 256)
+    return ptr, check_stream(stream)
 
 
 def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:

@@ -1,0 +1,76 @@
+"""The two locks of ``hipmr_ctypes._locks``: TokenMutex (the adaptors' counters) and the
+rule that a deallocation through StatisticsResource / LimitingResource never waits for it
+(a finalizer run by the garbage collector inside the holder's section must not deadlock)."""
+import threading
+
+import pytest
+
+from hipmr_ctypes._locks import TokenMutex
+from hipmr_ctypes.adaptors import LimitingResource, StatisticsResource
+from hipmr_ctypes.resources import HostMemoryResource
+
+
+def test_token_mutex_excludes_threads():
+    mutex = TokenMutex()
+    take, put = mutex.take_nowait, mutex.put
+    total = [0]
+
+    def work():
+        for _ in range(5000):
+            try:
+                take()
+            except IndexError:
+                mutex.take()
+            try:
+                value = total[0]
+                threading.current_thread()   # a call in the section: a chance to switch
+                total[0] = value + 1
+            finally:
+                put(True)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert total[0] == 8 * 5000
+    take()        # exactly one token is left
+    with pytest.raises(IndexError):
+        take()
+
+
+def test_token_mutex_gives_up_instead_of_hanging(monkeypatch):
+    monkeypatch.setattr(TokenMutex, "TIMEOUT", 0.05)
+    mutex = TokenMutex()
+    with mutex:
+        with pytest.raises(RuntimeError, match="re-entered"):
+            mutex.take()
+    with mutex:   # given back by the with statement
+        pass
+
+
+@pytest.mark.parametrize("make", [StatisticsResource, lambda up: LimitingResource(up, 1 << 20)],
+                         ids=["statistics", "limiting"])
+def test_a_free_never_waits_for_the_mutex(make):
+    r = make(HostMemoryResource())
+    p = r.allocate(1000)
+    q = r.allocate_async(500, 256, 0)
+    r._mutex.take_nowait()           # as if this thread were inside the section
+    done = []
+
+    def free():
+        r.deallocate(p, 1000)       # what a finalizer would do
+        r.deallocate_async(q, 500, 256, 0)
+        done.append(True)
+
+    t = threading.Thread(target=free)
+    t.start()
+    t.join(10)
+    r._mutex.put(True)
+    assert done == [True]
+    if isinstance(r, StatisticsResource):
+        s = r.statistics
+        assert (s.current_bytes, s.current_count, s.peak_bytes, s.total_count) == (0, 0, 1500, 2)
+    else:
+        assert r.get_allocated_bytes() == 0
