@@ -7,7 +7,7 @@ imports here, in ONE run (see docs/performance.md).
 Sizes 256 B / 64 KiB / 16 MiB; each figure is the median over ``--repeats`` timed loops of
 ``--pairs`` pairs after a warm-up, in ns per pair.  Stream-ordered frees are synchronized
 once after each loop (outside the timing).  Peers that do not import are listed as missing.
-Also runs a fragmentation workload (random sizes 1 KiB-64 MiB, random lifetimes, fixed seed)
+Also runs a fragmentation workload (random sizes 1 KiB-64 MiB, random lifetimes, fixed seeds)
 and reports peak pool size / peak live bytes for our PoolResource and RMM's pool.
 Never used as a test: timing bounds do not belong in unit tests.
 """
@@ -319,6 +319,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="save results here")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--frag-ops", type=int, default=4000)
+    ap.add_argument("--frag-seeds", default="1234,7,42",
+                    help="comma-separated seeds of the fragmentation workload")
     args = ap.parse_args(argv)
     rt = _hip.get_runtime()
     sync = (lambda: rt.fn.hipDeviceSynchronize())
@@ -349,7 +351,7 @@ def main(argv=None) -> int:
                 results.setdefault(name, {})[col] = measure(loop, pairs, args.repeats, sync)
             del loops
             gc.collect()
-    frag = fragmentation(1234, args.frag_ops)
+    frag = [fragmentation(int(seed), args.frag_ops) for seed in args.frag_seeds.split(",")]
     dev_name = hmr.Device(0).name if hmr.device_count() else "none"
     meta = {"date": time.strftime("%Y-%m-%d"), "platform": rt.platform, "device": dev_name,
             "runtime_version": ".".join(map(str, rt.runtime_version())),
@@ -389,15 +391,15 @@ def print_table(results, floor, meta, frag) -> None:
             a, b = row.get(c), ours_ref.get(c)
             cells.append(f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) else "")
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("\n# Fragmentation (random sizes 1 KiB-64 MiB, random lifetimes, seed "
-          f"{frag['seed']}, {frag['ops']} ops): peak pool size / peak live bytes\n")
-    for k, v in frag.items():
-        if isinstance(v, dict):
-            print(f"- {k}: {v['ratio']:.3f} (peak pool {v['peak_pool'] / 2**20:,.0f} MiB, "
-                  f"peak live {v['peak_live'] / 2**20:,.0f} MiB)")
-        elif k not in ("seed", "ops"):
-            print(f"- {k}: {v}")
-
+    for one in frag:
+        print("\n# Fragmentation (random sizes 1 KiB-64 MiB, random lifetimes, seed "
+              f"{one['seed']}, {one['ops']} ops): peak pool size / peak live bytes\n")
+        for k, v in one.items():
+            if isinstance(v, dict):
+                print(f"- {k}: {v['ratio']:.3f} (peak pool {v['peak_pool'] / 2**20:,.0f} MiB, "
+                      f"peak live {v['peak_live'] / 2**20:,.0f} MiB)")
+            elif k not in ("seed", "ops"):
+                print(f"- {k}: {v}")
 
 if __name__ == "__main__":
     sys.exit(main())

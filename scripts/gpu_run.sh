@@ -17,7 +17,7 @@ HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout ${GPU_TEST_TIMEOUT:-300} pytho
 echo "gpu tests rc=$?"; tail -25 "$OUT/gpu-tests.txt"
 if [ "${FULL:-0}" = 1 ]; then
 echo "== whole suite on nvidia (emulated-only tests skip)"
-HIPMR_PLATFORM=nvidia timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests > "$OUT/all-nvidia.txt" 2>&1
+HIPMR_PLATFORM=nvidia timeout ${FULL_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests > "$OUT/all-nvidia.txt" 2>&1
 echo "all-on-nvidia rc=$?"; tail -8 "$OUT/all-nvidia.txt"
 lib=$(ls /opt/rocm*/lib/libamdhip64.so* /usr/lib/x86_64-linux-gnu/libamdhip64.so* 2>/dev/null | head -1)
 echo "== amd library tests against ${lib:-none}"
