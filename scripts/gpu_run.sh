@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # One device call does it all (see docs/performance.md): run on the GPU machine from the repo
-# root, with `.whl` (RMM wheels) carried. Writes logs and JSON under $OUT (or ./gpu-out).
+# root, with `.whl` (RMM wheels) carried. Writes logs and JSON under $OUT (or ./gpu-out): at
+# most 8 files, as many as the device tool brings back.
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-echo "== info (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes | tee "$OUT/info.txt"
-echo "== check (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes check | tee "$OUT/check.txt"
+echo "== info (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes
+echo "== check (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes check
 echo "== GPU tests"
 HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider \
-  -o junit_family=xunit2 --junitxml="$OUT/gpu-junit.xml" tests > "$OUT/gpu-tests.txt" 2>&1
+  tests > "$OUT/gpu-tests.txt" 2>&1
 echo "gpu tests rc=$?"; tail -25 "$OUT/gpu-tests.txt"
 if [ "${FULL:-0}" = 1 ]; then
 echo "== whole suite on nvidia (emulated-only tests skip)"
