@@ -127,6 +127,25 @@ def test_free_chunks_given_back_to_make_room_under_the_maximum():
     pool.deallocate(c, 5 * MiB // 2)
 
 
+def test_a_fragmented_pool_grows_by_an_eighth_a_short_one_doubles():
+    up = AddressSpaceResource()
+    pool = PoolResource(up, initial_pool_size=64 * MiB)
+    blocks = [pool.allocate(MiB) for _ in range(64)]
+    assert pool.pool_size() == 64 * MiB
+    for p in blocks[::2]:                      # 32 MiB free, in 1 MiB holes
+        pool.deallocate(p, MiB)
+    big = pool.allocate(2 * MiB)               # fits no hole: fragmented, not short
+    assert pool.pool_size() == 64 * MiB + 8 * MiB
+    rest = [pool.allocate(MiB) for _ in range(32 + 6)]   # every free byte taken again
+    huge = pool.allocate(16 * MiB)             # short of free bytes: doubles
+    assert pool.pool_size() == 2 * (72 * MiB)
+    for p in blocks[1::2] + rest:
+        pool.deallocate(p, MiB)
+    pool.deallocate(big, 2 * MiB)
+    pool.deallocate(huge, 16 * MiB)
+    assert pool.release() == pool.peak_pool_size and up.outstanding == 0
+
+
 def test_upstream_failure_halves_the_growth_then_raises():
     up = AddressSpaceResource(capacity=3 * MiB)
     pool = PoolResource(up, initial_pool_size=2 * MiB)

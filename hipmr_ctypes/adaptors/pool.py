@@ -15,8 +15,8 @@ Design (see docs/adaptors.md for the long version):
 * **Slow path** (a miss): the class list (other exact sizes of the class), then clean blocks
   freed synchronously, then the best-fit structure (free blocks sorted by size, with
   start/end maps so that neighbours coalesce in O(1)), then all free lists flushed into the
-  best-fit structure (coalescing them), then growth from the upstream (doubling, up to
-  ``maximum_pool_size``), then giving fully free chunks back and growing again, then
+  best-fit structure (coalescing them), then growth from the upstream (doubling when short of free
+  bytes, by an eighth when they are enough but fragmented; up to ``maximum_pool_size``), then giving fully free chunks back and growing again, then
   ``OutOfMemoryError``.
 * **Stream order.**  Synchronous ``allocate`` / ``deallocate`` are host-synchronous: a block
   freed with ``deallocate`` is safe for every stream.  A block freed with
@@ -235,7 +235,11 @@ class _Arena:
                     call="PoolResource.allocate", size=nbytes,
                     detail=f"the pool would pass maximum_pool_size={maximum} "
                            f"(pool size {self.pool_size}, free blocks cannot fit it)")
-        want = max(need, self.pool_size, _MIN_GROWTH)
+        want = max(need, self.pool_size, _MIN_GROWTH)   # short of memory: double
+        if sum(size for size, _ in self.fsorted) >= need:
+            # enough free bytes, but no block fits them (the caller flushed and coalesced):
+            # a fragmented pool grows by an eighth, not by doubling
+            want = max(need, self.pool_size // 8, _MIN_GROWTH)
         if maximum is not None:
             want = max(need, min(want, maximum - self.pool_size - self.pending))
         error = None
