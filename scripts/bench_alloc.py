@@ -23,7 +23,7 @@ import random
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,22 +37,32 @@ SIZE_NAMES = {256: "256 B", 64 << 10: "64 KiB", 16 << 20: "16 MiB"}
 def measure(loop: Callable[[int], None], pairs: int, repeats: int,
             sync: Optional[Callable[[], None]] = None) -> float:
     """Median ns per pair of ``loop(pairs)`` over ``repeats`` timed runs, after a warm-up."""
-    loop(min(pairs, 2000))
-    if sync:
-        sync()
-    results = []
+    return measure_group({"one": (loop, pairs)}, repeats, sync)["one"]
+
+
+def measure_group(loops: Dict[str, Any], repeats: int,
+                  sync: Optional[Callable[[], None]] = None) -> Dict[str, float]:
+    """Median ns per pair for each ``name: (loop, pairs)``, the loops taking turns (one timed
+    run of each per round, ``repeats`` rounds, after a warm-up of each): a slow phase of a
+    shared machine then falls on every loop alike instead of on whichever ran during it."""
+    for loop, pairs in loops.values():
+        loop(min(pairs, 2000))
+        if sync:
+            sync()
+    samples: Dict[str, List[float]] = {name: [] for name in loops}
     gc.disable()
     try:
         for _ in range(repeats):
-            t0 = time.perf_counter_ns()
-            loop(pairs)
-            t1 = time.perf_counter_ns()
-            if sync:
-                sync()
-            results.append((t1 - t0) / pairs)
+            for name, (loop, pairs) in loops.items():
+                t0 = time.perf_counter_ns()
+                loop(pairs)
+                t1 = time.perf_counter_ns()
+                if sync:
+                    sync()
+                samples[name].append((t1 - t0) / pairs)
     finally:
         gc.enable()
-    return statistics.median(results)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 # ---------------------------------------------------------------------------------- loops
@@ -315,7 +325,7 @@ def fragmentation(seed: int, ops: int) -> Dict[str, object]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=20000)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--json", default=None, help="save results here")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--frag-ops", type=int, default=4000)
@@ -340,6 +350,7 @@ def main(argv=None) -> int:
         groups = [ours(size, rt), ours_slow(size)]
         if not args.no_peers:
             groups.append(peers(size))
+        timed: Dict[str, Any] = {}
         for gi, loops in enumerate(groups):
             for name, loop in loops.items():
                 if name.startswith("_"):
@@ -347,10 +358,11 @@ def main(argv=None) -> int:
                 if isinstance(loop, str):
                     results.setdefault(name, {})[col] = loop
                     continue
-                pairs = args.pairs if gi != 1 else max(200, args.pairs // 50)
-                results.setdefault(name, {})[col] = measure(loop, pairs, args.repeats, sync)
-            del loops
-            gc.collect()
+                timed[name] = (loop, args.pairs if gi != 1 else max(200, args.pairs // 50))
+        for name, ns in measure_group(timed, args.repeats, sync).items():
+            results.setdefault(name, {})[col] = ns
+        del groups, timed
+        gc.collect()
     frag = [fragmentation(int(seed), args.frag_ops) for seed in args.frag_seeds.split(",")]
     dev_name = hmr.Device(0).name if hmr.device_count() else "none"
     meta = {"date": time.strftime("%Y-%m-%d"), "platform": rt.platform, "device": dev_name,

@@ -476,23 +476,24 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             deallocate_slow(ptr, bytes, alignment, _SYNC)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            if type(stream) is not int:
+                stream = stream._handle if type(stream) is SR else check_stream(stream)
             try:
-                if type(bytes) is int is type(stream) and (alignment is A256
-                                                           or FAST[alignment] is alignment):
+                if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
                     ptr = free[stream][bytes].pop()  # only checked streams have an entry
                     live[ptr] = bytes
                     return ptr
             except MISS:
                 pass
-            if type(stream) is SR:   # again, with its handle (a stream_ref is the likeliest)
-                return allocate_async(bytes, alignment, stream._handle)
             return allocate_slow(bytes, alignment, check_stream(stream))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            if type(stream) is not int:
+                stream = stream._handle if type(stream) is SR else check_stream(stream)
             known = _NONE
             try:
-                if type(ptr) is int is type(bytes) is type(stream) and (
-                        alignment is A256 or FAST[alignment] is alignment):
+                if type(ptr) is int is type(bytes) and (alignment is A256
+                                                         or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:
                         free[stream][bytes].append(ptr)  # KeyError: a new stream or size
@@ -501,8 +502,6 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 pass
             if known is not _NONE:  # put it back; the checked path decides
                 live[ptr] = known
-            elif type(stream) is SR:
-                return deallocate_async(ptr, bytes, alignment, stream._handle)
             deallocate_slow(ptr, bytes, alignment, check_stream(stream))
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
