@@ -146,6 +146,39 @@ def test_a_fragmented_pool_grows_by_an_eighth_a_short_one_doubles():
     assert pool.release() == pool.peak_pool_size and up.outstanding == 0
 
 
+def test_no_lock_is_held_while_the_upstream_takes_chunks_back_on_the_way_to_oom():
+    """Growth that would pass the maximum first gives fully free chunks back; the upstream's
+    free may block (hipFree synchronizes the device), so the pool's lock is let go for it:
+    another thread allocates from the pool meanwhile."""
+    import threading
+
+    got = []
+
+    class SlowFree(AddressSpaceResource):
+        def deallocate(self, ptr, nbytes, alignment=256):
+            if not got:  # the first chunk given back: allocate from another thread now
+                t = threading.Thread(target=lambda: got.append(pool.allocate(512 * 1024)))
+                t.start()
+                t.join(10)   # would time out if the pool's lock were held here
+                assert not t.is_alive(), "the pool held its lock during the upstream's free"
+            super().deallocate(ptr, nbytes, alignment)
+
+    up = SlowFree()
+    pool = PoolResource(up, maximum_pool_size=8 * MiB)
+    a = pool.allocate(4 * MiB)
+    b = pool.allocate(2 * MiB)
+    c = pool.allocate(MiB)
+    assert pool.pool_size() == 8 * MiB
+    pool.deallocate(a, 4 * MiB)                # a whole chunk free
+    with pytest.raises(OutOfMemoryError):
+        pool.allocate(6 * MiB)                 # gives that chunk back, still cannot fit
+    assert len(got) == 1 and pool.pool_size() == 4 * MiB == up.outstanding
+    for p, n in ((got[0], 512 * 1024), (b, 2 * MiB), (c, MiB)):
+        pool.deallocate(p, n)
+    pool.release()
+    assert up.outstanding == 0
+
+
 def test_upstream_failure_halves_the_growth_then_raises():
     up = AddressSpaceResource(capacity=3 * MiB)
     pool = PoolResource(up, initial_pool_size=2 * MiB)

@@ -159,14 +159,6 @@ class _Arena:
             if tag and not streams.isdisjoint(tag):
                 ftag[start] = tag - streams
 
-    def _synchronize_all(self) -> None:
-        """Wait on the host for every stream that tags a free block; all become clean."""
-        streams = set()
-        for tag in self.ftag.values():
-            streams.update(tag)
-        if streams:
-            self._order(frozenset(streams), _SYNC)
-
     # ---------------------------------------------------------------------- free lists
     def _flush(self, key: Any) -> None:
         """Move the free lists of ``key`` into the best-fit structure.
@@ -293,24 +285,51 @@ class _Arena:
         self._add(ptr, size, tag)
 
     def _release_free_chunks(self) -> int:
-        """Give every fully free chunk back to the upstream; returns the bytes given back."""
+        """Give every fully free chunk back to the upstream; returns the bytes given back.
+
+        Called with the lock held, and returns with it held; the lock is let go while the
+        host waits for the streams that freed into those chunks and while the upstream frees
+        them (both may block).  The chunks leave the pool first; until the upstream has them
+        back they count in ``pending``, so concurrent growth stays within the maximum."""
         self._flush_all()
-        empty = [start for start, size in self.chunks.items() if self.fsize.get(start) == size]
+        empty = [(start, size) for start, size in self.chunks.items()
+                 if self.fsize.get(start) == size]
         if not empty:
             return 0
-        streams = set()
-        for start in empty:
-            streams.update(self.ftag[start])
-        if streams:
-            self._order(frozenset(streams), _SYNC)
-        given = 0
-        for start in empty:
-            size = self.chunks[start]
-            self.up_dealloc(start, size, _GRAIN)
+        tags = {start: self.ftag[start] for start, _ in empty}
+        streams = frozenset().union(*tags.values())
+        events = self.streams.record_for_host(streams) if streams else []  # may raise: no change
+        total = 0
+        for start, size in empty:   # out of the pool before the lock is let go
             self._remove(start)
             del self.chunks[start]
             self.pool_size -= size
-            given += size
+            total += size
+        self.pending += total
+        lock = self.lock
+        lock.release()
+        given = done = 0
+        try:
+            try:
+                for ev in events:
+                    ev.synchronize()
+            finally:
+                for ev in events:
+                    ev.close()
+            for start, size in empty:
+                self.up_dealloc(start, size, _GRAIN)
+                given += size
+                done += 1
+        except BaseException:
+            lock.acquire()
+            self.pending -= total
+            for start, size in empty[done:]:   # what the upstream did not take stays ours
+                self.chunks[start] = size
+                self.pool_size += size
+                self._add(start, size, tags[start] if not given else _CLEAN)
+            raise
+        lock.acquire()
+        self.pending -= total
         return given
 
     # ------------------------------------------------------------------- entry points
