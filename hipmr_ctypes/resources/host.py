@@ -6,18 +6,17 @@ import ctypes
 import errno
 import os
 import threading
-from ctypes import c_int, c_size_t, c_void_p
-from typing import Any, Dict, Optional
+from ctypes import c_void_p
+from typing import Dict
 
 from .. import _hip
 from .._hip.errors import OutOfMemoryError
+from .._libc import memalign_and_free
 from ..properties import host_accessible
 from ._common import SyncResource, check_args, sync_stream
 
 __all__ = ["HostMemoryResource"]
 
-_lock = threading.Lock()
-_libc: Optional[Any] = None
 # every live allocation of every HostMemoryResource (they are all equal: any of them frees
 # what another allocated): ptr -> bytes.  libc's free must never see a foreign pointer.
 _live: Dict[int, int] = {}
@@ -26,19 +25,11 @@ _SIZEOF_PTR = ctypes.sizeof(c_void_p)
 
 
 def _load_libc():
-    """This module's own handle on the C library (its functions get their own argtypes)."""
-    global _libc
-    with _lock:
-        if _libc is None:
-            lib = ctypes.CDLL(None)  # the process's own symbols: libc is always there
-            memalign = lib.posix_memalign
-            memalign.restype = c_int
-            memalign.argtypes = [ctypes.POINTER(c_void_p), c_size_t, c_size_t]
-            free = lib.free
-            free.restype = None
-            free.argtypes = [c_void_p]
-            _libc = (memalign, free)
-        return _libc
+    """``(posix_memalign, free)`` from the C library (``hipmr_ctypes._libc``)."""
+    found = memalign_and_free()
+    if found is None:
+        raise OSError("the C library has no posix_memalign: HostMemoryResource needs it")
+    return found
 
 
 class HostMemoryResource(SyncResource):

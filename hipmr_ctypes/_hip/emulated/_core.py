@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import ctypes.util
 import threading
 import weakref
 from typing import (Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
                     Tuple, Union)
 
+from ..._libc import memalign_and_free
 from ..._locks import DeferringLock
 from ..decls import DECL_BY_NAME, DECLS
 from ..errors import ERROR_NAMES
@@ -111,19 +111,9 @@ class HostHeap:
     def __init__(self) -> None:
         self._outstanding: Dict[int, object] = {}   # ptr -> ctypes buffer (fallback) or None
         self._memalign = self._libc_free = None
-        for name in (None, ctypes.util.find_library("c")):
-            try:
-                libc = ctypes.CDLL(name)
-                memalign, free = libc.posix_memalign, libc.free
-            except (OSError, AttributeError, TypeError):
-                continue
-            memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
-                                 ctypes.c_size_t]
-            memalign.restype = ctypes.c_int
-            free.argtypes = [ctypes.c_void_p]
-            free.restype = None
-            self._memalign, self._libc_free = memalign, free
-            break
+        found = memalign_and_free()
+        if found is not None:
+            self._memalign, self._libc_free = found
 
     def alloc(self, nbytes: int) -> int:
         """A new block of ``nbytes`` (> 0); 0 when the host cannot provide it."""
