@@ -1,0 +1,38 @@
+"""The benchmark scripts run end to end (tiny counts, emulated platform, no peers) and save
+JSON with a positive figure for every row: they must not rot between GPU runs.  Their timings
+are never asserted."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
+
+
+def _run(script, *args):
+    env = dict(os.environ, HIPMR_PLATFORM="emulated")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_bench_alloc(tmp_path):
+    out = tmp_path / "bench.json"
+    text = _run("bench_alloc.py", "--no-peers", "--pairs", "300", "--repeats", "2",
+                "--frag-ops", "30", "--frag-seeds", "1,2", "--json", str(out))
+    data = json.loads(out.read_text())
+    rows = data["ns_per_pair"]
+    pool = rows["PoolResource via async_resource_ref[device_accessible]"]
+    assert set(pool) == {"256 B", "64 KiB", "16 MiB"}
+    assert all(isinstance(v, float) and v > 0 for row in rows.values() for v in row.values())
+    assert [f["seed"] for f in data["fragmentation"]] == [1, 2]
+    assert all(f["hipmr PoolResource"]["ratio"] >= 1 for f in data["fragmentation"])
+    assert "# Ratios" in text and "seed 2" in text
+
+
+def test_bench_hotpaths(tmp_path):
+    out = tmp_path / "hot.json"
+    _run("bench_hotpaths.py", "--rounds", "2", "--pairs", "200", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert len(data) == 6 and all(v > 0 for v in data.values())
