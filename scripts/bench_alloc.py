@@ -34,12 +34,6 @@ SIZES = (256, 64 << 10, 16 << 20)
 SIZE_NAMES = {256: "256 B", 64 << 10: "64 KiB", 16 << 20: "16 MiB"}
 
 
-def measure(loop: Callable[[int], None], pairs: int, repeats: int,
-            sync: Optional[Callable[[], None]] = None) -> float:
-    """Median ns per pair of ``loop(pairs)`` over ``repeats`` timed runs, after a warm-up."""
-    return measure_group({"one": (loop, pairs)}, repeats, sync)["one"]
-
-
 def measure_group(loops: Dict[str, Any], repeats: int,
                   sync: Optional[Callable[[], None]] = None) -> Dict[str, float]:
     """Median ns per pair for each ``name: (loop, pairs)``, the loops taking turns (one timed
@@ -335,22 +329,21 @@ def main(argv=None) -> int:
     rt = _hip.get_runtime()
     sync = (lambda: rt.fn.hipDeviceSynchronize())
     results: Dict[str, Dict[str, object]] = {}
-    floor = measure(floor_loops(), args.pairs, args.repeats)
+    floor_loop = floor_loops()
     get_dev = rt.fn.hipGetDevice
     dev_out = ctypes.c_int()
 
     def one_ctypes(n):
         for _ in range(n):
             get_dev(dev_out)
-    ctypes_floor = measure(one_ctypes, args.pairs, args.repeats)
-    results["two plain Python calls (floor)"] = {s: floor for s in SIZE_NAMES.values()}
-    results["one ctypes call (hipGetDevice)"] = {s: ctypes_floor for s in SIZE_NAMES.values()}
+    # the floor rows take their turns with each size's loops too (a size column each)
     for size in SIZES:
         col = SIZE_NAMES[size]
         groups = [ours(size, rt), ours_slow(size)]
         if not args.no_peers:
             groups.append(peers(size))
-        timed: Dict[str, Any] = {}
+        timed: Dict[str, Any] = {"two plain Python calls (floor)": (floor_loop, args.pairs),
+                                 "one ctypes call (hipGetDevice)": (one_ctypes, args.pairs)}
         for gi, loops in enumerate(groups):
             for name, loop in loops.items():
                 if name.startswith("_"):
@@ -369,7 +362,7 @@ def main(argv=None) -> int:
             "runtime_version": ".".join(map(str, rt.runtime_version())),
             "python": sys.version.split()[0], "cpu": _platform.processor() or _platform.machine(),
             "pairs": args.pairs, "repeats": args.repeats}
-    print_table(results, floor, meta, frag)
+    print_table(results, results["two plain Python calls (floor)"]["256 B"], meta, frag)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"meta": meta, "ns_per_pair": results, "fragmentation": frag}, fh, indent=2)
