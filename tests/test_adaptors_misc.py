@@ -335,3 +335,25 @@ def test_fixed_size_misuse():
     q = stats.allocate(512)
     stats.deallocate(q, 512)
     assert fx.allocation_count() == 0
+
+
+@pytest.mark.parametrize("make", [
+    lambda up: FixedSizeResource(up, block_size=512, blocks_to_preallocate=2),
+    lambda up: BinningResource(up, bins=[512])], ids=["fixed-size", "binning"])
+@pytest.mark.parametrize("stream", [None, 0])
+def test_a_free_with_an_alignment_never_given_out_is_refused(make, stream):
+    """Blocks come with an alignment of 256 at most: a free that claims 512 is a wrong
+    argument, refused before anything changes (the block stays live and frees normally)."""
+    r = make(AddressSpaceResource())
+    p = r.allocate(300) if stream is None else r.allocate_async(300, 256, stream)
+    with pytest.raises(ValueError, match="alignment=512"):
+        if stream is None:
+            r.deallocate(p, 300, 512)
+        else:
+            r.deallocate_async(p, 300, 512, stream)
+    if stream is None:
+        r.deallocate(p, 300, 256)
+    else:
+        r.deallocate_async(p, 300, 256, stream)
+    with pytest.raises(ValueError, match="already deallocated|not a live"):
+        r.deallocate(p, 300)

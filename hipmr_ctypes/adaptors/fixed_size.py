@@ -110,7 +110,7 @@ class _Blocks:
     def deallocate_slow(self, ptr: Any, nbytes: Any, alignment: Any, key: Any) -> None:
         ptr = check_ptr(ptr)
         nbytes = check_size(nbytes)
-        check_alignment(alignment)
+        check_alignment(alignment, _GRAIN)  # no block was ever given out with a larger one
         if not ptr and not nbytes:
             return
         with self.lock:
