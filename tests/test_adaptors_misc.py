@@ -357,3 +357,39 @@ def test_a_free_with_an_alignment_never_given_out_is_refused(make, stream):
         r.deallocate_async(p, 300, 256, stream)
     with pytest.raises(ValueError, match="already deallocated|not a live"):
         r.deallocate(p, 300)
+
+
+@pytest.mark.parametrize("make", [TrackingResource, lambda up: BinningResource(up, bins=[66]),
+                                  lambda up: BinningResource(up, bins=[8])],
+                         ids=["tracking", "binning-bins", "binning-upstream"])
+def test_two_threads_freeing_the_same_pointers_free_each_once(make):
+    """The claim of a free is one atomic dict.pop: of two threads freeing the same pointers,
+    exactly one frees each, the other gets ValueError, and the upstream sees each free once."""
+    import threading
+    up = AddressSpaceResource()
+    tr = make(up)
+    ptrs = [tr.allocate(64 + i % 7) for i in range(3000)]
+    sizes = {p: 64 + i % 7 for i, p in enumerate(ptrs)}
+    freed, refused = [], []
+
+    def free_all():
+        for p in ptrs:
+            try:
+                tr.deallocate(p, sizes[p])
+                freed.append(p)
+            except ValueError:
+                refused.append(p)
+
+    threads = [threading.Thread(target=free_all) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(freed) == sorted(ptrs) and sorted(refused) == sorted(ptrs)
+    if isinstance(tr, TrackingResource):
+        assert tr.outstanding() == {}
+    else:
+        assert tr.allocation_count() == 0
+    if hasattr(tr, "release"):
+        tr.release()
+    assert up.outstanding == 0

@@ -6,8 +6,8 @@ from bisect import bisect_left
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, as_upstream_ref, check_args, check_free, check_ptr,
-                    check_size, check_stream)
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, as_upstream_ref,
+                    check_args, check_free, check_ptr, check_size, check_stream)
 from .fixed_size import FixedSizeResource
 
 __all__ = ["BinningResource"]
@@ -57,6 +57,7 @@ class BinningResource(BoundAdaptor):
         self._sizes: List[int] = []        # sorted bin sizes
         self._refs: List[Any] = []         # the bins' refs, in the same order
         self._live: Dict[int, Tuple[Any, int]] = {}   # ptr -> (ref that allocated it, bytes)
+        self._table: List[Any] = [((), ())]  # [(sizes, refs)], replaced whole by _insert
         checked = [self._check_bin(size, res) for size, res in specs]
         for size, _ in checked:
             if sum(1 for s, _ in checked if s == size) > 1:
@@ -89,6 +90,7 @@ class BinningResource(BoundAdaptor):
             i = bisect_left(self._sizes, size)
             self._sizes.insert(i, size)
             self._refs.insert(i, bin_ref)
+            self._table[0] = (tuple(self._sizes), tuple(self._refs))  # one atomic store
 
     def add_bin(self, size: int, resource: Any = None) -> None:
         """Add a bin for requests of up to ``size`` bytes (above the next smaller bin), served
@@ -101,78 +103,91 @@ class BinningResource(BoundAdaptor):
                      else FixedSizeResource(self._upstream, size))
 
     def _bind(self, ref: Any) -> None:
-        lock = self._lock
-        sizes = self._sizes
-        refs = self._refs
+        """The hot paths take no lock: the bins are read from ``_table``, a tuple pair that
+        :meth:`add_bin` replaces whole; ``live[ptr] = (target, bytes)`` records an allocation
+        and ``live.pop(ptr)`` claims it for its free (one atomic dict operation each, so two
+        threads can never both free a pointer)."""
         live = self._live
+        live_pop = live.pop
+        table = self._table
         upstream = ref
+        aligned = FAST_ALIGNMENTS.get
 
         def route(nbytes: int, alignment: int) -> Any:
             if alignment <= DEFAULT_ALIGNMENT:
-                with lock:
-                    i = bisect_left(sizes, nbytes)
-                    if i < len(sizes):
-                        return refs[i]
+                sizes, refs = table[0]
+                i = bisect_left(sizes, nbytes)
+                if i < len(sizes):
+                    return refs[i]
             return upstream
 
-        def remember(ptr: int, target: Any, nbytes: int) -> None:
-            if ptr:
-                with lock:
-                    live[ptr] = (target, nbytes)
-
-        def claim(ptr: Any, nbytes: Any, alignment: Any) -> Tuple[Any, ...]:
+        def claim_slow(ptr: Any, nbytes: Any, alignment: Any, popped: Any) -> Tuple[Any, ...]:
+            """Put back what the fast path popped, check everything and claim ``ptr``."""
+            if popped is not None:
+                live[ptr] = popped
             ptr = check_ptr(ptr)
             nbytes, alignment = check_args(nbytes, alignment)
-            with lock:
-                found = live.get(ptr)
-                if found is None and not ptr and not nbytes:
-                    return ptr, nbytes, alignment, None
-                check_free(ptr, None if found is None else found[1], nbytes, "BinningResource")
-                del live[ptr]
+            found = live.get(ptr)
+            if found is None and not ptr and not nbytes:
+                return ptr, nbytes, alignment, None
+            check_free(ptr, None if found is None else found[1], nbytes, "BinningResource")
+            found = live_pop(ptr, None)
+            if found is None:  # another thread freed it meanwhile
+                check_free(ptr, None, nbytes, "BinningResource")
             return ptr, nbytes, alignment, found
 
-        def restore(ptr: int, found: Tuple[Any, int]) -> None:
-            with lock:
-                live[ptr] = found
-
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            bytes, alignment = check_args(bytes, alignment)
-            if not bytes:
-                return 0
+            if not (type(bytes) is int and 0 < bytes <= MAX_SIZE
+                    and aligned(alignment) is alignment):
+                bytes, alignment = check_args(bytes, alignment)
+                if not bytes:
+                    return 0
             target = route(bytes, alignment)
             ptr = target.allocate(bytes, alignment)
-            remember(ptr, target, bytes)
+            if ptr:
+                live[ptr] = (target, bytes)
             return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            ptr, bytes, alignment, found = claim(ptr, bytes, alignment)
-            if found is None:
-                return
+            found = live_pop(ptr, None) if type(ptr) is int else None
+            if (found is None or found[1] != bytes or type(bytes) is not int
+                    or aligned(alignment) is not alignment):
+                ptr, bytes, alignment, found = claim_slow(ptr, bytes, alignment, found)
+                if found is None:
+                    return
             try:
                 found[0].deallocate(ptr, bytes, alignment)
             except BaseException:
-                restore(ptr, found)
+                live[ptr] = found
                 raise
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            bytes, alignment = check_args(bytes, alignment)
-            check_stream(stream)
-            if not bytes:
-                return 0
+            if type(stream) is not int or not 0 <= stream <= MAX_PTR:
+                check_stream(stream)
+            if not (type(bytes) is int and 0 < bytes <= MAX_SIZE
+                    and aligned(alignment) is alignment):
+                bytes, alignment = check_args(bytes, alignment)
+                if not bytes:
+                    return 0
             target = route(bytes, alignment)
             ptr = target.allocate_async(bytes, alignment, stream)
-            remember(ptr, target, bytes)
+            if ptr:
+                live[ptr] = (target, bytes)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            check_stream(stream)
-            ptr, bytes, alignment, found = claim(ptr, bytes, alignment)
-            if found is None:
-                return
+            if type(stream) is not int or not 0 <= stream <= MAX_PTR:
+                check_stream(stream)
+            found = live_pop(ptr, None) if type(ptr) is int else None
+            if (found is None or found[1] != bytes or type(bytes) is not int
+                    or aligned(alignment) is not alignment):
+                ptr, bytes, alignment, found = claim_slow(ptr, bytes, alignment, found)
+                if found is None:
+                    return
             try:
                 found[0].deallocate_async(ptr, bytes, alignment, stream)
             except BaseException:
-                restore(ptr, found)
+                live[ptr] = found
                 raise
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)

@@ -2,13 +2,13 @@
 was made)."""
 from __future__ import annotations
 
-import threading
 import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import BoundAdaptor, check_args, check_free, check_ptr, check_stream, upstream_calls
+from ._base import (MAX_PTR, BoundAdaptor, check_args, check_free, check_ptr,
+                    check_stream, checks_arguments, upstream_calls)
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
 
@@ -40,74 +40,87 @@ class TrackingResource(BoundAdaptor):
         if not isinstance(capture_stacks, bool):
             raise TypeError(f"capture_stacks must be a bool, not {type(capture_stacks).__name__}")
         self._capture = capture_stacks
-        self._lock = threading.Lock()
-        self._live: Dict[int, TrackedAllocation] = {}
+        self._live: Dict[int, Tuple[Any, ...]] = {}
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:
-        lock = self._lock
-        live = self._live
+        """The hot paths take no lock: ``live[ptr] = record`` records an allocation and
+        ``live.pop(ptr)`` claims one for its free, each one atomic operation on a dict, so
+        two threads can never both free a pointer.  A free whose size or alignment does not
+        match is put back before the precise error is raised."""
+        live = self._live                 # ptr -> (size, alignment, stream handle, stack)
+        live_pop = live.pop
         capture = self._capture
+        own = not checks_arguments(ref)   # False: the upstream validates sizes / alignments
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
-        def record(ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
-            stack = (traceback.StackSummary.from_list(traceback.extract_stack()[:-2])
-                     if capture else None)  # without record() and allocate()
-            with lock:
-                live[ptr] = TrackedAllocation(ptr, nbytes, alignment, stream, stack)
+        def stack() -> Optional[traceback.StackSummary]:
+            # without stack() and the allocate method
+            return traceback.StackSummary.from_list(traceback.extract_stack()[:-2])
 
-        def claim(ptr: Any, nbytes: Any, alignment: Any) -> Tuple[Any, ...]:
-            """Check and stop tracking ``ptr`` (atomically, so that two threads can never both
-            free it); returns the checked values and the record to restore on failure."""
+        def claim_slow(ptr: Any, nbytes: Any, alignment: Any, popped: Any) -> Tuple[Any, ...]:
+            """Put back what the fast path popped, check everything and claim ``ptr``;
+            returns the checked values and its record (None: nothing to free)."""
+            if popped is not None:
+                live[ptr] = popped
             ptr = check_ptr(ptr)
             nbytes, alignment = check_args(nbytes, alignment)
-            with lock:
-                found = live.get(ptr)
-                if found is None and not ptr and not nbytes:
-                    return ptr, nbytes, alignment, None
-                check_free(ptr, None if found is None else found.size, nbytes,
-                           "TrackingResource")
-                if found.alignment != alignment:
-                    raise ValueError(f"ptr={ptr:#x} was allocated with alignment="
-                                     f"{found.alignment}, not alignment={alignment}")
-                del live[ptr]
+            found = live.get(ptr)
+            if found is None and not ptr and not nbytes:
+                return ptr, nbytes, alignment, None
+            check_free(ptr, None if found is None else found[0], nbytes, "TrackingResource")
+            if found[1] != alignment:
+                raise ValueError(f"ptr={ptr:#x} was allocated with alignment={found[1]}, "
+                                 f"not alignment={alignment}")
+            found = live_pop(ptr, None)
+            if found is None:  # another thread freed it meanwhile
+                check_free(ptr, None, nbytes, "TrackingResource")
             return ptr, nbytes, alignment, found
 
-        def restore(found: Optional[TrackedAllocation]) -> None:
-            if found is not None:
-                with lock:
-                    live[found.ptr] = found
-
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            bytes, alignment = check_args(bytes, alignment)
+            if own or type(bytes) is not int or type(alignment) is not int:
+                bytes, alignment = check_args(bytes, alignment)
             ptr = up_alloc(bytes, alignment)
             if ptr:
-                record(ptr, bytes, alignment, None)
+                live[ptr] = (bytes, alignment, None, stack() if capture else None)
             return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            ptr, bytes, alignment, found = claim(ptr, bytes, alignment)
+            found = live_pop(ptr, None) if type(ptr) is int else None
+            if (found is None or found[0] != bytes or found[1] != alignment
+                    or type(bytes) is not int or type(alignment) is not int):
+                ptr, bytes, alignment, found = claim_slow(ptr, bytes, alignment, found)
+                if found is None:
+                    return
             try:
                 up_dealloc(ptr, bytes, alignment)
             except BaseException:
-                restore(found)
+                live[ptr] = found
                 raise
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            bytes, alignment = check_args(bytes, alignment)
-            handle = check_stream(stream)
+            if own or type(bytes) is not int or type(alignment) is not int:
+                bytes, alignment = check_args(bytes, alignment)
+            handle = (stream if type(stream) is int and 0 <= stream <= MAX_PTR
+                      else check_stream(stream))
             ptr = up_alloc_async(bytes, alignment, stream)
             if ptr:
-                record(ptr, bytes, alignment, handle)
+                live[ptr] = (bytes, alignment, handle, stack() if capture else None)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            check_stream(stream)
-            ptr, bytes, alignment, found = claim(ptr, bytes, alignment)
+            if type(stream) is not int or not 0 <= stream <= MAX_PTR:
+                check_stream(stream)
+            found = live_pop(ptr, None) if type(ptr) is int else None
+            if (found is None or found[0] != bytes or found[1] != alignment
+                    or type(bytes) is not int or type(alignment) is not int):
+                ptr, bytes, alignment, found = claim_slow(ptr, bytes, alignment, found)
+                if found is None:
+                    return
             try:
                 up_dealloc_async(ptr, bytes, alignment, stream)
             except BaseException:
-                restore(found)
+                live[ptr] = found
                 raise
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
@@ -122,13 +135,12 @@ class TrackingResource(BoundAdaptor):
 
     def outstanding(self) -> Dict[int, TrackedAllocation]:
         """A copy of ``{ptr: TrackedAllocation}`` for every outstanding allocation."""
-        with self._lock:
-            return dict(self._live)
+        live = self._live.copy()  # atomic snapshot: the hot paths take no lock
+        return {ptr: TrackedAllocation(ptr, *record) for ptr, record in live.items()}
 
     def get_allocated_bytes(self) -> int:
         """The sum of the sizes of the outstanding allocations."""
-        with self._lock:
-            return sum(a.size for a in self._live.values())
+        return sum(record[0] for record in self._live.copy().values())
 
     def report(self) -> str:
         """A readable list of the outstanding allocations, oldest first, with their stacks
