@@ -97,7 +97,11 @@ def checks_arguments(ref: resource_ref) -> bool:
 
 def checked_frees(ref: resource_ref) -> Tuple[Any, Any]:
     """``deallocate`` / ``deallocate_async`` that check their arguments, then call the
-    upstream's: for adaptors that do nothing of their own when memory is freed."""
+    upstream's: for adaptors that do nothing of their own when memory is freed.  Over one of
+    the package's own resources, which check every argument themselves, the upstream's own
+    (bound) methods: the adaptor then adds nothing to a free."""
+    if checks_arguments(ref):
+        return ref.deallocate, getattr(ref, "deallocate_async", None)
     up_dealloc = ref.deallocate
     up_dealloc_async = getattr(ref, "deallocate_async", None)
 

@@ -1,17 +1,19 @@
 """``AlignedResource``: alignments larger than the upstream guarantees, by over-allocating."""
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_alignment, check_args, check_free, check_ptr, check_size,
-                    check_stream, round_up, upstream_calls)
+from ._base import (FAST_ALIGNMENTS, MAX_SIZE, BoundAdaptor, check_alignment, check_args,
+                    check_free, check_ptr, check_size, check_stream, checks_arguments,
+                    upstream_calls)
 
 __all__ = ["AlignedResource"]
 
 #: What the adaptor assumes every upstream honours (hipMalloc's alignment).
 UPSTREAM_ALIGNMENT = DEFAULT_ALIGNMENT
+
+_SYNC = object()  # the "stream" of allocate() / deallocate(): synchronous
 
 
 class AlignedResource(BoundAdaptor):
@@ -34,77 +36,87 @@ class AlignedResource(BoundAdaptor):
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:
-        lock = threading.Lock()
+        """The hot paths take no lock: ``moved[aligned] = (upstream ptr, total, bytes)``
+        records an over-allocated block and ``moved.pop(aligned)`` claims it for its free (one
+        atomic dict operation each).  Over the package's own upstreams a valid call is
+        checked inline (int size in range, alignment in 1..256); anything else, and every call
+        over a user-written upstream, takes the checked slow path."""
         moved: Dict[int, Tuple[int, int, int]] = {}   # aligned ptr -> (upstream ptr, total, bytes)
+        moved_pop = moved.pop
         default = self._alignment
         threshold = self._threshold
+        own = not checks_arguments(ref)  # True: a user-written upstream, check everything here
+        fast = FAST_ALIGNMENTS.get
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
         def want(nbytes: int, alignment: int) -> int:
             return default if nbytes >= threshold and default > alignment else alignment
 
-        def place(ptr: int, total: int, nbytes: int, alignment: int) -> int:
-            aligned = round_up(ptr, alignment)
-            with lock:
-                moved[aligned] = (ptr, total, nbytes)
-            return aligned
-
-        def claim(ptr: Any, nbytes: Any, alignment: Any) -> Tuple[Any, ...]:
-            """Checked arguments plus the upstream block behind ``ptr`` (None: passed through)."""
+        def claim_slow(ptr: Any, nbytes: Any, alignment: Any, popped: Any) -> Tuple[Any, ...]:
+            """Put back what the fast path popped, check everything, claim ``ptr``; returns
+            the checked values and the upstream block behind ``ptr`` (None: passed through)."""
+            if popped is not None:
+                moved[ptr] = popped
             ptr = check_ptr(ptr)
             nbytes, alignment = check_args(nbytes, alignment)
-            with lock:
-                entry = moved.get(ptr)
-                if entry is not None:
-                    check_free(ptr, entry[2], nbytes, "AlignedResource")
-                    del moved[ptr]
+            entry = moved.get(ptr)
+            if entry is not None:
+                check_free(ptr, entry[2], nbytes, "AlignedResource")
+                entry = moved_pop(ptr, None)
+                if entry is None:  # another thread freed it meanwhile
+                    check_free(ptr, None, nbytes, "AlignedResource")
             return ptr, nbytes, alignment, entry
 
-        def restore(ptr: int, entry: Tuple[int, int, int]) -> None:
-            with lock:
-                moved[ptr] = entry
-
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            bytes, alignment = check_args(bytes, alignment)
-            alignment = want(bytes, alignment)
-            if alignment <= UPSTREAM_ALIGNMENT or not bytes:
-                return up_alloc(bytes, min(alignment, UPSTREAM_ALIGNMENT))
-            total = bytes + alignment - UPSTREAM_ALIGNMENT
-            return place(up_alloc(total, UPSTREAM_ALIGNMENT), total, bytes, alignment)
-
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            ptr, bytes, alignment, entry = claim(ptr, bytes, alignment)
-            if entry is None:
-                up_dealloc(ptr, bytes, min(want(bytes, alignment), UPSTREAM_ALIGNMENT))
-                return
-            try:
-                up_dealloc(entry[0], entry[1], UPSTREAM_ALIGNMENT)
-            except BaseException:
-                restore(ptr, entry)
-                raise
-
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            bytes, alignment = check_args(bytes, alignment)
-            check_stream(stream)
+            """(``stream`` _SYNC: the synchronous ``allocate``.)"""
+            if own and stream is not _SYNC:
+                check_stream(stream)
+            if own or not (type(bytes) is int and 0 <= bytes <= MAX_SIZE
+                           and fast(alignment) is alignment):
+                bytes, alignment = check_args(bytes, alignment)
             alignment = want(bytes, alignment)
             if alignment <= UPSTREAM_ALIGNMENT or not bytes:
-                return up_alloc_async(bytes, min(alignment, UPSTREAM_ALIGNMENT), stream)
+                a = alignment if alignment <= UPSTREAM_ALIGNMENT else UPSTREAM_ALIGNMENT
+                return (up_alloc(bytes, a) if stream is _SYNC
+                        else up_alloc_async(bytes, a, stream))
             total = bytes + alignment - UPSTREAM_ALIGNMENT
-            return place(up_alloc_async(total, UPSTREAM_ALIGNMENT, stream), total, bytes,
-                         alignment)
+            ptr = (up_alloc(total, UPSTREAM_ALIGNMENT) if stream is _SYNC
+                   else up_alloc_async(total, UPSTREAM_ALIGNMENT, stream))
+            aligned = (ptr + alignment - 1) & -alignment
+            moved[aligned] = (ptr, total, bytes)
+            return aligned
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            check_stream(stream)
-            ptr, bytes, alignment, entry = claim(ptr, bytes, alignment)
-            if entry is None:
-                up_dealloc_async(ptr, bytes, min(want(bytes, alignment), UPSTREAM_ALIGNMENT),
-                                 stream)
-                return
+            """(``stream`` _SYNC: the synchronous ``deallocate``.)"""
+            if own and stream is not _SYNC:
+                check_stream(stream)  # before anything is claimed
+            entry = moved_pop(ptr, None) if type(ptr) is int else None
+            if own or not (type(bytes) is int and (entry[2] == bytes if entry is not None
+                                                   else 0 <= bytes <= MAX_SIZE)
+                           and fast(alignment) is alignment):
+                ptr, bytes, alignment, entry = claim_slow(ptr, bytes, alignment, entry)
             try:
-                up_dealloc_async(entry[0], entry[1], UPSTREAM_ALIGNMENT, stream)
+                if entry is None:
+                    a = want(bytes, alignment)
+                    a = a if a <= UPSTREAM_ALIGNMENT else UPSTREAM_ALIGNMENT
+                    if stream is _SYNC:
+                        up_dealloc(ptr, bytes, a)
+                    else:
+                        up_dealloc_async(ptr, bytes, a, stream)
+                elif stream is _SYNC:
+                    up_dealloc(entry[0], entry[1], UPSTREAM_ALIGNMENT)
+                else:
+                    up_dealloc_async(entry[0], entry[1], UPSTREAM_ALIGNMENT, stream)
             except BaseException:
-                restore(ptr, entry)
+                if entry is not None:
+                    moved[ptr] = entry
                 raise
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_async(bytes, alignment, _SYNC)
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            deallocate_async(ptr, bytes, alignment, _SYNC)
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 

@@ -6,7 +6,7 @@ from typing import Any, Callable, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (BoundAdaptor, check_args, check_callable, check_stream, checked_frees,
-                    upstream_calls)
+                    checks_arguments, upstream_calls)
 
 __all__ = ["FailureCallbackResource"]
 
@@ -27,9 +27,11 @@ class FailureCallbackResource(BoundAdaptor):
 
     def _bind(self, ref: Any, callback: Callable[[int], Any]) -> None:
         up_alloc, _, up_alloc_async, _ = upstream_calls(ref)
+        own = not checks_arguments(ref)  # False: the upstream checks every argument itself
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            bytes, alignment = check_args(bytes, alignment)
+            if own:
+                bytes, alignment = check_args(bytes, alignment)
             while True:
                 try:
                     return up_alloc(bytes, alignment)
@@ -38,8 +40,9 @@ class FailureCallbackResource(BoundAdaptor):
                         raise
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            bytes, alignment = check_args(bytes, alignment)
-            check_stream(stream)
+            if own:
+                bytes, alignment = check_args(bytes, alignment)
+                check_stream(stream)
             while True:
                 try:
                     return up_alloc_async(bytes, alignment, stream)
