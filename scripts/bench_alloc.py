@@ -154,7 +154,24 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
             l_free(p, size, 256, 0)
     loops["LimitingResource over PoolResource"] = lim_loop
 
-    loops["_keep"] = (amr, dflt, pool, stats, lim)  # type: ignore[assignment]
+    others = {
+        "TrackingResource over PoolResource": hmr.TrackingResource(pool),
+        "FailureCallbackResource over PoolResource":
+            hmr.FailureCallbackResource(pool, lambda n: False),
+        "AlignedResource(512) over PoolResource": hmr.AlignedResource(pool, 512),
+        "BinningResource (bins 1 KiB, 64 KiB) over PoolResource":
+            hmr.BinningResource(pool, bins=[1024, 65536]),
+        "FixedSizeResource(16 MiB blocks) over AsyncMemoryResource":
+            hmr.FixedSizeResource(amr, block_size=16 << 20, blocks_to_preallocate=4),
+    }
+    for name, res in others.items():
+        def other_loop(n, a=res.allocate_async, d=res.deallocate_async):
+            for _ in range(n):
+                p = a(size, 256, 0)
+                d(p, size, 256, 0)
+        loops[name] = other_loop
+
+    loops["_keep"] = (amr, dflt, pool, stats, lim, others)  # type: ignore[assignment]
     return loops
 
 

@@ -41,7 +41,7 @@ def loops() -> Dict[str, Callable[[int], None]]:
                 free(p or 4096, 256, 256, stream)
         return run
 
-    return {
+    out = {
         "PoolResource direct": pair(pool.allocate_async, pool.deallocate_async, 0),
         "PoolResource via async_resource_ref": pair(ref.allocate_async, ref.deallocate_async, 0),
         "... with a stream_ref argument": pair(ref.allocate_async, ref.deallocate_async,
@@ -51,6 +51,16 @@ def loops() -> Dict[str, Callable[[int], None]]:
         "LimitingResource over the pool": pair(lim.allocate_async, lim.deallocate_async, 0),
         "AsyncMemoryResource, Python part": pair(bare.allocate_async, bare.deallocate_async, 0),
     }
+    for name, res in {
+            "TrackingResource over the pool": hmr.TrackingResource(pool),
+            "FailureCallbackResource over the pool":
+                hmr.FailureCallbackResource(pool, lambda n: False),
+            "AlignedResource(512) over the pool": hmr.AlignedResource(pool, 512),
+            "BinningResource over the pool": hmr.BinningResource(pool, bins=[1024, 65536]),
+            "FixedSizeResource over AsyncMemoryResource":
+                hmr.FixedSizeResource(amr, block_size=1 << 20, blocks_to_preallocate=4)}.items():
+        out[name] = pair(res.allocate_async, res.deallocate_async, 0)
+    return out
 
 
 def main(argv: Any = None) -> int:

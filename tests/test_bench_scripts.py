@@ -35,4 +35,4 @@ def test_bench_hotpaths(tmp_path):
     out = tmp_path / "hot.json"
     _run("bench_hotpaths.py", "--rounds", "2", "--pairs", "200", "--json", str(out))
     data = json.loads(out.read_text())
-    assert len(data) == 6 and all(v > 0 for v in data.values())
+    assert len(data) == 11 and all(v > 0 for v in data.values())
