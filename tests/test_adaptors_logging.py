@@ -183,3 +183,28 @@ def test_close_with_a_file_object_stops_logging_without_closing_it():
     lines = buf.getvalue().splitlines()
     assert len(lines) == 2 and lines[1].split(",")[2] == "allocate"
     log.upstream.deallocate(p, 64)
+
+
+def test_the_time_is_local_time_to_the_microsecond_format():
+    """The stamp is cached per second (strftime once a second): it must still be the local
+    time now, with six digits of microseconds, and never run backwards within a log."""
+    import datetime
+    out = io.StringIO()
+    r = LoggingResource(AddressSpaceResource(), out)
+    before = datetime.datetime.now()
+    for _ in range(300):
+        r.deallocate(r.allocate(64), 64)
+    after = datetime.datetime.now()
+    stamps = [LINE.match(line).group(2) for line in out.getvalue().splitlines()[1:]]
+    assert len(stamps) == 600
+
+    def seconds(hms):
+        h, m, s = hms.split(":")
+        return int(h) * 3600 + int(m) * 60 + float(s)
+
+    values = [seconds(s) for s in stamps]
+    lo = before.hour * 3600 + before.minute * 60 + before.second + before.microsecond / 1e6
+    hi = after.hour * 3600 + after.minute * 60 + after.second + after.microsecond / 1e6
+    if hi >= lo:  # not across midnight
+        assert all(lo - 0.001 <= v <= hi + 0.001 for v in values)
+        assert values == sorted(values)

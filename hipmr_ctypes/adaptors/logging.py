@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime
+import time
 from typing import Any, Optional, TextIO, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_args, check_ptr, check_stream, upstream_calls)
+from ._base import (MAX_PTR, BoundAdaptor, check_args, check_ptr, check_stream, checks_arguments,
+                    upstream_calls)
 
 __all__ = ["LoggingResource", "LOG_HEADER"]
 
@@ -57,28 +58,48 @@ class LoggingResource(BoundAdaptor):
 
     def _bind(self, ref: Any) -> None:
         lock = self._lock
+        acquire, release = lock.acquire, lock.release
         out = self._file
         write = out.write
         flush = out.flush if self._auto_flush else None
         native_id = threading.get_native_id
-        now = datetime.now
+        clock = time.time_ns
+        own = not checks_arguments(ref)  # False: the upstream checks every argument itself
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
+        second = [(-1, "")]  # (the last whole second seen, its "HH:MM:SS." in local time)
+
+        def stamp() -> str:
+            """The local time as ``HH:MM:SS.ffffff``; strftime once a second, not per line."""
+            s, us = divmod(clock() // 1000, 1_000_000)
+            cached = second[0]            # one atomic read of an immutable pair
+            if cached[0] != s:
+                cached = (s, time.strftime("%H:%M:%S.", time.localtime(s)))
+                second[0] = cached
+            return f"{cached[1]}{us:06d}"
 
         def log(action: str, ptr: int, nbytes: int, stream: int) -> None:
-            line = (f"{native_id()},{now().strftime('%H:%M:%S.%f')},{action},{ptr:#x},"
-                    f"{nbytes},{stream:#x}\n")
-            with lock:
+            line = f"{native_id()},{stamp()},{action},{ptr:#x},{nbytes},{stream:#x}\n"
+            acquire()
+            try:
                 write(line)
                 if flush is not None:
                     flush()
+            finally:
+                release()
 
         def check_open() -> None:
             if self._closed or out.closed:
                 raise ValueError("LoggingResource: this LoggingResource (or its log file) is "
                                  "closed")
 
+        def handle_of(stream: Any) -> int:
+            if type(stream) is int and 0 <= stream <= MAX_PTR:
+                return stream
+            return check_stream(stream)
+
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            bytes, alignment = check_args(bytes, alignment)
+            if own or type(bytes) is not int:
+                bytes, alignment = check_args(bytes, alignment)
             check_open()
             try:
                 ptr = up_alloc(bytes, alignment)
@@ -89,15 +110,17 @@ class LoggingResource(BoundAdaptor):
             return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            ptr = check_ptr(ptr)
-            bytes, alignment = check_args(bytes, alignment)
+            if own or type(ptr) is not int or type(bytes) is not int:
+                ptr = check_ptr(ptr)
+                bytes, alignment = check_args(bytes, alignment)
             check_open()
             log("free", ptr, bytes, 0)
             up_dealloc(ptr, bytes, alignment)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            bytes, alignment = check_args(bytes, alignment)
-            handle = check_stream(stream)
+            if own or type(bytes) is not int:
+                bytes, alignment = check_args(bytes, alignment)
+            handle = handle_of(stream)
             check_open()
             try:
                 ptr = up_alloc_async(bytes, alignment, stream)
@@ -108,9 +131,10 @@ class LoggingResource(BoundAdaptor):
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            ptr = check_ptr(ptr)
-            bytes, alignment = check_args(bytes, alignment)
-            handle = check_stream(stream)
+            if own or type(ptr) is not int or type(bytes) is not int:
+                ptr = check_ptr(ptr)
+                bytes, alignment = check_args(bytes, alignment)
+            handle = handle_of(stream)
             check_open()
             log("free", ptr, bytes, handle)
             up_dealloc_async(ptr, bytes, alignment, stream)
