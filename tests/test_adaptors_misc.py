@@ -58,6 +58,8 @@ def test_tracking_outstanding_report_and_stacks():
     out = tr.outstanding()
     assert set(out) == {a, b} and out[b].size == 200 and out[b].alignment == 512
     assert out[b].stream == 3 and out[a].stream is None
+    for rec in (out[a], out[b]):    # the innermost frame is the caller's, none of ours
+        assert rec.stack[-1].name == "test_tracking_outstanding_report_and_stacks"
     assert tr.get_allocated_bytes() == 300
     text = tr.report()
     assert "2 outstanding allocations, 300 bytes" in text

@@ -29,7 +29,8 @@ __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_me
            "as_upstream_ref", "check_size", "check_alignment", "check_args",
            "check_free_args", "check_ptr", "upstream_calls", "checked_frees",
            "check_stream", "check_free", "check_callable", "give_back_chunks", "round_up",
-           "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR", "checks_arguments"]
+           "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR", "checks_arguments",
+           "SYNC", "claim_checked"]
 
 
 
@@ -51,6 +52,33 @@ def check_free(ptr: int, known: Any, nbytes: int, owner: str) -> None:
                          "allocated by it, or already deallocated)")
     if known != nbytes:
         raise ValueError(f"ptr={ptr:#x} was allocated with {known} bytes, not bytes={nbytes}")
+
+
+#: The "stream" of a synchronous call, for adaptors whose ``allocate`` / ``deallocate`` share
+#: one body with ``allocate_async`` / ``deallocate_async``: not a stream handle.
+SYNC = object()
+
+
+def claim_checked(records: Dict[int, Any], ptr: Any, nbytes: Any, alignment: Any, popped: Any,
+                  size_at: int, owner: str, required: bool = True) -> Tuple[Any, ...]:
+    """The slow path of a lock-free claim (``records.pop(ptr)`` on the fast path): put back
+    what the fast path popped, check every argument, then claim ``ptr``'s record with one
+    ``dict.pop`` (two threads can never both claim it).  ``record[size_at]`` is the size it
+    was allocated with.  Returns ``(ptr, bytes, alignment, record)``; the record is None for
+    the no-op free of ``(0, 0)`` and, when ``required`` is false, for a pointer with no
+    record; otherwise a pointer with no record, or another size, is a ValueError."""
+    if popped is not None:
+        records[ptr] = popped
+    ptr = check_ptr(ptr)
+    nbytes, alignment = check_args(nbytes, alignment)
+    found = records.get(ptr)
+    if found is None and (not required or (not ptr and not nbytes)):
+        return ptr, nbytes, alignment, None
+    check_free(ptr, None if found is None else found[size_at], nbytes, owner)
+    found = records.pop(ptr, None)
+    if found is None:  # another thread freed it meanwhile
+        check_free(ptr, None, nbytes, owner)
+    return ptr, nbytes, alignment, found
 
 
 def check_callable(value: Any, name: str) -> Any:

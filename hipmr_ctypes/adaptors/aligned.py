@@ -4,16 +4,13 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_SIZE, BoundAdaptor, check_alignment, check_args,
-                    check_free, check_ptr, check_size, check_stream, checks_arguments,
-                    upstream_calls)
+from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, check_alignment, check_args,
+                    check_size, check_stream, checks_arguments, claim_checked, upstream_calls)
 
 __all__ = ["AlignedResource"]
 
 #: What the adaptor assumes every upstream honours (hipMalloc's alignment).
 UPSTREAM_ALIGNMENT = DEFAULT_ALIGNMENT
-
-_SYNC = object()  # the "stream" of allocate() / deallocate(): synchronous
 
 
 class AlignedResource(BoundAdaptor):
@@ -52,24 +49,9 @@ class AlignedResource(BoundAdaptor):
         def want(nbytes: int, alignment: int) -> int:
             return default if nbytes >= threshold and default > alignment else alignment
 
-        def claim_slow(ptr: Any, nbytes: Any, alignment: Any, popped: Any) -> Tuple[Any, ...]:
-            """Put back what the fast path popped, check everything, claim ``ptr``; returns
-            the checked values and the upstream block behind ``ptr`` (None: passed through)."""
-            if popped is not None:
-                moved[ptr] = popped
-            ptr = check_ptr(ptr)
-            nbytes, alignment = check_args(nbytes, alignment)
-            entry = moved.get(ptr)
-            if entry is not None:
-                check_free(ptr, entry[2], nbytes, "AlignedResource")
-                entry = moved_pop(ptr, None)
-                if entry is None:  # another thread freed it meanwhile
-                    check_free(ptr, None, nbytes, "AlignedResource")
-            return ptr, nbytes, alignment, entry
-
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            """(``stream`` _SYNC: the synchronous ``allocate``.)"""
-            if own and stream is not _SYNC:
+            """(``stream`` SYNC: the synchronous ``allocate``.)"""
+            if own and stream is not SYNC:
                 check_stream(stream)
             if own or not (type(bytes) is int and 0 <= bytes <= MAX_SIZE
                            and fast(alignment) is alignment):
@@ -77,33 +59,34 @@ class AlignedResource(BoundAdaptor):
             alignment = want(bytes, alignment)
             if alignment <= UPSTREAM_ALIGNMENT or not bytes:
                 a = alignment if alignment <= UPSTREAM_ALIGNMENT else UPSTREAM_ALIGNMENT
-                return (up_alloc(bytes, a) if stream is _SYNC
+                return (up_alloc(bytes, a) if stream is SYNC
                         else up_alloc_async(bytes, a, stream))
             total = bytes + alignment - UPSTREAM_ALIGNMENT
-            ptr = (up_alloc(total, UPSTREAM_ALIGNMENT) if stream is _SYNC
+            ptr = (up_alloc(total, UPSTREAM_ALIGNMENT) if stream is SYNC
                    else up_alloc_async(total, UPSTREAM_ALIGNMENT, stream))
             aligned = (ptr + alignment - 1) & -alignment
             moved[aligned] = (ptr, total, bytes)
             return aligned
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            """(``stream`` _SYNC: the synchronous ``deallocate``.)"""
-            if own and stream is not _SYNC:
+            """(``stream`` SYNC: the synchronous ``deallocate``.)"""
+            if own and stream is not SYNC:
                 check_stream(stream)  # before anything is claimed
             entry = moved_pop(ptr, None) if type(ptr) is int else None
             if own or not (type(bytes) is int and (entry[2] == bytes if entry is not None
                                                    else 0 <= bytes <= MAX_SIZE)
                            and fast(alignment) is alignment):
-                ptr, bytes, alignment, entry = claim_slow(ptr, bytes, alignment, entry)
+                ptr, bytes, alignment, entry = claim_checked(
+                    moved, ptr, bytes, alignment, entry, 2, "AlignedResource", required=False)
             try:
                 if entry is None:
                     a = want(bytes, alignment)
                     a = a if a <= UPSTREAM_ALIGNMENT else UPSTREAM_ALIGNMENT
-                    if stream is _SYNC:
+                    if stream is SYNC:
                         up_dealloc(ptr, bytes, a)
                     else:
                         up_dealloc_async(ptr, bytes, a, stream)
-                elif stream is _SYNC:
+                elif stream is SYNC:
                     up_dealloc(entry[0], entry[1], UPSTREAM_ALIGNMENT)
                 else:
                     up_dealloc_async(entry[0], entry[1], UPSTREAM_ALIGNMENT, stream)
@@ -113,10 +96,10 @@ class AlignedResource(BoundAdaptor):
                 raise
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, _SYNC)
+            return allocate_async(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            deallocate_async(ptr, bytes, alignment, _SYNC)
+            deallocate_async(ptr, bytes, alignment, SYNC)
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 

@@ -6,8 +6,8 @@ from bisect import bisect_left
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, as_upstream_ref,
-                    check_args, check_free, check_ptr, check_size, check_stream)
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, as_upstream_ref,
+                    check_args, check_size, check_stream, claim_checked)
 from .fixed_size import FixedSizeResource
 
 __all__ = ["BinningResource"]
@@ -121,48 +121,9 @@ class BinningResource(BoundAdaptor):
                     return refs[i]
             return upstream
 
-        def claim_slow(ptr: Any, nbytes: Any, alignment: Any, popped: Any) -> Tuple[Any, ...]:
-            """Put back what the fast path popped, check everything and claim ``ptr``."""
-            if popped is not None:
-                live[ptr] = popped
-            ptr = check_ptr(ptr)
-            nbytes, alignment = check_args(nbytes, alignment)
-            found = live.get(ptr)
-            if found is None and not ptr and not nbytes:
-                return ptr, nbytes, alignment, None
-            check_free(ptr, None if found is None else found[1], nbytes, "BinningResource")
-            found = live_pop(ptr, None)
-            if found is None:  # another thread freed it meanwhile
-                check_free(ptr, None, nbytes, "BinningResource")
-            return ptr, nbytes, alignment, found
-
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if not (type(bytes) is int and 0 < bytes <= MAX_SIZE
-                    and aligned(alignment) is alignment):
-                bytes, alignment = check_args(bytes, alignment)
-                if not bytes:
-                    return 0
-            target = route(bytes, alignment)
-            ptr = target.allocate(bytes, alignment)
-            if ptr:
-                live[ptr] = (target, bytes)
-            return ptr
-
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            found = live_pop(ptr, None) if type(ptr) is int else None
-            if (found is None or found[1] != bytes or type(bytes) is not int
-                    or aligned(alignment) is not alignment):
-                ptr, bytes, alignment, found = claim_slow(ptr, bytes, alignment, found)
-                if found is None:
-                    return
-            try:
-                found[0].deallocate(ptr, bytes, alignment)
-            except BaseException:
-                live[ptr] = found
-                raise
-
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if type(stream) is not int or not 0 <= stream <= MAX_PTR:
+            """(``stream`` SYNC: the synchronous ``allocate``.)"""
+            if stream is not SYNC and (type(stream) is not int or not 0 <= stream <= MAX_PTR):
                 check_stream(stream)
             if not (type(bytes) is int and 0 < bytes <= MAX_SIZE
                     and aligned(alignment) is alignment):
@@ -170,25 +131,37 @@ class BinningResource(BoundAdaptor):
                 if not bytes:
                     return 0
             target = route(bytes, alignment)
-            ptr = target.allocate_async(bytes, alignment, stream)
+            ptr = (target.allocate(bytes, alignment) if stream is SYNC
+                   else target.allocate_async(bytes, alignment, stream))
             if ptr:
                 live[ptr] = (target, bytes)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if type(stream) is not int or not 0 <= stream <= MAX_PTR:
+            """(``stream`` SYNC: the synchronous ``deallocate``.)"""
+            if stream is not SYNC and (type(stream) is not int or not 0 <= stream <= MAX_PTR):
                 check_stream(stream)
             found = live_pop(ptr, None) if type(ptr) is int else None
             if (found is None or found[1] != bytes or type(bytes) is not int
                     or aligned(alignment) is not alignment):
-                ptr, bytes, alignment, found = claim_slow(ptr, bytes, alignment, found)
+                ptr, bytes, alignment, found = claim_checked(
+                    live, ptr, bytes, alignment, found, 1, "BinningResource")
                 if found is None:
                     return
             try:
-                found[0].deallocate_async(ptr, bytes, alignment, stream)
+                if stream is SYNC:
+                    found[0].deallocate(ptr, bytes, alignment)
+                else:
+                    found[0].deallocate_async(ptr, bytes, alignment, stream)
             except BaseException:
                 live[ptr] = found
                 raise
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_async(bytes, alignment, SYNC)
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            deallocate_async(ptr, bytes, alignment, SYNC)
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 

@@ -6,12 +6,11 @@ from typing import Any, List, Tuple
 from .._hip.errors import OutOfMemoryError
 from .._locks import TokenMutex
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args, check_free_args,
-                    check_size, upstream_calls, checks_arguments)
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
+                    check_free_args, check_size, checks_arguments, upstream_calls)
 
 __all__ = ["LimitingResource"]
 
-_SYNC = object()  # the "stream" of allocate(): synchronous
 
 
 class LimitingResource(BoundAdaptor):
@@ -50,10 +49,7 @@ class LimitingResource(BoundAdaptor):
 
         def current() -> int:
             nonlocal used
-            try:
-                take()
-            except IndexError:
-                wait()
+            wait()
             try:
                 while returned:
                     used -= pop_returned()
@@ -68,7 +64,7 @@ class LimitingResource(BoundAdaptor):
                                     detail=f"{in_use} of the limit {limit} bytes are in use")
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, _SYNC)
+            return allocate_async(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
@@ -78,7 +74,7 @@ class LimitingResource(BoundAdaptor):
             freed(bytes)  # atomic; the next allocation or reader subtracts it
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            """(``stream`` _SYNC: the synchronous ``allocate``.)"""
+            """(``stream`` SYNC: the synchronous ``allocate``.)"""
             nonlocal used
             if type(bytes) is not int or own and (not 0 <= bytes <= MAX_SIZE
                                                   or aligned(alignment) is not alignment):
@@ -99,7 +95,7 @@ class LimitingResource(BoundAdaptor):
             if not fits:
                 raise refuse(bytes, in_use)
             try:
-                if stream is _SYNC:
+                if stream is SYNC:
                     return up_alloc(bytes, alignment)
                 return up_alloc_async(bytes, alignment, stream)
             except BaseException:

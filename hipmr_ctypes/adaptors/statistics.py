@@ -7,12 +7,11 @@ from typing import Any, List, Tuple
 
 from .._locks import TokenMutex
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundAdaptor, check_args, check_free_args,
-                    checks_arguments, upstream_calls)
+from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
+                    check_free_args, checks_arguments, upstream_calls)
 
 __all__ = ["StatisticsResource", "Statistics"]
 
-_SYNC = object()  # the "stream" of allocate(): synchronous
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class StatisticsResource(BoundAdaptor):
         upstream refuses is counted back (``undone``), not as a new allocation."""
         mutex = TokenMutex()
         take = mutex.take_nowait
-        wait = mutex.take
+        wait = mutex.take                # waits for the token (hot paths try take() first)
         put = mutex.put
         stack_lock = threading.Lock()   # push / pop: the stack and the counters together
         returned: List[int] = []        # sizes freed, not yet subtracted
@@ -89,10 +88,7 @@ class StatisticsResource(BoundAdaptor):
                     pn = cn
 
         def read() -> Tuple[int, ...]:
-            try:
-                take()
-            except IndexError:
-                wait()
+            wait()
             try:
                 settle()
                 values = cb, cn, pb, pn, tb, tn
@@ -101,15 +97,15 @@ class StatisticsResource(BoundAdaptor):
             return values
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, _SYNC)
+            return allocate_async(bytes, alignment, SYNC)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            """(``stream`` _SYNC: the synchronous ``allocate``.)"""
+            """(``stream`` SYNC: the synchronous ``allocate``.)"""
             nonlocal cb, cn, pb, pn, tb, tn
             if own and (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
                         or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
-            ptr = (up_alloc(bytes, alignment) if stream is _SYNC
+            ptr = (up_alloc(bytes, alignment) if stream is SYNC
                    else up_alloc_async(bytes, alignment, stream))
             try:
                 take()
@@ -163,10 +159,7 @@ class StatisticsResource(BoundAdaptor):
         def push() -> Statistics:
             nonlocal cb, cn, pb, pn, tb, tn
             with stack_lock:
-                try:
-                    take()
-                except IndexError:
-                    wait()
+                wait()
                 try:
                     settle()
                     before = cb, cn, pb, pn, tb, tn
@@ -182,10 +175,7 @@ class StatisticsResource(BoundAdaptor):
                 if not stack:
                     raise IndexError("pop_counters: no counters were pushed")
                 lcb, lcn, lpb, lpn, ltb, ltn = stack.pop()
-                try:
-                    take()
-                except IndexError:
-                    wait()
+                wait()
                 try:
                     settle()
                     popped = cb, cn, pb, pn, tb, tn

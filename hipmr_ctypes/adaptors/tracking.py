@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (MAX_PTR, BoundAdaptor, check_args, check_free, check_ptr,
-                    check_stream, checks_arguments, upstream_calls)
+from ._base import (MAX_PTR, SYNC, BoundAdaptor, check_args, check_stream, checks_arguments,
+                    claim_checked, upstream_calls)
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
 
@@ -54,74 +54,55 @@ class TrackingResource(BoundAdaptor):
         own = not checks_arguments(ref)   # False: the upstream validates sizes / alignments
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
-        def stack() -> Optional[traceback.StackSummary]:
-            # without stack() and the allocate method
-            return traceback.StackSummary.from_list(traceback.extract_stack()[:-2])
-
-        def claim_slow(ptr: Any, nbytes: Any, alignment: Any, popped: Any) -> Tuple[Any, ...]:
-            """Put back what the fast path popped, check everything and claim ``ptr``;
-            returns the checked values and its record (None: nothing to free)."""
-            if popped is not None:
-                live[ptr] = popped
-            ptr = check_ptr(ptr)
-            nbytes, alignment = check_args(nbytes, alignment)
-            found = live.get(ptr)
-            if found is None and not ptr and not nbytes:
-                return ptr, nbytes, alignment, None
-            check_free(ptr, None if found is None else found[0], nbytes, "TrackingResource")
-            if found[1] != alignment:
-                raise ValueError(f"ptr={ptr:#x} was allocated with alignment={found[1]}, "
-                                 f"not alignment={alignment}")
-            found = live_pop(ptr, None)
-            if found is None:  # another thread freed it meanwhile
-                check_free(ptr, None, nbytes, "TrackingResource")
-            return ptr, nbytes, alignment, found
-
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if own or type(bytes) is not int or type(alignment) is not int:
-                bytes, alignment = check_args(bytes, alignment)
-            ptr = up_alloc(bytes, alignment)
-            if ptr:
-                live[ptr] = (bytes, alignment, None, stack() if capture else None)
-            return ptr
-
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            found = live_pop(ptr, None) if type(ptr) is int else None
-            if (found is None or found[0] != bytes or found[1] != alignment
-                    or type(bytes) is not int or type(alignment) is not int):
-                ptr, bytes, alignment, found = claim_slow(ptr, bytes, alignment, found)
-                if found is None:
-                    return
-            try:
-                up_dealloc(ptr, bytes, alignment)
-            except BaseException:
-                live[ptr] = found
-                raise
+        def stack(ours: int) -> Optional[traceback.StackSummary]:
+            """The caller's stack, without our own ``ours`` innermost frames."""
+            return traceback.StackSummary.from_list(traceback.extract_stack()[:-ours])
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            """(``stream`` SYNC: the synchronous ``allocate``.)"""
             if own or type(bytes) is not int or type(alignment) is not int:
                 bytes, alignment = check_args(bytes, alignment)
-            handle = (stream if type(stream) is int and 0 <= stream <= MAX_PTR
-                      else check_stream(stream))
-            ptr = up_alloc_async(bytes, alignment, stream)
+            if stream is SYNC:
+                ptr = up_alloc(bytes, alignment)
+                handle = None
+            else:
+                handle = (stream if type(stream) is int and 0 <= stream <= MAX_PTR
+                          else check_stream(stream))
+                ptr = up_alloc_async(bytes, alignment, stream)
             if ptr:
-                live[ptr] = (bytes, alignment, handle, stack() if capture else None)
+                live[ptr] = (bytes, alignment, handle,
+                             stack(3 if stream is SYNC else 2) if capture else None)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if type(stream) is not int or not 0 <= stream <= MAX_PTR:
-                check_stream(stream)
+            """(``stream`` SYNC: the synchronous ``deallocate``.)"""
+            if stream is not SYNC and (type(stream) is not int or not 0 <= stream <= MAX_PTR):
+                check_stream(stream)  # before anything is claimed
             found = live_pop(ptr, None) if type(ptr) is int else None
             if (found is None or found[0] != bytes or found[1] != alignment
                     or type(bytes) is not int or type(alignment) is not int):
-                ptr, bytes, alignment, found = claim_slow(ptr, bytes, alignment, found)
+                ptr, bytes, alignment, found = claim_checked(
+                    live, ptr, bytes, alignment, found, 0, "TrackingResource")
                 if found is None:
                     return
+                if found[1] != alignment:
+                    live[ptr] = found
+                    raise ValueError(f"ptr={ptr:#x} was allocated with alignment={found[1]}, "
+                                     f"not alignment={alignment}")
             try:
-                up_dealloc_async(ptr, bytes, alignment, stream)
+                if stream is SYNC:
+                    up_dealloc(ptr, bytes, alignment)
+                else:
+                    up_dealloc_async(ptr, bytes, alignment, stream)
             except BaseException:
                 live[ptr] = found
                 raise
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_async(bytes, alignment, SYNC)
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            deallocate_async(ptr, bytes, alignment, SYNC)
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
