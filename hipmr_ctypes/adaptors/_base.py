@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from types import MethodType
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._exit import finalizer, keep_at_exit
 from ..concepts import is_async_resource, is_resource
@@ -272,6 +272,20 @@ class BoundMethods:
         if self._async:
             self.allocate_async = allocate_async
             self.deallocate_async = deallocate_async
+
+    def _install_through_async(self, allocate_async: Callable[..., int],
+                               deallocate_async: Callable[..., None],
+                               deallocate: Optional[Callable[..., None]] = None) -> None:
+        """:meth:`_install` for hot paths written once: ``allocate`` (and ``deallocate``,
+        unless one is given) call the async ones with :data:`SYNC` as the stream."""
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_async(bytes, alignment, SYNC)
+
+        if deallocate is None:
+            def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+                deallocate_async(ptr, bytes, alignment, SYNC)
+
+        self._install(allocate, deallocate, allocate_async, deallocate_async)
 
     def allocate(self, bytes: int,  # type: ignore[no-redef]
                  alignment: int = DEFAULT_ALIGNMENT) -> int:

@@ -95,13 +95,7 @@ class AlignedResource(BoundAdaptor):
                     moved[ptr] = entry
                 raise
 
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, SYNC)
-
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            deallocate_async(ptr, bytes, alignment, SYNC)
-
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        self._install_through_async(allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._alignment, self._threshold)

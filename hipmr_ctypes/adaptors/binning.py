@@ -157,13 +157,7 @@ class BinningResource(BoundAdaptor):
                 live[ptr] = found
                 raise
 
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, SYNC)
-
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            deallocate_async(ptr, bytes, alignment, SYNC)
-
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        self._install_through_async(allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:
         return tuple(self.bins)

@@ -63,9 +63,6 @@ class LimitingResource(BoundAdaptor):
             return OutOfMemoryError(call="LimitingResource.allocate", size=nbytes,
                                     detail=f"{in_use} of the limit {limit} bytes are in use")
 
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, SYNC)
-
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
                         or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
@@ -111,7 +108,7 @@ class LimitingResource(BoundAdaptor):
 
         self._used = current
         self._mutex = mutex
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        self._install_through_async(allocate_async, deallocate_async, deallocate)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._limit,)

@@ -96,9 +96,6 @@ class StatisticsResource(BoundAdaptor):
                 put(True)
             return values
 
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, SYNC)
-
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
             nonlocal cb, cn, pb, pn, tb, tn
@@ -192,7 +189,7 @@ class StatisticsResource(BoundAdaptor):
         self._push = push
         self._pop = pop
         self._depth = stack.__len__
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        self._install_through_async(allocate_async, deallocate_async, deallocate)
 
     @property
     def statistics(self) -> Statistics:

@@ -6,7 +6,6 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from ..properties import DEFAULT_ALIGNMENT
 from ._base import (MAX_PTR, SYNC, BoundAdaptor, check_args, check_stream, checks_arguments,
                     claim_checked, upstream_calls)
 
@@ -98,13 +97,7 @@ class TrackingResource(BoundAdaptor):
                 live[ptr] = found
                 raise
 
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, SYNC)
-
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            deallocate_async(ptr, bytes, alignment, SYNC)
-
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        self._install_through_async(allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._capture,)
