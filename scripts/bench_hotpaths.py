@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """The hot paths' own cost, without a GPU: median ns per allocate + deallocate pair of the pool
-(direct, through ``async_resource_ref``, with a ``stream_ref`` argument), the statistics and
-limiting adaptors over it, and ``AsyncMemoryResource``'s Python part (its two native calls
-replaced by no-ops), the loops taking turns over many short rounds.
+(direct, through ``async_resource_ref``, with a ``stream_ref`` or ``Stream`` argument), the
+adaptors over it, and ``AsyncMemoryResource``'s Python part (its two native calls replaced by
+no-ops); then the everyday paths, ns per operation: a ``Buffer`` made and closed (or dropped)
+over the pool passed directly, through a ref and as the current device resource, the concept
+checks and ref construction over the pool, an adaptor and a class of the user's.  The loops take
+turns over many short rounds.
 
     HIPMR_PLATFORM=emulated python scripts/bench_hotpaths.py [--rounds 41] [--json out.json]
 
@@ -34,13 +37,6 @@ def loops() -> Dict[str, Callable[[int], None]]:
     bare._malloc = lambda out, n, pool_handle, stream: 0     # no native call: Python only
     bare._free_fn = lambda ptr, stream: 0
 
-    def pair(alloc: Any, free: Any, stream: Any) -> Callable[[int], None]:
-        def run(n: int) -> None:
-            for _ in range(n):
-                p = alloc(256, 256, stream)
-                free(p or 4096, 256, 256, stream)
-        return run
-
     out = {
         "PoolResource direct": pair(pool.allocate_async, pool.deallocate_async, 0),
         "PoolResource via async_resource_ref": pair(ref.allocate_async, ref.deallocate_async, 0),
@@ -60,29 +56,129 @@ def loops() -> Dict[str, Callable[[int], None]]:
             "FixedSizeResource over AsyncMemoryResource":
                 hmr.FixedSizeResource(amr, block_size=1 << 20, blocks_to_preallocate=4)}.items():
         out[name] = pair(res.allocate_async, res.deallocate_async, 0)
+    out.update(everyday(pool, stats))
     return out
+
+
+class _UserResource:
+    """A resource written the way a user would, over the pool."""
+
+    def __init__(self, upstream: Any) -> None:
+        self._up = upstream
+
+    def allocate(self, bytes: int, alignment: int = 256) -> int:
+        return int(self._up.allocate(bytes, alignment))
+
+    def deallocate(self, ptr: int, bytes: int, alignment: int = 256) -> None:
+        self._up.deallocate(ptr, bytes, alignment)
+
+    def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
+        return int(self._up.allocate_async(bytes, alignment, stream))
+
+    def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        self._up.deallocate_async(ptr, bytes, alignment, stream)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    __hash__ = object.__hash__
+    properties = (hmr.device_accessible,)
+
+
+def everyday(pool: Any, stats: Any) -> Dict[str, Callable[[int], None]]:
+    """The paths users take: one operation per iteration."""
+    Buffer = hmr.Buffer
+    ref = hmr.async_resource_ref[hmr.device_accessible](pool)
+    ARef = hmr.async_resource_ref[hmr.device_accessible]
+    user = _UserResource(pool)
+    hmr.set_current_device_resource(pool)
+    stream = hmr.Stream()
+
+    def buffer_close(resource: Any) -> Callable[[int], None]:
+        def run(n: int) -> None:
+            for _ in range(n):
+                Buffer(256, resource=resource).close()
+        return run
+
+    def buffer_drop(resource: Any) -> Callable[[int], None]:
+        def run(n: int) -> None:
+            for _ in range(n):
+                Buffer(256, resource=resource)
+        return run
+
+    def repeat(fn: Callable[[Any], Any], arg: Any) -> Callable[[int], None]:
+        def run(n: int) -> None:
+            for _ in range(n):
+                fn(arg)
+        return run
+
+    def new_stats_ref(n: int) -> None:
+        for _ in range(n):
+            ARef(hmr.StatisticsResource(pool))
+
+    return {
+        "... with a Stream argument": pair(ref.allocate_async, ref.deallocate_async, stream),
+        "Buffer(256, resource=pool) + close()": buffer_close(pool),
+        "Buffer(256, resource=pool), dropped": buffer_drop(pool),
+        "Buffer(256, resource=ref) + close()": buffer_close(ref),
+        "Buffer(256, resource=ref), dropped": buffer_drop(ref),
+        "Buffer(256), pool current + close()": buffer_close(None),
+        "Buffer(256), pool current, dropped": buffer_drop(None),
+        "is_async_resource(pool)": repeat(hmr.is_async_resource, pool),
+        "is_async_resource(StatisticsResource)": repeat(hmr.is_async_resource, stats),
+        "is_async_resource(user class)": repeat(hmr.is_async_resource, user),
+        "async_resource_ref[d_a](pool)": repeat(ARef, pool),
+        "async_resource_ref[d_a](StatisticsResource)": repeat(ARef, stats),
+        "async_resource_ref[d_a](user class)": repeat(ARef, user),
+        "ref of a new StatisticsResource(pool)": new_stats_ref,
+    }
+
+
+def pair(alloc: Any, free: Any, stream: Any) -> Callable[[int], None]:
+    def run(n: int) -> None:
+        for _ in range(n):
+            p = alloc(256, 256, stream)
+            free(p or 4096, 256, 256, stream)
+    return run
+
+
+def everyday_keys() -> List[str]:
+    return [k for k in _EVERYDAY_KEYS]
+
+
+_EVERYDAY_KEYS = ("Buffer(256, resource=pool) + close()", "Buffer(256, resource=pool), dropped",
+                  "Buffer(256, resource=ref) + close()", "Buffer(256, resource=ref), dropped",
+                  "Buffer(256), pool current + close()", "Buffer(256), pool current, dropped",
+                  "is_async_resource(pool)", "is_async_resource(StatisticsResource)",
+                  "is_async_resource(user class)", "async_resource_ref[d_a](pool)",
+                  "async_resource_ref[d_a](StatisticsResource)",
+                  "async_resource_ref[d_a](user class)", "ref of a new StatisticsResource(pool)")
 
 
 def main(argv: Any = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=41)
     ap.add_argument("--pairs", type=int, default=4000, help="pairs per timed run")
+    ap.add_argument("--ops", type=int, default=400,
+                    help="operations per timed run of the everyday paths")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     runs = loops()
     samples: Dict[str, List[float]] = {name: [] for name in runs}
+    everyday_names = set(everyday_keys())
     for run in runs.values():
-        run(1000)
+        run(200)
     for _ in range(args.rounds):
         for name, run in runs.items():
+            n = args.ops if name in everyday_names else args.pairs
             t0 = time.perf_counter_ns()
-            run(args.pairs)
-            samples[name].append((time.perf_counter_ns() - t0) / args.pairs)
+            run(n)
+            samples[name].append((time.perf_counter_ns() - t0) / n)
     result = {name: statistics.median(v) for name, v in samples.items()}
-    print(f"median ns per pair, {args.rounds} rounds, Python {sys.version.split()[0]}, "
+    print(f"median ns per pair (per operation below the pairs), {args.rounds} rounds, Python {sys.version.split()[0]}, "
           f"platform {get_runtime().platform}")
     for name, ns in result.items():
-        print(f"  {name:40s} {ns:7.0f}")
+        print(f"  {name:44s} {ns:9.0f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The cost of ``import hipmr_ctypes`` beyond loading the HIP library itself.
+
+Each round starts fresh interpreters, taking turns: one times ``import ctypes`` plus
+``ctypes.CDLL(<the library the package loads>)`` (the floor: what loading the library costs on
+its own), one times ``import hipmr_ctypes``; both with the ``.pyc`` files as they are and with
+none (an empty ``-X pycache_prefix``, nothing written: every module compiled from source).  The
+time is taken inside the child around the import, so interpreter start-up is not counted.
+
+    python scripts/bench_import.py [--rounds 15] [--json out.json]
+
+Prints the median ms of each and the package's cost beyond the floor.  The platform is the one
+``HIPMR_PLATFORM`` selects (on the emulated platform the "library" is the emulator and the
+floor is ``import ctypes`` alone).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any, Dict, List
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+
+_FLOOR = ("import time; t = time.perf_counter(); import ctypes\n"
+          "if {path!r}: ctypes.CDLL({path!r})\n"
+          "print(time.perf_counter() - t)")
+_PACKAGE = ("import time; t = time.perf_counter(); import hipmr_ctypes\n"
+            "print(time.perf_counter() - t)")
+
+
+def _library_path() -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", "import hipmr_ctypes._hip as h\n"
+         "rt = h.get_runtime()\nprint(rt.library_path if rt.platform != 'emulated' else '')"],
+        cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _run(code: str, no_pyc: bool) -> float:
+    env = dict(os.environ)
+    args = [sys.executable]
+    with tempfile.TemporaryDirectory() as empty:
+        if no_pyc:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            args += ["-X", f"pycache_prefix={empty}"]
+        out = subprocess.run(args + ["-c", code], cwd=ROOT, env=env, capture_output=True,
+                             text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1]) * 1000.0
+
+
+def main(argv: Any = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    path = _library_path()
+    subprocess.run([sys.executable, "-c", "import hipmr_ctypes"], cwd=ROOT, check=True)  # .pyc
+    runs = {
+        "floor (import ctypes + CDLL)": (_FLOOR.format(path=path), False),
+        "import hipmr_ctypes": (_PACKAGE, False),
+        "floor, no .pyc": (_FLOOR.format(path=path), True),
+        "import hipmr_ctypes, no .pyc": (_PACKAGE, True),
+    }
+    samples: Dict[str, List[float]] = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, (code, no_pyc) in runs.items():
+            samples[name].append(_run(code, no_pyc))
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    result: Dict[str, Any] = {"library": path or "(emulated)", "rounds": args.rounds,
+                              "median_ms": med,
+                              "beyond_library_ms": med["import hipmr_ctypes"]
+                              - med["floor (import ctypes + CDLL)"],
+                              "beyond_library_no_pyc_ms": med["import hipmr_ctypes, no .pyc"]
+                              - med["floor, no .pyc"]}
+    print(f"median ms over {args.rounds} interleaved rounds, Python {sys.version.split()[0]}, "
+          f"library {result['library']}")
+    for name, ms in med.items():
+        print(f"  {name:32s} {ms:8.2f}")
+    print(f"  {'beyond the library':32s} {result['beyond_library_ms']:8.2f}")
+    print(f"  {'beyond the library, no .pyc':32s} {result['beyond_library_no_pyc_ms']:8.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
