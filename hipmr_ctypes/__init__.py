@@ -7,29 +7,66 @@ that needs it raises :class:`LibraryNotFoundError`).  Choose the platform with
 """
 from __future__ import annotations
 
+import sys as _sys
+from types import ModuleType as _ModuleType
+from typing import TYPE_CHECKING
+
 from ._hip import preload as _preload
 from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
                           NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
-from .properties import (Property, device_accessible, forward_property, get_property,
-                         has_property, has_property_with, host_accessible, property_with_value)
-from .concepts import (AsyncResource, Resource, is_async_resource, is_async_resource_with,
-                       is_resource, is_resource_with)
-from .resource_ref import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast, resource_ref,
-                           try_get_property)
-from .stream_ref import stream_per_thread, stream_ref
-from .device import (Device, device_count, driver_version, get_device, platform,
-                     runtime_version, set_device, synchronize)
-from .stream import Event, Stream, wait_event
-from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemoryResource,
-                        HostMemoryResource, ManagedMemoryResource, MemoryPool,
-                        PinnedMemoryResource, get_current_device_resource,
-                        get_per_device_resource, set_current_device_resource,
-                        set_per_device_resource)
-from .adaptors import (AlignedResource, BinningResource, CallbackResource,
-                       FailureCallbackResource, FixedSizeResource, LimitingResource,
-                       LoggingResource, PoolResource, PrefetchResource, Statistics,
-                       StatisticsResource, TrackedAllocation, TrackingResource)
-from .buffer import Buffer
+if TYPE_CHECKING:  # what type checkers see; at run time these load on first use (below)
+    from .properties import (Property, device_accessible, forward_property, get_property,
+                             has_property, has_property_with, host_accessible,
+                             property_with_value)
+    from .concepts import (AsyncResource, Resource, is_async_resource, is_async_resource_with,
+                           is_resource, is_resource_with)
+    from .resource_ref import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast,
+                               resource_ref, try_get_property)
+    from .stream_ref import stream_per_thread, stream_ref
+    from .device import (Device, device_count, driver_version, get_device, platform,
+                         runtime_version, set_device, synchronize)
+    from .stream import Event, Stream, wait_event
+    from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemoryResource,
+                            HostMemoryResource, ManagedMemoryResource, MemoryPool,
+                            PinnedMemoryResource, get_current_device_resource,
+                            get_per_device_resource, set_current_device_resource,
+                            set_per_device_resource)
+    from .adaptors import (AlignedResource, BinningResource, CallbackResource,
+                           FailureCallbackResource, FixedSizeResource, LimitingResource,
+                           LoggingResource, PoolResource, PrefetchResource, Statistics,
+                           StatisticsResource, TrackedAllocation, TrackingResource)
+    from .buffer import Buffer
+
+# Everything but the library loads on first use (PEP 562): module -> the public names it
+# provides.  Add a new public name here, to __all__ and to the TYPE_CHECKING imports.
+_LAZY_MODULES = {
+    "properties": ("Property", "device_accessible", "forward_property", "get_property",
+                   "has_property", "has_property_with", "host_accessible",
+                   "property_with_value"),
+    "concepts": ("AsyncResource", "Resource", "is_async_resource", "is_async_resource_with",
+                 "is_resource", "is_resource_with"),
+    "resource_ref": ("DEFAULT_ALIGNMENT", "async_resource_ref", "resource_cast", "resource_ref",
+                     "try_get_property"),
+    "stream_ref": ("stream_per_thread", "stream_ref"),
+    "device": ("Device", "device_count", "driver_version", "get_device", "platform",
+               "runtime_version", "set_device", "synchronize"),
+    "stream": ("Event", "Stream", "wait_event"),
+    "resources": ("MAX_RELEASE_THRESHOLD", "AsyncMemoryResource", "DeviceMemoryResource",
+                  "HostMemoryResource", "ManagedMemoryResource", "MemoryPool",
+                  "PinnedMemoryResource", "get_current_device_resource",
+                  "get_per_device_resource", "set_current_device_resource",
+                  "set_per_device_resource"),
+    "adaptors": ("AlignedResource", "BinningResource", "CallbackResource",
+                 "FailureCallbackResource", "FixedSizeResource", "LimitingResource",
+                 "LoggingResource", "PoolResource", "PrefetchResource", "Statistics",
+                 "StatisticsResource", "TrackedAllocation", "TrackingResource"),
+    "buffer": ("Buffer",),
+}
+_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+# submodules an eager import used to bind as attributes: reachable (and listed) as before
+_SUBMODULES = frozenset(("adaptors", "buffer", "concepts", "device", "properties",
+                         "resource_ref", "resources", "stream", "stream_ref", "_checks",
+                         "_exit", "_hip", "_libc", "_locks"))
 
 __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
     "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "Property",
@@ -46,6 +83,42 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "FixedSizeResource", "LimitingResource", "LoggingResource", "PoolResource",
     "PrefetchResource", "Statistics", "StatisticsResource", "TrackedAllocation",
     "TrackingResource", "Buffer"]
+
+
+def __getattr__(name: str) -> object:
+    """Load the submodule that provides ``name`` on first use, and keep the name here."""
+    module = _LAZY.get(name)
+    if module is not None:
+        from importlib import import_module
+        value = getattr(import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        from importlib import import_module
+        return import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> "list[str]":
+    """What an eager import would show: every public name and the submodules."""
+    return sorted((set(globals()) - _MACHINERY) | set(_LAZY) | _SUBMODULES)
+
+
+class _Package(_ModuleType):
+    """This package's module type: importing the submodule ``stream_ref`` or ``resource_ref``
+    does not bind the package's attribute of that name to the module: it stays the class."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if isinstance(value, _ModuleType) and name in _LAZY and \
+                getattr(value, "__name__", "") == f"{__name__}.{name}":
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
+_MACHINERY = frozenset(("_sys", "_ModuleType", "TYPE_CHECKING", "_LAZY_MODULES", "_LAZY", "_SUBMODULES",
+                        "_Package", "_MACHINERY", "__getattr__", "__dir__"))
+
 
 __version__ = "0.1.0"
 

@@ -3,9 +3,10 @@
 
 Each round starts fresh interpreters, taking turns: one times ``import ctypes`` plus
 ``ctypes.CDLL(<the library the package loads>)`` (the floor: what loading the library costs on
-its own), one times ``import hipmr_ctypes``; both with the ``.pyc`` files as they are and with
-none (an empty ``-X pycache_prefix``, nothing written: every module compiled from source).  The
-time is taken inside the child around the import, so interpreter start-up is not counted.
+its own), one times ``import hipmr_ctypes``; the package with its ``.pyc`` files and without
+(a fresh copy of the folder with no ``__pycache__``, nothing written: as from a read-only
+vendored folder).  The time is taken inside the child around the import, so interpreter start-up
+is not counted.
 
     python scripts/bench_import.py [--rounds 15] [--json out.json]
 
@@ -16,8 +17,10 @@ floor is ``import ctypes`` alone).
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,15 +44,11 @@ def _library_path() -> str:
     return out.stdout.strip()
 
 
-def _run(code: str, no_pyc: bool) -> float:
+def _run(code: str, where: str) -> float:
     env = dict(os.environ)
-    args = [sys.executable]
-    with tempfile.TemporaryDirectory() as empty:
-        if no_pyc:
-            env["PYTHONDONTWRITEBYTECODE"] = "1"
-            args += ["-X", f"pycache_prefix={empty}"]
-        out = subprocess.run(args + ["-c", code], cwd=ROOT, env=env, capture_output=True,
-                             text=True, check=True)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    out = subprocess.run([sys.executable, "-c", code], cwd=where, env=env, capture_output=True,
+                         text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1]) * 1000.0
 
 
@@ -59,24 +58,31 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     path = _library_path()
-    subprocess.run([sys.executable, "-c", "import hipmr_ctypes"], cwd=ROOT, check=True)  # .pyc
+    tmp = tempfile.mkdtemp(prefix="hipmr-import-")
+    bare, compiled = os.path.join(tmp, "bare"), os.path.join(tmp, "compiled")
+    for where in (bare, compiled):
+        shutil.copytree(os.path.join(ROOT, "hipmr_ctypes"), os.path.join(where, "hipmr_ctypes"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    compileall.compile_dir(os.path.join(compiled, "hipmr_ctypes"), quiet=1)
     runs = {
-        "floor (import ctypes + CDLL)": (_FLOOR.format(path=path), False),
-        "import hipmr_ctypes": (_PACKAGE, False),
-        "floor, no .pyc": (_FLOOR.format(path=path), True),
-        "import hipmr_ctypes, no .pyc": (_PACKAGE, True),
+        "floor (import ctypes + CDLL)": (_FLOOR.format(path=path), tmp),
+        "import hipmr_ctypes": (_PACKAGE, compiled),
+        "import hipmr_ctypes, no .pyc": (_PACKAGE, bare),
     }
     samples: Dict[str, List[float]] = {name: [] for name in runs}
-    for _ in range(args.rounds):
-        for name, (code, no_pyc) in runs.items():
-            samples[name].append(_run(code, no_pyc))
+    try:
+        for _ in range(args.rounds):
+            for name, (code, where) in runs.items():
+                samples[name].append(_run(code, where))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     med = {name: statistics.median(v) for name, v in samples.items()}
     result: Dict[str, Any] = {"library": path or "(emulated)", "rounds": args.rounds,
                               "median_ms": med,
                               "beyond_library_ms": med["import hipmr_ctypes"]
                               - med["floor (import ctypes + CDLL)"],
                               "beyond_library_no_pyc_ms": med["import hipmr_ctypes, no .pyc"]
-                              - med["floor, no .pyc"]}
+                              - med["floor (import ctypes + CDLL)"]}
     print(f"median ms over {args.rounds} interleaved rounds, Python {sys.version.split()[0]}, "
           f"library {result['library']}")
     for name, ms in med.items():

@@ -58,3 +58,87 @@ def test_works_from_a_copied_folder(tmp_path):
     assert out.returncode == 0, out.stderr
     text, path = out.stdout.split()
     assert text == "vendored" and path.startswith(str(tmp_path))
+
+
+def _fresh(code: str, platform: str = "emulated") -> str:
+    env = dict(os.environ, HIPMR_PLATFORM=platform)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_import_loads_the_library_and_nothing_else():
+    """The library (libamdhip64) is loaded and declared at import; the rest of the package,
+    and heavy standard modules it uses, load on first use."""
+    code = ("import sys, json\n"
+            "before = set(sys.modules)\n"
+            "import hipmr_ctypes\n"
+            "from hipmr_ctypes import _hip\n"
+            "new = sorted(set(sys.modules) - before)\n"
+            "error = _hip.load_error()\n"
+            "print(json.dumps([_hip._runtime is not None, type(error).__name__, new]))")
+    loaded, error, new = json.loads(_fresh(code, "amd"))
+    if os.environ.get("HIPMR_REQUIRE_AMD_LIBRARY") == "1":
+        assert loaded
+    else:
+        assert loaded or error == "LibraryNotFoundError"
+    ours = [m for m in new if m.startswith("hipmr_ctypes.")]
+    assert all(m.startswith("hipmr_ctypes._hip") for m in ours), ours
+    for heavy in ("inspect", "dataclasses", "ctypes.util", "subprocess", "weakref", "atexit",
+                  "hipmr_ctypes.adaptors", "hipmr_ctypes.buffer", "hipmr_ctypes.resources"):
+        assert heavy not in new
+
+
+def test_import_without_the_library_still_works_and_is_lazy():
+    code = ("import os, json, sys\n"
+            "os.environ['HIPMR_LIBRARY'] = '/nonexistent/libamdhip64.so'\n"
+            "import hipmr_ctypes as h\n"
+            "print(json.dumps([h._hip.load_error() is not None, h.is_resource(object()),\n"
+            "                  'hipmr_ctypes.buffer' in sys.modules]))")
+    assert json.loads(_fresh(code, "amd")) == [True, False, False]
+
+
+def test_dir_and_star_import_are_those_of_an_eager_import():
+    code = ("import json, hipmr_ctypes as h\n"
+            "first = dir(h)\n"
+            "ns = {}\n"
+            "exec('from hipmr_ctypes import *', ns)\n"
+            "star = sorted(k for k in ns if k != '__builtins__')\n"
+            "import hipmr_ctypes.stream_ref, hipmr_ctypes.resource_ref, hipmr_ctypes.buffer\n"
+            "import hipmr_ctypes.adaptors, hipmr_ctypes.interop\n"
+            "same = all(ns[k] is getattr(h, k) for k in h.__all__)\n"
+            "print(json.dumps([first, dir(h), star, sorted(h.__all__), same]))")
+    first, after, star, names, same = json.loads(_fresh(code))
+    assert first == sorted(first)
+    assert set(names) <= set(first)
+    assert {"adaptors", "buffer", "resources", "device", "stream", "properties",
+            "concepts", "stream_ref", "resource_ref"} <= set(first)
+    assert set(after) - {"interop"} == set(first)   # interop: imported explicitly above
+    assert not {n for n in first if n in ("_LAZY", "_Package", "__getattr__")}
+    assert star == names and same
+
+
+def test_submodules_named_like_their_classes_do_not_shadow_them():
+    import hipmr_ctypes.resource_ref  # noqa: F401
+    import hipmr_ctypes.stream_ref  # noqa: F401
+    assert isinstance(hmr.stream_ref, type) and hmr.stream_ref.__name__ == "stream_ref"
+    assert isinstance(hmr.resource_ref, type) and hmr.resource_ref.__name__ == "resource_ref"
+    assert sys.modules["hipmr_ctypes.stream_ref"].stream_ref is hmr.stream_ref
+    code = ("import hipmr_ctypes.stream_ref, hipmr_ctypes as h\n"
+            "print(isinstance(h.stream_ref, type), isinstance(h.resource_ref, type))")
+    assert _fresh(code).split() == ["True", "True"]
+
+
+def test_every_public_name_resolves_and_unknown_names_raise():
+    for name in hmr.__all__:
+        assert getattr(hmr, name) is not None, name
+    assert hmr.Buffer is sys.modules["hipmr_ctypes.buffer"].Buffer
+    assert hmr.adaptors is sys.modules["hipmr_ctypes.adaptors"]
+    try:
+        hmr.no_such_name  # noqa: B018
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:
+        raise AssertionError("no AttributeError")
+    assert not hasattr(hmr, "no_such_name")
