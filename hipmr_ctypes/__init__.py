@@ -63,10 +63,10 @@ _LAZY_MODULES = {
     "buffer": ("Buffer",),
 }
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
-# submodules an eager import used to bind as attributes: reachable (and listed) as before
+# submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
 _SUBMODULES = frozenset(("adaptors", "buffer", "concepts", "device", "properties",
                          "resource_ref", "resources", "stream", "stream_ref", "_checks",
-                         "_exit", "_hip", "_libc", "_locks"))
+                         "_exit", "_hip", "_libc", "_locks", "logfile", "plot"))
 
 __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
     "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "Property",
@@ -95,13 +95,21 @@ def __getattr__(name: str) -> object:
         return value
     if name in _SUBMODULES:
         from importlib import import_module
-        return import_module(f"{__name__}.{name}")
+        try:
+            return import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> "list[str]":
     """What an eager import would show: every public name and the submodules."""
-    return sorted((set(globals()) - _MACHINERY) | set(_LAZY) | _SUBMODULES)
+    import os
+    here = os.path.dirname(__file__)
+    present = {m for m in _SUBMODULES if os.path.exists(os.path.join(here, m)) or
+               os.path.exists(os.path.join(here, m + ".py"))}
+    return sorted((set(globals()) - _MACHINERY) | set(_LAZY) | present)
 
 
 class _Package(_ModuleType):
