@@ -33,6 +33,20 @@ def test_bench_alloc(tmp_path):
 
 def test_bench_hotpaths(tmp_path):
     out = tmp_path / "hot.json"
-    _run("bench_hotpaths.py", "--rounds", "2", "--pairs", "200", "--json", str(out))
+    _run("bench_hotpaths.py", "--rounds", "2", "--pairs", "200", "--ops", "20", "--json",
+         str(out))
     data = json.loads(out.read_text())
-    assert len(data) == 11 and all(v > 0 for v in data.values())
+    assert {"PoolResource via async_resource_ref", "... with a Stream argument",
+            "Buffer(256, resource=pool) + close()", "Buffer(256), pool current, dropped",
+            "is_async_resource(user class)", "ref of a new StatisticsResource(pool)"} <= set(data)
+    assert len(data) >= 25 and all(v > 0 for v in data.values())
+
+
+def test_bench_import(tmp_path):
+    out = tmp_path / "import.json"
+    text = _run("bench_import.py", "--rounds", "1", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert set(data["median_ms"]) == {"floor (import ctypes + CDLL)", "import hipmr_ctypes",
+                                      "import hipmr_ctypes, no .pyc"}
+    assert all(v > 0 for v in data["median_ms"].values())
+    assert "beyond the library" in text
