@@ -7,6 +7,7 @@ import ctypes
 import sys
 import threading
 import weakref
+from contextlib import nullcontext
 from ctypes import POINTER, Structure, c_char_p, c_int, c_ssize_t, c_void_p
 from typing import Any, Optional, Tuple
 
@@ -14,7 +15,7 @@ from . import _hip
 from ._exit import finalizer, keep_at_exit
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
                          hipPointerAttribute_t)
-from .device import Device, get_device
+from .device import Device, get_device, on_device
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
 from .resource_ref import async_resource_ref, resource_ref
 from .resources._common import check, check_alignment, check_size, check_stream
@@ -174,7 +175,9 @@ class Buffer:
         host_only = device_accessible not in props and bool(props)
         device = getattr(ref.resource, "device", None)
         if type(device) is not int:
-            device = None if host_only else get_device()
+            device = None if host_only else memory_device(ref.resource)
+            if device is None and not host_only:
+                device = get_device()
         self._size = size
         self._alignment = alignment
         self._ref = ref
@@ -243,8 +246,9 @@ class Buffer:
 
     @property
     def device(self) -> Optional[int]:
-        """The device of the memory: the resource's ``device``, else the device current at
-        allocation; None for host-only memory."""
+        """The device the memory lives on: the ``device`` of the resource, or of the first
+        resource below it that names one (through any stack of adaptors), else the device
+        current at allocation; None for host-only memory."""
         return self._device
 
     @property
@@ -300,30 +304,45 @@ class Buffer:
         self.close()
 
     # ---- copies ----
-    def _sync_copy(self, dst: int, src: int, n: int, host: bool) -> None:
-        """A synchronous copy ordered after the work on the buffer's stream."""
+    def _sync_copy(self, dst: int, src: int, n: int, host: bool,
+                   peer: Optional[Tuple[int, int]]) -> None:
+        """A synchronous copy ordered after the work on the buffer's stream, made with the
+        buffer's device current (the null stream is per device)."""
         if host:
             ctypes.memmove(dst, src, n)
             return
         rt = _hip.get_runtime()
         own = self._stream._handle
-        if own == 0:
-            check(rt, rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
-            return
-        check(rt, rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own), "hipMemcpyAsync",
-                 size=n)
-        check(rt, rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+        device = self._device
+        with on_device(device) if device is not None else _NO_SWITCH:
+            if peer is not None:
+                check(rt, rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
+                      "hipMemcpyPeerAsync", size=n, device=peer[0])
+            elif own == 0:
+                check(rt, rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
+                return
+            else:
+                check(rt, rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own),
+                      "hipMemcpyAsync", size=n)
+            check(rt, rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
 
-    def _copy(self, dst: int, src: int, n: int, stream: Any, host: bool) -> None:
+    def _copy(self, dst: int, src: int, n: int, stream: Any, host: bool,
+              peer: Optional[Tuple[int, int]] = None) -> None:
+        """Copy ``n`` bytes; ``peer`` = (destination device, source device) for a copy between
+        two devices' memory, which only the peer copy calls accept."""
         if not n:
             return
         if stream is None:
-            self._sync_copy(dst, src, n, host)
+            self._sync_copy(dst, src, n, host, peer)
         elif host:
             ctypes.memmove(dst, src, n)
         else:
             handle = check_stream(stream)
             rt = _hip.get_runtime()
+            if peer is not None:
+                check(rt, rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
+                      "hipMemcpyPeerAsync", size=n, device=peer[0])
+                return
             check(rt, rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
                      "hipMemcpyAsync", size=n)
 
@@ -370,13 +389,56 @@ class Buffer:
             n = other._size
             host = self._host_only and other._host_only
             producer = None
+            src_device = other._device if other._memory_kind() == "device" else None
         else:
             src, n, producer = _cai_source(other)
             host = False
+            src_device = None
         self._check_size(n, "other")
         if producer is not None:  # CAI v3: the producer's work must be complete
             stream_ref(producer).wait()
-        self._copy(ptr, src, n, stream, host)
+        if not n:
+            return
+        peer = None
+        if not host and self._memory_kind() == "device":
+            if src_device is None and not isinstance(other, Buffer):
+                src_device = _pointer_device(src)
+            dst_device = self._device
+            if src_device is not None and dst_device is not None and src_device != dst_device:
+                peer = (dst_device, src_device)
+                if stream is None and isinstance(other, Buffer):
+                    other._wait_own()   # its work on its own device's stream comes first
+        self._copy(ptr, src, n, stream, host, peer)
+
+    def _wait_own(self) -> None:
+        """Wait for the work on this buffer's stream (on its device: null streams are per
+        device)."""
+        if self._host_only:
+            return
+        rt = _hip.get_runtime()
+        device = self._device
+        with on_device(device) if device is not None else _NO_SWITCH:
+            check(rt, rt.fn.hipStreamSynchronize(self._stream._handle), "hipStreamSynchronize")
+
+    def copy(self, resource: Any = None, stream: Any = None) -> "Buffer":
+        """A new Buffer with the same contents, allocated from ``resource`` (default: this
+        buffer's own resource) on ``stream``.  A resource of another device gives a copy on
+        that device (a peer copy).  ``stream=None``: the copy is done when this returns; with a
+        stream it is asynchronous on it."""
+        self._live()
+        if stream is not None:
+            check_stream(stream)
+        if resource is None:
+            new = Buffer(self._size, resource=self._ref, stream=stream,
+                         alignment=self._alignment)
+        else:
+            new = Buffer(self._size, resource=resource, stream=stream)
+        try:
+            new.copy_from_device(self, stream)
+        except BaseException:
+            new.close()
+            raise
+        return new
 
     def memset(self, value: int, stream: Any = None) -> None:
         """Set every byte to ``value`` (0..255)."""
@@ -394,12 +456,15 @@ class Buffer:
         rt = _hip.get_runtime()
         if handle is None:
             own = self._stream._handle
-            if own == 0:
-                check(rt, rt.fn.hipMemset(ptr, value, self._size), "hipMemset", size=self._size)
-                return
-            check(rt, rt.fn.hipMemsetAsync(ptr, value, self._size, own), "hipMemsetAsync",
-                     size=self._size)
-            check(rt, rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+            device = self._device
+            with on_device(device) if device is not None else _NO_SWITCH:
+                if own == 0:
+                    check(rt, rt.fn.hipMemset(ptr, value, self._size), "hipMemset",
+                          size=self._size)
+                    return
+                check(rt, rt.fn.hipMemsetAsync(ptr, value, self._size, own),
+                      "hipMemsetAsync", size=self._size)
+                check(rt, rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
         else:
             check(rt, rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
                      size=self._size)
@@ -500,6 +565,43 @@ class Buffer:
         state = "closed" if self._closed else f"{self._ptr:#x}"
         return (f"<Buffer {state} size={self._size} device={self._device} "
                 f"stream={self._stream!r} resource={self._ref.resource!r}>")
+
+
+_NO_SWITCH = nullcontext()
+
+
+def memory_device(resource: Any) -> Optional[int]:
+    """The device the memory of ``resource`` lives on: its ``device`` when that is an int, else
+    the first such ``device`` below it through ``upstream_resource()`` (adaptors, refs); None
+    when no resource of the stack names one."""
+    for _ in range(64):  # a stack deeper than this is a cycle
+        if isinstance(resource, resource_ref):
+            resource = resource.resource
+        device = getattr(resource, "device", None)
+        if type(device) is int:
+            return device
+        upstream = getattr(resource, "upstream_resource", None)
+        if not callable(upstream):
+            return None
+        try:
+            resource = upstream()
+        except Exception:  # noqa: BLE001 - a user object's method: no device known
+            return None
+    return None
+
+
+def _pointer_device(ptr: int) -> Optional[int]:
+    """The device of device-only memory at ``ptr`` (hipPointerGetAttributes), else None."""
+    rt = _hip.get_runtime()
+    attrs = hipPointerAttribute_t()
+    if rt.fn.hipPointerGetAttributes(attrs, ptr):
+        rt.clear_last_error()
+        return None
+    if rt.platform == "amd" and rt.runtime_version()[0] < 6:
+        table = MEMORY_TYPE_5
+    else:
+        table = MEMORY_TYPE_6
+    return attrs.device if table.get(attrs.type) == "device" and not attrs.isManaged else None
 
 
 def _unpickle(data: Any) -> Buffer:

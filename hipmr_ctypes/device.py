@@ -4,7 +4,8 @@ from __future__ import annotations
 import ctypes
 import operator
 import threading
-from typing import Optional, Tuple, Union
+from contextlib import contextmanager
+from typing import Iterator, Optional, Tuple, Union
 
 from . import _hip
 from ._hip.errors import NoDeviceError, NotSupportedError
@@ -12,7 +13,7 @@ from ._hip.types import (DEVICE_ATTRIBUTES, hipDeviceAttributeManagedMemory,
                          hipDeviceAttributeMemoryPoolsSupported)
 
 __all__ = ["platform", "runtime_version", "driver_version", "device_count", "get_device",
-           "set_device", "Device", "check_device", "prefetch", "synchronize"]
+           "set_device", "Device", "check_device", "prefetch", "synchronize", "on_device"]
 
 
 def platform() -> str:
@@ -90,6 +91,25 @@ def set_device(device: Union[int, "Device"]) -> None:
     rt.check(rt.fn.hipSetDevice(ordinal), "hipSetDevice", device=ordinal)
 
 
+@contextmanager
+def on_device(ordinal: int) -> Iterator[None]:
+    """``with on_device(i):`` makes the (already validated) ordinal ``i`` current for the
+    block and restores the previous device; asks the runtime nothing more when it is current
+    already.  The light form of ``with Device(i):`` for the package's own calls."""
+    rt = _hip.get_runtime()
+    cur = ctypes.c_int()
+    rt.check(rt.fn.hipGetDevice(cur), "hipGetDevice")
+    prev = cur.value
+    if prev == ordinal:
+        yield
+        return
+    rt.check(rt.fn.hipSetDevice(ordinal), "hipSetDevice", device=ordinal)
+    try:
+        yield
+    finally:
+        rt.fn.hipSetDevice(prev)
+
+
 def synchronize() -> None:
     """Wait for all work on the current device."""
     rt = _hip.get_runtime()
@@ -106,6 +126,8 @@ def prefetch(ptr: int, nbytes: int, device: int, stream: object = 0) -> None:
 
 
 _tls = threading.local()
+_PEER_ALREADY_ENABLED = 704   # hipErrorPeerAccessAlreadyEnabled
+_PEER_NOT_ENABLED = 705       # hipErrorPeerAccessNotEnabled
 
 
 class Device:
@@ -190,6 +212,50 @@ class Device:
         with self:
             rt.check(rt.fn.hipMemGetInfo(free, total), "hipMemGetInfo", device=self._id)
         return free.value, total.value
+
+    def _peer(self, peer: object) -> int:
+        ordinal = check_device(peer, "peer")
+        if ordinal == self._id:
+            raise ValueError(f"peer={ordinal}: a device is not its own peer")
+        return ordinal
+
+    def can_access_peer(self, peer: Union[int, "Device"]) -> bool:
+        """True when this device can map memory of ``peer`` (``hipDeviceCanAccessPeer``); False
+        for the device itself."""
+        ordinal = check_device(peer, "peer")
+        if ordinal == self._id:
+            return False
+        rt = _hip.get_runtime()
+        out = ctypes.c_int()
+        rt.check(rt.fn.hipDeviceCanAccessPeer(out, self._id, ordinal), "hipDeviceCanAccessPeer",
+                 device=self._id, detail=f"peer {ordinal}")
+        return bool(out.value)
+
+    def enable_peer_access(self, peer: Union[int, "Device"]) -> None:
+        """Let kernels on this device read and write ``hipMalloc`` memory of ``peer``
+        (``hipDeviceEnablePeerAccess``).  Idempotent: a peer already enabled is not an error.
+        Memory-pool memory needs :meth:`MemoryPool.set_access` instead.  Peer copies
+        (``Buffer.copy_from_device``, ``Buffer.copy``) work without it."""
+        ordinal = self._peer(peer)
+        rt = _hip.get_runtime()
+        with self:
+            st = rt.fn.hipDeviceEnablePeerAccess(ordinal, 0)
+        if st and rt.hip_code(st) == _PEER_ALREADY_ENABLED:
+            rt.clear_last_error()
+            return
+        rt.check(st, "hipDeviceEnablePeerAccess", device=self._id, detail=f"peer {ordinal}")
+
+    def disable_peer_access(self, peer: Union[int, "Device"]) -> None:
+        """Undo :meth:`enable_peer_access` (``hipDeviceDisablePeerAccess``).  Idempotent: a
+        peer that is not enabled is not an error."""
+        ordinal = self._peer(peer)
+        rt = _hip.get_runtime()
+        with self:
+            st = rt.fn.hipDeviceDisablePeerAccess(ordinal)
+        if st and rt.hip_code(st) == _PEER_NOT_ENABLED:
+            rt.clear_last_error()
+            return
+        rt.check(st, "hipDeviceDisablePeerAccess", device=self._id, detail=f"peer {ordinal}")
 
     def synchronize(self) -> None:
         """Wait for all work on this device."""

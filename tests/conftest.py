@@ -2,9 +2,9 @@
 
 Unit tests run on the emulated platform unless HIPMR_PLATFORM says otherwise (the GPU run sets
 HIPMR_PLATFORM=nvidia).  Tests that need a real GPU are marked ``gpu`` and use ``gpu_runtime``;
-tests that need the real libamdhip64 are marked ``amd_library`` and use ``amd_runtime``.  Both
-skip when the thing is missing, and FAIL instead when HIPMR_REQUIRE_GPU=1 /
-HIPMR_REQUIRE_AMD_LIBRARY=1 is set.
+tests that need two real GPUs are marked ``multi_gpu`` too; tests that need the real
+libamdhip64 are marked ``amd_library`` and use ``amd_runtime``.  They skip when the thing is
+missing, and FAIL instead when HIPMR_REQUIRE_GPU=1 / HIPMR_REQUIRE_AMD_LIBRARY=1 is set.
 """
 import os
 
@@ -53,3 +53,18 @@ def emulator():
         pytest.skip("needs HIPMR_PLATFORM=emulated")
     yield rt.emulator
     rt.emulator.clear_faults()
+
+
+def pytest_runtest_setup(item):
+    """``multi_gpu`` tests need a real platform with at least two devices."""
+    if item.get_closest_marker("multi_gpu") is None:
+        return
+    try:
+        rt = _hip.get_runtime()
+    except Exception as exc:  # noqa: BLE001
+        _missing(f"two GPUs ({exc})", "HIPMR_REQUIRE_GPU")
+    if rt.platform == "emulated":
+        _missing("two real GPUs (HIPMR_PLATFORM is emulated)", "HIPMR_REQUIRE_GPU")
+    count = hipmr_ctypes.device_count()
+    if count < 2:
+        _missing(f"two GPUs ({rt.platform} runtime sees {count})", "HIPMR_REQUIRE_GPU")

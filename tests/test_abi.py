@@ -141,3 +141,48 @@ def test_every_declared_function_is_in_the_header():
         if since[0] > major or (since[0] == major and since > (major, 2)):
             continue  # newer than these headers (optional symbols)
         assert f" {decl.name}(" in text, decl.name
+
+
+# ctypes argument type -> a C expression of that type, for the call probe below
+def _c_argument(ctype):
+    if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+        return f"*({ctype.__name__}*)0"        # a structure passed by value
+    if ctype is ctypes.c_void_p:
+        return "(void*)0"
+    if ctype is ctypes.c_char_p:
+        return "(char*)0"
+    scalars = {ctypes.c_int: "int", ctypes.c_uint: "unsigned int", ctypes.c_size_t: "size_t"}
+    if ctype in scalars:
+        return f"({scalars[ctype]})0"
+    if hasattr(ctype, "_type_"):                 # POINTER(x): any object pointer
+        return "(void*)0"
+    raise AssertionError(f"no C spelling for {ctype!r}")
+
+
+def test_every_declared_function_takes_the_declared_arguments(tmp_path):
+    """Call every function of the table (in dead code) with one argument of each declared
+    ctypes type: gcc rejects a wrong count, a structure where a pointer is expected (and the
+    reverse) and an integer where a pointer is expected."""
+    inc = _include_dir()
+    gcc = shutil.which("gcc")
+    if inc is None or gcc is None:
+        if os.environ.get("HIPMR_REQUIRE_AMD_LIBRARY") == "1":
+            pytest.fail("libamdhip64-dev headers and gcc required but missing")
+        pytest.skip("headers or gcc not available")
+    major = int(open(os.path.join(inc, "hip", "hip_version.h")).read()
+                .split("HIP_VERSION_MAJOR")[1].split()[0])
+    lines = ["#include <stddef.h>", "#include <hip/hip_runtime_api.h>",
+             "int main(int argc, char** argv) {", "  (void)argv;", "  if (argc < 0) {"]
+    for decl in decls.DECLS:
+        since = tuple(int(x) for x in decl.since.split("."))
+        if since[0] > major or (since[0] == major and since > (major, 2)):
+            continue
+        args = ", ".join(_c_argument(t) for t in decl.argtypes)
+        lines.append(f"    (void){decl.name}({args});")
+    lines += ["  }", "  return 0;", "}"]
+    src = tmp_path / "calls.c"
+    src.write_text("\n".join(lines) + "\n")
+    done = subprocess.run([gcc, "-D__HIP_PLATFORM_AMD__", "-Werror=int-conversion",
+                           "-Werror=implicit-function-declaration", "-I", inc, "-c", str(src),
+                           "-o", str(tmp_path / "calls.o")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -63,6 +63,7 @@ DECLS: Tuple[Decl, ...] = (
     Decl("hipDeviceSynchronize", hipError_t, (), "4.2", R),
     Decl("hipDeviceCanAccessPeer", hipError_t, (P_int, c_int, c_int), "4.2", R),
     Decl("hipDeviceEnablePeerAccess", hipError_t, (c_int, c_uint), "4.2", R),
+    Decl("hipDeviceDisablePeerAccess", hipError_t, (c_int,), "4.2", R),
     Decl("hipMemGetInfo", hipError_t, (P_size, P_size), "4.2", R),
     # plain memory
     Decl("hipMalloc", hipError_t, (P_void, c_size_t), "4.2", R),
@@ -73,6 +74,9 @@ DECLS: Tuple[Decl, ...] = (
     Decl("hipMemcpy", hipError_t, (c_void_p, c_void_p, c_size_t, c_int), "4.2", R),
     Decl("hipMemcpyAsync", hipError_t, (c_void_p, c_void_p, c_size_t, c_int, hipStream_t),
          "4.2", R),
+    Decl("hipMemcpyPeer", hipError_t, (c_void_p, c_int, c_void_p, c_int, c_size_t), "4.2", R),
+    Decl("hipMemcpyPeerAsync", hipError_t,
+         (c_void_p, c_int, c_void_p, c_int, c_size_t, hipStream_t), "4.2", R),
     Decl("hipMemset", hipError_t, (c_void_p, c_int, c_size_t), "4.2", R),
     Decl("hipMemsetAsync", hipError_t, (c_void_p, c_int, c_size_t, hipStream_t), "4.2", R),
     Decl("hipMemPrefetchAsync", hipError_t, (c_void_p, c_size_t, c_int, hipStream_t), "4.2", R),

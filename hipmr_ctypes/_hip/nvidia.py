@@ -27,6 +27,8 @@ NAME_MAP: Dict[str, str] = {
     "hipSetDevice": "cudaSetDevice", "hipDeviceSynchronize": "cudaDeviceSynchronize",
     "hipDeviceCanAccessPeer": "cudaDeviceCanAccessPeer",
     "hipDeviceEnablePeerAccess": "cudaDeviceEnablePeerAccess",
+    "hipDeviceDisablePeerAccess": "cudaDeviceDisablePeerAccess",
+    "hipMemcpyPeer": "cudaMemcpyPeer", "hipMemcpyPeerAsync": "cudaMemcpyPeerAsync",
     "hipMemGetInfo": "cudaMemGetInfo", "hipMalloc": "cudaMalloc", "hipFree": "cudaFree",
     "hipHostMalloc": "cudaHostAlloc", "hipHostFree": "cudaFreeHost",
     "hipMallocManaged": "cudaMallocManaged", "hipMemcpy": "cudaMemcpy",

@@ -45,6 +45,9 @@ What is faithful
   host side must not be device-only memory and must not run into an emulated allocation; NULL
   and addresses below 64 KiB are invalid; a host buffer passed as a ctypes array, ``byref()``
   or ``bytes`` must hold the whole copy, and ``bytes`` is never a destination.
+  A plain copy between device-only memory (hipMalloc or pool) of two different devices is
+  hipErrorInvalidValue, as CUDA returns it on a two-GPU machine; hipMemcpyPeer /
+  hipMemcpyPeerAsync copy device-accessible memory of any two devices.
   hipMemset* needs a range inside one live allocation.
   Size 0 succeeds after the kind and stream checks.
 * Memory pools (one default pool per device, plus hipMemPoolCreate pools): a pool reserves

@@ -7,7 +7,7 @@ from typing import Any, Dict
 
 from ._args import Status, char_buffer, i32, out, u32
 from ._core import (INVALID_DEVICE, INVALID_VALUE, NO_DEVICE, PEER_ACCESS_ALREADY_ENABLED,
-                    SUCCESS, error_name, error_string)
+                    PEER_ACCESS_NOT_ENABLED, SUCCESS, error_name, error_string)
 from ._streams import StreamMixin
 
 __all__ = ["DeviceMixin", "device_attributes"]
@@ -186,3 +186,12 @@ class DeviceMixin(StreamMixin):
             if peer.ordinal in dev.peers:
                 raise Status(PEER_ACCESS_ALREADY_ENABLED)
             dev.peers.add(peer.ordinal)
+
+    def hipDeviceDisablePeerAccess(self, peer_device_id: Any) -> None:
+        """hipDeviceDisablePeerAccess(int): from the current device; only an enabled peer."""
+        peer = self._device(i32(peer_device_id))
+        with self._lock:
+            dev = self._current()
+            if peer.ordinal not in dev.peers:
+                raise Status(PEER_ACCESS_NOT_ENABLED)
+            dev.peers.discard(peer.ordinal)

@@ -32,7 +32,8 @@ _KINDS_NO_CU = _KINDS | {hipMemcpyDeviceToDeviceNoCU}
 
 
 class MemoryMixin(PoolMixin):
-    """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMallocManaged, hipMemcpy*, hipMemset*,
+    """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMallocManaged, hipMemcpy*,
+    hipMemcpyPeer*, hipMemset*,
     hipMemPrefetchAsync, hipPointerGetAttributes, hipIpcGetMemHandle, hipMemPoolExportPointer."""
 
     # ---- helpers (lock held) --------------------------------------------------------------
@@ -99,6 +100,24 @@ class MemoryMixin(PoolMixin):
                                 hipMemcpyDeviceToDeviceNoCU)
             self._check_range(d, n, to_device, k in (hipMemcpyHostToHost, hipMemcpyDeviceToHost))
             self._check_range(s, n, from_device, k in (hipMemcpyHostToHost, hipMemcpyHostToDevice))
+            dst_alloc, src_alloc = self._find(d), self._find(s)
+            if (dst_alloc is not None and src_alloc is not None and dst_alloc.kind == DEVICE
+                    and src_alloc.kind == DEVICE and dst_alloc.device != src_alloc.device):
+                raise Status(INVALID_VALUE)   # two devices' memory: only the peer copies
+            ctypes.memmove(d, s, n)
+
+    def _peer_copy(self, dst: Any, dst_device: Any, src: Any, src_device: Any, size_bytes: Any,
+                   stream: Any) -> None:
+        d, s, n = addr(dst), addr(src), u64(size_bytes)
+        self._device(i32(dst_device))
+        self._device(i32(src_device))
+        with self._lock:
+            if stream is not _SYNC:
+                self._stream_or(addr(stream))
+            if not n:
+                return
+            self._check_range(d, n, True, False)
+            self._check_range(s, n, True, False)
             ctypes.memmove(d, s, n)
 
     def _set(self, dst: Any, value: Any, size_bytes: Any, stream: Any) -> None:
@@ -165,6 +184,16 @@ class MemoryMixin(PoolMixin):
                        stream: Any) -> None:
         """hipMemcpyAsync(..., hipStream_t): done at once; the stream must be valid."""
         self._copy(dst, src, size_bytes, kind, stream)
+
+    def hipMemcpyPeer(self, dst: Any, dst_device: Any, src: Any, src_device: Any,
+                      size_bytes: Any) -> None:
+        """hipMemcpyPeer(void*, int, const void*, int, size_t): device memory of any devices."""
+        self._peer_copy(dst, dst_device, src, src_device, size_bytes, _SYNC)
+
+    def hipMemcpyPeerAsync(self, dst: Any, dst_device: Any, src: Any, src_device: Any,
+                           size_bytes: Any, stream: Any) -> None:
+        """hipMemcpyPeerAsync(..., hipStream_t): done at once; the stream must be valid."""
+        self._peer_copy(dst, dst_device, src, src_device, size_bytes, stream)
 
     def hipMemset(self, dst: Any, value: Any, size_bytes: Any) -> None:
         """hipMemset(void*, int, size_t): inside one live allocation."""

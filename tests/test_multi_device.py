@@ -1,0 +1,335 @@
+"""Several devices in one process: peer access, copies between devices, the device of memory
+behind adaptors, per-device pools driven from threads.
+
+Every test runs twice: on a two-device emulated runtime (CI), and marked ``gpu`` +
+``multi_gpu`` on the real platform with two GPUs, where it checks that the runtime behaves as
+the emulation says (the emulated rules are only worth what this second run confirms).
+"""
+import ctypes
+import threading
+
+import pytest
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes import _hip
+from hipmr_ctypes._hip.types import hipMemcpyDefault
+from hipmr_ctypes.buffer import memory_device
+from hipmr_ctypes.resources import per_device
+
+REAL = pytest.param("real", marks=[pytest.mark.gpu, pytest.mark.multi_gpu])
+
+
+@pytest.fixture(params=["emulated", REAL])
+def rt(request):
+    """The runtime of the test: a fresh two-device emulated one (made process-wide for the
+    test), or the real one (two GPUs, checked by the ``multi_gpu`` marker)."""
+    saved = dict(per_device._resources)
+    if request.param == "real":
+        try:
+            yield _hip.get_runtime()
+        finally:
+            per_device._resources.clear()
+            per_device._resources.update(saved)
+        return
+    emulated = _hip.Runtime.create("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
+                                                    "HIPMR_EMULATED_MEMORY": "256MiB"})
+    previous = _hip.set_runtime(emulated)
+    per_device._resources.clear()
+    try:
+        yield emulated
+    finally:
+        _hip.set_runtime(previous)
+        per_device._resources.clear()
+        per_device._resources.update(saved)
+
+
+def _resource(kind, device):
+    if kind == "pool":
+        return hmr.AsyncMemoryResource(device)
+    if kind == "malloc":
+        return hmr.DeviceMemoryResource(device)
+    if kind == "pool_adaptor":
+        return hmr.PoolResource(hmr.DeviceMemoryResource(device), initial_pool_size=1 << 20)
+    raise AssertionError(kind)
+
+
+def _pattern(n, seed=0):
+    return bytes((i * 7 + seed) & 0xFF for i in range(n))
+
+
+KINDS = ["pool", "malloc", "pool_adaptor"]
+
+
+# ---- the runtime's own rules -----------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["pool", "malloc"])
+def test_plain_copy_between_devices_is_refused_and_peer_copy_works(rt, kind):
+    """hipMemcpy between device memory of two devices is hipErrorInvalidValue; the peer copy
+    of the same bytes works."""
+    n = 4096
+    src = hmr.Buffer.from_host(_pattern(n), resource=_resource(kind, 0))
+    dst = hmr.Buffer(n, resource=_resource(kind, 1))
+    dst.memset(0)
+    st = rt.fn.hipMemcpy(dst.ptr, src.ptr, n, hipMemcpyDefault)
+    assert rt.hip_code(st) == 1, f"hipMemcpy between devices returned {st}"
+    rt.clear_last_error()
+    assert dst.tobytes() == bytes(n)   # nothing was copied
+    assert rt.fn.hipMemcpyPeer(dst.ptr, 1, src.ptr, 0, n) == 0
+    hmr.Device(1).synchronize()
+    assert dst.tobytes() == _pattern(n)
+    with hmr.Stream() as s:
+        dst.memset(0)
+        assert rt.fn.hipMemcpyPeerAsync(dst.ptr, 1, src.ptr, 0, n, s.handle) == 0
+        s.synchronize()
+    assert dst.tobytes() == _pattern(n)
+
+
+def test_peer_copy_checks_its_devices(rt):
+    a = hmr.Buffer(256, resource=hmr.DeviceMemoryResource(0))
+    b = hmr.Buffer(256, resource=hmr.DeviceMemoryResource(1))
+    assert rt.hip_code(rt.fn.hipMemcpyPeer(b.ptr, 7, a.ptr, 0, 256)) == 101
+    rt.clear_last_error()
+    assert rt.hip_code(rt.fn.hipMemcpyPeer(b.ptr, 1, a.ptr, -1, 256)) == 101
+    rt.clear_last_error()
+
+
+# ---- peer access --------------------------------------------------------------------------------
+def test_peer_access_is_idempotent(rt):
+    d0, d1 = hmr.Device(0), hmr.Device(1)
+    assert d0.can_access_peer(d0) is False
+    if not d0.can_access_peer(1):
+        pytest.skip("these two devices cannot map each other's memory")
+    assert isinstance(d1.can_access_peer(0), bool)
+    d0.enable_peer_access(1)
+    d0.enable_peer_access(d1)        # already enabled: not an error
+    d0.disable_peer_access(1)
+    d0.disable_peer_access(1)        # not enabled: not an error
+    d0.enable_peer_access(1)         # and back
+    assert hmr.get_device() == 0     # the current device is restored
+    with hmr.Device(1):
+        d0.enable_peer_access(1)
+        assert hmr.get_device() == 1
+    d0.disable_peer_access(1)
+
+
+def test_peer_access_bad_arguments(rt):
+    d0 = hmr.Device(0)
+    with pytest.raises(ValueError, match="own peer"):
+        d0.enable_peer_access(0)
+    with pytest.raises(ValueError, match="own peer"):
+        d0.disable_peer_access(d0)
+    with pytest.raises(ValueError, match="peer=5 is out of range"):
+        d0.can_access_peer(5)
+    with pytest.raises(TypeError, match="peer must be"):
+        d0.enable_peer_access("1")
+    with pytest.raises(TypeError):
+        d0.can_access_peer(1.0)
+
+
+# ---- Buffer copies between devices -------------------------------------------------------------
+@pytest.mark.parametrize("current", [0, 1])
+@pytest.mark.parametrize("src_kind", KINDS)
+@pytest.mark.parametrize("dst_kind", KINDS)
+def test_copy_from_device_across_devices(rt, src_kind, dst_kind, current):
+    n = 100_000
+    src = hmr.Buffer.from_host(_pattern(n, 3), resource=_resource(src_kind, 0))
+    dst = hmr.Buffer(n, resource=_resource(dst_kind, 1))
+    with hmr.Device(current):
+        dst.copy_from_device(src)
+        assert dst.tobytes() == _pattern(n, 3)
+        back = hmr.Buffer(n, resource=_resource(src_kind, 0))
+        back.copy_from_device(dst)
+        assert back.tobytes() == _pattern(n, 3)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_copy_from_device_on_a_stream(rt, kind):
+    n = 65536
+    src = hmr.Buffer.from_host(_pattern(n, 5), resource=_resource(kind, 1))
+    dst = hmr.Buffer(n, resource=_resource(kind, 0))
+    with hmr.Stream() as s:             # a stream of device 0
+        dst.copy_from_device(src, stream=s)
+        s.synchronize()
+    assert dst.tobytes() == _pattern(n, 5)
+    with hmr.Device(1), hmr.Stream() as s1:   # a stream of the source's device
+        dst.memset(0)
+        dst.copy_from_device(src, stream=s1)
+        s1.synchronize()
+    assert dst.tobytes() == _pattern(n, 5)
+
+
+@pytest.mark.parametrize("host_kind", ["pinned", "managed"])
+def test_copies_between_host_accessible_memory_and_another_device(rt, host_kind):
+    n = 8192
+    host_res = (hmr.PinnedMemoryResource() if host_kind == "pinned"
+                else hmr.ManagedMemoryResource())
+    host = hmr.Buffer.from_host(_pattern(n, 9), resource=host_res)
+    dev1 = hmr.Buffer(n, resource=hmr.AsyncMemoryResource(1))
+    dev1.copy_from_device(host)
+    assert dev1.tobytes() == _pattern(n, 9)
+    host.memset(0)
+    host.copy_from_device(dev1)
+    assert host.tobytes() == _pattern(n, 9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_host_copies_and_memset_with_another_device_current(rt, kind):
+    n = 50_000
+    buf = hmr.Buffer(n, resource=_resource(kind, 1))
+    with hmr.Device(0):
+        buf.copy_from_host(_pattern(n, 1))
+        assert buf.tobytes() == _pattern(n, 1)
+        buf.memset(0xAB)
+        assert buf.copy_to_host() == bytearray(b"\xab" * n)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_buffer_copy_to_another_device(rt, kind):
+    n = 30_000
+    src = hmr.Buffer.from_host(_pattern(n, 2), resource=_resource(kind, 0))
+    same = src.copy()
+    assert same.resource is src.resource and same.device == 0 and same.ptr != src.ptr
+    assert same.tobytes() == _pattern(n, 2)
+    other = _resource(kind, 1)
+    moved = src.copy(other)
+    assert moved.device == 1 and moved.resource is other
+    assert moved.tobytes() == _pattern(n, 2)
+    with hmr.Stream() as s:
+        streamed = moved.copy(_resource(kind, 0), stream=s)
+        s.synchronize()
+        assert streamed.stream == s.ref
+        assert streamed.device == 0 and streamed.tobytes() == _pattern(n, 2)
+        streamed.close()
+    empty = hmr.Buffer(0, resource=other).copy(_resource(kind, 0))
+    assert empty.size == 0 and empty.tobytes() == b""
+
+
+def test_buffer_copy_bad_input_allocates_nothing(rt):
+    src = hmr.Buffer.from_host(b"abc" * 100, resource=hmr.DeviceMemoryResource(0))
+    with pytest.raises(TypeError):
+        src.copy(resource=42)
+    with pytest.raises(TypeError):
+        src.copy(stream="s")
+    src.close()
+    with pytest.raises(ValueError, match="closed"):
+        src.copy()
+
+
+def test_copy_of_host_memory(rt):
+    src = hmr.Buffer.from_host(b"xyz" * 10, resource=hmr.HostMemoryResource())
+    dup = src.copy()
+    assert dup.device is None and dup.tobytes() == b"xyz" * 10
+    on1 = src.copy(hmr.DeviceMemoryResource(1))
+    assert on1.device == 1 and on1.tobytes() == b"xyz" * 10
+
+
+# ---- the device of memory behind adaptors ------------------------------------------------------
+@pytest.mark.parametrize("wrap", ["pool", "statistics", "tracking", "limiting", "logging",
+                                  "stack"])
+def test_device_through_adaptors(rt, wrap, tmp_path):
+    base = hmr.DeviceMemoryResource(1)
+    if wrap == "pool":
+        res = hmr.PoolResource(base, initial_pool_size=1 << 20)
+    elif wrap == "statistics":
+        res = hmr.StatisticsResource(base)
+    elif wrap == "tracking":
+        res = hmr.TrackingResource(base)
+    elif wrap == "limiting":
+        res = hmr.LimitingResource(base, 1 << 30)
+    elif wrap == "logging":
+        res = hmr.LoggingResource(base, str(tmp_path / "log.csv"))
+    else:
+        res = hmr.StatisticsResource(hmr.TrackingResource(hmr.PoolResource(
+            hmr.AsyncMemoryResource(1), initial_pool_size=1 << 20)))
+    assert memory_device(res) == 1
+    assert memory_device(hmr.async_resource_ref(res)) == 1
+    buf = hmr.Buffer(1000, resource=res)     # device 0 is current
+    assert buf.device == 1
+    kind, device = buf.__dlpack_device__()
+    if rt.platform != "emulated":            # emulated memory is host memory: kDLCPU 0
+        assert device == 1
+    buf.close()
+
+
+def test_memory_device_of_unknown_stacks():
+    class NoDevice:
+        pass
+
+    class Broken:
+        def upstream_resource(self):
+            raise RuntimeError("nope")
+
+    class Loop:
+        def upstream_resource(self):
+            return self
+
+    assert memory_device(NoDevice()) is None
+    assert memory_device(Broken()) is None
+    assert memory_device(Loop()) is None
+
+
+# ---- threads, one device each ------------------------------------------------------------------
+def test_threads_each_driving_their_own_device(rt):
+    errors = []
+    rounds = 200
+
+    def work(device):
+        try:
+            hmr.set_device(device)
+            pool = hmr.AsyncMemoryResource(device)
+            hmr.set_current_device_resource(pool)
+            with hmr.Stream() as s:
+                for i in range(rounds):
+                    data = _pattern(4096 + i, device * 31 + i)
+                    buf = hmr.Buffer.from_host(data, stream=s)
+                    assert buf.device == device and buf.resource is pool
+                    copy = buf.copy()
+                    s.synchronize()
+                    assert copy.tobytes() == data
+                    buf.close()
+                    copy.close()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append((device, exc))
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+# ---- on the two GPUs only: kernels of other libraries on the other device ----------------------
+@pytest.mark.gpu
+@pytest.mark.multi_gpu
+def test_pool_set_access_lets_a_kernel_on_the_peer_read_and_write():
+    """After ``MemoryPool.set_access(1)``, a CuPy kernel on device 1 reads and writes memory of
+    a device-0 pool."""
+    cupy = pytest.importorskip("cupy")
+    n = 1 << 20
+    res = hmr.AsyncMemoryResource(0)
+    buf = hmr.Buffer.from_host(bytes([3]) * n, resource=res)
+    res.pool.set_access(1)
+    assert res.pool.access(1) == "read_write"
+    with cupy.cuda.Device(1):
+        # CuPy is told the memory is device 1's, so its kernels run there and read it through
+        # the access just granted
+        mem = cupy.cuda.UnownedMemory(buf.ptr, n, buf, device_id=1)
+        arr = cupy.ndarray((n,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(mem, 0))
+        assert int(arr.sum(dtype=cupy.uint64)) == 3 * n
+        arr += 1
+        cupy.cuda.Device(1).synchronize()
+    assert buf.tobytes() == bytes([4]) * n
+    res.pool.set_access(1, read_write=False)
+    assert res.pool.access(1) == "none"
+
+
+@pytest.mark.gpu
+@pytest.mark.multi_gpu
+def test_dlpack_tells_torch_the_device_behind_adaptors():
+    torch = pytest.importorskip("torch")
+    res = hmr.StatisticsResource(hmr.PoolResource(hmr.DeviceMemoryResource(1),
+                                                  initial_pool_size=1 << 20))
+    buf = hmr.Buffer.from_host(bytes(range(256)) * 4, resource=res)
+    t = torch.from_dlpack(buf)
+    assert t.device == torch.device("cuda", 1)
+    assert int(t.to(torch.int64).sum()) == sum(range(256)) * 4
