@@ -3,23 +3,22 @@
 Each check raises TypeError / ValueError naming the argument, before anything is changed or
 any native call is made.  Hot paths inline the cheap part (``type(x) is int``, a range, a set
 membership) and call these only when that fails, so a valid call pays a few comparisons and an
-invalid one gets the precise error.  Imports only the model layer and ``stream``.
+invalid one gets the precise error.  Imports only ``stream_ref`` (the model layer).
 """
 from __future__ import annotations
 
 import operator
 from typing import Any, Optional
 
-from .stream import as_stream_handle
-from .stream_ref import stream_ref
+from .stream_ref import MAX_ADDRESS, as_stream_handle, stream_ref
 
 __all__ = ["MAX_SIZE", "MAX_PTR", "STREAM_REF", "FAST_ALIGNMENTS", "check_size",
            "check_alignment", "check_ptr", "check_stream"]
 
 #: Largest size accepted, in bytes: anything larger raises ValueError.
 MAX_SIZE = 1 << 63
-#: Largest pointer / stream handle (an address).
-MAX_PTR = (1 << 64) - 1
+#: Largest pointer / stream handle (an address): ``2**64 - 1``.
+MAX_PTR = MAX_ADDRESS
 #: The stream_ref class, for ``type(stream) is STREAM_REF`` fast paths.
 STREAM_REF = stream_ref
 #: alignment -> alignment for every power of two up to 256 (the default alignment).

@@ -25,9 +25,12 @@ import gc
 import itertools
 import sys
 import threading
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64, c_uint8,
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_int32, c_int64, c_uint8,
                     c_uint16, c_uint32, c_uint64, c_void_p)
 from typing import Any, Dict, Tuple
+
+from ._hip.native import (PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New, Py_IncRef,
+                          strdup)
 
 __all__ = ["kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLROCM", "kDLROCMHost", "kDLCUDAManaged",
            "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
@@ -88,25 +91,10 @@ _tokens = itertools.count(1)
 _reap_lock = threading.RLock()
 _hooks_installed = False
 
-_py = ctypes.PyDLL(None)  # this module's own handles on the C API (own argtypes)
-_PyCapsule_New = _py.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [c_void_p, c_void_p, c_void_p]
-_PyCapsule_IsValid = _py.PyCapsule_IsValid
-_PyCapsule_IsValid.restype = c_int
-_PyCapsule_IsValid.argtypes = [c_void_p, c_void_p]
-_PyCapsule_GetPointer = _py.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = c_void_p
-_PyCapsule_GetPointer.argtypes = [c_void_p, c_void_p]
-
 # Capsule names must outlive every capsule (a capsule keeps the char*): copies that are never
 # freed, so a capsule destroyed late in interpreter shutdown still reads valid memory.
-_libc = ctypes.CDLL(None)
-_strdup = _libc.strdup
-_strdup.restype = c_void_p
-_strdup.argtypes = [c_char_p]
-_NAME = _strdup(b"dltensor")
-_NAME_VERSIONED = _strdup(b"dltensor_versioned")
+_NAME = strdup(b"dltensor")
+_NAME_VERSIONED = strdup(b"dltensor_versioned")
 _CTX_LEGACY = DLManagedTensor.manager_ctx.offset
 _CTX_VERSIONED = DLManagedTensorVersioned.manager_ctx.offset
 
@@ -131,8 +119,8 @@ _DELETER = ctypes.cast(_deleter, c_void_p).value
 _DELETER_VERSIONED = ctypes.cast(_deleter_versioned, c_void_p).value
 
 
-def _destroy_capsule(capsule: int, _valid: Any = _PyCapsule_IsValid,
-                     _get: Any = _PyCapsule_GetPointer, _release: Any = _release,
+def _destroy_capsule(capsule: int, _valid: Any = PyCapsule_IsValid,
+                     _get: Any = PyCapsule_GetPointer, _release: Any = _release,
                      _names: Any = ((_NAME, _CTX_LEGACY), (_NAME_VERSIONED, _CTX_VERSIONED))
                      ) -> None:
     """PyCapsule destructor: call the deleter of a capsule nobody consumed.  Like
@@ -153,11 +141,8 @@ _DESTRUCTOR = ctypes.cast(_destructor, c_void_p).value
 # C code calls these thunks through raw pointers (capsules, consumers' deleter calls) until the
 # very end of interpreter shutdown, after this module is torn down: one extra reference each
 # keeps them (and their code) alive for the life of the process.
-_Py_IncRef = _py.Py_IncRef
-_Py_IncRef.restype = None
-_Py_IncRef.argtypes = [ctypes.py_object]
 for _thunk in (_deleter, _deleter_versioned, _destructor):
-    _Py_IncRef(_thunk)
+    Py_IncRef(_thunk)
 del _thunk
 
 
@@ -194,7 +179,7 @@ def export(owner: Any, ptr: int, size: int, device: Tuple[int, int],
     reap()
     _exports[token] = (owner, record)
     try:
-        capsule = _PyCapsule_New(ctypes.addressof(record), name, _DESTRUCTOR)
+        capsule = PyCapsule_New(ctypes.addressof(record), name, _DESTRUCTOR)
     except BaseException:
         _exports.pop(token, None)
         raise

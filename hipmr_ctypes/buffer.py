@@ -8,42 +8,26 @@ import sys
 import threading
 import weakref
 from contextlib import nullcontext
-from ctypes import POINTER, Structure, c_char_p, c_int, c_ssize_t, c_void_p
 from typing import Any, Optional, Tuple
 
 from . import _hip
+from ._checks import check_alignment, check_size, check_stream
 from ._exit import finalizer, keep_at_exit
+from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
+                          PyObject_GetBuffer)
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
                          hipPointerAttribute_t)
 from .device import Device, get_device, on_device
-from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
+from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref, resource_ref
-from .resources._common import check, check_alignment, check_size, check_stream
-from .stream import Stream, wait_event
+from .resources import (ManagedMemoryResource, PinnedMemoryResource,
+                        get_current_device_resource)
+from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
 
 __all__ = ["Buffer"]
 
 # ---- host buffers: the address of anything with the buffer protocol ----------------------------
-
-
-class _Py_buffer(Structure):
-    _fields_ = [("buf", c_void_p), ("obj", c_void_p), ("len", c_ssize_t),
-                ("itemsize", c_ssize_t), ("readonly", c_int), ("ndim", c_int),
-                ("format", c_char_p), ("shape", POINTER(c_ssize_t)),
-                ("strides", POINTER(c_ssize_t)), ("suboffsets", POINTER(c_ssize_t)),
-                ("internal", c_void_p)]
-
-
-_PyBUF_WRITABLE = 0x0001
-_PyBUF_C_CONTIGUOUS = 0x0038
-_py = ctypes.PyDLL(None)  # this module's own handles (own argtypes)
-_GetBuffer = _py.PyObject_GetBuffer
-_GetBuffer.restype = c_int
-_GetBuffer.argtypes = [ctypes.py_object, POINTER(_Py_buffer), c_int]
-_ReleaseBuffer = _py.PyBuffer_Release
-_ReleaseBuffer.restype = None
-_ReleaseBuffer.argtypes = [POINTER(_Py_buffer)]
 
 
 class _HostView:
@@ -67,18 +51,18 @@ class _HostView:
             self.nbytes = mv.nbytes
         self._obj = obj
         self._writable = writable
-        self._view: Optional[_Py_buffer] = None
+        self._view: Optional[Py_buffer] = None
 
     def __enter__(self) -> Tuple[int, int]:
-        view = _Py_buffer()
-        flags = _PyBUF_C_CONTIGUOUS | (_PyBUF_WRITABLE if self._writable else 0)
-        _GetBuffer(self._obj, view, flags)
+        view = Py_buffer()
+        flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if self._writable else 0)
+        PyObject_GetBuffer(self._obj, view, flags)
         self._view = view
         return view.buf or 0, view.len
 
     def __exit__(self, *exc: Any) -> None:
         if self._view is not None:
-            _ReleaseBuffer(self._view)
+            PyBuffer_Release(self._view)
             self._view = None
 
 
@@ -167,7 +151,6 @@ class Buffer:
         alignment = check_alignment(alignment, None)
         handle = 0 if stream is None else check_stream(stream)
         if resource is None:
-            from .resources.per_device import get_current_device_resource
             resource = get_current_device_resource()
         ref = (resource if isinstance(resource, async_resource_ref)
                else async_resource_ref(resource))
@@ -316,15 +299,15 @@ class Buffer:
         device = self._device
         with on_device(device) if device is not None else _NO_SWITCH:
             if peer is not None:
-                check(rt, rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
-                      "hipMemcpyPeerAsync", size=n, device=peer[0])
+                rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
+                         "hipMemcpyPeerAsync", size=n, device=peer[0])
             elif own == 0:
-                check(rt, rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
+                rt.check(rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
                 return
             else:
-                check(rt, rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own),
-                      "hipMemcpyAsync", size=n)
-            check(rt, rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+                rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own),
+                         "hipMemcpyAsync", size=n)
+            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
 
     def _copy(self, dst: int, src: int, n: int, stream: Any, host: bool,
               peer: Optional[Tuple[int, int]] = None) -> None:
@@ -340,10 +323,10 @@ class Buffer:
             handle = check_stream(stream)
             rt = _hip.get_runtime()
             if peer is not None:
-                check(rt, rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
-                      "hipMemcpyPeerAsync", size=n, device=peer[0])
+                rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
+                         "hipMemcpyPeerAsync", size=n, device=peer[0])
                 return
-            check(rt, rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
+            rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
                      "hipMemcpyAsync", size=n)
 
     def _check_size(self, n: int, what: str) -> None:
@@ -418,7 +401,7 @@ class Buffer:
         rt = _hip.get_runtime()
         device = self._device
         with on_device(device) if device is not None else _NO_SWITCH:
-            check(rt, rt.fn.hipStreamSynchronize(self._stream._handle), "hipStreamSynchronize")
+            rt.check(rt.fn.hipStreamSynchronize(self._stream._handle), "hipStreamSynchronize")
 
     def copy(self, resource: Any = None, stream: Any = None) -> "Buffer":
         """A new Buffer with the same contents, allocated from ``resource`` (default: this
@@ -459,14 +442,14 @@ class Buffer:
             device = self._device
             with on_device(device) if device is not None else _NO_SWITCH:
                 if own == 0:
-                    check(rt, rt.fn.hipMemset(ptr, value, self._size), "hipMemset",
-                          size=self._size)
+                    rt.check(rt.fn.hipMemset(ptr, value, self._size), "hipMemset",
+                             size=self._size)
                     return
-                check(rt, rt.fn.hipMemsetAsync(ptr, value, self._size, own),
-                      "hipMemsetAsync", size=self._size)
-                check(rt, rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+                rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, own),
+                         "hipMemsetAsync", size=self._size)
+                rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
         else:
-            check(rt, rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
+            rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
                      size=self._size)
 
     def tobytes(self) -> bytes:
@@ -556,8 +539,7 @@ class Buffer:
         legacy = (0, 1)
         if consumer == own or (own in legacy and consumer in legacy):
             return
-        from .adaptors._order import _event_for
-        with _event_for(own) as event:  # on own's device (hipEventDisableTiming)
+        with event_for(own) as event:  # on own's device (hipEventDisableTiming)
             event.record(own)
             wait_event(consumer, event)
 
@@ -641,13 +623,10 @@ def _memory_kind(buf: Buffer) -> str:
     props = _declared(buf._ref.resource)
     if buf._host_only:
         return "host"
-    from .properties import host_accessible
     if host_accessible not in props:
         return "device"
     # device- and host-accessible: pinned or managed.  Our own resources (also under adaptors
     # that name their upstream) say which; otherwise ask the runtime about the pointer.
-    from .resources.managed import ManagedMemoryResource
-    from .resources.pinned import PinnedMemoryResource
     resource = buf._ref.resource
     for _ in range(32):
         if isinstance(resource, ManagedMemoryResource):

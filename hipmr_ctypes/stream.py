@@ -1,4 +1,5 @@
-"""Owning ``Stream`` and ``Event`` objects, and ``wait_event``.
+"""Owning ``Stream`` and ``Event`` objects, ``wait_event``, and the events that order work
+across streams (:func:`event_for`, :func:`record_or_synchronize`).
 
 Both are destroyed exactly once: by ``close()``, by the context manager, or by a finalizer when
 garbage-collected (also at interpreter exit, where errors from a runtime already shutting down
@@ -11,21 +12,12 @@ import weakref
 from typing import Optional, Tuple
 
 from . import _hip
+from ._hip.errors import HipError
 from ._exit import finalizer, keep_at_exit
-from .device import Device, check_device
-from .stream_ref import stream_ref
+from .device import Device, check_device, device_count, get_device
+from .stream_ref import as_stream_handle, stream_ref
 
-__all__ = ["Stream", "Event", "wait_event", "as_stream_handle"]
-
-
-def as_stream_handle(stream: object, name: str = "stream") -> int:
-    """The int handle of anything :class:`stream_ref` accepts (TypeError/ValueError otherwise)."""
-    if type(stream) is int and 0 <= stream <= 0xFFFFFFFFFFFFFFFF:
-        return stream
-    try:
-        return stream_ref(stream).get()
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{name}: {exc}") from None
+__all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize"]
 
 
 @finalizer
@@ -240,3 +232,44 @@ def wait_event(stream: object, event: Event) -> None:
     handle = as_stream_handle(stream)
     rt = _hip.get_runtime()
     rt.check(rt.fn.hipStreamWaitEvent(handle, event._live(), 0), "hipStreamWaitEvent")
+
+
+def new_event() -> Event:
+    """A timing-disabled event (``hipEventDisableTiming``) on the calling thread's device."""
+    return Event(flags=2)
+
+
+def event_for(stream: int) -> Event:
+    """A new timing-disabled event on the device of ``stream``: an event can be recorded only on
+    a stream of its own device, and the calling thread's current device may be another one (a
+    pool for device 1 used from a thread on device 0).  The special streams (0, 1, 2) belong to
+    the current device; a stream whose device the runtime cannot tell gets one there too."""
+    if stream not in (0, 1, 2):
+        try:
+            device: Optional[int] = stream_ref(stream).device()
+        except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream
+            device = None
+        if device is not None and device != get_device():
+            with Device(device):
+                return new_event()
+    return new_event()
+
+
+#: hipEventRecord's status for a stream that no longer exists (destroyed after memory was
+#: freed on it): invalid handle, or (AMD) context destroyed
+_GONE = (400, 709)
+
+
+def record_or_synchronize(event: Event, stream: int) -> bool:
+    """Record ``event`` on ``stream``; False when the stream no longer exists.  Its queued work
+    can then only be waited for device-wide: every device is synchronized (a destroyed stream's
+    work still runs to completion), so nothing it did can still be pending."""
+    try:
+        event.record(stream)
+        return True
+    except HipError as exc:
+        if exc.code not in _GONE:
+            raise
+    for device in range(device_count()):
+        Device(device).synchronize()
+    return False

@@ -8,45 +8,50 @@ when called.
 from __future__ import annotations
 
 import sys
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
-__all__ = ["stream_ref", "stream_per_thread"]
+__all__ = ["stream_ref", "stream_per_thread", "as_stream_handle", "MAX_ADDRESS"]
 
-_MAX_HANDLE = (1 << 64) - 1
+#: The largest address (``2**64 - 1``): pointers and stream handles are ints in [0, MAX_ADDRESS].
+MAX_ADDRESS = (1 << 64) - 1
 _set = object.__setattr__
 
 
-def _check_int(handle: int) -> int:
-    if handle < 0 or handle > _MAX_HANDLE:
-        raise ValueError(f"a stream handle is an address in [0, 2**64), not {handle}")
-    return int(handle)
-
-
-def _plain_handle(value: Any, what: str) -> int:
+def _plain_handle(value: Any, what: str, name: str) -> int:
     """An int or ``ctypes.c_void_p`` handle as an int."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return _check_int(value)
+        return _in_range(value, name)
     ctypes = sys.modules.get("ctypes")  # a c_void_p exists only if ctypes was imported
     if ctypes is not None and isinstance(value, ctypes.c_void_p):
         return value.value or 0
-    raise TypeError(f"{what} must be an int or ctypes.c_void_p handle, not "
+    raise TypeError(f"{name}{what} must be an int or ctypes.c_void_p handle, not "
                     f"{type(value).__name__}")
 
 
-def _handle_of(stream: Any) -> int:
-    """The int handle of anything :class:`stream_ref` accepts."""
+def _in_range(handle: int, name: str) -> int:
+    if handle < 0 or handle > MAX_ADDRESS:
+        raise ValueError(f"{name}a stream handle is an address in [0, 2**64), not {handle}")
+    return int(handle)
+
+
+def as_stream_handle(stream: Any, name: Optional[str] = "stream") -> int:
+    """The int handle of anything :class:`stream_ref` accepts; TypeError / ValueError
+    otherwise, the message starting with ``name`` (the argument's name; None: no prefix)."""
+    if type(stream) is int and 0 <= stream <= MAX_ADDRESS:
+        return stream
     if isinstance(stream, stream_ref):
         return stream._handle
+    prefix = f"{name}: " if name else ""
     if stream is None:
-        raise TypeError("stream_ref(None) is not allowed: use stream_ref() for the default "
-                        "(null) stream")
+        raise TypeError(f"{prefix}stream_ref(None) is not allowed: use stream_ref() for the "
+                        "default (null) stream")
     if isinstance(stream, bool):
-        raise TypeError("a bool is not a stream handle")
+        raise TypeError(f"{prefix}a bool is not a stream handle")
     if isinstance(stream, type):
-        raise TypeError(f"cannot make a stream_ref from the class {stream.__name__}: pass a "
-                        "stream object or handle")
+        raise TypeError(f"{prefix}cannot make a stream_ref from the class {stream.__name__}: "
+                        "pass a stream object or handle")
     if isinstance(stream, int):
-        return _check_int(stream)
+        return _in_range(stream, prefix)
     ctypes = sys.modules.get("ctypes")  # a c_void_p exists only if ctypes was imported
     if ctypes is not None and isinstance(stream, ctypes.c_void_p):
         return stream.value or 0
@@ -55,17 +60,17 @@ def _handle_of(stream: Any) -> int:
         if method is not None:
             result = method()
             if not (isinstance(result, tuple) and len(result) == 2):
-                raise TypeError(f"{type(stream).__name__}.{protocol}() must return "
+                raise TypeError(f"{prefix}{type(stream).__name__}.{protocol}() must return "
                                 f"(version, handle), not {result!r}")
-            return _plain_handle(result[1], f"the handle from {protocol}()")
+            return _plain_handle(result[1], f"the handle from {protocol}()", prefix)
     ref = getattr(stream, "ref", None)
     if isinstance(ref, stream_ref):
         return ref._handle
     if hasattr(stream, "handle"):
-        return _plain_handle(stream.handle, f"{type(stream).__name__}.handle")
-    raise TypeError(f"cannot make a stream_ref from {type(stream).__name__}: expected an int "
-                    "or ctypes.c_void_p handle, a stream_ref, an object with .ref or .handle, "
-                    "or one with __hip_stream__() / __cuda_stream__()")
+        return _plain_handle(stream.handle, f"{type(stream).__name__}.handle", prefix)
+    raise TypeError(f"{prefix}cannot make a stream_ref from {type(stream).__name__}: expected "
+                    "an int or ctypes.c_void_p handle, a stream_ref, an object with .ref or "
+                    ".handle, or one with __hip_stream__() / __cuda_stream__()")
 
 
 class stream_ref:
@@ -83,8 +88,8 @@ class stream_ref:
     value_type = int
 
     def __init__(self, handle: Any = 0) -> None:
-        _set(self, "_handle", handle if type(handle) is int and 0 <= handle <= _MAX_HANDLE
-             else _handle_of(handle))
+        _set(self, "_handle", handle if type(handle) is int and 0 <= handle <= MAX_ADDRESS
+             else as_stream_handle(handle, None))
 
     def get(self) -> int:
         """The stream handle as an int (0 for the null stream)."""

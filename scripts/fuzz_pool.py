@@ -112,16 +112,15 @@ class StreamModel:
                 raise AssertionError(f"wait_event on a non-stream {stream!r}")
             model.merge(stream, ev.view)
 
-        # _event_for asks the runtime for a stream's device: fake streams never reach it
-        saved = (_order._new_event, _order._event_for, _order._wait_event)
-        _order._new_event = FakeEvent
-        _order._event_for = lambda stream: FakeEvent()
-        _order._wait_event = wait_event
+        # event_for asks the runtime for a stream's device: fake streams never reach it
+        saved = (_order.event_for, _order.wait_event)
+        _order.event_for = lambda stream: FakeEvent()
+        _order.wait_event = wait_event
         return saved
 
     @staticmethod
-    def uninstall(saved: Tuple[Any, Any, Any]) -> None:
-        _order._new_event, _order._event_for, _order._wait_event = saved
+    def uninstall(saved: Tuple[Any, Any]) -> None:
+        _order.event_for, _order.wait_event = saved
 
 
 def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
@@ -141,9 +140,8 @@ def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
         def close(self) -> None:
             calls.append(("close",))
 
-    setattr_(_order, "_new_event", RecordingEvent)
-    setattr_(_order, "_event_for", lambda stream: RecordingEvent())
-    setattr_(_order, "_wait_event", lambda stream, ev: calls.append(("wait", stream)))
+    setattr_(_order, "event_for", lambda stream: RecordingEvent())
+    setattr_(_order, "wait_event", lambda stream, ev: calls.append(("wait", stream)))
     return calls
 
 

@@ -26,7 +26,7 @@ def _missing(what: str, variable: str) -> None:
 def amd_runtime():
     """A Runtime over the real libamdhip64 (independent of the process-wide platform)."""
     try:
-        return _hip.Runtime.create("amd")
+        return _hip.create_runtime("amd")
     except Exception as exc:  # noqa: BLE001
         _missing(f"the real libamdhip64 ({exc})", "HIPMR_REQUIRE_AMD_LIBRARY")
 

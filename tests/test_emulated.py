@@ -1,4 +1,4 @@
-"""Unit tests of the emulated platform, call by call, through ``Runtime.create("emulated")``.
+"""Unit tests of the emulated platform, call by call, through ``create_runtime("emulated")``.
 
 Each test builds its own runtime (an ``env`` dict sets devices, memory and version), so tests
 are independent of each other and of the process-wide runtime.
@@ -15,7 +15,7 @@ import pytest
 from hipmr_ctypes._hip import errors
 from hipmr_ctypes._hip.decls import DECLS
 from hipmr_ctypes._hip.emulated import config_from_env, parse_size
-from hipmr_ctypes._hip.runtime import Runtime
+from hipmr_ctypes._hip import create_runtime
 from hipmr_ctypes._hip.types import (DEVICE_ATTRIBUTES, hipIpcMemHandle_t, hipMemAccessDesc,
                                      hipMemLocation, hipMemPoolProps, hipMemPoolPtrExportData,
                                      hipPointerAttribute_t)
@@ -32,7 +32,7 @@ THRESHOLD, RESERVED, RESERVED_HIGH, USED, USED_HIGH = 4, 5, 6, 7, 8
 def make(devices=1, memory="8MiB", **extra):
     env = {"HIPMR_EMULATED_DEVICES": str(devices), "HIPMR_EMULATED_MEMORY": str(memory)}
     env.update({f"HIPMR_EMULATED_{k.upper()}": v for k, v in extra.items()})
-    return Runtime.create("emulated", env=env)
+    return create_runtime("emulated", env=env)
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_parse_size(text, value):
     {"HIPMR_EMULATED_VERSION": "six"}, {"HIPMR_EMULATED_MISSING": "hipMalloc"}])
 def test_bad_configuration_is_a_value_error(env):
     with pytest.raises(ValueError):
-        Runtime.create("emulated", env=env)
+        create_runtime("emulated", env=env)
 
 
 def test_defaults():

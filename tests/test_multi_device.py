@@ -31,7 +31,7 @@ def rt(request):
             per_device._resources.clear()
             per_device._resources.update(saved)
         return
-    emulated = _hip.Runtime.create("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
+    emulated = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
                                                     "HIPMR_EMULATED_MEMORY": "256MiB"})
     previous = _hip.set_runtime(emulated)
     per_device._resources.clear()

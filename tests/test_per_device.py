@@ -152,7 +152,7 @@ def test_lock_not_held_while_making_the_default(monkeypatch):
 
 @pytest.fixture
 def two_devices(emulator):
-    rt = _hip.Runtime.create("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    rt = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
     previous = _hip.set_runtime(rt)
     try:
         yield rt

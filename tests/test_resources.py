@@ -119,7 +119,7 @@ def no_native_call(emulator):
 def two_devices(emulator):
     """A 2-device emulated runtime as the process-wide one for the test (and a clean per-device
     table); the previous runtime and table come back after."""
-    rt = _hip.Runtime.create("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
+    rt = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
                                               "HIPMR_EMULATED_MEMORY": "64MiB"})
     previous = _hip.set_runtime(rt)
     saved = dict(per_device._resources)
@@ -642,7 +642,7 @@ def test_async_construction_failure_destroys_the_pool(emulator, monkeypatch, fai
 
 
 def test_async_needs_memory_pool_support(emulator):
-    old = _hip.Runtime.create("emulated", env={"HIPMR_EMULATED_VERSION": "6.1.0"})
+    old = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_VERSION": "6.1.0"})
     previous = _hip.set_runtime(old)
     try:
         assert not hmr.Device(0).supports_memory_pools

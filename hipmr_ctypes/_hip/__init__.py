@@ -1,5 +1,9 @@
 """The HIP binding: one process-wide :class:`Runtime`, chosen by ``HIPMR_PLATFORM``.
 
+The platform is chosen here and nowhere else: :func:`create_runtime` builds a Runtime from one
+back end (``amd.py``, ``nvidia.py``, ``emulated/``); each back end imports only ``runtime.py``
+and the table, never another back end or this module.
+
 ``get_runtime()`` loads it on first use (the package's ``__init__`` asks for it once at
 import so that the first allocation pays nothing more) and caches it.  A failed load is
 remembered and raised again, unchanged, by every later call that needs the runtime.
@@ -8,17 +12,21 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Optional
+from typing import Mapping, Optional
 
 from .errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
                      NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
-from .runtime import PLATFORMS, Runtime
+from .runtime import Runtime
 
 __all__ = [
-    "get_runtime", "set_runtime", "selected_platform", "preload", "load_error", "Runtime",
+    "get_runtime", "set_runtime", "selected_platform", "create_runtime", "preload", "load_error",
+    "Runtime", "PLATFORMS",
     "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
     "InvalidHandleError", "NotSupportedError", "LibraryNotFoundError",
 ]
+
+#: Every value ``HIPMR_PLATFORM`` may take.
+PLATFORMS = ("amd", "nvidia", "emulated")
 
 _lock = threading.Lock()
 _runtime: Optional[Runtime] = None
@@ -37,6 +45,21 @@ def selected_platform(env=None) -> str:
     return value
 
 
+def create_runtime(platform: str, env: Optional[Mapping[str, str]] = None) -> Runtime:
+    """A new Runtime for ``platform`` (one of :data:`PLATFORMS`), configured from ``env``
+    (default ``os.environ``); the process-wide one is :func:`get_runtime`."""
+    if platform == "amd":
+        from .amd import create_amd_runtime
+        return create_amd_runtime(env)
+    if platform == "nvidia":
+        from .nvidia import create_nvidia_runtime
+        return create_nvidia_runtime(env)
+    if platform == "emulated":
+        from .emulated import create_emulated_runtime
+        return create_emulated_runtime(env)
+    raise ValueError(f"unknown HIP platform {platform!r}; expected one of {PLATFORMS}")
+
+
 def get_runtime() -> Runtime:
     """The process-wide runtime; raises LibraryNotFoundError (or the load error) if it cannot load."""
     rt = _runtime
@@ -53,7 +76,7 @@ def get_runtime() -> Runtime:
 def _load_locked() -> None:
     global _runtime, _error
     try:
-        _runtime = Runtime.create(selected_platform())
+        _runtime = create_runtime(selected_platform())
     except (HipError, OSError, ValueError) as exc:
         _error = exc
 

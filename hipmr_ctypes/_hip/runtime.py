@@ -1,17 +1,16 @@
-"""The Runtime object: one loaded back end with its function table and error translation."""
+"""The Runtime object: one loaded back end with its function table and error translation.
+
+What every back end (``amd``, ``nvidia``, ``emulated``) builds on; it imports none of them.
+"""
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Optional, Tuple
 
-from .decls import DECLS
 from .errors import (ERROR_NAMES, HIP_ERROR_NOT_READY, HipError, NotSupportedError,
                      make_error)
 
 __all__ = ["Runtime", "Functions", "missing_function", "decode_hip_version"]
-
-PLATFORMS = ("amd", "nvidia", "emulated")
-
 
 class Functions:
     """A plain namespace of raw callables, one per row of ``decls.DECLS``."""
@@ -65,20 +64,6 @@ class Runtime:
         self._decode_version = version_decoder
         self.not_ready_status = not_ready
         self.extra = extra or {}
-
-    # ---- creation -------------------------------------------------------------------------
-    @staticmethod
-    def create(platform: str, env=None) -> "Runtime":
-        """Load a new Runtime for ``platform`` ("amd", "nvidia" or "emulated")."""
-        if platform == "amd":
-            return _create_amd(env)
-        if platform == "nvidia":
-            from .nvidia import create_nvidia_runtime
-            return create_nvidia_runtime(env)
-        if platform == "emulated":
-            from .emulated import create_emulated_runtime
-            return create_emulated_runtime(env)
-        raise ValueError(f"unknown HIP platform {platform!r}; expected one of {PLATFORMS}")
 
     # ---- errors ---------------------------------------------------------------------------
     def hip_code(self, status: int) -> int:
@@ -136,47 +121,3 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"<Runtime {self.platform} {self.library_path or ''}>".replace(" >", ">")
-
-
-def bind_library(lib, names_to_symbols: Dict[str, str], where: str) -> Functions:
-    """Resolve every row of the table in ``lib`` (symbol = ``names_to_symbols.get(name, name)``)."""
-    fn = Functions()
-    for decl in DECLS:
-        symbol = names_to_symbols.get(decl.name, decl.name)
-        try:
-            cfunc = getattr(lib, symbol)
-        except AttributeError:
-            if decl.required:
-                raise NotSupportedError(
-                    801, "hipErrorNotSupported",
-                    f"required symbol {symbol} is missing from {where}; this library is too old "
-                    f"(needs HIP {decl.since} or later)", decl.name)
-            setattr(fn, decl.name, missing_function(decl.name, where))
-            continue
-        cfunc.restype = decl.restype
-        cfunc.argtypes = list(decl.argtypes)
-        setattr(fn, decl.name, cfunc)
-    return fn
-
-
-AMD_HINT = ("Set HIPMR_LIBRARY to the exact libamdhip64 file, or ROCM_PATH / HIP_PATH to the ROCm "
-            "install; or choose another platform with HIPMR_PLATFORM=nvidia (CUDA GPUs) or "
-            "HIPMR_PLATFORM=emulated (host memory, no GPU).")
-
-
-def _create_amd(env=None) -> Runtime:
-    from .loader import amd_candidates, load_first
-    lib, path = load_first(amd_candidates(env), "libamdhip64 (HIP runtime)", AMD_HINT)
-    fn = bind_library(lib, {}, path)
-    get_name = fn.hipGetErrorName
-    get_string = fn.hipGetErrorString
-
-    def error_name(code: int) -> Optional[str]:
-        raw = get_name(code)
-        return raw.decode() if raw else None
-
-    def error_string(code: int) -> Optional[str]:
-        raw = get_string(code)
-        return raw.decode() if raw else None
-
-    return Runtime("amd", fn, path, lib, error_name, error_string)

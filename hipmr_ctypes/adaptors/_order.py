@@ -5,68 +5,21 @@ The sub-allocators call :meth:`StreamOrder.order` lazily, only when a block actu
 between streams: it records one reusable event per source stream (at that moment, which covers
 everything S queued before the free) and makes T wait for it (``hipStreamWaitEvent`` through
 :func:`hipmr_ctypes.stream.wait_event`), or, when T is the host (a synchronous allocation),
-waits for the event on the host.  No HIP call is made on the hot paths.
+waits for the event on the host.  No HIP call is made on the hot paths.  The events come from
+:mod:`hipmr_ctypes.stream` (:func:`~hipmr_ctypes.stream.event_for`,
+:func:`~hipmr_ctypes.stream.record_or_synchronize`).
 """
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable
 
+# module globals, so that tests can replace them with fakes
+from ..stream import event_for, record_or_synchronize, wait_event
+
 __all__ = ["StreamOrder", "HOST"]
 
 #: The key of host-synchronous (``allocate`` / ``deallocate``) use: not a stream handle.
 HOST = None
-
-
-def _new_event() -> Any:
-    """A timing-disabled event (a module function so that tests can replace it)."""
-    from ..stream import Event
-    return Event(flags=2)
-
-
-def _event_for(stream: int) -> Any:
-    """A new event on the device of ``stream``: an event can be recorded only on a stream of
-    its own device, and the calling thread's current device may be another one (a pool for
-    device 1 used from a thread on device 0).  The special streams (0, 1, 2) belong to the
-    current device; a stream whose device the runtime cannot tell gets one there too."""
-    if stream not in (0, 1, 2):
-        from ..device import Device, get_device
-        from ..stream_ref import stream_ref
-        try:
-            device = stream_ref(stream).device()
-        except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream
-            device = None
-        if device is not None and device != get_device():
-            with Device(device):
-                return _new_event()
-    return _new_event()
-
-
-#: hipEventRecord's status for a stream that no longer exists (destroyed after memory was
-#: freed on it): invalid handle, or (AMD) context destroyed
-_GONE = (400, 709)
-
-
-def _record(event: Any, stream: int) -> bool:
-    """Record ``event`` on ``stream``; False when the stream no longer exists.  Its queued
-    work can then only be waited for device-wide: every device is synchronized (a destroyed
-    stream's work still runs to completion), so nothing it did can still be pending."""
-    from .._hip.errors import HipError
-    try:
-        event.record(stream)
-        return True
-    except HipError as exc:
-        if exc.code not in _GONE:
-            raise
-    from ..device import Device, device_count
-    for device in range(device_count()):
-        Device(device).synchronize()
-    return False
-
-
-def _wait_event(stream: int, event: Any) -> None:
-    """Make ``stream`` wait for ``event`` (a module function so that tests can replace it)."""
-    from ..stream import wait_event
-    wait_event(stream, event)
 
 
 class StreamOrder:
@@ -85,14 +38,14 @@ class StreamOrder:
         for s in others:
             ev = events.get(s)
             if ev is None:
-                ev = events[s] = _event_for(s)
-            if not _record(ev, s):  # s was destroyed: waited for device-wide
+                ev = events[s] = event_for(s)
+            if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
                 events.pop(s).close()
                 continue
             if key is HOST:
                 ev.synchronize()
             else:
-                _wait_event(key, ev)
+                wait_event(key, ev)
         return others
 
     def record_for_host(self, streams: Iterable[Any]) -> list:
@@ -103,9 +56,9 @@ class StreamOrder:
         try:
             for s in streams:
                 if s is not HOST:
-                    ev = _event_for(s)
+                    ev = event_for(s)
                     events.append(ev)
-                    if not _record(ev, s):  # s was destroyed: waited for device-wide
+                    if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
                         events.pop().close()
         except BaseException:
             for ev in events:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, List, Tuple
 
-from .._hip.errors import OutOfMemoryError
+from ..errors import OutOfMemoryError
 from .._locks import TokenMutex
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,

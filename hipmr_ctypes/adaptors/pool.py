@@ -32,7 +32,7 @@ import weakref
 from bisect import bisect_left, insort
 from typing import Any, Dict, FrozenSet, List, Optional
 
-from .._hip.errors import OutOfMemoryError
+from ..errors import OutOfMemoryError
 from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,

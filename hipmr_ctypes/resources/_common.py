@@ -12,20 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..properties import DEFAULT_ALIGNMENT
-from .._checks import MAX_PTR, MAX_SIZE, STREAM_REF, check_ptr, check_size, check_stream
+from .._checks import MAX_SIZE, check_ptr, check_size, check_stream
 from .._checks import check_alignment as _check_alignment
 from ..stream_ref import stream_ref
 
-__all__ = ["MAX_SIZE", "MAX_DEVICE_ALIGNMENT", "DEVICE_ALIGNMENTS", "MAX_HANDLE",
-           "check_size", "check_alignment", "check_ptr", "check_args", "check_stream",
-           "sync_stream", "SyncResource", "FlagsEqual", "STREAM_REF", "error", "check"]
+__all__ = ["MAX_DEVICE_ALIGNMENT", "DEVICE_ALIGNMENTS", "check_alignment", "check_args",
+           "sync_stream", "SyncResource", "FlagsEqual"]
 
 #: Largest alignment HIP guarantees for device-style allocations.
 MAX_DEVICE_ALIGNMENT = DEFAULT_ALIGNMENT
 #: Every alignment a device-style resource accepts: {1, 2, 4, ..., 256}.
 DEVICE_ALIGNMENTS = frozenset(1 << i for i in range(MAX_DEVICE_ALIGNMENT.bit_length()))
-#: Largest pointer / handle value (an address).
-MAX_HANDLE = MAX_PTR
 
 
 def check_alignment(value: Any, max_alignment: "int | None" = MAX_DEVICE_ALIGNMENT,
@@ -39,18 +36,6 @@ def check_args(nbytes: Any, alignment: Any, max_alignment: "int | None") -> int:
     nbytes = check_size(nbytes)
     check_alignment(alignment, max_alignment)
     return nbytes
-
-
-def error(rt: Any, status: int, call: str, **kw: Any) -> Exception:
-    """``rt.error(status, call, ...)``; it also resets the calling thread's last error, as RMM
-    and CCCL do before they throw (see ``Runtime.clear_last_error``)."""
-    return rt.error(status, call, **kw)
-
-
-def check(rt: Any, status: int, call: str, **kw: Any) -> None:
-    """Raise :func:`error` when ``status`` is not success."""
-    if status:
-        raise error(rt, status, call, **kw)
 
 
 def sync_stream(handle: int) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Optional, Tuple
 
 from .. import _hip
 from .._exit import finalizer, keep_at_exit
-from .._hip.errors import NotSupportedError
+from ..errors import NotSupportedError
 from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAccessFlagsProtRead,
                           hipMemAccessFlagsProtReadWrite, hipMemAllocationTypePinned,
                           hipMemHandleTypeNone, hipMemHandleTypePosixFileDescriptor,
@@ -20,7 +20,8 @@ from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAcc
 from ..device import Device, check_device, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
-from ._common import check, check_args, check_ptr, check_size, check_stream, error
+from .._checks import check_ptr, check_size, check_stream
+from ._common import check_args
 
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 
@@ -130,13 +131,13 @@ class MemoryPool:
     def _get(self, attr: int, name: str) -> int:
         out = c_uint64()
         rt = self._rt
-        check(rt, rt.fn.hipMemPoolGetAttribute(self._live(), attr, byref(out)),
+        rt.check(rt.fn.hipMemPoolGetAttribute(self._live(), attr, byref(out)),
                  "hipMemPoolGetAttribute", device=self._device, detail=name)
         return out.value
 
     def _set(self, attr: int, value: int, name: str) -> None:
         rt = self._rt
-        check(rt, rt.fn.hipMemPoolSetAttribute(self._live(), attr, byref(c_uint64(value))),
+        rt.check(rt.fn.hipMemPoolSetAttribute(self._live(), attr, byref(c_uint64(value))),
                  "hipMemPoolSetAttribute", device=self._device, detail=name)
 
     @property
@@ -180,7 +181,7 @@ class MemoryPool:
         (``hipMemPoolTrimTo``); memory in use is never released."""
         nbytes = check_size(bytes)
         rt = self._rt
-        check(rt, rt.fn.hipMemPoolTrimTo(self._live(), nbytes), "hipMemPoolTrimTo",
+        rt.check(rt.fn.hipMemPoolTrimTo(self._live(), nbytes), "hipMemPoolTrimTo",
                  device=self._device)
 
     def set_access(self, device: Any, read_write: bool = True) -> None:
@@ -195,7 +196,7 @@ class MemoryPool:
         desc.location.id = ordinal
         desc.flags = hipMemAccessFlagsProtReadWrite if read_write else hipMemAccessFlagsProtNone
         rt = self._rt
-        check(rt, rt.fn.hipMemPoolSetAccess(handle, desc, 1), "hipMemPoolSetAccess",
+        rt.check(rt.fn.hipMemPoolSetAccess(handle, desc, 1), "hipMemPoolSetAccess",
                  device=ordinal)
 
     def access(self, device: Any) -> str:
@@ -208,7 +209,7 @@ class MemoryPool:
         loc.id = ordinal
         out = c_int()
         rt = self._rt
-        check(rt, rt.fn.hipMemPoolGetAccess(out, handle, loc), "hipMemPoolGetAccess",
+        rt.check(rt.fn.hipMemPoolGetAccess(out, handle, loc), "hipMemPoolGetAccess",
                  device=ordinal)
         return {hipMemAccessFlagsProtReadWrite: "read_write",
                 hipMemAccessFlagsProtRead: "read"}.get(out.value, "none")
@@ -317,7 +318,7 @@ class AsyncMemoryResource:
         props.location.type = hipMemLocationTypeDevice
         props.location.id = dev
         out = c_void_p()
-        check(rt, rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
+        rt.check(rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
         pool = MemoryPool(out.value or 0, dev, True, rt)
         try:
             pool.release_threshold = threshold
@@ -337,7 +338,7 @@ class AsyncMemoryResource:
         dev = get_device() if device is None else check_device(device)
         _require_pools(dev)
         out = c_void_p()
-        check(rt, rt.fn.hipDeviceGetMemPool(out, dev), "hipDeviceGetMemPool", device=dev)
+        rt.check(rt.fn.hipDeviceGetMemPool(out, dev), "hipDeviceGetMemPool", device=dev)
         self = cls.__new__(cls)
         self._bind(MemoryPool(out.value or 0, dev, False, rt), rt, (("default_pool", True),))
         return self
@@ -382,7 +383,7 @@ class AsyncMemoryResource:
         out = c_void_p()
         st = self._malloc(out, bytes, self._handle, stream)
         if st:
-            raise error(self._rt, st, "hipMallocFromPoolAsync", size=bytes,
+            raise self._rt.error(st, "hipMallocFromPoolAsync", size=bytes,
                         device=self._device)
         return out.value
 
@@ -400,7 +401,7 @@ class AsyncMemoryResource:
                 return
         st = self._free_fn(ptr, stream)
         if st:
-            raise error(self._rt, st, "hipFreeAsync", device=self._device,
+            raise self._rt.error(st, "hipFreeAsync", device=self._device,
                         detail=f"ptr={ptr:#x}")
 
     def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
@@ -410,14 +411,14 @@ class AsyncMemoryResource:
             st = self._rt.fn.hipStreamSynchronize(0)
             if st:
                 self._free_fn(ptr, 0)
-                raise error(self._rt, st, "hipStreamSynchronize", device=self._device)
+                raise self._rt.error(st, "hipStreamSynchronize", device=self._device)
         return ptr
 
     def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
         """Free on the null stream and wait for it."""
         self.deallocate_async(ptr, bytes, alignment, 0)
         if ptr:
-            check(self._rt, self._rt.fn.hipStreamSynchronize(0), "hipStreamSynchronize",
+            self._rt.check(self._rt.fn.hipStreamSynchronize(0), "hipStreamSynchronize",
                            device=self._device)
 
     def close(self) -> None:
@@ -467,9 +468,9 @@ def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:
     """Allocate then free ``nbytes`` once on the null stream of ``device`` and wait."""
     with Device(device):
         out = c_void_p()
-        check(rt, rt.fn.hipMallocFromPoolAsync(out, nbytes, pool._handle, 0),
+        rt.check(rt.fn.hipMallocFromPoolAsync(out, nbytes, pool._handle, 0),
                  "hipMallocFromPoolAsync", size=nbytes, device=device)
         st = rt.fn.hipFreeAsync(out.value, 0)
         st2 = rt.fn.hipStreamSynchronize(0)
-        check(rt, st, "hipFreeAsync", device=device)
-        check(rt, st2, "hipStreamSynchronize", device=device)
+        rt.check(st, "hipFreeAsync", device=device)
+        rt.check(st2, "hipStreamSynchronize", device=device)

@@ -8,8 +8,8 @@ from typing import Any, Optional
 from .. import _hip
 from ..device import check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
-from ._common import (DEVICE_ALIGNMENTS, MAX_SIZE, SyncResource, check, check_args, check_ptr,
-                      check_stream, error)
+from .._checks import MAX_SIZE, check_ptr, check_stream
+from ._common import DEVICE_ALIGNMENTS, SyncResource, check_args
 
 __all__ = ["DeviceMemoryResource"]
 
@@ -46,11 +46,11 @@ class DeviceMemoryResource(SyncResource):
         """Run ``fn(*args)`` with this resource's device current, restoring the previous one."""
         rt = self._rt
         cur = c_int()
-        check(rt, rt.fn.hipGetDevice(cur), "hipGetDevice")
+        rt.check(rt.fn.hipGetDevice(cur), "hipGetDevice")
         prev = cur.value
         if prev == self._device:
             return fn(*args)
-        check(rt, rt.fn.hipSetDevice(self._device), "hipSetDevice", device=self._device)
+        rt.check(rt.fn.hipSetDevice(self._device), "hipSetDevice", device=self._device)
         try:
             return fn(*args)
         finally:
@@ -66,7 +66,7 @@ class DeviceMemoryResource(SyncResource):
         out = c_void_p()
         st = self._call(self._malloc, out, bytes) if self._switch else self._malloc(out, bytes)
         if st:
-            raise error(self._rt, st, "hipMalloc", size=bytes, device=self._device)
+            raise self._rt.error(st, "hipMalloc", size=bytes, device=self._device)
         return out.value
 
     def _alloc(self, nbytes: int, alignment: int) -> int:
@@ -75,7 +75,7 @@ class DeviceMemoryResource(SyncResource):
     def _free(self, ptr: int) -> None:
         st = self._call(self._free_fn, ptr) if self._switch else self._free_fn(ptr)
         if st:
-            raise error(self._rt, st, "hipFree", device=self._device, detail=f"ptr={ptr:#x}")
+            raise self._rt.error(st, "hipFree", device=self._device, detail=f"ptr={ptr:#x}")
 
     def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
         """``hipFree(ptr)``; ``deallocate(0, ...)`` does nothing."""

@@ -10,8 +10,8 @@ from ctypes import c_void_p
 from typing import Dict
 
 from .. import _hip
-from .._hip.errors import OutOfMemoryError
-from .._libc import memalign_and_free
+from ..errors import OutOfMemoryError
+from .._hip.native import memalign_and_free
 from ..properties import host_accessible
 from ._common import SyncResource, check_args, sync_stream
 
@@ -25,7 +25,7 @@ _SIZEOF_PTR = ctypes.sizeof(c_void_p)
 
 
 def _load_libc():
-    """``(posix_memalign, free)`` from the C library (``hipmr_ctypes._libc``)."""
+    """``(posix_memalign, free)`` from the C library (``hipmr_ctypes._hip.native``)."""
     found = memalign_and_free()
     if found is None:
         raise OSError("the C library has no posix_memalign: HostMemoryResource needs it")

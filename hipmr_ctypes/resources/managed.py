@@ -7,7 +7,7 @@ from ctypes import c_int, c_void_p
 from .. import _hip
 from .._hip.types import hipMemAttachGlobal, hipMemAttachHost
 from ..properties import device_accessible, host_accessible
-from ._common import FlagsEqual, SyncResource, error
+from ._common import FlagsEqual, SyncResource
 
 __all__ = ["ManagedMemoryResource"]
 
@@ -49,13 +49,13 @@ class ManagedMemoryResource(FlagsEqual, SyncResource):
         if st:
             device = c_int()
             self._rt.fn.hipGetDevice(device)  # managed memory counts against the current one
-            raise error(self._rt, st, "hipMallocManaged", size=nbytes, device=device.value)
+            raise self._rt.error(st, "hipMallocManaged", size=nbytes, device=device.value)
         return out.value
 
     def _free(self, ptr: int) -> None:
         st = self._free_fn(ptr)
         if st:
-            raise error(self._rt, st, "hipFree", detail=f"ptr={ptr:#x}")
+            raise self._rt.error(st, "hipFree", detail=f"ptr={ptr:#x}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(flags={_FLAG_NAMES[self._flags]})"

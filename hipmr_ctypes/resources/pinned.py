@@ -8,7 +8,7 @@ from .. import _hip
 from .._hip.types import (hipHostMallocMapped, hipHostMallocPortable,
                           hipHostMallocWriteCombined)
 from ..properties import device_accessible, host_accessible
-from ._common import FlagsEqual, SyncResource, error
+from ._common import FlagsEqual, SyncResource
 
 __all__ = ["PinnedMemoryResource", "PINNED_FLAGS"]
 
@@ -67,13 +67,13 @@ class PinnedMemoryResource(FlagsEqual, SyncResource):
         out = c_void_p()
         st = self._malloc(out, nbytes, self._native_flags)
         if st:
-            raise error(self._rt, st, "hipHostMalloc", size=nbytes)
+            raise self._rt.error(st, "hipHostMalloc", size=nbytes)
         return out.value
 
     def _free(self, ptr: int) -> None:
         st = self._free_fn(ptr)
         if st:
-            raise error(self._rt, st, "hipHostFree", detail=f"ptr={ptr:#x}")
+            raise self._rt.error(st, "hipHostFree", detail=f"ptr={ptr:#x}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(flags={self._flags:#x})"

@@ -7,7 +7,7 @@ arguments are ctypes instances, ``byref()`` or ``pointer()``; pointers and handl
 or ``c_void_p``; every call returns an ``int`` HIP status).  ``rt.emulator`` is the
 :class:`Emulator` behind it, with hooks for tests.
 
-Configuration (environment, or the ``env`` mapping given to ``Runtime.create``):
+Configuration (environment, or the ``env`` mapping given to ``create_runtime``):
 
 ``HIPMR_EMULATED_DEVICES``      number of devices (default 1; 0 emulates a machine with no GPU:
                                 hipGetDeviceCount gives count 0 and hipErrorNoDevice, every other
@@ -117,6 +117,9 @@ from ..runtime import Runtime, decode_hip_version
 from ._core import (DEFAULT_FAULT_CALLS, EmulatorConfig, LiveAllocations, error_name,
                     error_string)
 from ._devices import DeviceMixin
+from ._memory import MemoryMixin
+from ._pools import PoolMixin
+from ._streams import StreamMixin
 
 __all__ = ["Emulator", "EmulatorConfig", "LiveAllocations", "create_emulated_runtime",
            "config_from_env", "parse_size", "DEFAULT_FAULT_CALLS"]
@@ -128,8 +131,10 @@ _UNITS = {"": 1, "b": 1,
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
-class Emulator(DeviceMixin):
-    """The emulated HIP runtime: state plus one method per HIP function.
+class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin):
+    """The emulated HIP runtime: the state of :class:`EmulatorCore` plus one method per HIP
+    function, from four parts that each build on the core alone (devices, streams, memory,
+    pools).
 
     Test hooks: :meth:`inject_failure`, :meth:`clear_faults`, :meth:`pending_faults`,
     :meth:`set_stream_busy`, :meth:`live_allocations`, :meth:`capacity`, :attr:`device_count`,

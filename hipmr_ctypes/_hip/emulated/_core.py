@@ -1,7 +1,8 @@
 """State of the emulated HIP runtime: devices, the allocation table, handles, faults, last error.
 
-The HIP functions themselves live in the mixins built on :class:`EmulatorCore`
-(``_pools``, ``_memory``, ``_streams``, ``_devices``); this module holds what they share.
+The HIP functions themselves live in four parts that each build on :class:`EmulatorCore` alone
+(``_pools``, ``_memory``, ``_streams``, ``_devices``) and call one another only through what
+this module holds: the state and the helpers they share.
 Every piece of mutable state is guarded by the one ``EmulatorCore._lock``.
 """
 from __future__ import annotations
@@ -13,10 +14,10 @@ import weakref
 from typing import (Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
                     Tuple, Union)
 
-from ..._libc import memalign_and_free
 from ..._locks import DeferringLock
 from ..decls import DECL_BY_NAME, DECLS
 from ..errors import ERROR_NAMES
+from ..native import memalign_and_free
 from ..runtime import Functions, missing_function
 from ._args import Status, addr
 
@@ -509,3 +510,39 @@ class EmulatorCore:
         for s in self._streams.values():
             if s.device == ordinal:
                 s.busy = 0
+
+    # ---- giving memory back (lock held): used by pools, plain frees and synchronize points
+    def _pool_release(self, pool: Pool, keep: int) -> None:
+        """Release cached blocks, largest first, until the pool reserves at most ``keep`` bytes."""
+        if pool.reserved <= keep or not pool.cache:
+            return
+        pool.cache.sort()
+        dev = self._devices[pool.device]
+        while pool.cache and pool.reserved > keep:
+            block, ptr = pool.cache.pop()
+            self._heap.free(ptr)
+            pool.reserved -= block
+            dev.committed -= block
+
+    def _release_device_pools(self, ordinal: int) -> None:
+        """A synchronize point on device ``ordinal``: pools give back what exceeds their threshold."""
+        for pool in self._pools.values():
+            if pool.device == ordinal:
+                self._pool_release(pool, pool.threshold)
+
+    def _release_alloc(self, alloc: Alloc) -> None:
+        """Free a live allocation: back to its pool's cache, or to the host."""
+        self._unregister(alloc)
+        pool = alloc.pool
+        if pool is not None:
+            pool.used -= alloc.block
+            pool.live -= 1
+            if pool.alive:
+                pool.cache.append((alloc.block, alloc.ptr))
+                return
+            pool.reserved -= alloc.block   # destroyed pool: its last blocks go straight back
+        self._heap.free(alloc.ptr)
+        if alloc.kind == PINNED:
+            self._host_committed -= alloc.block
+        else:
+            self._devices[alloc.device].committed -= alloc.block

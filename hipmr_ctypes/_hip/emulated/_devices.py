@@ -7,8 +7,7 @@ from typing import Any, Dict
 
 from ._args import Status, char_buffer, i32, out, u32
 from ._core import (INVALID_DEVICE, INVALID_VALUE, NO_DEVICE, PEER_ACCESS_ALREADY_ENABLED,
-                    PEER_ACCESS_NOT_ENABLED, SUCCESS, error_name, error_string)
-from ._streams import StreamMixin
+                    PEER_ACCESS_NOT_ENABLED, SUCCESS, EmulatorCore, error_name, error_string)
 
 __all__ = ["DeviceMixin", "device_attributes"]
 
@@ -64,7 +63,7 @@ def device_attributes(ordinal: int, capacity: int, version: tuple) -> Dict[int, 
     }
 
 
-class DeviceMixin(StreamMixin):
+class DeviceMixin(EmulatorCore):
     """Devices, versions, peer access, memory info and the error functions."""
 
     # ---- init and versions ----------------------------------------------------------------

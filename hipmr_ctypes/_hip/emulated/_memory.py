@@ -12,8 +12,7 @@ from ..types import (hipIpcMemHandle_t, hipMemPoolPtrExportData, hipPointerAttri
                      hipMemcpyHostToHost, hipMemHandleTypePosixFileDescriptor)
 from ._args import MASK64, Status, addr, extent, i32, out, u32, u64
 from ._core import (DEVICE, INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED,
-                    MIN_HOST_ADDRESS, OUT_OF_MEMORY, PINNED, Alloc, round_up)
-from ._pools import PoolMixin
+                    MIN_HOST_ADDRESS, OUT_OF_MEMORY, PINNED, Alloc, EmulatorCore, round_up)
 
 __all__ = ["MemoryMixin"]
 
@@ -31,7 +30,7 @@ _KINDS = frozenset({hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceT
 _KINDS_NO_CU = _KINDS | {hipMemcpyDeviceToDeviceNoCU}
 
 
-class MemoryMixin(PoolMixin):
+class MemoryMixin(EmulatorCore):
     """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMallocManaged, hipMemcpy*,
     hipMemcpyPeer*, hipMemset*,
     hipMemPrefetchAsync, hipPointerGetAttributes, hipIpcGetMemHandle, hipMemPoolExportPointer."""

@@ -21,7 +21,7 @@ from ..types import (hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
                      hipMemPoolAttrReservedMemCurrent, hipMemPoolAttrReservedMemHigh,
                      hipMemPoolAttrUsedMemCurrent, hipMemPoolAttrUsedMemHigh)
 from ._args import Status, addr, i32, int_cell, out, out_array, u64
-from ._core import (DEVICE, INVALID_DEVICE, INVALID_VALUE, MANAGED, OUT_OF_MEMORY, PINNED, Alloc,
+from ._core import (DEVICE, INVALID_DEVICE, INVALID_VALUE, MANAGED, OUT_OF_MEMORY, Alloc,
                     EmulatorCore, Pool, round_up)
 
 __all__ = ["PoolMixin"]
@@ -39,24 +39,6 @@ class PoolMixin(EmulatorCore):
         if pool is None:
             raise Status(INVALID_VALUE)
         return pool
-
-    def _pool_release(self, pool: Pool, keep: int) -> None:
-        """Release cached blocks, largest first, until the pool reserves at most ``keep`` bytes."""
-        if pool.reserved <= keep or not pool.cache:
-            return
-        pool.cache.sort()
-        dev = self._devices[pool.device]
-        while pool.cache and pool.reserved > keep:
-            block, ptr = pool.cache.pop()
-            self._heap.free(ptr)
-            pool.reserved -= block
-            dev.committed -= block
-
-    def _release_device_pools(self, ordinal: int) -> None:
-        """A synchronize point on device ``ordinal``: pools give back what exceeds their threshold."""
-        for pool in self._pools.values():
-            if pool.device == ordinal:
-                self._pool_release(pool, pool.threshold)
 
     def _pool_alloc(self, pool: Pool, size: int) -> int:
         """Allocate ``size`` (> 0) bytes from ``pool``; Status(OUT_OF_MEMORY) leaves all unchanged."""
@@ -89,23 +71,6 @@ class PoolMixin(EmulatorCore):
         pool.live += 1
         self._register(Alloc(ptr, size, block, pool.device, DEVICE, 0, pool))
         return ptr
-
-    def _release_alloc(self, alloc: Alloc) -> None:
-        """Free a live allocation: back to its pool's cache, or to the host."""
-        self._unregister(alloc)
-        pool = alloc.pool
-        if pool is not None:
-            pool.used -= alloc.block
-            pool.live -= 1
-            if pool.alive:
-                pool.cache.append((alloc.block, alloc.ptr))
-                return
-            pool.reserved -= alloc.block   # destroyed pool: its last blocks go straight back
-        self._heap.free(alloc.ptr)
-        if alloc.kind == PINNED:
-            self._host_committed -= alloc.block
-        else:
-            self._devices[alloc.device].committed -= alloc.block
 
     def _async_alloc(self, out_ptr: Any, size: Any, pool_handle: Optional[Any],
                      stream: Any) -> None:

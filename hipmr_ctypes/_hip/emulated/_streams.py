@@ -13,8 +13,7 @@ from typing import Any
 from ..types import (hipEventBlockingSync, hipEventDisableTiming, hipEventInterprocess,
                      hipStreamNonBlocking)
 from ._args import Status, addr, i32, out, u32
-from ._core import INVALID_HANDLE, INVALID_VALUE, NOT_READY, Event, Stream
-from ._memory import MemoryMixin
+from ._core import INVALID_HANDLE, INVALID_VALUE, NOT_READY, EmulatorCore, Event, Stream
 
 __all__ = ["StreamMixin"]
 
@@ -28,7 +27,7 @@ _EVENT_FLAGS = hipEventBlockingSync | hipEventDisableTiming | hipEventInterproce
     _EVENT_RELEASE_FLAGS
 
 
-class StreamMixin(MemoryMixin):
+class StreamMixin(EmulatorCore):
     """hipStream*, hipEvent*, hipDeviceSynchronize, hipDeviceGetStreamPriorityRange."""
 
     def _event(self, handle: Any) -> Event:

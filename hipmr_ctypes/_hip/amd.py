@@ -1,0 +1,56 @@
+"""The ``amd`` back end: libamdhip64, every row of the declaration table bound directly (no
+Python in between, so a hot call costs one ctypes call)."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from .decls import DECLS
+from .errors import NotSupportedError
+from .loader import amd_candidates, load_first
+from .runtime import Functions, Runtime, missing_function
+
+__all__ = ["create_amd_runtime", "bind_library", "AMD_HINT"]
+
+
+def bind_library(lib, names_to_symbols: Dict[str, str], where: str) -> Functions:
+    """Resolve every row of the table in ``lib`` (symbol = ``names_to_symbols.get(name, name)``)."""
+    fn = Functions()
+    for decl in DECLS:
+        symbol = names_to_symbols.get(decl.name, decl.name)
+        try:
+            cfunc = getattr(lib, symbol)
+        except AttributeError:
+            if decl.required:
+                raise NotSupportedError(
+                    801, "hipErrorNotSupported",
+                    f"required symbol {symbol} is missing from {where}; this library is too old "
+                    f"(needs HIP {decl.since} or later)", decl.name)
+            setattr(fn, decl.name, missing_function(decl.name, where))
+            continue
+        cfunc.restype = decl.restype
+        cfunc.argtypes = list(decl.argtypes)
+        setattr(fn, decl.name, cfunc)
+    return fn
+
+
+AMD_HINT = ("Set HIPMR_LIBRARY to the exact libamdhip64 file, or ROCM_PATH / HIP_PATH to the ROCm "
+            "install; or choose another platform with HIPMR_PLATFORM=nvidia (CUDA GPUs) or "
+            "HIPMR_PLATFORM=emulated (host memory, no GPU).")
+
+
+def create_amd_runtime(env=None) -> Runtime:
+    """Load libamdhip64 and bind the declaration table in it."""
+    lib, path = load_first(amd_candidates(env), "libamdhip64 (HIP runtime)", AMD_HINT)
+    fn = bind_library(lib, {}, path)
+    get_name = fn.hipGetErrorName
+    get_string = fn.hipGetErrorString
+
+    def error_name(code: int) -> Optional[str]:
+        raw = get_name(code)
+        return raw.decode() if raw else None
+
+    def error_string(code: int) -> Optional[str]:
+        raw = get_string(code)
+        return raw.decode() if raw else None
+
+    return Runtime("amd", fn, path, lib, error_name, error_string)

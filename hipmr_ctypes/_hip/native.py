@@ -1,0 +1,94 @@
+"""The C functions the package calls that are not HIP: the C library's and Python's own C API.
+
+HIP's functions are in the one declaration table (``decls.py``); everything else is declared
+here, once, each with its prototype, on handles of this module's own (so no other library's
+``argtypes`` are changed):
+
+========================  ==========================================================  =======
+function                  prototype                                                   used by
+========================  ==========================================================  =======
+``posix_memalign``        ``int (void **, size_t alignment, size_t size)``            host resource, emulator
+``free``                  ``void (void *)``                                           host resource, emulator
+``strdup``                ``char *(const char *)``                                    DLPack (capsule names)
+``PyObject_GetBuffer``    ``int (PyObject *, Py_buffer *, int flags)``                Buffer (host views)
+``PyBuffer_Release``      ``void (Py_buffer *)``                                      Buffer (host views)
+``PyCapsule_New``         ``PyObject *(void *, const char *, PyCapsule_Destructor)``  DLPack
+``PyCapsule_IsValid``     ``int (PyObject *, const char *)``                          DLPack
+``PyCapsule_GetPointer``  ``void *(PyObject *, const char *)``                        DLPack
+``Py_IncRef``             ``void (PyObject *)``                                       DLPack
+========================  ==========================================================  =======
+
+``posix_memalign`` and ``free`` load on first use (:func:`memalign_and_free`); the others when
+this module is imported.  A leaf: it imports only the standard library.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+from ctypes import POINTER, Structure, c_char_p, c_int, c_ssize_t, c_void_p, py_object
+from typing import Any, Optional, Sequence, Tuple
+
+__all__ = ["memalign_and_free", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
+           "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New", "PyCapsule_IsValid",
+           "PyCapsule_GetPointer", "Py_IncRef"]
+
+
+def _declare(lib: Any, name: str, restype: Any, argtypes: Sequence[Any]) -> Any:
+    cfunc = getattr(lib, name)
+    cfunc.restype = restype
+    cfunc.argtypes = list(argtypes)
+    return cfunc
+
+
+# ---- the C library ------------------------------------------------------------------------
+_lock = threading.Lock()
+_loaded: Optional[Tuple[Any, Any]] = None
+_tried = False
+
+
+def memalign_and_free() -> Optional[Tuple[Any, Any]]:
+    """``(posix_memalign, free)`` with their prototypes set, or None where the C library has no
+    ``posix_memalign``.  Loaded once; the process's own symbols are tried first."""
+    global _loaded, _tried
+    with _lock:
+        if not _tried:
+            _tried = True
+            for name in (None, ctypes.util.find_library("c")):
+                try:
+                    lib = ctypes.CDLL(name)  # a handle of our own: its functions, our argtypes
+                    _loaded = (
+                        _declare(lib, "posix_memalign", c_int,
+                                 [POINTER(c_void_p), ctypes.c_size_t, ctypes.c_size_t]),
+                        _declare(lib, "free", None, [c_void_p]))
+                except (OSError, AttributeError, TypeError):
+                    continue
+                break
+        return _loaded
+
+
+#: ``char *strdup(const char *)``: C strings that must outlive every Python object.
+strdup = _declare(ctypes.CDLL(None), "strdup", c_void_p, [c_char_p])
+
+
+# ---- Python's C API -----------------------------------------------------------------------
+class Py_buffer(Structure):
+    """CPython's ``Py_buffer`` (stable since Python 3.3)."""
+    _fields_ = [("buf", c_void_p), ("obj", c_void_p), ("len", c_ssize_t),
+                ("itemsize", c_ssize_t), ("readonly", c_int), ("ndim", c_int),
+                ("format", c_char_p), ("shape", POINTER(c_ssize_t)),
+                ("strides", POINTER(c_ssize_t)), ("suboffsets", POINTER(c_ssize_t)),
+                ("internal", c_void_p)]
+
+
+PyBUF_WRITABLE = 0x0001
+PyBUF_C_CONTIGUOUS = 0x0038
+
+_py = ctypes.PyDLL(None)  # the interpreter's own symbols, through a handle of our own
+PyObject_GetBuffer = _declare(_py, "PyObject_GetBuffer", c_int,
+                              [py_object, POINTER(Py_buffer), c_int])
+PyBuffer_Release = _declare(_py, "PyBuffer_Release", None, [POINTER(Py_buffer)])
+PyCapsule_New = _declare(_py, "PyCapsule_New", py_object, [c_void_p, c_void_p, c_void_p])
+PyCapsule_IsValid = _declare(_py, "PyCapsule_IsValid", c_int, [c_void_p, c_void_p])
+PyCapsule_GetPointer = _declare(_py, "PyCapsule_GetPointer", c_void_p, [c_void_p, c_void_p])
+Py_IncRef = _declare(_py, "Py_IncRef", None, [py_object])
