@@ -125,6 +125,21 @@ def prefetch(ptr: int, nbytes: int, device: int, stream: object = 0) -> None:
              device=device)
 
 
+def prefetch_if_managed(ptr: int, nbytes: int, device: int, handle: int) -> bool:
+    """Prefetch ``[ptr, ptr+nbytes)`` to ``device`` on the stream ``handle`` when the memory
+    can be prefetched; returns False, having done nothing, when the runtime refuses the
+    range as not managed (``hipErrorInvalidValue``, cleared so that nobody else sees it).
+    ``device`` and ``handle`` must already be valid; any other failure raises ``HipError``."""
+    rt = _hip.get_runtime()
+    st = rt.fn.hipMemPrefetchAsync(ptr, nbytes, device, handle)
+    if not st:
+        return True
+    if rt.hip_code(st) == 1:  # hipErrorInvalidValue: not managed memory
+        rt.clear_last_error()
+        return False
+    raise rt.error(st, "hipMemPrefetchAsync", device=device)
+
+
 _tls = threading.local()
 _PEER_ALREADY_ENABLED = 704   # hipErrorPeerAccessAlreadyEnabled
 _PEER_NOT_ENABLED = 705       # hipErrorPeerAccessNotEnabled

@@ -145,10 +145,11 @@ class Stream(_Owned):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Stream):
             return other is self
-        return NotImplemented
+        return NotImplemented  # a stream_ref (or another library's stream) compares handles
 
     def __hash__(self) -> int:
-        return id(self)
+        """The handle's hash, as ``stream_ref``'s: ``stream_ref(s) == s`` and they hash alike."""
+        return hash(self._handle)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"0x{self._handle:x}"

@@ -62,6 +62,10 @@ def as_stream_handle(stream: Any, name: Optional[str] = "stream") -> int:
             if not (isinstance(result, tuple) and len(result) == 2):
                 raise TypeError(f"{prefix}{type(stream).__name__}.{protocol}() must return "
                                 f"(version, handle), not {result!r}")
+            if type(result[0]) is not int or result[0] != 0:
+                raise NotImplementedError(
+                    f"{prefix}{type(stream).__name__}.{protocol}() returned version "
+                    f"{result[0]!r}; only version 0 of the stream protocol is supported")
             return _plain_handle(result[1], f"the handle from {protocol}()", prefix)
     ref = getattr(stream, "ref", None)
     if isinstance(ref, stream_ref):
@@ -167,9 +171,12 @@ class stream_ref:
     def __eq__(self, other: object) -> bool:
         if isinstance(other, stream_ref):
             return self._handle == other._handle
-        if isinstance(other, int) and not isinstance(other, bool):
-            return self._handle == other
-        return NotImplemented
+        if isinstance(other, int):
+            return not isinstance(other, bool) and self._handle == other
+        try:  # a Stream, a cuda.core / CuPy stream...: equal when it names the same stream
+            return self._handle == as_stream_handle(other, None)
+        except Exception:  # noqa: BLE001 - not a stream (or a closed one): not equal
+            return NotImplemented
 
     def __ne__(self, other: object) -> bool:
         result = self.__eq__(other)

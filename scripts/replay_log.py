@@ -146,7 +146,8 @@ def _replay(f: TextIO, resource: Any) -> ReplayReport:
             raise ValueError(f"line {lineno}: expected 6 fields, got {len(row)}: {row!r}")
         action = row[2].strip()
         try:
-            ptr, size = int(row[3], 0), int(row[4])
+            ptr = 0 if row[3].strip() == "(nil)" else int(row[3], 0)
+            size = int(row[4])
         except ValueError:
             raise ValueError(f"line {lineno}: bad pointer or size in {row!r}") from None
         events += 1

@@ -21,7 +21,7 @@ import replay_log  # noqa: E402
 from fuzz_pool import AddressSpaceResource  # noqa: E402
 
 LINE = re.compile(r"^(\d+),(\d\d:\d\d:\d\d\.\d{6}),(allocate|allocate failure|free),"
-                  r"(0x[0-9a-f]+),(\d+),(0x[0-9a-f]+)$")
+                  r"(0x[0-9a-f]+|\(nil\)),(\d+),(0x[0-9a-f]+)$")
 
 
 def test_csv_lines_as_rmm_writes_them():
@@ -42,7 +42,7 @@ def test_csv_lines_as_rmm_writes_them():
     assert [(r.group(3), r.group(4), r.group(5), r.group(6)) for r in rows] == [
         ("allocate", hex(p), "1000", "0x0"),
         ("allocate", hex(q), "2000", "0x5000"),
-        ("allocate failure", "0x0", "9000", "0x6000"),
+        ("allocate failure", "(nil)", "9000", "0x6000"),
         ("free", hex(q), "2000", "0x5000"),
         ("free", hex(p), "1000", "0x0"),
     ]

@@ -65,10 +65,12 @@ def test_tracking_outstanding_report_and_stacks():
     assert "2 outstanding allocations, 300 bytes" in text
     assert f"ptr={a:#x} size=100" in text and "on stream 0x3" in text
     assert "test_tracking_outstanding_report_and_stacks" in text   # the captured stack
-    assert tr.get_outstanding_allocations_str() == text
+    rmm_text = tr.get_outstanding_allocations_str()
+    assert rmm_text.startswith(f"{a:#x}: 100 B : callstack:\n") and f"\n{b:#x}: 200 B" in rmm_text
     tr.deallocate(a, 100)
     tr.deallocate_async(b, 200, 512, 3)
     assert tr.outstanding() == {} and tr.report().startswith("0 outstanding")
+    assert tr.get_outstanding_allocations_str() == ""
 
 
 def test_tracking_refuses_unknown_pointers_before_the_upstream():
@@ -170,7 +172,7 @@ def test_aligned_over_an_upstream_capped_at_256():
 def test_prefetch_calls_the_device_helper(monkeypatch):
     from hipmr_ctypes import device
     calls = []
-    monkeypatch.setattr(device, "prefetch", lambda *a: calls.append(a))
+    monkeypatch.setattr(device, "prefetch_if_managed", lambda *a: calls.append(a))
     monkeypatch.setattr(device, "get_device", lambda: 0)
     up = ManagedMemoryResource()
     pf = PrefetchResource(up)
@@ -183,14 +185,23 @@ def test_prefetch_calls_the_device_helper(monkeypatch):
     assert pf.device is None and PrefetchResource(up, 0).device == 0
 
 
+def test_prefetch_is_not_tried_over_memory_the_host_cannot_reach(monkeypatch):
+    from hipmr_ctypes import device
+    calls = []
+    monkeypatch.setattr(device, "prefetch_if_managed", lambda *a: calls.append(a))
+    pf = PrefetchResource(AddressSpaceResource(), device=0)
+    pf.deallocate(pf.allocate(100), 100)
+    assert calls == []
+
+
 def test_prefetch_failure_gives_the_memory_back(monkeypatch):
     from hipmr_ctypes import device
 
     def fail(*a):
-        raise hmr.HipError(1, call="hipMemPrefetchAsync")
+        raise hmr.HipError(999, call="hipMemPrefetchAsync")
 
-    monkeypatch.setattr(device, "prefetch", fail)
-    up = AddressSpaceResource()
+    monkeypatch.setattr(device, "prefetch_if_managed", fail)
+    up = AddressSpaceResource(properties=(hmr.device_accessible, hmr.host_accessible))
     pf = PrefetchResource(up, device=0)
     with pytest.raises(hmr.HipError):
         pf.allocate(100)

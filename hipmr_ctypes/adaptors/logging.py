@@ -23,8 +23,8 @@ class LoggingResource(BoundAdaptor):
     adaptor is garbage-collected) or an open text file (written to, never closed).  The log
     starts with the header ``Thread,Time,Action,Pointer,Size,Stream``; then one line per event:
     the native thread id, the local time as ``HH:MM:SS.ffffff``, the action (``allocate``,
-    ``allocate failure`` or ``free``), the pointer and the stream handle in hex (``0x0`` for a
-    failure, and for the stream of a synchronous call) and the size in bytes, as RMM's
+    ``allocate failure`` or ``free``), the pointer and the stream handle in hex (the pointer
+    of a failure is ``(nil)``, the stream of a synchronous call ``0x0``) and the size in bytes, as RMM's
     ``logging_resource_adaptor`` writes it.  A ``free`` is logged before the upstream frees
     the memory, so that a concurrent ``allocate`` of the same address always comes after it.
     Thread-safe; an async resource when the upstream is one; equal to another over an equal
@@ -78,7 +78,9 @@ class LoggingResource(BoundAdaptor):
             return f"{cached[1]}{us:06d}"
 
         def log(action: str, ptr: int, nbytes: int, stream: int) -> None:
-            line = f"{native_id()},{stamp()},{action},{ptr:#x},{nbytes},{stream:#x}\n"
+            # a failure has no pointer: RMM writes C's "%p" of a null pointer, "(nil)"
+            where = f"{ptr:#x}" if action != "allocate failure" else "(nil)"
+            line = f"{native_id()},{stamp()},{action},{where},{nbytes},{stream:#x}\n"
             acquire()
             try:
                 write(line)

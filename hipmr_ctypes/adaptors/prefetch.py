@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from .. import device as _device
-from ..properties import DEFAULT_ALIGNMENT
+from ..properties import DEFAULT_ALIGNMENT, _declared, host_accessible
 from ._base import BoundAdaptor, check_args, check_stream, checked_frees, upstream_calls
 
 __all__ = ["PrefetchResource"]
@@ -14,10 +14,12 @@ class PrefetchResource(BoundAdaptor):
     """``PrefetchResource(upstream, device=None)``: after each allocation, prefetches the
     memory to ``device`` (default: the device current when the allocation is made) with
     ``hipMemPrefetchAsync``, on the allocation's stream (the null stream for ``allocate``).
-    Meant for managed memory.  If the prefetch fails, the memory is given back and the error
-    raised.  Deallocation goes to the upstream (after the arguments are checked).  An async
-    resource when the upstream is one; equal to another over an equal upstream with the same
-    device.
+    Memory that cannot be prefetched (device or pinned memory: the runtime answers
+    ``hipErrorInvalidValue``) is handed out unchanged, as RMM does, so the adaptor can sit over
+    any resource; over an upstream without ``host_accessible`` (which cannot be managed memory)
+    no prefetch is even tried.  Any other prefetch failure gives the memory back and raises.
+    Deallocation goes to the upstream (after the arguments are checked).  An async resource
+    when the upstream is one; equal to another over an equal upstream with the same device.
     """
 
     def __init__(self, upstream: Any, device: Optional[int] = None) -> None:
@@ -30,9 +32,14 @@ class PrefetchResource(BoundAdaptor):
     def _bind(self, ref: Any, device: Optional[int]) -> None:
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
-        def prefetch(ptr: int, nbytes: int, handle: int) -> None:
-            target = _device.get_device() if device is None else device
-            _device.prefetch(ptr, nbytes, target, handle)
+        try_prefetch = _device.prefetch_if_managed
+        get_device = _device.get_device
+        if host_accessible not in _declared(ref.resource):  # device memory: nothing to do
+            def prefetch(ptr: int, nbytes: int, handle: int) -> None:
+                pass
+        else:
+            def prefetch(ptr: int, nbytes: int, handle: int) -> None:
+                try_prefetch(ptr, nbytes, get_device() if device is None else device, handle)
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             bytes, alignment = check_args(bytes, alignment)

@@ -130,8 +130,18 @@ class TrackingResource(BoundAdaptor):
                              for line in a.stack.format())
         return "\n".join(lines)
 
-    #: RMM's name for :meth:`report`.
-    get_outstanding_allocations_str = report
+    def get_outstanding_allocations_str(self) -> str:
+        """RMM's text: one line ``0x7f00...: 256 B`` per outstanding allocation (followed by
+        `` : callstack:`` and the stack when captured); the empty string when nothing is
+        outstanding, so ``if mr.get_outstanding_allocations_str():`` is a leak check.  See
+        :meth:`report` for a summary with sizes, alignments and streams."""
+        lines = []
+        for a in self.outstanding().values():
+            line = f"{a.ptr:#x}: {a.size} B"
+            if a.stack is not None:
+                line += " : callstack:\n" + "".join(a.stack.format()).rstrip("\n")
+            lines.append(line + "\n")
+        return "".join(lines)
 
     def __repr__(self) -> str:
         return (f"TrackingResource({self._upstream.resource!r}, "
