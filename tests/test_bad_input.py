@@ -150,6 +150,10 @@ class Junk:
 BAD_SIZES = [("negative", -1, ValueError), ("float", 64.0, TypeError), ("bool", True, TypeError),
              ("huge", (1 << 64) + 1, ValueError), ("string", "64", TypeError),
              ("None", None, TypeError)]
+#: Sizes that configure a resource also take strings ("64", "4MiB"): a bad one is a ValueError.
+BAD_CONFIG_SIZES = [(label, "64 apples", ValueError) if label == "string" else (label, v, exc)
+                    for label, v, exc in BAD_SIZES]
+CONFIG_SIZE_ARGS = {"initial_pool_size", "maximum_pool_size", "block_size", "limit", "threshold"}
 BAD_ALIGNMENTS = [("zero", 0, ValueError), ("negative", -256, ValueError),
                   ("not-pow2", 48, ValueError), ("float", 256.0, TypeError),
                   ("bool", True, TypeError), ("string", "256", TypeError),
@@ -624,16 +628,17 @@ for label, v, exc in BAD_DEVICES:
         case(f"{target}-device-{label}", _base(target),
              _async if target.startswith("MemoryPool") else _none, call, exc, "device",
              state=_per_device_state)
-for label, v, exc in BAD_SIZES:
+for label, v, exc in BAD_CONFIG_SIZES:
     if v is not None:  # None: the default
         case(f"AsyncMemoryResource-initial_pool_size-{label}", "AsyncMemoryResource", _none,
              lambda _, v=v: hmr.AsyncMemoryResource(initial_pool_size=v), exc,
              "initial_pool_size")
+for label, v, exc in BAD_SIZES:
     case(f"MemoryPool.trim_to-bytes-{label}", "MemoryPool", _async,
          lambda a, v=v: a.pool.trim_to(v), exc, "bytes", state=snapshot, serve=serve)
 for label, v, exc in [("negative", -1, ValueError), ("float", 1.0, TypeError),
                       ("bool", True, TypeError), ("huge", 1 << 64, ValueError),
-                      ("string", "0", TypeError)]:
+                      ("string", "zero", ValueError), ("bytes", b"0", TypeError)]:
     case(f"AsyncMemoryResource-release_threshold-{label}", "AsyncMemoryResource", _none,
          lambda _, v=v: hmr.AsyncMemoryResource(release_threshold=v), exc, "release_threshold")
     case(f"MemoryPool.release_threshold-{label}", "MemoryPool", _async,
@@ -724,8 +729,9 @@ ADAPTOR_SIZE_ARGS = [
     ("BinningResource", "min_size_exponent",
      lambda up, v: hmr.BinningResource(up, min_size_exponent=v, max_size_exponent=10)),
 ]
-for label, v, exc in BAD_SIZES:
+for (label, plain_v, plain_exc), (_, cv, cexc) in zip(BAD_SIZES, BAD_CONFIG_SIZES):
     for target, arg, build in ADAPTOR_SIZE_ARGS:
+        v, exc = (cv, cexc) if arg in CONFIG_SIZE_ARGS else (plain_v, plain_exc)
         name = "size" if arg in ("bins", "add_bin") else arg
         if v is None and arg in ("initial_pool_size", "maximum_pool_size", "min_size_exponent"):
             continue  # None is the default

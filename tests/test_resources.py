@@ -338,7 +338,9 @@ def test_constructor_arguments(emulator):
         with pytest.raises(ValueError, match="initial_pool_size"):
             AsyncMemoryResource(initial_pool_size=-1)
         with pytest.raises(TypeError, match="release_threshold"):
-            AsyncMemoryResource(release_threshold="1")
+            AsyncMemoryResource(release_threshold=b"1")
+        with pytest.raises(ValueError, match="release_threshold: Could not parse"):
+            AsyncMemoryResource(release_threshold="1 lot")
         with pytest.raises(ValueError, match="release_threshold"):
             AsyncMemoryResource(release_threshold=1 << 64)
         with pytest.raises(TypeError, match="enable_ipc"):

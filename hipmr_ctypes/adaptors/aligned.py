@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
+from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, check_alignment, check_args,
                     check_size, check_stream, checks_arguments, claim_checked, upstream_calls)
@@ -26,10 +27,10 @@ class AlignedResource(BoundAdaptor):
     """
 
     def __init__(self, upstream: Any, alignment: int = DEFAULT_ALIGNMENT,
-                 threshold: int = 0) -> None:
+                 threshold: Size = 0) -> None:
         ref = self._set_upstream(upstream)
         self._alignment = check_alignment(alignment, name="alignment")
-        self._threshold = check_size(threshold, "threshold")
+        self._threshold = config_size(threshold, "threshold")
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:

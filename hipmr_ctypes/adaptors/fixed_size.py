@@ -5,6 +5,7 @@ import threading
 import weakref
 from typing import Any, Dict, List
 
+from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
                     check_free, check_ptr, check_size, check_stream, give_back_chunks, round_up)
@@ -185,10 +186,10 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
     resource is garbage-collected.
     """
 
-    def __init__(self, upstream: Any, block_size: int = 1 << 20,
+    def __init__(self, upstream: Any, block_size: Size = 1 << 20,
                  blocks_to_preallocate: int = 128) -> None:
         ref = self._set_upstream(upstream)
-        block_size = check_size(block_size, "block_size")
+        block_size = config_size(block_size, "block_size")
         per_chunk = check_size(blocks_to_preallocate, "blocks_to_preallocate")
         if not block_size:
             raise ValueError("block_size=0: a block must hold at least one byte")

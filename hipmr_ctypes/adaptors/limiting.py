@@ -5,6 +5,7 @@ from typing import Any, List, Tuple
 
 from ..errors import OutOfMemoryError
 from .._locks import TokenMutex
+from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
                     check_free_args, check_size, checks_arguments, upstream_calls)
@@ -23,9 +24,9 @@ class LimitingResource(BoundAdaptor):
     upstream is one; equal to another over an equal upstream with the same limit.
     """
 
-    def __init__(self, upstream: Any, limit: int) -> None:
+    def __init__(self, upstream: Any, limit: Size) -> None:
         ref = self._set_upstream(upstream)
-        self._limit = check_size(limit, "limit")
+        self._limit = config_size(limit, "limit")
         self._bind(ref, self._limit)
 
     def _bind(self, ref: Any, limit: int) -> None:

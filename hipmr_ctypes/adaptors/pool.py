@@ -34,6 +34,7 @@ from typing import Any, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
 from .._locks import DeferringLock
+from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
                     check_free, check_ptr, check_size, check_stream, give_back_chunks, round_up)
@@ -429,13 +430,13 @@ class PoolResource(IdentityEqual, BoundAdaptor):
     upstream: keep it alive while its memory is in use.
     """
 
-    def __init__(self, upstream: Any, initial_pool_size: Optional[int] = None,
-                 maximum_pool_size: Optional[int] = None) -> None:
+    def __init__(self, upstream: Any, initial_pool_size: Optional[Size] = None,
+                 maximum_pool_size: Optional[Size] = None) -> None:
         ref = self._set_upstream(upstream)
-        initial = 0 if initial_pool_size is None else check_size(initial_pool_size,
-                                                                  "initial_pool_size")
-        maximum = None if maximum_pool_size is None else check_size(maximum_pool_size,
-                                                                    "maximum_pool_size")
+        initial = 0 if initial_pool_size is None else config_size(initial_pool_size,
+                                                                   "initial_pool_size")
+        maximum = None if maximum_pool_size is None else config_size(maximum_pool_size,
+                                                                     "maximum_pool_size")
         initial = round_up(initial, _GRAIN)
         if maximum is not None:
             maximum -= maximum % _GRAIN

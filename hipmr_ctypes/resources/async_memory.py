@@ -21,6 +21,7 @@ from ..device import Device, check_device, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
 from .._checks import check_ptr, check_size, check_stream
+from .._sizes import Size, config_size, parse_bytes
 from ._common import check_args
 
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
@@ -35,6 +36,11 @@ _POOL_SUPPORT_HINT = (
 
 
 def _check_threshold(value: Any, name: str = "release_threshold") -> int:
+    if isinstance(value, str):
+        try:
+            value = parse_bytes(value)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int number of bytes, not {type(value).__name__}")
     if not 0 <= value <= MAX_RELEASE_THRESHOLD:
@@ -296,10 +302,10 @@ class AsyncMemoryResource:
                  "__weakref__")
     properties = (device_accessible,)
 
-    def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[int] = None,
-                 release_threshold: Optional[int] = None, enable_ipc: bool = False) -> None:
+    def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[Size] = None,
+                 release_threshold: Optional[Size] = None, enable_ipc: bool = False) -> None:
         if initial_pool_size is not None:
-            initial_pool_size = check_size(initial_pool_size, "initial_pool_size")
+            initial_pool_size = config_size(initial_pool_size, "initial_pool_size")
         threshold = (MAX_RELEASE_THRESHOLD if release_threshold is None
                      else _check_threshold(release_threshold))
         if not isinstance(enable_ipc, bool):

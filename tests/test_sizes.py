@@ -1,0 +1,84 @@
+"""Sizes as strings wherever a size is configured."""
+from __future__ import annotations
+
+import pytest
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes._sizes import config_size, parse_bytes
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("4MiB", 4 * MiB), ("2 GB", 2 * 10**9), ("512kib", 512 * KiB), ("512KIB", 512 * KiB),
+    ("1kB", 1000), ("1KB", 1000), ("1.5GiB", 3 * GiB // 2), ("0.5 KiB", 512), ("1000", 1000),
+    ("1000B", 1000), ("1000 b", 1000), (" 7 MB ", 7 * 10**6), ("1TiB", 1 << 40),
+    ("2PB", 2 * 10**15), ("1EiB", 1 << 60), ("0", 0), ("1e3", 1000), ("2.5e3kB", 2500000),
+    (".5MiB", MiB // 2), ("1.1KiB", 1126),      # a fraction of a byte is dropped
+])
+def test_parse_bytes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["2k", "2K", "4M", "1 G", "", " ", "MiB", "-1MiB", "1 MiBs",
+                                  "1,000", "0x10", "1/2 GiB", "4 MiB 2", "nan", "inf GB",
+                                  "1__0", "1e5000B"])
+def test_bad_size_strings(text):
+    with pytest.raises(ValueError, match="Could not parse") as info:
+        parse_bytes(text)
+    assert repr(text) in str(info.value)
+
+
+def test_config_size_names_the_argument_and_uses_the_size_rules():
+    assert config_size("4MiB", "initial_pool_size") == 4 * MiB
+    assert config_size(4096, "x") == 4096
+    with pytest.raises(ValueError, match=r"initial_pool_size: Could not parse '4 Mb s'"):
+        config_size("4 Mb s", "initial_pool_size")
+    with pytest.raises(ValueError, match="larger than 2\\*\\*63"):
+        config_size("16EiB", "limit")
+    with pytest.raises(ValueError, match="larger than 2\\*\\*63"):
+        config_size("1e999 B", "limit")
+    with pytest.raises(TypeError, match="limit"):
+        config_size(1.5, "limit")
+    with pytest.raises(TypeError, match="limit"):
+        config_size(True, "limit")
+    with pytest.raises(TypeError):
+        parse_bytes(b"4MiB")
+
+
+def test_size_strings_where_sizes_are_configured():
+    up = hmr.DeviceMemoryResource()
+    pool = hmr.PoolResource(up, "1MiB", "4 MiB")
+    assert pool.pool_size() == MiB and pool.maximum_pool_size == 4 * MiB
+    assert hmr.PoolResource(up, maximum_pool_size="2MiB").maximum_pool_size == 2 * MiB
+    assert hmr.LimitingResource(up, "2 kB").get_allocation_limit() == 2000
+    assert hmr.FixedSizeResource(up, block_size="64KiB").block_size == 64 * KiB
+    assert hmr.AlignedResource(up, 512, threshold="1 MiB").threshold == MiB
+    mr = hmr.AsyncMemoryResource(initial_pool_size="1MiB", release_threshold="1GB")
+    assert mr.pool.release_threshold == 10**9
+    mr.pool.release_threshold = "2 GiB"
+    assert mr.pool.release_threshold == 2 * GiB
+    with pytest.raises(ValueError, match="release_threshold: Could not parse"):
+        mr.pool.release_threshold = "lots"
+    assert mr.pool.release_threshold == 2 * GiB
+    mr.close()
+
+
+@pytest.mark.parametrize("make", [
+    lambda up: hmr.PoolResource(up, "2k"),
+    lambda up: hmr.PoolResource(up, None, "1 MiBs"),
+    lambda up: hmr.LimitingResource(up, "1G"),
+    lambda up: hmr.FixedSizeResource(up, block_size="big"),
+    lambda up: hmr.AsyncMemoryResource(initial_pool_size="1 M"),
+])
+def test_bad_size_strings_are_refused_before_anything_is_allocated(make, emulator):
+    up = hmr.DeviceMemoryResource()
+    before = hmr.Device().memory_info()
+    with pytest.raises(ValueError, match="Could not parse"):
+        make(up)
+    assert hmr.Device().memory_info() == before
+
+
+def test_initial_above_maximum_names_both():
+    with pytest.raises(ValueError, match="initial_pool_size=4MiB.*maximum_pool_size=2MiB"):
+        hmr.PoolResource(hmr.DeviceMemoryResource(), "4MiB", "2MiB")
