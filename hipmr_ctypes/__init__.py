@@ -36,6 +36,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
                            LoggingResource, PoolResource, PrefetchResource, Statistics,
                            StatisticsResource, TrackedAllocation, TrackingResource)
     from .buffer import Buffer
+    from .initialization import (available_device_memory, disable_logging, enable_logging,
+                                 get_log_filenames, is_initialized, register_reinitialize_hook,
+                                 reinitialize, unregister_reinitialize_hook)
 
 # Everything but the library loads on first use (PEP 562): module -> the public names it
 # provides.  Add a new public name here, to __all__ and to the TYPE_CHECKING imports.
@@ -61,12 +64,16 @@ _LAZY_MODULES = {
                  "LoggingResource", "PoolResource", "PrefetchResource", "Statistics",
                  "StatisticsResource", "TrackedAllocation", "TrackingResource"),
     "buffer": ("Buffer",),
+    "initialization": ("available_device_memory", "disable_logging", "enable_logging",
+                       "get_log_filenames", "is_initialized", "register_reinitialize_hook",
+                       "reinitialize", "unregister_reinitialize_hook"),
 }
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
 _SUBMODULES = frozenset(("adaptors", "buffer", "concepts", "device", "properties",
                          "resource_ref", "resources", "stream", "stream_ref", "_checks",
-                         "_exit", "_hip", "_locks", "_sizes", "errors", "logfile", "plot"))
+                         "_exit", "_hip", "_locks", "_sizes", "errors", "initialization", "logfile",
+                         "plot", "statistics"))
 
 __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
     "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "Property",
@@ -82,7 +89,9 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
     "FixedSizeResource", "LimitingResource", "LoggingResource", "PoolResource",
     "PrefetchResource", "Statistics", "StatisticsResource", "TrackedAllocation",
-    "TrackingResource", "Buffer"]
+    "TrackingResource", "Buffer", "reinitialize", "is_initialized",
+    "register_reinitialize_hook", "unregister_reinitialize_hook", "enable_logging",
+    "disable_logging", "get_log_filenames", "available_device_memory"]
 
 
 def __getattr__(name: str) -> object:

@@ -923,6 +923,37 @@ EXEMPT["device_accessible"] = EXEMPT["host_accessible"] = "a property tag class,
 EXEMPT["AsyncResource"] = EXEMPT["Resource"] = "a typing.Protocol for type checkers"
 EXEMPT["DEFAULT_ALIGNMENT"] = EXEMPT["MAX_RELEASE_THRESHOLD"] = "a constant"
 EXEMPT["Statistics"] = EXEMPT["TrackedAllocation"] = "a frozen record the library fills"
+# ---- reinitialize, logging of the per-device resources, device memory ----------------------
+for label, kwargs, exc, match in [
+        ("pool_allocator-int", dict(pool_allocator=1), TypeError, "pool_allocator"),
+        ("managed_memory-string", dict(managed_memory="yes"), TypeError, "managed_memory"),
+        ("logging-None", dict(logging=None), TypeError, "logging"),
+        ("initial_pool_size-float", dict(initial_pool_size=1.5), TypeError, "initial_pool_size"),
+        ("initial_pool_size-string", dict(initial_pool_size="1 lot"), ValueError,
+         "initial_pool_size"),
+        ("maximum_pool_size-negative", dict(maximum_pool_size=-1), ValueError,
+         "maximum_pool_size"),
+        ("initial-above-maximum", dict(pool_allocator=True, initial_pool_size="2MiB",
+                                       maximum_pool_size="1MiB"), ValueError, "maximum_pool_size"),
+        ("devices-string", dict(devices="0"), TypeError, "devices"),
+        ("devices-empty", dict(devices=[]), ValueError, "devices"),
+        ("devices-out-of-range", dict(devices=[0, 64]), ValueError, "devices"),
+        ("log_file_name-int", dict(logging=True, log_file_name=3), TypeError, "log_file_name"),
+        ("log_file_name-missing", dict(logging=True), ValueError, "log file name")]:
+    case(f"reinitialize-{label}", "reinitialize", _none,
+         lambda _, k=kwargs: hmr.reinitialize(**k), exc, match, state=_per_device_state)
+case("register_reinitialize_hook-None", "register_reinitialize_hook", _none,
+     lambda _: hmr.register_reinitialize_hook(None), TypeError, "callable")
+for label, v, exc in [("int", 42, TypeError), ("empty", "", ValueError)]:
+    case(f"enable_logging-log_file_name-{label}", "enable_logging", _none,
+         lambda _, v=v: hmr.enable_logging(v), exc, "log_file_name|file name",
+         state=_per_device_state)
+for label, v, exc in BAD_DEVICES:
+    case(f"available_device_memory-device-{label}", "available_device_memory", _none,
+         lambda _, v=v: hmr.available_device_memory(v), exc, "device")
+EXEMPT["is_initialized"] = EXEMPT["disable_logging"] = EXEMPT["get_log_filenames"] = (
+    "takes no argument")
+EXEMPT["unregister_reinitialize_hook"] = "any object: removes the registrations equal to it"
 EXEMPT["is_resource"] = EXEMPT["is_async_resource"] = (
     "a predicate: any object is a valid question (False for junk; see test_junk_never_crashes)")
 

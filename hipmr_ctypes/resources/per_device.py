@@ -73,3 +73,18 @@ def get_current_device_resource() -> Any:
 def set_current_device_resource(resource: Any) -> Any:
     """Make ``resource`` the resource of the current device; returns the previous one."""
     return set_per_device_resource(get_device(), resource)
+
+
+def _replace_all(resources: Dict[int, Any]) -> Dict[int, Any]:
+    """Forget every per-device resource and set ``resources`` (``{ordinal: resource}``, each
+    checked first) in one step; returns the previous table."""
+    checked = {}
+    for device, resource in resources.items():
+        ordinal = check_device(device)
+        _check_resource(resource, ordinal)
+        checked[ordinal] = resource
+    with _lock:
+        previous = dict(_resources)
+        _resources.clear()
+        _resources.update(checked)
+    return previous
