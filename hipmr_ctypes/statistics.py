@@ -1,0 +1,291 @@
+"""Allocation statistics of the current device's resource, as RMM's ``rmm.statistics``.
+
+Statistics are *enabled* when the current device's resource is a
+:class:`~hipmr_ctypes.StatisticsResource`: :func:`enable_statistics` wraps it once,
+:func:`statistics` does so for a ``with`` block.  :func:`get_statistics`,
+:func:`push_statistics` and :func:`pop_statistics` read and stack its counters, and return None
+when statistics are not enabled.
+
+:func:`profiler` records, per decorated function or named block, how many times it ran and
+the bytes it allocated (total and peak) into a :class:`ProfilerRecords`.  When statistics are
+not enabled it records nothing and a decorated function is called straight through, after one
+look at the per-device resources (no native call, no lock).
+
+Threads: every function here is thread-safe.  The counters belong to the resource, so a
+frame (a profiled call or block) sees every allocation made while it is open, by any thread,
+and frames open in several threads at once share one stack of counters: for exact per-frame
+numbers, profile from one thread at a time.  Records are never lost or torn, every call is
+counted, and the counter stack is left as it was found.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, cast
+
+from .adaptors.statistics import Statistics, StatisticsResource
+from .resources import per_device
+
+__all__ = ["Statistics", "enable_statistics", "get_statistics", "push_statistics",
+           "pop_statistics", "statistics", "ProfilerRecords", "default_profiler_records",
+           "profiler", "get_descriptive_name_of_object"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _current() -> Optional[StatisticsResource]:
+    mr = per_device.get_current_device_resource()
+    return mr if isinstance(mr, StatisticsResource) else None
+
+
+def enable_statistics() -> None:
+    """Make the current device's resource a :class:`StatisticsResource` over the one it is
+    now, unless it already is one (idempotent)."""
+    with _switch_lock:
+        mr = per_device.get_current_device_resource()
+        if not isinstance(mr, StatisticsResource):
+            per_device.set_current_device_resource(StatisticsResource(mr))
+
+
+def get_statistics() -> Optional[Statistics]:
+    """The current counters of the current device's resource; None when statistics are not
+    enabled."""
+    mr = _current()
+    return None if mr is None else mr.statistics
+
+
+def push_statistics() -> Optional[Statistics]:
+    """Start a fresh set of counters; returns the statistics before the push (None, doing
+    nothing, when statistics are not enabled)."""
+    mr = _current()
+    return None if mr is None else mr.push_counters()
+
+
+def pop_statistics() -> Optional[Statistics]:
+    """End the innermost set of counters and return it (None, doing nothing, when
+    statistics are not enabled); ``IndexError`` when none was pushed."""
+    mr = _current()
+    return None if mr is None else mr.pop_counters()
+
+
+_switch_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def statistics() -> Iterator[None]:
+    """``with statistics():`` counts the allocations of the block.
+
+    If statistics are enabled, a fresh set of counters is pushed on entry and popped on exit;
+    otherwise the current device's resource is wrapped in a :class:`StatisticsResource` on
+    entry and put back on exit.  ``ValueError`` on exit if the current device's resource was
+    replaced inside the block (the block's counters are then left where they are).
+    """
+    with _switch_lock:
+        prior = per_device.get_current_device_resource()
+        if isinstance(prior, StatisticsResource):
+            prior.push_counters()
+            restore = None
+            inside = prior
+        else:
+            inside = StatisticsResource(prior)
+            per_device.set_current_device_resource(inside)
+            restore = prior
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            if per_device.get_current_device_resource() is not inside:
+                raise ValueError("the current device resource was replaced inside the "
+                                 "statistics() block")
+            if restore is None:
+                inside.pop_counters()
+            else:
+                per_device.set_current_device_resource(restore)
+
+
+# ---- profiler ----------------------------------------------------------------------------------
+class ProfilerRecords:
+    """What :func:`profiler` recorded: ``records`` maps each name to a :class:`MemoryRecord`.
+    Thread-safe."""
+
+    @dataclass
+    class MemoryRecord:
+        """One function's or block's record: calls, total bytes allocated over all calls, and
+        the largest peak of one call (bytes outstanding at once, counted from its start)."""
+
+        num_calls: int = 0
+        memory_total: int = 0
+        memory_peak: int = 0
+
+        def add(self, memory_total: int, memory_peak: int) -> None:
+            """Count one more call."""
+            self.num_calls += 1
+            self.memory_total += memory_total
+            self.memory_peak = max(self.memory_peak, memory_peak)
+
+    #: RMM's earlier name for :class:`MemoryRecord`.
+    Data = MemoryRecord
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: Dict[str, ProfilerRecords.MemoryRecord] = {}
+
+    def add(self, name: str, data: Statistics) -> None:
+        """Count one call of ``name`` that allocated ``data.total_bytes`` with a peak of
+        ``data.peak_bytes``."""
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        with self._lock:
+            record = self._records.get(name)
+            if record is None:
+                record = self._records[name] = ProfilerRecords.MemoryRecord()
+            record.add(data.total_bytes, data.peak_bytes)
+
+    @property
+    def records(self) -> Dict[str, "ProfilerRecords.MemoryRecord"]:
+        """A copy of ``{name: MemoryRecord}``."""
+        with self._lock:
+            return {name: ProfilerRecords.MemoryRecord(r.num_calls, r.memory_total,
+                                                       r.memory_peak)
+                    for name, r in self._records.items()}
+
+    def clear(self) -> None:
+        """Forget every record."""
+        with self._lock:
+            self._records.clear()
+
+    def report(self, ordered_by: str = "memory_peak") -> str:
+        """A table of the records, largest ``ordered_by`` first (``"num_calls"``,
+        ``"memory_peak"`` or ``"memory_total"``); says "No data" when nothing was recorded."""
+        if ordered_by not in ("num_calls", "memory_peak", "memory_total"):
+            raise ValueError(f"ordered_by={ordered_by!r}: expected 'num_calls', "
+                             "'memory_peak' or 'memory_total'")
+        rows = sorted(self.records.items(), key=lambda item: getattr(item[1], ordered_by),
+                      reverse=True)
+        lines = ["Memory Profiling", "================", ""]
+        if not rows:
+            lines.append("No data, maybe profiling wasn't enabled?")
+            return "\n".join(lines)
+        lines += [f"Ordered by:   {ordered_by}", "Memory units: bytes", "",
+                  "ncalls     memory_peak    memory_total  filename:lineno(function)"]
+        for name, r in rows:
+            lines.append(f"{r.num_calls:6,d} {r.memory_peak:15,d} {r.memory_total:15,d}  {name}")
+        return "\n".join(lines)
+
+    #: RMM's name for :meth:`report`.
+    pretty_print = report
+
+    def __str__(self) -> str:
+        return self.report()
+
+    def __repr__(self) -> str:
+        return f"ProfilerRecords({self.records})"
+
+
+#: The records :func:`profiler` writes to when given none.
+default_profiler_records = ProfilerRecords()
+
+
+def get_descriptive_name_of_object(obj: Any) -> str:
+    """``file:line(qualified name)`` of a function (what a decorated function is recorded
+    under); the qualified name alone when the function has no code object."""
+    import inspect
+    obj = inspect.unwrap(obj)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
+    code = getattr(obj, "__code__", None)
+    if code is None:
+        return str(qualname)
+    return f"{code.co_filename}:{code.co_firstlineno}({qualname})"
+
+
+def _enabled() -> bool:
+    """Cheap: is any per-device resource a StatisticsResource?  (No native call.)"""
+    for mr in tuple(per_device._resources.values()):
+        if isinstance(mr, StatisticsResource):
+            return True
+    return False
+
+
+class _Frame:
+    """One profiled call or block: pushes counters on the current device's statistics
+    resource at entry, pops and records them at exit."""
+
+    __slots__ = ("_mr",)
+
+    def __init__(self) -> None:
+        self._mr: Optional[StatisticsResource] = None
+
+    def enter(self) -> None:
+        if _enabled():
+            mr = _current()
+            if mr is not None:
+                mr.push_counters()
+                self._mr = mr
+
+    def exit(self, records: ProfilerRecords, name: str) -> None:
+        mr, self._mr = self._mr, None
+        if mr is None:
+            return
+        try:
+            popped = mr.pop_counters()
+        except IndexError:  # someone popped every set meanwhile: nothing left to record
+            return
+        records.add(name, popped)
+
+
+class profiler:
+    """``@profiler(records=..., name=...)`` on a function, or ``with profiler(name=...):``
+    around a block: records the allocations of each call / run of the block into ``records``
+    (default: :data:`default_profiler_records`) under ``name`` (for a function, default
+    ``file:line(qualified name)``; a block needs a name).  Does nothing when statistics are
+    not enabled.  Nested frames are counted in the frames around them too.
+    """
+
+    __slots__ = ("_records", "_name", "_frames")
+
+    def __init__(self, *, records: ProfilerRecords = default_profiler_records,
+                 name: str = "") -> None:
+        if not isinstance(records, ProfilerRecords):
+            raise TypeError(f"records must be a ProfilerRecords, not {type(records).__name__}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        self._records = records
+        self._name = name
+        self._frames = threading.local()
+
+    def __call__(self, func: _F) -> _F:
+        if not callable(func):
+            raise TypeError(f"profiler decorates a callable, not {type(func).__name__}")
+        records = self._records
+        name = self._name or get_descriptive_name_of_object(func)
+        enabled = _enabled
+
+        @functools.wraps(func)
+        def profiled(*args: Any, **kwargs: Any) -> Any:
+            if not enabled():
+                return func(*args, **kwargs)
+            frame = _Frame()
+            frame.enter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                frame.exit(records, name)
+
+        return cast(_F, profiled)
+
+    def __enter__(self) -> "profiler":
+        if not self._name:
+            raise ValueError("profiler used as a context manager needs a name: "
+                             "with profiler(name='...'):")
+        stack = getattr(self._frames, "stack", None)
+        if stack is None:
+            stack = self._frames.stack = []
+        frame = _Frame()
+        frame.enter()
+        stack.append(frame)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._frames.stack.pop().exit(self._records, self._name)
