@@ -226,6 +226,9 @@ def test_gpu_numba_memory_manager(gpu_runtime):
         assert (other.copy_to_host() == host).all()
         free, total = ctx.get_memory_info()
         assert 0 < free <= total
+        info = ctx.get_memory_info()            # Numba's MemoryInfo, read by field name
+        assert type(info).__name__ == "MemoryInfo" and info.total == total and info.free > 0
+        assert mm.get_memory_info().total == total
         from hipmr_ctypes.buffer import Buffer
         assert all(isinstance(b, Buffer) for b in mm.allocations.values())
         del dev, other

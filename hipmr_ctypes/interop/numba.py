@@ -10,7 +10,7 @@ Enable it before Numba creates its CUDA context, either with the environment var
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict
 
 from numba.cuda import HostOnlyCUDAMemoryManager, MemoryPointer
 
@@ -18,6 +18,11 @@ from ..buffer import Buffer
 from ..device import Device
 
 __all__ = ["HipmrNumbaManager"]
+
+try:  # numba-cuda exports it as numba.cuda.MemoryInfo, older Numba only from the driver
+    from numba.cuda import MemoryInfo as _MemoryInfo
+except ImportError:  # pragma: no cover - depends on the Numba version
+    from numba.cuda.cudadrv.driver import MemoryInfo as _MemoryInfo  # type: ignore[no-redef]
 
 
 def _device_pointer(ptr: int) -> Any:
@@ -57,10 +62,11 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):
         return MemoryPointer(self.context, _device_pointer(buf.ptr), size,
                              finalizer=_finalizer(key, self.allocations))
 
-    def get_memory_info(self) -> Tuple[int, int]:
-        """``(free, total)`` bytes of the current device (what the device has, whatever part
-        of it a pooling resource holds)."""
-        return Device().memory_info()
+    def get_memory_info(self) -> Any:
+        """Numba's ``MemoryInfo(free, total)``: the bytes of the current device (what the
+        device has, whatever part of it a pooling resource holds)."""
+        free, total = Device().memory_info()
+        return _MemoryInfo(free=free, total=total)
 
     def get_ipc_handle(self, memory: Any) -> Any:
         """Not supported: hipmr_ctypes allocations are not exported to other processes here."""
