@@ -1,11 +1,11 @@
 """What every adaptor does over every kind of upstream: user-written resources (synchronous
 over real host memory, async over an address space), the package's HostMemoryResource and
 the emulated device resources, and refs to them.  Properties, async-ness, upstream_resource,
-equality, argument checks that leave everything unchanged, and stacks of adaptors."""
+equality, argument checks that leave everything unchanged, stacks of adaptors, and frees that
+several adaptors must refuse or race on."""
 import ctypes
 import io
-import os
-import sys
+import threading
 
 import pytest
 
@@ -21,8 +21,7 @@ from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
                                     HostMemoryResource, ManagedMemoryResource,
                                     PinnedMemoryResource)
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from fuzz_pool import AddressSpaceResource, HostBufferResource  # noqa: E402
+from support import AddressSpaceResource, HostBufferResource
 
 # name -> factory(upstream); each takes the upstream first
 ADAPTORS = {
@@ -322,3 +321,63 @@ def test_adaptor_methods_documented_on_the_class():
         for name in ("allocate", "deallocate", "allocate_async", "deallocate_async"):
             assert getattr(cls, name).__doc__
         assert cls.__doc__
+
+
+@pytest.mark.parametrize("make", [
+    lambda up: FixedSizeResource(up, block_size=512, blocks_to_preallocate=2),
+    lambda up: BinningResource(up, bins=[512])], ids=["fixed-size", "binning"])
+@pytest.mark.parametrize("stream", [None, 0])
+def test_a_free_with_an_alignment_never_given_out_is_refused(make, stream):
+    """Blocks come with an alignment of 256 at most: a free that claims 512 is a wrong
+    argument, refused before anything changes (the block stays live and frees normally)."""
+    r = make(AddressSpaceResource())
+    p = r.allocate(300) if stream is None else r.allocate_async(300, 256, stream)
+    with pytest.raises(ValueError, match="alignment=512"):
+        if stream is None:
+            r.deallocate(p, 300, 512)
+        else:
+            r.deallocate_async(p, 300, 512, stream)
+    if stream is None:
+        r.deallocate(p, 300, 256)
+    else:
+        r.deallocate_async(p, 300, 256, stream)
+    with pytest.raises(ValueError, match="already deallocated|not a live"):
+        r.deallocate(p, 300)
+
+
+@pytest.mark.parametrize("make", [TrackingResource, lambda up: BinningResource(up, bins=[66]),
+                                  lambda up: BinningResource(up, bins=[8]),
+                                  lambda up: AlignedResource(PoolResource(up), 1024)],
+                         ids=["tracking", "binning-bins", "binning-upstream", "aligned"])
+def test_two_threads_freeing_the_same_pointers_free_each_once(make):
+    """The claim of a free is one atomic dict.pop: of two threads freeing the same pointers,
+    exactly one frees each, the other gets ValueError, and the upstream sees each free once."""
+    up = AddressSpaceResource()
+    tr = make(up)
+    ptrs = [tr.allocate(64 + i % 7) for i in range(3000)]
+    sizes = {p: 64 + i % 7 for i, p in enumerate(ptrs)}
+    freed, refused = [], []
+
+    def free_all():
+        for p in ptrs:
+            try:
+                tr.deallocate(p, sizes[p])
+                freed.append(p)
+            except ValueError:
+                refused.append(p)
+
+    threads = [threading.Thread(target=free_all) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(freed) == sorted(ptrs) and sorted(refused) == sorted(ptrs)
+    if isinstance(tr, TrackingResource):
+        assert tr.outstanding() == {}
+    elif isinstance(tr, BinningResource):
+        assert tr.allocation_count() == 0
+    under = tr.upstream_resource()
+    for r in (tr, getattr(under, "resource", under)):
+        if hasattr(r, "release"):
+            r.release()
+    assert up.outstanding == 0

@@ -16,9 +16,10 @@ from hipmr_ctypes.adaptors import (LOG_HEADER, LimitingResource, LoggingResource
                                    PoolResource, Statistics, StatisticsResource)
 from hipmr_ctypes.resources import HostMemoryResource
 
+from support import AddressSpaceResource
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
 import replay_log  # noqa: E402
-from fuzz_pool import AddressSpaceResource  # noqa: E402
 
 LINE = re.compile(r"^(\d+),(\d\d:\d\d:\d\d\.\d{6}),(allocate|allocate failure|free),"
                   r"(0x[0-9a-f]+|\(nil\)),(\d+),(0x[0-9a-f]+)$")

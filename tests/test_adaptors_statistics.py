@@ -1,8 +1,6 @@
 """StatisticsResource: exact counters after mixed workloads, the counter stack (RMM's
 push/pop semantics), nested adaptors counting independently, failures not counted."""
-import os
 import random
-import sys
 
 import pytest
 
@@ -11,8 +9,7 @@ from hipmr_ctypes.adaptors import (LimitingResource, PoolResource, Statistics,
                                    StatisticsResource)
 from hipmr_ctypes.resources import HostMemoryResource
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from fuzz_pool import AddressSpaceResource  # noqa: E402
+from support import AddressSpaceResource
 
 
 @pytest.mark.parametrize("read_every", [1, 7, 97, 1000])

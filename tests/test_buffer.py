@@ -3,7 +3,6 @@ interpreter exit), the CUDA array interface, DLPack, pickling, injected failures
 from __future__ import annotations
 
 import array
-import contextlib
 import ctypes
 import gc
 import os
@@ -16,17 +15,15 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _dlpack, _hip
-from hipmr_ctypes._hip.decls import DECLS
 from hipmr_ctypes._hip.errors import HipError, OutOfMemoryError
 from hipmr_ctypes.buffer import Buffer
 from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
                                     HostMemoryResource, ManagedMemoryResource,
                                     PinnedMemoryResource, get_current_device_resource)
 
+from support import no_native_call
+
 ROOT = Path(__file__).resolve().parent.parent
-ERROR_QUERIES = {"hipGetErrorName", "hipGetErrorString", "hipGetLastError",
-                 "hipPeekAtLastError", "hipExtGetLastError"}
-NATIVE = [d.name for d in DECLS if d.name not in ERROR_QUERIES]
 
 FACTORIES = {
     "device": DeviceMemoryResource,
@@ -88,25 +85,6 @@ class Recording:
         return self is other
 
     __hash__ = object.__hash__
-
-
-@contextlib.contextmanager
-def no_native_call(emulator):
-    """Assert that the block makes no HIP call at all and changes no allocation (garbage
-    collection is off meanwhile: earlier tests' garbage must not be freed inside it)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    before = emulator.live_allocations()
-    emulator.inject_failure(code=999, count=1, calls=NATIVE)
-    try:
-        yield
-    finally:
-        pending = emulator.pending_faults()
-        emulator.clear_faults()
-        if enabled:
-            gc.enable()
-    assert pending == 1, "a native call was made"
-    assert emulator.live_allocations() == before
 
 
 # ---- round trips ---------------------------------------------------------------------------------

@@ -2,8 +2,6 @@
 alignment, misuse detection, stream ordering (with fake events and with the emulated
 runtime's real ones), and the CPython-specific fast paths."""
 import gc
-import os
-import sys
 
 import pytest
 
@@ -13,9 +11,8 @@ from hipmr_ctypes.adaptors import PoolResource, StatisticsResource
 from hipmr_ctypes.adaptors import pool as pool_module
 from hipmr_ctypes.resources import AsyncMemoryResource, HostMemoryResource
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from fuzz_pool import (AddressSpaceResource, HostBufferResource, check_pool_tiles,  # noqa: E402
-                       recording_events)
+from support import (AddressSpaceResource, HostBufferResource, check_pool_tiles,
+                     recording_events)
 
 MiB = 1 << 20
 

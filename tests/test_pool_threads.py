@@ -3,11 +3,9 @@ sizes and streams for a fixed number of operations: no deadlock (join with a tim
 live allocations ever overlap (checked in a shared interval map and by writing each block's
 bytes), and every count balances exactly at the end."""
 import ctypes
-import os
 import random
 import sys
 import threading
-from bisect import bisect_left, insort
 
 import pytest
 
@@ -16,37 +14,11 @@ from hipmr_ctypes import OutOfMemoryError
 from hipmr_ctypes.adaptors import LimitingResource, PoolResource, StatisticsResource
 from hipmr_ctypes.resources import HostMemoryResource
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from fuzz_pool import AddressSpaceResource, check_pool_tiles  # noqa: E402
+from support import AddressSpaceResource, LiveRanges, check_pool_tiles
 
 THREADS = 16
 OPS = 1500
 JOIN_TIMEOUT = 120.0
-
-
-class LiveRanges:
-    """The live ranges of every thread, checked for overlap under one test lock."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.starts = []
-        self.sizes = {}
-        self.errors = []
-
-    def add(self, ptr, size):
-        with self.lock:
-            i = bisect_left(self.starts, ptr)
-            if i < len(self.starts) and self.starts[i] < ptr + size:
-                self.errors.append(f"{ptr:#x}+{size} overlaps {self.starts[i]:#x}")
-            if i and self.starts[i - 1] + self.sizes[self.starts[i - 1]] > ptr:
-                self.errors.append(f"{ptr:#x}+{size} overlaps {self.starts[i - 1]:#x}")
-            insort(self.starts, ptr)
-            self.sizes[ptr] = size
-
-    def remove(self, ptr):
-        with self.lock:
-            del self.starts[bisect_left(self.starts, ptr)]
-            del self.sizes[ptr]
 
 
 def hammer(resource, streams, ranges, writable, seed, counts, errors, expect_oom):

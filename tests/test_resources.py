@@ -4,7 +4,6 @@ call, equality, out of memory and injected failures.  The tests without the ``em
 fixture run on any platform; the ones marked ``gpu`` need a real device."""
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import gc
 import os
@@ -16,7 +15,6 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip.decls import DECLS
 from hipmr_ctypes._hip.errors import (HipError, InvalidValueError, NotSupportedError,
                                       OutOfMemoryError)
 from hipmr_ctypes.resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource,
@@ -24,10 +22,9 @@ from hipmr_ctypes.resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource,
                                     ManagedMemoryResource, MemoryPool, PinnedMemoryResource,
                                     per_device)
 
+from support import no_native_call
+
 ROOT = Path(__file__).resolve().parent.parent
-ERROR_QUERIES = {"hipGetErrorName", "hipGetErrorString", "hipGetLastError",
-                 "hipPeekAtLastError", "hipExtGetLastError"}
-NATIVE = [d.name for d in DECLS if d.name not in ERROR_QUERIES]
 
 FACTORIES = {
     "device": DeviceMemoryResource,
@@ -94,25 +91,6 @@ def write_read(r, ptr: int, n: int, seed: int = 3) -> None:
         rt.check(rt.fn.hipMemcpy(ptr, src, n, 4), "hipMemcpy")
         rt.check(rt.fn.hipMemcpy(dst, ptr, n, 4), "hipMemcpy")
     assert dst.raw == data
-
-
-@contextlib.contextmanager
-def no_native_call(emulator):
-    """Assert that the block makes no HIP call at all and changes no allocation (garbage
-    collection is off meanwhile: earlier tests' garbage must not be freed inside it)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    before = emulator.live_allocations()
-    emulator.inject_failure(code=999, count=1, calls=NATIVE)
-    try:
-        yield
-    finally:
-        pending = emulator.pending_faults()
-        emulator.clear_faults()
-        if enabled:
-            gc.enable()
-    assert pending == 1, "a native call was made"
-    assert emulator.live_allocations() == before
 
 
 @pytest.fixture

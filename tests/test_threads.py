@@ -17,7 +17,6 @@ import random
 import sys
 import threading
 import time
-from bisect import bisect_left, insort
 
 import pytest
 
@@ -25,6 +24,8 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.errors import OutOfMemoryError
 from hipmr_ctypes.resources import per_device
+
+from support import LiveRanges
 
 THREADS = 16
 OPS = 600                 # per thread and test
@@ -59,32 +60,6 @@ def run_threads(target, n=THREADS, args=()):
     alive = [t.name for t in threads if t.is_alive()]
     assert not alive, f"deadlock: {len(alive)} threads still running after {JOIN} s"
     return errors
-
-
-class LiveRanges:
-    """Every live allocation's [start, end), checked for overlap under one lock."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.starts = []
-        self.ends = {}
-        self.errors = []
-
-    def add(self, ptr, size):
-        end = ptr + max(size, 1)
-        with self.lock:
-            i = bisect_left(self.starts, ptr)
-            if i < len(self.starts) and self.starts[i] < end:
-                self.errors.append(f"{ptr:#x}+{size} overlaps {self.starts[i]:#x}")
-            if i and self.ends[self.starts[i - 1]] > ptr:
-                self.errors.append(f"{ptr:#x}+{size} overlaps {self.starts[i - 1]:#x}")
-            insort(self.starts, ptr)
-            self.ends[ptr] = end
-
-    def remove(self, ptr):
-        with self.lock:
-            del self.starts[bisect_left(self.starts, ptr)]
-            del self.ends[ptr]
 
 
 @pytest.fixture
