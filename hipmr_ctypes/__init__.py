@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
                            LoggingResource, PoolResource, PrefetchResource, Statistics,
                            StatisticsResource, TrackedAllocation, TrackingResource)
     from .buffer import Buffer
+    from .ipc import IpcBufferDescriptor, IpcPoolHandle
     from .initialization import (available_device_memory, disable_logging, enable_logging,
                                  get_log_filenames, is_initialized, register_reinitialize_hook,
                                  reinitialize, unregister_reinitialize_hook)
@@ -64,6 +65,7 @@ _LAZY_MODULES = {
                  "LoggingResource", "PoolResource", "PrefetchResource", "Statistics",
                  "StatisticsResource", "TrackedAllocation", "TrackingResource"),
     "buffer": ("Buffer",),
+    "ipc": ("IpcBufferDescriptor", "IpcPoolHandle"),
     "initialization": ("available_device_memory", "disable_logging", "enable_logging",
                        "get_log_filenames", "is_initialized", "register_reinitialize_hook",
                        "reinitialize", "unregister_reinitialize_hook"),
@@ -71,7 +73,7 @@ _LAZY_MODULES = {
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
 _SUBMODULES = frozenset(("adaptors", "buffer", "concepts", "device", "properties",
-                         "resource_ref", "resources", "stream", "stream_ref", "_checks",
+                         "resource_ref", "resources", "stream", "stream_ref", "ipc", "_checks",
                          "_exit", "_hip", "_locks", "_sizes", "errors", "initialization", "logfile",
                          "plot", "statistics"))
 
@@ -91,7 +93,8 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "PrefetchResource", "Statistics", "StatisticsResource", "TrackedAllocation",
     "TrackingResource", "Buffer", "reinitialize", "is_initialized",
     "register_reinitialize_hook", "unregister_reinitialize_hook", "enable_logging",
-    "disable_logging", "get_log_filenames", "available_device_memory"]
+    "disable_logging", "get_log_filenames", "available_device_memory", "IpcBufferDescriptor",
+    "IpcPoolHandle"]
 
 
 def __getattr__(name: str) -> object:

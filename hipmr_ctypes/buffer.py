@@ -8,7 +8,7 @@ import sys
 import threading
 import weakref
 from contextlib import nullcontext
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from . import _hip
 from ._checks import check_alignment, check_size, check_stream
@@ -24,6 +24,9 @@ from .resources import (ManagedMemoryResource, PinnedMemoryResource,
                         get_current_device_resource)
 from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
+
+if TYPE_CHECKING:
+    from .ipc import IpcBufferDescriptor
 
 __all__ = ["Buffer"]
 
@@ -179,6 +182,50 @@ class Buffer:
             _install_exit_hook()
         else:
             self._ptr = 0
+
+    @classmethod
+    def _adopt(cls, ptr: int, size: int, resource: Any, device: int) -> "Buffer":
+        """A Buffer over memory that exists already (``ptr``, ``size`` > 0, on ``device``),
+        given back by ``resource.deallocate_async`` on the null stream like any Buffer's: the
+        imported buffers of ``Buffer.from_ipc``, whose resources unmap."""
+        ref = async_resource_ref(resource)
+        self = cls.__new__(cls)
+        self._size = size
+        self._alignment = DEFAULT_ALIGNMENT
+        self._ref = ref
+        self._stream = stream_ref(0)
+        self._keep = None
+        self._device = device
+        self._host_only = False
+        self._kind = "device"
+        self._closed = False
+        self._ptr = ptr
+        self._finalizer = weakref.finalize(self, _finalize, ref.deallocate_async, ptr, size,
+                                           DEFAULT_ALIGNMENT, 0, None)
+        _install_exit_hook()
+        return self
+
+    # ---- processes ----
+    def export_ipc(self) -> "IpcBufferDescriptor":
+        """An :class:`~hipmr_ctypes.IpcBufferDescriptor` with which another process maps this
+        memory (``Buffer.from_ipc``): ``hipMemPoolExportPointer`` for memory of an
+        ``AsyncMemoryResource(enable_ipc=True)``, ``hipIpcGetMemHandle`` for memory of a
+        ``DeviceMemoryResource``.  It waits for the buffer's stream first, so importers see
+        what was written before.  Other memory (host, pinned, managed, a pool made without
+        ``enable_ipc``, part of a larger allocation) raises NotSupportedError naming why.
+        Keep this Buffer alive until every importer has closed its mapping."""
+        from .ipc import export_buffer
+        return export_buffer(self)
+
+    @classmethod
+    def from_ipc(cls, descriptor: "IpcBufferDescriptor", resource: Any = None) -> "Buffer":
+        """A Buffer mapping the memory another process exported with :meth:`export_ipc`.
+        Pool memory needs ``resource``, the importing resource of its pool
+        (``AsyncMemoryResource.from_ipc(handle)``; a descriptor of another pool is a
+        ValueError); legacy (``hipMalloc``) memory needs none.  Closing the Buffer unmaps the
+        memory; it never frees the exporter's."""
+        from .ipc import import_buffer
+        return import_buffer(descriptor, resource)
 
     # ---- construction helpers ----
     @classmethod

@@ -80,6 +80,8 @@ def probe(tmp_path_factory):
             lines.append("#endif")
     for name in types.MACROS:
         lines.append(f'  printf("macro {name} %lld\\n", (long long)({name}));')
+    lines.append('  printf("macro hipIpcMemLazyEnablePeerAccess %lld\\n", '
+                 '(long long)(hipIpcMemLazyEnablePeerAccess));')
     lines += ["  return 0;", "}"]
     tmp = tmp_path_factory.mktemp("abi")
     src = tmp / "probe.c"
@@ -125,6 +127,12 @@ def test_enum_values(probe, name):
 @pytest.mark.parametrize("name", sorted(types.MACROS))
 def test_macro_values(probe, name):
     assert types.MACROS[name] == probe[("macro", name)]
+
+
+def test_ipc_open_flag_of_these_headers(probe):
+    major = probe[("version", "HIP_VERSION_MAJOR")]
+    assert types.ipc_lazy_enable_peer_access(major) == \
+        probe[("macro", "hipIpcMemLazyEnablePeerAccess")]
 
 
 def test_every_declared_function_is_in_the_header():

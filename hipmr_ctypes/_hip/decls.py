@@ -99,9 +99,20 @@ DECLS: Tuple[Decl, ...] = (
     Decl("hipDeviceGetDefaultMemPool", hipError_t, (P_void, c_int), "5.1", R),
     Decl("hipDeviceGetMemPool", hipError_t, (P_void, c_int), "5.1", R),
     Decl("hipDeviceSetMemPool", hipError_t, (c_int, hipMemPool_t), "5.1", R),
+    # interprocess: pools shared through a POSIX file descriptor, legacy per-allocation handles.
+    # The export writes the fd through its void* (an int*); the import takes the fd itself,
+    # by value, in the void*.
+    Decl("hipMemPoolExportToShareableHandle", hipError_t, (c_void_p, hipMemPool_t, c_int, c_uint),
+         "5.1", R),
+    Decl("hipMemPoolImportFromShareableHandle", hipError_t, (P_void, c_void_p, c_int, c_uint),
+         "5.1", R),
     Decl("hipMemPoolExportPointer", hipError_t, (POINTER(hipMemPoolPtrExportData), c_void_p),
          "5.1", R),
+    Decl("hipMemPoolImportPointer", hipError_t,
+         (P_void, hipMemPool_t, POINTER(hipMemPoolPtrExportData)), "5.1", R),
     Decl("hipIpcGetMemHandle", hipError_t, (POINTER(hipIpcMemHandle_t), c_void_p), "4.2", R),
+    Decl("hipIpcOpenMemHandle", hipError_t, (P_void, hipIpcMemHandle_t, c_uint), "4.2", R),
+    Decl("hipIpcCloseMemHandle", hipError_t, (c_void_p,), "4.2", R),
     # streams
     Decl("hipStreamCreateWithPriority", hipError_t, (P_void, c_uint, c_int), "4.2", R),
     Decl("hipStreamDestroy", hipError_t, (hipStream_t,), "4.2", R),

@@ -128,6 +128,13 @@ hipDeviceAttributeWarpSize = 87
 hipDeviceAttributeMemoryPoolsSupported = 88
 hipDeviceAttributeMemoryPoolSupportedHandleTypes = 91
 
+# hipIpcOpenMemHandle accepts exactly this flag, whose value changed in ROCm 6.0 (0 -> 1);
+# CUDA's cudaIpcMemLazyEnablePeerAccess is 1.
+def ipc_lazy_enable_peer_access(major: int) -> int:
+    """``hipIpcMemLazyEnablePeerAccess`` of HIP ``major``: 0 before 6, 1 from 6 on."""
+    return 0 if major < 6 else 1
+
+
 # Special stream handles
 hipStreamLegacy = 1
 hipStreamPerThread = 2

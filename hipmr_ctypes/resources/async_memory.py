@@ -3,9 +3,10 @@
 ``MemoryPool``, the pool object it exposes as ``.pool``."""
 from __future__ import annotations
 
+import os
 import weakref
 from ctypes import byref, c_int, c_uint64, c_void_p
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Set, Tuple
 
 from .. import _hip
 from .._exit import finalizer, keep_at_exit
@@ -24,8 +25,13 @@ from .._checks import check_ptr, check_size, check_stream
 from .._sizes import Size, config_size, parse_bytes
 from ._common import check_args
 
+if TYPE_CHECKING:
+    from .ipc import IpcPoolHandle
+
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 
+#: Bytes of the random identity of an exportable pool (``resources.ipc.POOL_ID_BYTES``)
+POOL_ID_BYTES = 16
 #: The largest release threshold (``UINT64_MAX``): freed memory stays in the pool (RMM's default).
 MAX_RELEASE_THRESHOLD = (1 << 64) - 1
 
@@ -96,7 +102,7 @@ class MemoryPool:
     """
 
     __slots__ = ("_handle", "_device", "_owned", "_rt", "_finalizer", "_users", "_closed",
-                 "__weakref__")
+                 "_ipc_id", "_mapped", "__weakref__")
 
     def __init__(self, handle: int, device: int, owned: bool, rt: Any = None) -> None:
         rt = _hip.get_runtime() if rt is None else rt
@@ -105,6 +111,8 @@ class MemoryPool:
         self._owned = owned
         self._rt = rt
         self._closed = False
+        self._ipc_id: Optional[bytes] = None        # an exportable or imported pool's identity
+        self._mapped: Optional[Set[int]] = None     # an imported pool: the pointers mapped
         self._users: "weakref.WeakSet[AsyncMemoryResource]" = weakref.WeakSet()
         self._finalizer = (weakref.finalize(self, _destroy_pool, rt.fn.hipMemPoolDestroy, handle)
                            if owned else None)
@@ -133,6 +141,35 @@ class MemoryPool:
     def closed(self) -> bool:
         """True once ``close()`` was called."""
         return self._closed
+
+    @property
+    def imported(self) -> bool:
+        """True for a pool imported from another process (``AsyncMemoryResource.from_ipc``)."""
+        return self._mapped is not None
+
+    def export_handle(self) -> "IpcPoolHandle":
+        """A new :class:`~hipmr_ctypes.IpcPoolHandle` of this pool
+        (``hipMemPoolExportToShareableHandle``): a POSIX file descriptor that another process
+        turns into an importing resource with ``AsyncMemoryResource.from_ipc``.  Only a pool
+        made with ``AsyncMemoryResource(enable_ipc=True)`` can be exported (NotSupportedError
+        otherwise).  Each call gives a new descriptor, closed by the handle's ``close()``."""
+        from .ipc import IpcPoolHandle
+        handle = self._live()
+        if self._mapped is not None:
+            raise NotSupportedError(801, "hipErrorNotSupported",
+                                    "an imported memory pool cannot be exported again",
+                                    "MemoryPool.export_handle")
+        if self._ipc_id is None:
+            raise NotSupportedError(801, "hipErrorNotSupported",
+                                    "this memory pool cannot be shared: make it with "
+                                    "AsyncMemoryResource(enable_ipc=True)",
+                                    "MemoryPool.export_handle")
+        fd = c_int(-1)
+        rt = self._rt
+        rt.check(rt.fn.hipMemPoolExportToShareableHandle(
+            byref(fd), handle, hipMemHandleTypePosixFileDescriptor, 0),
+            "hipMemPoolExportToShareableHandle", device=self._device)
+        return IpcPoolHandle(fd.value, self._device, self._ipc_id)
 
     def _get(self, attr: int, name: str) -> int:
         out = c_uint64()
@@ -244,6 +281,10 @@ class MemoryPool:
             return
         rt = self._rt
         used = c_uint64()
+        if self._mapped is not None:   # an imported pool: what this process still maps
+            if not self._mapped:
+                finalizer()
+            return
         try:
             if stream is None:
                 Device(self._device).synchronize()
@@ -326,6 +367,8 @@ class AsyncMemoryResource:
         out = c_void_p()
         rt.check(rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
         pool = MemoryPool(out.value or 0, dev, True, rt)
+        if enable_ipc:
+            pool._ipc_id = os.urandom(POOL_ID_BYTES)
         try:
             pool.release_threshold = threshold
             if initial_pool_size:
@@ -347,6 +390,45 @@ class AsyncMemoryResource:
         rt.check(rt.fn.hipDeviceGetMemPool(out, dev), "hipDeviceGetMemPool", device=dev)
         self = cls.__new__(cls)
         self._bind(MemoryPool(out.value or 0, dev, False, rt), rt, (("default_pool", True),))
+        return self
+
+    @classmethod
+    def from_ipc(cls, handle: "IpcPoolHandle", device: Optional[Any] = None
+                 ) -> "AsyncMemoryResource":
+        """An importing resource over the pool of ``handle`` (exported by another process with
+        ``MemoryPool.export_handle()``; ``hipMemPoolImportFromShareableHandle``).
+
+        It only maps: ``Buffer.from_ipc(descriptor, resource)`` gives a Buffer over memory of
+        that pool, and closing the Buffer unmaps it.  Allocating raises NotSupportedError.
+        ``device`` (default: the current one) is the device this process reads the memory
+        from: when it is not the pool's device, the importing resource grants it access to the
+        imported pool (``hipMemPoolSetAccess``; the exporter's grants do not carry over).
+        ``close()`` destroys the imported pool once nothing mapped from it is left; ``handle``
+        stays open (close it when no other import needs it)."""
+        from .ipc import cannot_allocate, import_pool, unmap_only
+        from .ipc import IpcPoolHandle
+        if not isinstance(handle, IpcPoolHandle):
+            raise TypeError(f"handle must be an IpcPoolHandle, not {type(handle).__name__}")
+        handle.fd   # ValueError when closed
+        rt = _hip.get_runtime()
+        dev = get_device() if device is None else check_device(device)
+        pool_device = handle.device
+        if pool_device != dev:
+            check_device(pool_device, "the handle's device")
+        pool = MemoryPool(import_pool(handle), pool_device, True, rt)
+        pool._ipc_id = handle.pool_id
+        mapped: Set[int] = set()
+        pool._mapped = mapped
+        try:
+            if dev != pool_device:
+                pool.set_access(dev)
+        except BaseException:
+            pool.close()
+            raise
+        self = cls.__new__(cls)
+        self._bind(pool, rt, (("imported_from_device", pool_device), ("accessed_from", dev)))
+        self._malloc = cannot_allocate
+        self._free_fn = unmap_only(self._free_fn, mapped)
         return self
 
     def _bind(self, pool: MemoryPool, rt: Any, settings: tuple) -> None:

@@ -117,6 +117,7 @@ from ..runtime import Runtime, decode_hip_version
 from ._core import (DEFAULT_FAULT_CALLS, EmulatorConfig, LiveAllocations, error_name,
                     error_string)
 from ._devices import DeviceMixin
+from ._ipc import IpcMixin
 from ._memory import MemoryMixin
 from ._pools import PoolMixin
 from ._streams import StreamMixin
@@ -131,10 +132,10 @@ _UNITS = {"": 1, "b": 1,
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
-class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin):
+class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin, IpcMixin):
     """The emulated HIP runtime: the state of :class:`EmulatorCore` plus one method per HIP
-    function, from four parts that each build on the core alone (devices, streams, memory,
-    pools).
+    function, from five parts that each build on the core alone (devices, streams, memory,
+    pools, interprocess).
 
     Test hooks: :meth:`inject_failure`, :meth:`clear_faults`, :meth:`pending_faults`,
     :meth:`set_stream_busy`, :meth:`live_allocations`, :meth:`capacity`, :attr:`device_count`,

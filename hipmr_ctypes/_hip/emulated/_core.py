@@ -20,6 +20,7 @@ from ..errors import ERROR_NAMES
 from ..native import memalign_and_free
 from ..runtime import Functions, missing_function
 from ._args import Status, addr
+from ._shared import SharedArena
 
 __all__ = ["EmulatorCore", "EmulatorConfig", "LiveAllocations", "HostHeap", "Alloc", "Pool",
            "Stream", "Event", "Device"]
@@ -165,7 +166,7 @@ class Pool:
     """A stream-ordered memory pool: reserved blocks, either in use or cached for reuse."""
     __slots__ = ("handle", "device", "is_default", "handle_types", "max_size", "threshold",
                  "reuse", "used", "used_high", "reserved", "reserved_high", "cache", "live",
-                 "access", "alive")
+                 "access", "alive", "arena", "imported")
 
     def __init__(self, handle: int, device: int, is_default: bool, handle_types: int = 0,
                  max_size: int = 0) -> None:
@@ -178,6 +179,8 @@ class Pool:
         self.live = 0                            # allocations in use
         self.access: Dict[int, int] = {}         # peer device -> hipMemAccessFlags
         self.alive = True
+        self.arena: Optional[SharedArena] = None  # shared memory of an IPC-enabled pool
+        self.imported = False                    # mapped from another process's pool
 
 
 class Stream:
@@ -366,6 +369,8 @@ class EmulatorCore:
             self._host_committed = 0
             for pool in self._pools.values():
                 pool.alive = False
+                if pool.arena is not None:
+                    pool.arena.close()
             for s in self._streams.values():
                 s.alive = False
             self._pools.clear()
@@ -520,7 +525,10 @@ class EmulatorCore:
         dev = self._devices[pool.device]
         while pool.cache and pool.reserved > keep:
             block, ptr = pool.cache.pop()
-            self._heap.free(ptr)
+            if pool.arena is not None:
+                pool.arena.free(ptr, block)
+            else:
+                self._heap.free(ptr)
             pool.reserved -= block
             dev.committed -= block
 
@@ -534,6 +542,11 @@ class EmulatorCore:
         """Free a live allocation: back to its pool's cache, or to the host."""
         self._unregister(alloc)
         pool = alloc.pool
+        if pool is not None and pool.imported:   # unmapped; the exporter's memory stays
+            pool.live -= 1
+            if not pool.alive and not pool.live and pool.arena is not None:
+                pool.arena.close()
+            return
         if pool is not None:
             pool.used -= alloc.block
             pool.live -= 1
@@ -541,6 +554,12 @@ class EmulatorCore:
                 pool.cache.append((alloc.block, alloc.ptr))
                 return
             pool.reserved -= alloc.block   # destroyed pool: its last blocks go straight back
+            if pool.arena is not None:
+                pool.arena.free(alloc.ptr, alloc.block)
+                self._devices[alloc.device].committed -= alloc.block
+                if not pool.live:
+                    pool.arena.close()
+                return
         self._heap.free(alloc.ptr)
         if alloc.kind == PINNED:
             self._host_committed -= alloc.block

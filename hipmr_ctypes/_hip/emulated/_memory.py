@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import ctypes
-import struct
 from ctypes import c_void_p
 from typing import Any, Optional
 
-from ..types import (hipIpcMemHandle_t, hipMemPoolPtrExportData, hipPointerAttribute_t,
+from ..types import (hipPointerAttribute_t,
                      hipMemAttachGlobal, hipMemAttachHost, hipMemcpyDefault,
                      hipMemcpyDeviceToDevice, hipMemcpyDeviceToHost, hipMemcpyHostToDevice,
-                     hipMemcpyHostToHost, hipMemHandleTypePosixFileDescriptor)
+                     hipMemcpyHostToHost)
 from ._args import MASK64, Status, addr, extent, i32, out, u32, u64
 from ._core import (DEVICE, INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED,
                     MIN_HOST_ADDRESS, OUT_OF_MEMORY, PINNED, Alloc, EmulatorCore, round_up)
@@ -33,7 +32,7 @@ _KINDS_NO_CU = _KINDS | {hipMemcpyDeviceToDeviceNoCU}
 class MemoryMixin(EmulatorCore):
     """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMallocManaged, hipMemcpy*,
     hipMemcpyPeer*, hipMemset*,
-    hipMemPrefetchAsync, hipPointerGetAttributes, hipIpcGetMemHandle, hipMemPoolExportPointer."""
+    hipMemPrefetchAsync, hipPointerGetAttributes."""
 
     # ---- helpers (lock held) --------------------------------------------------------------
     def _plain_alloc(self, out_ptr: Any, size: Any, kind: str, flags: int) -> None:
@@ -228,27 +227,3 @@ class MemoryMixin(EmulatorCore):
             attrs.hostPointer = None if alloc.kind == DEVICE else p
             attrs.isManaged = int(alloc.kind == MANAGED)
             attrs.allocationFlags = alloc.flags
-
-    def hipIpcGetMemHandle(self, handle: Any, dev_ptr: Any) -> None:
-        """hipIpcGetMemHandle(hipIpcMemHandle_t*, void*): hipMalloc memory only."""
-        target = out(handle, hipIpcMemHandle_t)
-        p = addr(dev_ptr)
-        with self._lock:
-            alloc = self._find(p) if p else None
-            if alloc is None or alloc.kind != DEVICE or alloc.pool is not None:
-                raise Status(INVALID_VALUE)
-            data = b"HIPMRIPC" + struct.pack("<QQQi", alloc.ptr, alloc.size, p - alloc.ptr,
-                                             alloc.device)
-        ctypes.memmove(ctypes.addressof(target), data.ljust(64, b"\0"), 64)
-
-    def hipMemPoolExportPointer(self, export_data: Any, ptr: Any) -> None:
-        """hipMemPoolExportPointer(hipMemPoolPtrExportData*, void*): pools made for export only."""
-        target = out(export_data, hipMemPoolPtrExportData)
-        with self._lock:
-            alloc = self._live(ptr, DEVICE)
-            pool = alloc.pool
-            if pool is None or not pool.handle_types & hipMemHandleTypePosixFileDescriptor:
-                raise Status(INVALID_VALUE)
-            data = b"HIPMRPTR" + struct.pack("<QQQi", pool.handle, alloc.ptr, alloc.size,
-                                             alloc.device)
-        ctypes.memmove(ctypes.addressof(target), data.ljust(64, b"\0"), 64)

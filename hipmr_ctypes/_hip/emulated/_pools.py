@@ -21,6 +21,7 @@ from ..types import (hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
                      hipMemPoolAttrReservedMemCurrent, hipMemPoolAttrReservedMemHigh,
                      hipMemPoolAttrUsedMemCurrent, hipMemPoolAttrUsedMemHigh)
 from ._args import Status, addr, i32, int_cell, out, out_array, u64
+from ._shared import SharedArena
 from ._core import (DEVICE, INVALID_DEVICE, INVALID_VALUE, MANAGED, OUT_OF_MEMORY, Alloc,
                     EmulatorCore, Pool, round_up)
 
@@ -59,7 +60,7 @@ class PoolMixin(EmulatorCore):
             if keep < pool.used:
                 raise Status(OUT_OF_MEMORY)
             self._pool_release(pool, keep)
-            ptr = self._heap.alloc(need)
+            ptr = pool.arena.alloc(need) if pool.arena is not None else self._heap.alloc(need)
             if not ptr:
                 raise Status(OUT_OF_MEMORY)
             block = need
@@ -80,6 +81,8 @@ class PoolMixin(EmulatorCore):
             s = self._stream_or(addr(stream), INVALID_VALUE)
             pool = (self._devices[s.device].current_pool if pool_handle is None
                     else self._pool(pool_handle))
+            if pool.imported:   # an imported pool only maps
+                raise Status(INVALID_VALUE)
             if not nbytes:
                 target.value = None
                 return
@@ -125,9 +128,16 @@ class PoolMixin(EmulatorCore):
                                              hipMemHandleTypePosixFileDescriptor)):
             raise Status(INVALID_VALUE)
         dev = self._device(props.location.id, INVALID_VALUE)
+        arena = None
+        if props.handleTypes == hipMemHandleTypePosixFileDescriptor:
+            try:   # IPC-enabled: allocate from memory another process can map
+                arena = SharedArena.create(dev.ordinal, props.maxSize or dev.capacity)
+            except (OSError, ValueError, OverflowError):
+                raise Status(OUT_OF_MEMORY) from None
         with self._lock:
             pool = Pool(self._new_handle(), dev.ordinal, False, props.handleTypes,
                         props.maxSize)
+            pool.arena = arena
             self._pools[pool.handle] = pool
         target.value = pool.handle
 
@@ -139,6 +149,8 @@ class PoolMixin(EmulatorCore):
                 raise Status(INVALID_VALUE)
             self._pool_release(pool, 0)
             pool.alive = False
+            if pool.arena is not None and not pool.live:
+                pool.arena.close()
             del self._pools[pool.handle]
             dev = self._devices[pool.device]
             if dev.current_pool is pool:
@@ -233,6 +245,8 @@ class PoolMixin(EmulatorCore):
         dev = self._device(i32(device), INVALID_VALUE)
         with self._lock:
             pool = self._pool(mem_pool)
+            if pool.imported:
+                raise Status(INVALID_VALUE)    # an imported pool cannot allocate
             if pool.device != dev.ordinal:
                 raise Status(INVALID_DEVICE)   # as AMD returns
             dev.current_pool = pool
