@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 import zlib
 from ctypes import c_void_p
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from . import _hip
 from .errors import NotSupportedError
@@ -52,6 +52,7 @@ class IpcBufferDescriptor:
     """
 
     __slots__ = ("_raw",)
+    _raw: bytes
 
     def __init__(self, kind: str, device: int, size: int, offset: int, pool_id: bytes,
                  data: bytes) -> None:
@@ -86,7 +87,7 @@ class IpcBufferDescriptor:
         object.__setattr__(self, "_raw", raw)
         return self
 
-    def _fields(self) -> tuple:
+    def _fields(self) -> Tuple[Any, ...]:
         return _BODY.unpack(self._raw[:_BODY.size])
 
     @property
@@ -113,7 +114,7 @@ class IpcBufferDescriptor:
     def pool_id(self) -> Optional[bytes]:
         """The identity of the pool the memory belongs to (None for legacy memory)."""
         fields = self._fields()
-        return fields[5] if _KINDS[fields[1]] == "pool" else None
+        return bytes(fields[5]) if _KINDS[fields[1]] == "pool" else None
 
     @property
     def data(self) -> bytes:

@@ -402,7 +402,69 @@ def test_ipc_handle_and_pool_export(rt):
     fd_pool = make_pool(rt, handle_types=1)
     shared = malloc(rt, 64, "hipMallocFromPoolAsync", fd_pool, 0)
     rt.check(rt.fn.hipMemPoolExportPointer(export, shared))
-    assert bytes(export)[:8] == b"HIPMRPTR"
+    assert bytes(export)[:8] == b"HMRPTR01"
+
+
+def test_pool_sharing_functions():
+    """Export a pool's descriptor, import it (in this process: it maps the same pages at
+    another address), import a pointer, unmap it; each refusal the real runtimes make."""
+    import os
+    rt = make(devices=2)
+    plain = make_pool(rt)
+    shared = make_pool(rt, handle_types=1)
+    fd = c_int(-1)
+    assert rt.fn.hipMemPoolExportToShareableHandle(byref(fd), plain, 1, 0) == INVALID
+    assert rt.fn.hipMemPoolExportToShareableHandle(byref(fd), shared, 2, 0) == INVALID
+    assert rt.fn.hipMemPoolExportToShareableHandle(byref(fd), shared, 1, 1) == INVALID
+    rt.check(rt.fn.hipMemPoolExportToShareableHandle(byref(fd), shared, 1, 0))
+    ptr = malloc(rt, 1000, "hipMallocFromPoolAsync", shared, 0)
+    ctypes.memset(ptr, 0x42, 1000)
+    export = hipMemPoolPtrExportData()
+    rt.check(rt.fn.hipMemPoolExportPointer(export, ptr))
+    assert rt.fn.hipMemPoolExportPointer(export, ptr + 256) == INVALID   # not a start
+    imported = c_void_p()
+    r, w = os.pipe()
+    assert rt.fn.hipMemPoolImportFromShareableHandle(imported, r, 1, 0) == INVALID
+    os.close(r)
+    os.close(w)
+    assert rt.fn.hipMemPoolImportFromShareableHandle(imported, fd.value, 0, 0) == INVALID
+    rt.check(rt.fn.hipMemPoolImportFromShareableHandle(imported, fd.value, 1, 0))
+    os.close(fd.value)   # the import keeps its own mapping
+    mapped = c_void_p()
+    assert rt.fn.hipMemPoolImportPointer(mapped, shared, export) == INVALID   # not imported
+    forged = hipMemPoolPtrExportData.from_buffer_copy(bytes(export)[:8] + b"\0" * 56)
+    assert rt.fn.hipMemPoolImportPointer(mapped, imported, forged) == INVALID
+    rt.check(rt.fn.hipMemPoolImportPointer(mapped, imported, export))
+    assert mapped.value != ptr and ctypes.string_at(mapped.value, 4) == b"BBBB"
+    assert rt.fn.hipMemPoolImportPointer(c_void_p(), imported, export) == INVALID  # mapped
+    out = c_void_p()
+    assert rt.fn.hipMallocFromPoolAsync(out, 256, imported, 0) == INVALID
+    assert rt.fn.hipDeviceSetMemPool(0, imported) == INVALID
+    assert rt.fn.hipMemPoolExportToShareableHandle(byref(fd), imported, 1, 0) == INVALID
+    desc = hipMemAccessDesc()
+    desc.location.type, desc.location.id, desc.flags = 1, 1, 3
+    rt.check(rt.fn.hipMemPoolSetAccess(imported, desc, 1))
+    ctypes.memset(mapped.value, 0x43, 10)
+    assert ctypes.string_at(ptr, 2) == b"CC"
+    rt.check(rt.fn.hipFreeAsync(mapped, 0))                # unmaps
+    assert ctypes.string_at(ptr, 2) == b"CC"               # the exporter's memory stays
+    rt.check(rt.fn.hipMemPoolDestroy(imported))
+    rt.check(rt.fn.hipFreeAsync(ptr, 0))
+    rt.check(rt.fn.hipMemPoolDestroy(shared))
+
+
+def test_legacy_handles_cannot_be_opened():
+    rt = make()
+    handle = hipIpcMemHandle_t()
+    rt.check(rt.fn.hipIpcGetMemHandle(handle, malloc(rt, 512)))
+    out = c_void_p()
+    assert rt.fn.hipIpcOpenMemHandle(out, handle, 0) == INVALID    # 6.x needs flag 1
+    assert rt.fn.hipIpcOpenMemHandle(out, handle, 1) == 801
+    assert rt.fn.hipIpcOpenMemHandle(out, hipIpcMemHandle_t(), 1) == INVALID
+    old = make(version="5.2.3")
+    assert old.fn.hipIpcOpenMemHandle(out, handle, 1) == INVALID   # 5.x needs flag 0
+    assert old.fn.hipIpcOpenMemHandle(out, handle, 0) == 801
+    assert rt.fn.hipIpcCloseMemHandle(0x10000) == INVALID
 
 
 # ---- streams ----------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ class SharedArena:
                  owner: bool) -> None:
         self._fd: Optional[int] = fd
         self._map: Optional[mmap.mmap] = mapping
-        self._anchor: Optional[ctypes.Array] = (ctypes.c_char * len(mapping)).from_buffer(
+        self._anchor: "Optional[ctypes.Array[ctypes.c_char]]" = (ctypes.c_char * len(mapping)).from_buffer(
             mapping)
         self.base = ctypes.addressof(self._anchor) + _PAGE   # the first block's address
         self.ident, self.device, self.capacity, self.owner = ident, device, capacity, owner
