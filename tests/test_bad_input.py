@@ -914,6 +914,43 @@ case("MemoryPool.set_access-device-2-of-2", "MemoryPool", _async,
      lambda a: a.pool.set_access(2), ValueError, "device", two_devices=True, state=snapshot,
      serve=serve)
 
+# ---- processes: pool handles and buffer descriptors ---------------------------------------------
+def _ipc_handle() -> Any:
+    return hmr.AsyncMemoryResource(enable_ipc=True).pool.export_handle()
+
+
+case("IpcPoolHandle-fd-negative", "IpcPoolHandle", _none,
+     lambda _: hmr.IpcPoolHandle(-1, 0, bytes(16)), ValueError, "fd")
+case("IpcPoolHandle-pool_id-short", "IpcPoolHandle", _none,
+     lambda _: hmr.IpcPoolHandle(0, 0, b"x"), ValueError, "pool_id")
+case("IpcPoolHandle-pickle", "IpcPoolHandle", _ipc_handle, lambda h: pickle.dumps(h),
+     TypeError, "multiprocessing", native=ANY)
+case("IpcPoolHandle.receive-not-a-socket", "IpcPoolHandle", _none,
+     lambda _: hmr.IpcPoolHandle.receive(Junk()), TypeError, "AF_UNIX")
+case("IpcPoolHandle-closed-import", "IpcPoolHandle",
+     lambda: _closed(_ipc_handle()), lambda h: hmr.AsyncMemoryResource.from_ipc(h),
+     ValueError, "closed", native=ANY)
+case("AsyncMemoryResource.from_ipc-not-a-handle", "AsyncMemoryResource", _none,
+     lambda _: hmr.AsyncMemoryResource.from_ipc(Junk()), TypeError, "IpcPoolHandle")
+case("IpcBufferDescriptor-kind", "IpcBufferDescriptor", _none,
+     lambda _: hmr.IpcBufferDescriptor("disk", 0, 1, 0, bytes(16), bytes(64)), ValueError,
+     "kind")
+case("IpcBufferDescriptor.from_bytes-truncated", "IpcBufferDescriptor", _none,
+     lambda _: hmr.IpcBufferDescriptor.from_bytes(b"HMRBUF01"), ValueError, "bytes")
+case("IpcBufferDescriptor.from_bytes-int", "IpcBufferDescriptor", _none,
+     lambda _: hmr.IpcBufferDescriptor.from_bytes(7), TypeError, "bytes-like")
+case("Buffer.from_ipc-not-a-descriptor", "Buffer", _none,
+     lambda _: hmr.Buffer.from_ipc(Junk()), TypeError, "IpcBufferDescriptor")
+case("Buffer.copy-resource-junk", "Buffer", _buffer, lambda b: b.copy(resource=Junk()),
+     TypeError, "resource", state=_buffer_state)
+case("Buffer.export_ipc-host", "Buffer", lambda: hmr.Buffer(64, resource=hmr.HostMemoryResource()),
+     lambda b: b.export_ipc(), hmr.NotSupportedError, "host memory")
+case("Device.enable_peer_access-itself", "Device", _none,
+     lambda _: hmr.Device(0).enable_peer_access(0), ValueError, "own peer")
+case("Device.can_access_peer-string", "Device", _none,
+     lambda _: hmr.Device(0).can_access_peer("1"), TypeError, "peer")
+
+
 # ---- names with nothing to misuse -----------------------------------------------------------------
 for name in ("HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
              "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError"):
