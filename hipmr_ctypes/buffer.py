@@ -17,7 +17,7 @@ from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, 
                           PyObject_GetBuffer)
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
                          hipPointerAttribute_t)
-from .device import Device, get_device, on_device
+from .device import Device, check_device, get_device, on_device, prefetch_if_managed
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref, resource_ref
 from .resources import (ManagedMemoryResource, PinnedMemoryResource,
@@ -145,10 +145,10 @@ class Buffer:
     readable.
     """
 
-    __slots__ = ("_ptr", "_size", "_alignment", "_ref", "_stream", "_keep", "_device",
-                 "_host_only", "_kind", "_finalizer", "_closed", "__weakref__")
+    __slots__ = ("_ptr", "_size", "_capacity", "_alignment", "_ref", "_stream", "_keep",
+                 "_device", "_host_only", "_kind", "_finalizer", "_closed", "__weakref__")
 
-    def __init__(self, size: int, *, resource: Any = None, stream: Any = None,
+    def __init__(self, size: int = 0, *, resource: Any = None, stream: Any = None,
                  alignment: int = DEFAULT_ALIGNMENT) -> None:
         size = check_size(size, "size")
         alignment = check_alignment(alignment, None)
@@ -165,6 +165,7 @@ class Buffer:
             if device is None and not host_only:
                 device = get_device()
         self._size = size
+        self._capacity = size
         self._alignment = alignment
         self._ref = ref
         self._stream = stream_ref(handle)
@@ -377,8 +378,8 @@ class Buffer:
                      "hipMemcpyAsync", size=n)
 
     def _check_size(self, n: int, what: str) -> None:
-        if n != self._size:
-            raise ValueError(f"{what} has {n} bytes, the buffer {self._size}")
+        if n > self._size:
+            raise ValueError(f"{what} has {n} bytes, more than the buffer's {self._size}")
 
     def _copy_in(self, view: _HostView, stream: Any) -> None:
         ptr = self._live()
@@ -387,8 +388,8 @@ class Buffer:
             self._copy(ptr, address, n, stream, self._host_only)
 
     def copy_from_host(self, obj: Any, stream: Any = None) -> None:
-        """Copy ``obj`` (C-contiguous, buffer protocol, exactly ``size`` bytes) into the
-        buffer.  With ``stream`` the copy is asynchronous: keep ``obj`` alive and unchanged
+        """Copy ``obj`` (C-contiguous, buffer protocol, at most ``size`` bytes) into the start
+        of the buffer.  With ``stream`` the copy is asynchronous: keep ``obj`` alive and unchanged
         until the stream has done it."""
         self._live()
         if stream is not None:
@@ -396,21 +397,24 @@ class Buffer:
         self._copy_in(_HostView(obj, "obj", False), stream)
 
     def copy_to_host(self, out: Any = None, stream: Any = None) -> Any:
-        """Copy the buffer to ``out`` (writable, C-contiguous, ``size`` bytes) and return it;
-        without ``out``, to a new ``bytearray``.  With ``stream`` the copy is asynchronous."""
+        """Copy the buffer to ``out`` (writable, C-contiguous, at least ``size`` bytes: the
+        start of a larger one is written) and return it; without ``out``, to a new
+        ``bytearray``.  With ``stream`` the copy is asynchronous."""
         ptr = self._live()
         if stream is not None:
             check_stream(stream)
         target = bytearray(self._size) if out is None else out
         view = _HostView(target, "out", True)
-        self._check_size(view.nbytes, "out")
-        with view as (address, n):
-            self._copy(address, ptr, n, stream, self._host_only)
+        if view.nbytes < self._size:
+            raise ValueError(f"out has {view.nbytes} bytes, fewer than the buffer's "
+                             f"{self._size}")
+        with view as (address, _):
+            self._copy(address, ptr, self._size, stream, self._host_only)
         return target
 
     def copy_from_device(self, other: Any, stream: Any = None) -> None:
         """Copy ``other`` (a Buffer, or an object with ``__cuda_array_interface__``,
-        C-contiguous, exactly ``size`` bytes) into this buffer."""
+        C-contiguous, at most ``size`` bytes) into the start of this buffer."""
         ptr = self._live()
         if stream is not None:
             check_stream(stream)
@@ -499,11 +503,160 @@ class Buffer:
             rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
                      size=self._size)
 
-    def tobytes(self) -> bytes:
-        """A copy of the contents as ``bytes``."""
-        return bytes(self.copy_to_host())
+    def tobytes(self, stream: Any = None) -> bytes:
+        """A copy of the contents as ``bytes`` (with ``stream``: copied on it, and waited for)."""
+        data = self.copy_to_host(stream=stream)
+        if stream is not None and not self._host_only:
+            stream_ref(stream).wait()
+        return bytes(data)
 
-    __bytes__ = tobytes
+    def __bytes__(self) -> bytes:
+        return self.tobytes()
+
+    def __copy__(self) -> "Buffer":
+        return self.copy()
+
+    # ---- growth (RMM's DeviceBuffer) ----
+    def capacity(self) -> int:
+        """The bytes allocated (at least ``size``): :meth:`resize` within it moves nothing."""
+        return self._capacity
+
+    def __sizeof__(self) -> int:
+        return object.__sizeof__(self) + self._capacity
+
+    def _handle_and_keep(self, stream: Any) -> Tuple[int, Any]:
+        """The stream handle growth works on (``None``: the buffer's own stream) and the
+        object to hold for it."""
+        if stream is None:
+            return self._stream._handle, self._keep
+        handle = check_stream(stream)
+        if handle == self._stream._handle:
+            return handle, self._keep
+        return handle, (None if type(stream) in (int, stream_ref) else stream)
+
+    def _movable(self, what: str) -> None:
+        self._live()
+        dl = sys.modules.get("hipmr_ctypes._dlpack")
+        if dl is not None and dl.exported(self):
+            raise BufferError(f"Buffer.{what}: a DLPack consumer still uses this buffer's "
+                              "memory")
+
+    def _rearm(self, ptr: int, capacity: int, handle: int, keep: Any) -> None:
+        """Own ``ptr`` (``capacity`` bytes, freed on the stream ``handle``) from now on, as
+        ``__init__`` arms its finalizer."""
+        self._ptr = ptr
+        self._capacity = capacity
+        self._finalizer = (weakref.finalize(self, _finalize, self._ref.deallocate_async, ptr,
+                                            capacity, self._alignment, handle, keep)
+                           if capacity else None)
+        if capacity:
+            _install_exit_hook()
+
+    def _move_to_stream(self, handle: int, keep: Any) -> None:
+        """Make ``handle`` the buffer's stream (its memory freed there), after the work queued
+        on the current one."""
+        if handle == self._stream._handle:
+            return
+        if not self._host_only and self._ptr:
+            self._order_before(handle)
+        fin = self._finalizer
+        args = fin.detach() if fin is not None else None
+        if args is not None:
+            self._rearm(self._ptr, self._capacity, handle, keep)
+        self._stream = stream_ref(handle)
+        self._keep = keep
+
+    def _reallocate(self, capacity: int, handle: int, keep: Any) -> None:
+        """Move the contents (``size`` bytes) into a new allocation of ``capacity`` bytes
+        made, filled and the old one freed in stream order on ``handle``; on failure the
+        buffer is as it was."""
+        ref, alignment, old_ptr = self._ref, self._alignment, self._ptr
+        device = self._device
+        with on_device(device) if device is not None and not self._host_only else _NO_SWITCH:
+            if old_ptr and not self._host_only:
+                self._order_before(handle)
+            new_ptr = ref.allocate_async(capacity, alignment, handle)
+            try:
+                n = min(self._size, capacity)
+                if n and old_ptr:
+                    if self._host_only:
+                        ctypes.memmove(new_ptr, old_ptr, n)
+                    else:
+                        rt = _hip.get_runtime()
+                        rt.check(rt.fn.hipMemcpyAsync(new_ptr, old_ptr, n, hipMemcpyDefault,
+                                                      handle), "hipMemcpyAsync", size=n)
+                fin = self._finalizer
+                args = fin.detach() if fin is not None else None
+                if args is not None:
+                    _, func, fargs, _ = args
+                    dealloc, ptr, size, align, _, _ = fargs
+                    try:
+                        dealloc(ptr, size, align, handle)  # after the copy, on its stream
+                    except BaseException:
+                        self._finalizer = weakref.finalize(self, func, *fargs)  # still ours
+                        raise
+            except BaseException:
+                ref.deallocate_async(new_ptr, capacity, alignment, handle)
+                raise
+        self._rearm(new_ptr, capacity, handle, keep)
+        self._stream = stream_ref(handle)
+        self._keep = keep
+        self._kind = None if not old_ptr else self._kind
+
+    def reserve(self, new_capacity: int, stream: Any = None) -> None:
+        """Make room for ``new_capacity`` bytes: a larger capacity moves the contents into a
+        new allocation (same resource and alignment); a smaller one does nothing.  The work
+        is queued on ``stream`` (default: the buffer's own), which becomes the buffer's
+        stream; ``size`` is unchanged.  ``BufferError`` while a DLPack consumer uses the
+        memory."""
+        new_capacity = check_size(new_capacity, "new_capacity")
+        handle, keep = self._handle_and_keep(stream)
+        self._movable("reserve")
+        if new_capacity > self._capacity:
+            self._reallocate(new_capacity, handle, keep)
+        else:
+            self._move_to_stream(handle, keep)
+
+    def resize(self, new_size: int, stream: Any = None) -> None:
+        """Make the buffer ``new_size`` bytes long, keeping the contents up to the smaller
+        size: within :meth:`capacity` nothing moves; beyond it the contents move to a new
+        allocation of exactly ``new_size`` bytes (see :meth:`reserve` for the stream)."""
+        new_size = check_size(new_size, "new_size")
+        handle, keep = self._handle_and_keep(stream)
+        self._movable("resize")
+        if new_size > self._capacity:
+            self._reallocate(new_size, handle, keep)
+        else:
+            self._move_to_stream(handle, keep)
+        self._size = new_size
+
+    def release(self) -> "Buffer":
+        """Move the allocation (contents, resource, stream, device) into a new Buffer and
+        return it; this one is left empty (size 0, no memory) and usable."""
+        self._movable("release")
+        new = Buffer.__new__(Buffer)
+        for name in ("_ptr", "_size", "_capacity", "_alignment", "_ref", "_stream", "_keep",
+                     "_device", "_host_only", "_kind", "_closed"):
+            setattr(new, name, getattr(self, name))
+        fin = self._finalizer
+        args = fin.detach() if fin is not None else None
+        new._finalizer = None
+        if args is not None:
+            _, func, fargs, _ = args
+            new._finalizer = weakref.finalize(new, func, *fargs)
+        self._finalizer = None
+        self._ptr = self._size = self._capacity = 0
+        return new
+
+    def prefetch(self, device: Any = None, stream: Any = None) -> None:
+        """Prefetch managed memory to ``device`` (default: the current one) on ``stream``
+        (default: the buffer's own); nothing happens for memory that is not managed."""
+        ptr = self._live()
+        target = get_device() if device is None else check_device(device)
+        handle = self._stream._handle if stream is None else check_stream(stream)
+        if not ptr or not self._size or self._host_only or self._memory_kind() != "managed":
+            return
+        prefetch_if_managed(ptr, self._size, target, handle)
 
     # ---- pickling: through the host, allocated again on the current device resource ----
     def __reduce_ex__(self, protocol: int) -> Tuple[Any, ...]:
