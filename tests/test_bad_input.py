@@ -836,18 +836,29 @@ for label, v, exc in [("int", 5, TypeError), ("None", None, TypeError), ("str", 
          lambda _, v=v: hmr.Buffer.from_host(v), exc, "obj")
     case(f"Buffer.copy_from_host-obj-{label}", "Buffer", _buffer,
          lambda b, v=v: b.copy_from_host(v), exc, "obj", state=_buffer_state)
-case("Buffer.copy_from_host-obj-wrong-size", "Buffer", _buffer,
-     lambda b: b.copy_from_host(bytes(63)), ValueError, "obj", state=_buffer_state)
+case("Buffer.copy_from_host-obj-too-large", "Buffer", _buffer,
+     lambda b: b.copy_from_host(bytes(65)), ValueError, "obj", state=_buffer_state)
 for label, v, exc in [("int", 5, TypeError), ("bytes-read-only", bytes(64), TypeError),
-                      ("wrong-size", bytearray(65), ValueError),
+                      ("too-small", bytearray(63), ValueError),
                       ("non-contiguous", memoryview(bytearray(128))[::2], ValueError)]:
     case(f"Buffer.copy_to_host-out-{label}", "Buffer", _buffer,
          lambda b, v=v: b.copy_to_host(v), exc, "out", state=_buffer_state)
+for label, v, exc in BAD_SIZES:
+    for method in ("resize", "reserve"):
+        case(f"Buffer.{method}-{label}", "Buffer", _buffer,
+             lambda b, v=v, m=method: getattr(b, m)(v), exc, "new_", state=_buffer_state)
+for label, v, exc in BAD_STREAMS:
+    if v is not None:
+        case(f"Buffer.resize-stream-{label}", "Buffer", _buffer,
+             lambda b, v=v: b.resize(128, stream=v), exc, "stream", state=_buffer_state)
+for label, v, exc in BAD_DEVICES:
+    case(f"Buffer.prefetch-device-{label}", "Buffer", _buffer,
+         lambda b, v=v: b.prefetch(v), exc, "device", state=_buffer_state)
 for label, v, exc in [("int", 5, TypeError), ("None", None, TypeError),
-                      ("bytes", bytes(64), TypeError), ("wrong-size", "small", ValueError)]:
+                      ("bytes", bytes(64), TypeError), ("too-large", "large", ValueError)]:
     case(f"Buffer.copy_from_device-other-{label}", "Buffer",
-         lambda: Kit(b=_buffer(), small=hmr.Buffer(32)),
-         lambda k, v=v: k.b.copy_from_device(k.small if v == "small" else v), exc, "other",
+         lambda: Kit(b=_buffer(), large=hmr.Buffer(65)),
+         lambda k, v=v: k.b.copy_from_device(k.large if v == "large" else v), exc, "other",
          state=lambda k: _buffer_state(k.b))
 for label, v, exc in [("256", 256, ValueError), ("negative", -1, ValueError),
                       ("float", 1.0, TypeError), ("bool", True, TypeError),
