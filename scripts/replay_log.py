@@ -13,25 +13,25 @@ stream handles belong to the process that wrote it).  The report gives the repla
 current / peak / total bytes and counts, the same figures computed from the log itself (they
 must agree), and for a PoolResource target its peak pool size and the fragmentation figure
 peak pool size / peak live bytes.  Allocations still live at the end of the log are freed
-after the report's figures are taken.
+after the report's figures are taken.  The parser and the replay are
+``hipmr_ctypes.logfile.read_log`` / ``replay``; ``python -m hipmr_ctypes plot`` draws a log.
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib
 import io
 import json
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, TextIO, Union
+from dataclasses import asdict
+from typing import Any, List, Optional, TextIO
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from hipmr_ctypes.adaptors import (LOG_HEADER, PoolResource, Statistics,  # noqa: E402
-                                   StatisticsResource)
+from hipmr_ctypes.adaptors import PoolResource  # noqa: E402
+from hipmr_ctypes.logfile import ReplayReport, replay  # noqa: E402,F401  (this script's API)
 
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1 << 10,
           "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
@@ -43,55 +43,6 @@ def parse_bytes(text: str) -> int:
     if not match or match.group(2).lower() not in _UNITS:
         raise ValueError(f"could not parse {text!r} as a size (e.g. 4096, 64MiB, 2kb)")
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
-
-
-@dataclass
-class ReplayReport:
-    """What a replay found: the replayed statistics, the log's own, and some counts."""
-
-    replayed: Statistics
-    from_log: Statistics
-    events: int = 0
-    failures_in_log: int = 0
-    unmatched_frees: int = 0
-    live_at_end: int = 0
-    peak_pool_size: Optional[int] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def fragmentation(self) -> Optional[float]:
-        """Peak pool size / peak live bytes (None without a pool or live bytes)."""
-        if self.peak_pool_size is None or not self.replayed.peak_bytes:
-            return None
-        return self.peak_pool_size / self.replayed.peak_bytes
-
-    def as_dict(self) -> Dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k != "extra"}
-        out["fragmentation"] = self.fragmentation
-        out.update(self.extra)
-        return out
-
-
-class _LogCounter:
-    """Statistics computed from the log alone (the same rules as StatisticsResource)."""
-
-    def __init__(self) -> None:
-        self.cur = self.peak = self.total = self.ncur = self.npeak = self.ntotal = 0
-
-    def allocate(self, size: int) -> None:
-        self.cur += size
-        self.ncur += 1
-        self.total += size
-        self.ntotal += 1
-        self.peak = max(self.peak, self.cur)
-        self.npeak = max(self.npeak, self.ncur)
-
-    def free(self, size: int) -> None:
-        self.cur -= size
-        self.ncur -= 1
-
-    def statistics(self) -> Statistics:
-        return Statistics(self.cur, self.ncur, self.peak, self.npeak, self.total, self.ntotal)
 
 
 def default_resource(initial: Optional[int] = None, maximum: Optional[int] = None) -> Any:
@@ -116,68 +67,6 @@ def resource_from_spec(spec: Optional[str], initial: Optional[int] = None,
     for part in name.split("."):
         factory = getattr(factory, part)
     return factory()
-
-
-def replay(log: Union[str, os.PathLike, TextIO], resource: Any = None) -> ReplayReport:
-    """Replay ``log`` (a path or an open text file) against ``resource`` (default:
-    :func:`default_resource`)."""
-    if resource is None:
-        resource = default_resource()
-    if isinstance(log, (str, os.PathLike)):
-        with open(log, newline="") as f:
-            return _replay(f, resource)
-    return _replay(log, resource)
-
-
-def _replay(f: TextIO, resource: Any) -> ReplayReport:
-    reader = csv.reader(f)
-    header = next(reader, None)
-    if header is None or ",".join(h.strip() for h in header) != LOG_HEADER:
-        raise ValueError(f"not a LoggingResource log: the first line must be {LOG_HEADER!r}, "
-                         f"not {','.join(header or [])!r}")
-    stats = StatisticsResource(resource)
-    counter = _LogCounter()
-    mapping: Dict[int, List[Any]] = {}    # logged pointer -> [(replayed ptr, size), ...]
-    events = failures = unmatched = 0
-    for lineno, row in enumerate(reader, start=2):
-        if not row:
-            continue
-        if len(row) != 6:
-            raise ValueError(f"line {lineno}: expected 6 fields, got {len(row)}: {row!r}")
-        action = row[2].strip()
-        try:
-            ptr = 0 if row[3].strip() == "(nil)" else int(row[3], 0)
-            size = int(row[4])
-        except ValueError:
-            raise ValueError(f"line {lineno}: bad pointer or size in {row!r}") from None
-        events += 1
-        if action == "allocate":
-            counter.allocate(size)
-            mapping.setdefault(ptr, []).append((stats.allocate(size), size))
-        elif action == "free":
-            entries = mapping.get(ptr)
-            match = next((i for i, (_, s) in enumerate(entries or ()) if s == size), None)
-            if match is None:
-                unmatched += 1
-                continue
-            new, _ = entries.pop(match)
-            if not entries:
-                del mapping[ptr]
-            counter.free(size)
-            stats.deallocate(new, size)
-        elif action == "allocate failure":
-            failures += 1
-        else:
-            raise ValueError(f"line {lineno}: unknown action {action!r}")
-    report = ReplayReport(stats.statistics, counter.statistics(), events, failures, unmatched,
-                          sum(len(v) for v in mapping.values()))
-    pool = resource if isinstance(resource, PoolResource) else None
-    if pool is not None:
-        report.peak_pool_size = pool.peak_pool_size
-    for entries in mapping.values():
-        for new, size in entries:
-            stats.deallocate(new, size)
-    return report
 
 
 def format_report(report: ReplayReport) -> str:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts")
 import replay_log  # noqa: E402
 
 LINE = re.compile(r"^(\d+),(\d\d:\d\d:\d\d\.\d{6}),(allocate|allocate failure|free),"
-                  r"(0x[0-9a-f]+|\(nil\)),(\d+),(0x[0-9a-f]+)$")
+                  r"(0x[0-9a-f]+|\(nil\)),(\d+),(0x[0-9a-f]+|0)$")
 
 
 def test_csv_lines_as_rmm_writes_them():
@@ -41,11 +41,11 @@ def test_csv_lines_as_rmm_writes_them():
     tid = str(threading.get_native_id())
     assert all(r.group(1) == tid for r in rows)
     assert [(r.group(3), r.group(4), r.group(5), r.group(6)) for r in rows] == [
-        ("allocate", hex(p), "1000", "0x0"),
+        ("allocate", hex(p), "1000", "0"),            # RMM writes a null stream as "0"
         ("allocate", hex(q), "2000", "0x5000"),
-        ("allocate failure", "(nil)", "9000", "0x6000"),
+        ("allocate failure", "(nil)", "9000", "0x6000"),   # and a null pointer as "(nil)"
         ("free", hex(q), "2000", "0x5000"),
-        ("free", hex(p), "1000", "0x0"),
+        ("free", hex(p), "1000", "0"),
     ]
     # and csv reads it back
     records = list(csv.DictReader(io.StringIO(out.getvalue())))

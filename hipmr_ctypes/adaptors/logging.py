@@ -23,8 +23,8 @@ class LoggingResource(BoundAdaptor):
     adaptor is garbage-collected) or an open text file (written to, never closed).  The log
     starts with the header ``Thread,Time,Action,Pointer,Size,Stream``; then one line per event:
     the native thread id, the local time as ``HH:MM:SS.ffffff``, the action (``allocate``,
-    ``allocate failure`` or ``free``), the pointer and the stream handle in hex (the pointer
-    of a failure is ``(nil)``, the stream of a synchronous call ``0x0``) and the size in bytes, as RMM's
+    ``allocate failure`` or ``free``), the pointer in hex (``(nil)`` for a failure), the size
+    in bytes and the stream handle in hex (``0`` for the stream of a synchronous call), as RMM's
     ``logging_resource_adaptor`` writes it.  A ``free`` is logged before the upstream frees
     the memory, so that a concurrent ``allocate`` of the same address always comes after it.
     Thread-safe; an async resource when the upstream is one; equal to another over an equal
@@ -78,9 +78,12 @@ class LoggingResource(BoundAdaptor):
             return f"{cached[1]}{us:06d}"
 
         def log(action: str, ptr: int, nbytes: int, stream: int) -> None:
-            # a failure has no pointer: RMM writes C's "%p" of a null pointer, "(nil)"
-            where = f"{ptr:#x}" if action != "allocate failure" else "(nil)"
-            line = f"{native_id()},{stamp()},{action},{where},{nbytes},{stream:#x}\n"
+            # As RMM writes them: a null pointer as printf's "%p" does, "(nil)", and a null
+            # stream as C++'s ostream does, "0"; others as 0x-prefixed lowercase hex.
+            line = (f"{native_id()},{stamp()},{action},{ptr:#x},{nbytes},"
+                    f"{f'{stream:#x}' if stream else '0'}\n" if ptr else
+                    f"{native_id()},{stamp()},{action},(nil),{nbytes},"
+                    f"{f'{stream:#x}' if stream else '0'}\n")
             acquire()
             try:
                 write(line)

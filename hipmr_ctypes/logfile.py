@@ -1,0 +1,276 @@
+"""Read and replay the CSV logs ``LoggingResource`` (and RMM's ``LoggingResourceAdaptor``) write.
+
+    from hipmr_ctypes.logfile import read_log, replay
+
+    events = read_log("run.csv")            # [LogEvent(line, thread, time, seconds, action, ...)]
+    report = replay("run.csv", resource)    # the log replayed against a resource, with statistics
+
+A log starts with the header ``Thread,Time,Action,Pointer,Size,Stream``; each line after it is
+one event: the thread id (decimal), the local time ``HH:MM:SS.ffffff``, the action
+(``allocate``, ``allocate failure`` or ``free``), the pointer (hex; RMM writes a failure's null
+pointer as ``(nil)``), the size in bytes (decimal) and the stream handle (hex; ``0`` for the
+null stream).  ``scripts/replay_log.py`` and ``hipmr_ctypes.plot`` are built on this module.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import asdict, dataclass, field
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, TextIO,
+                    Tuple, Union)
+
+from .adaptors.logging import LOG_HEADER
+from .adaptors.statistics import Statistics
+
+__all__ = ["LOG_HEADER", "ACTIONS", "LogEvent", "LogSource", "read_log", "iter_log",
+           "ReplayReport", "replay"]
+
+#: The three actions a log line can carry.
+ACTIONS = ("allocate", "free", "allocate failure")
+
+#: What :func:`read_log` and :func:`replay` accept: a path, an open text file, or events.
+LogSource = Union[str, "os.PathLike[str]", TextIO, Iterable["LogEvent"]]
+
+_DAY = 86400.0
+
+
+class LogEvent(NamedTuple):
+    """One line of a log.  ``seconds`` is the time in seconds since midnight of the first
+    event's day: it keeps growing across midnight, so it orders events within a log."""
+
+    line: int
+    thread: int
+    time: str
+    seconds: float
+    action: str
+    ptr: int
+    size: int
+    stream: int
+
+
+def _clock(text: str) -> float:
+    """``"HH:MM:SS.ffffff"`` -> seconds since midnight; a plain number is taken as seconds."""
+    h, sep, rest = text.partition(":")
+    if not sep:
+        return float(text)
+    m, sep, s = rest.partition(":")
+    if not sep:
+        raise ValueError(text)
+    hours, minutes, seconds = int(h), int(m), float(s)
+    if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61):
+        raise ValueError(text)
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def _address(text: str) -> int:
+    """A pointer or stream as RMM and this package write it: ``0x7f..``, ``0`` or ``(nil)``."""
+    text = text.strip()
+    if text == "(nil)":
+        return 0
+    value = int(text, 16)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _rows(f: TextIO) -> Iterator[Tuple[int, List[str]]]:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    found = ",".join(h.strip() for h in header or []).lstrip("\ufeff")
+    if found != LOG_HEADER:
+        raise ValueError(f"not a LoggingResource log: the first line must be {LOG_HEADER!r}, "
+                         f"not {found!r}")
+    for lineno, row in enumerate(reader, start=2):
+        if row:
+            yield lineno, row
+
+
+def _events(f: TextIO) -> Iterator[LogEvent]:
+    day = 0.0
+    last = None
+    for lineno, row in _rows(f):
+        if len(row) != 6:
+            raise ValueError(f"line {lineno}: expected 6 fields, got {len(row)}: {row!r}")
+        thread, stamp, action, ptr, size, stream = row
+        action = action.strip()
+        if action not in ACTIONS:
+            raise ValueError(f"line {lineno}: unknown action {action!r}")
+        stamp = stamp.strip()
+        try:
+            clock = _clock(stamp)
+        except ValueError:
+            raise ValueError(f"line {lineno}: bad time {stamp!r} (expected HH:MM:SS.ffffff)") \
+                from None
+        try:
+            values = (int(thread), _address(ptr), int(size), _address(stream))
+        except ValueError:
+            raise ValueError(f"line {lineno}: bad thread, pointer, size or stream in "
+                             f"{row!r}") from None
+        if values[2] < 0:
+            raise ValueError(f"line {lineno}: negative size in {row!r}")
+        if last is not None and clock + day < last - _DAY / 2:
+            day += _DAY                      # the clock passed midnight
+        last = clock + day
+        yield LogEvent(lineno, values[0], stamp, clock + day, action, values[1], values[2],
+                       values[3])
+
+
+def iter_log(source: LogSource) -> Iterator[LogEvent]:
+    """The events of a log, one at a time (see :func:`read_log`)."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, newline="", encoding="utf-8", errors="replace") as f:
+            yield from _events(f)
+    elif isinstance(source, io.TextIOBase) or callable(getattr(source, "readline", None)):
+        yield from _events(source)  # type: ignore[arg-type]
+    elif isinstance(source, (bytes, bytearray)):
+        raise TypeError("a log is a path, an open text file or LogEvents, not bytes")
+    else:
+        for event in source:
+            if not isinstance(event, LogEvent):
+                raise TypeError(f"expected LogEvent items, not {type(event).__name__}")
+            yield event
+
+
+def read_log(source: LogSource) -> List[LogEvent]:
+    """Every event of a log: ``source`` is a path, an open text file or LogEvents.
+
+    Raises ``ValueError`` naming the line for a file that is not such a log (wrong header,
+    wrong number of fields, an unknown action, a bad number or time) and ``TypeError`` for a
+    source of the wrong kind.
+    """
+    return list(iter_log(source))
+
+
+class _LogCounter:
+    """Statistics computed from the log alone (the same rules as StatisticsResource)."""
+
+    def __init__(self) -> None:
+        self.cur = self.peak = self.total = self.ncur = self.npeak = self.ntotal = 0
+
+    def allocate(self, size: int) -> None:
+        self.cur += size
+        self.ncur += 1
+        self.total += size
+        self.ntotal += 1
+        if self.cur > self.peak:
+            self.peak = self.cur
+        if self.ncur > self.npeak:
+            self.npeak = self.ncur
+
+    def free(self, size: int) -> None:
+        self.cur -= size
+        self.ncur -= 1
+
+    def statistics(self) -> Statistics:
+        return Statistics(self.cur, self.ncur, self.peak, self.npeak, self.total, self.ntotal)
+
+
+class Pairing:
+    """Matches each ``free`` with the live ``allocate`` of the same pointer and size (the
+    rule :func:`replay` and the plots share).  ``allocate(key, ptr, size)`` remembers an
+    allocation under ``key``; ``free(ptr, size)`` returns the key of its allocation, or None
+    for a free without one."""
+
+    def __init__(self) -> None:
+        self.live: Dict[int, List[Tuple[Any, int]]] = {}
+
+    def allocate(self, key: Any, ptr: int, size: int) -> None:
+        entries = self.live.get(ptr)
+        if entries is None:
+            self.live[ptr] = [(key, size)]
+        else:
+            entries.append((key, size))
+
+    def free(self, ptr: int, size: int) -> Optional[Any]:
+        entries = self.live.get(ptr)
+        if entries is None:
+            return None
+        for i, (key, s) in enumerate(entries):
+            if s == size:
+                del entries[i]
+                if not entries:
+                    del self.live[ptr]
+                return key
+        return None
+
+    def remaining(self) -> Iterator[Tuple[Any, int]]:
+        """``(key, size)`` of every allocation still live."""
+        for entries in self.live.values():
+            yield from entries
+
+
+@dataclass
+class ReplayReport:
+    """What a replay found: the replayed statistics, the log's own, and some counts."""
+
+    replayed: Statistics
+    from_log: Statistics
+    events: int = 0
+    failures_in_log: int = 0
+    unmatched_frees: int = 0
+    live_at_end: int = 0
+    peak_pool_size: Optional[int] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fragmentation(self) -> Optional[float]:
+        """Peak pool size / peak live bytes (None without a pool or live bytes)."""
+        if self.peak_pool_size is None or not self.replayed.peak_bytes:
+            return None
+        return self.peak_pool_size / self.replayed.peak_bytes
+
+    def as_dict(self) -> Dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k != "extra"}
+        out["fragmentation"] = self.fragmentation
+        out.update(self.extra)
+        return out
+
+
+def replay(log: LogSource, resource: Any = None,
+           on_event: Optional[Callable[[LogEvent], None]] = None) -> ReplayReport:
+    """Replay ``log`` synchronously against ``resource`` (default:
+    ``PoolResource(HostMemoryResource())``) through a ``StatisticsResource``.
+
+    Each ``allocate`` allocates the same size, each ``free`` frees what its ``allocate``
+    returned (a free without one is counted, not replayed), ``allocate failure`` lines are
+    counted.  ``on_event(event)``, when given, is called after each event is replayed (the
+    plots read the pool's size there).  Allocations still live at the end are freed after the
+    report's figures are taken, also when the replay stops with an error.
+    """
+    from .adaptors.pool import PoolResource
+    from .adaptors.statistics import StatisticsResource
+    if resource is None:
+        from .resources.host import HostMemoryResource
+        resource = PoolResource(HostMemoryResource())
+    stats = StatisticsResource(resource)
+    counter = _LogCounter()
+    pairs = Pairing()
+    events = failures = unmatched = 0
+    try:
+        for event in iter_log(log):
+            events += 1
+            action = event.action
+            if action == "allocate":
+                pairs.allocate(stats.allocate(event.size), event.ptr, event.size)
+                counter.allocate(event.size)
+            elif action == "free":
+                new = pairs.free(event.ptr, event.size)
+                if new is None:
+                    unmatched += 1
+                else:
+                    counter.free(event.size)
+                    stats.deallocate(new, event.size)
+            else:
+                failures += 1
+            if on_event is not None:
+                on_event(event)
+        live = list(pairs.remaining())
+        report = ReplayReport(stats.statistics, counter.statistics(), events, failures,
+                              unmatched, len(live))
+        if isinstance(resource, PoolResource):
+            report.peak_pool_size = resource.peak_pool_size
+        return report
+    finally:
+        for new, size in list(pairs.remaining()):
+            stats.deallocate(new, size)
