@@ -1,10 +1,11 @@
-"""``python -m hipmr_ctypes [info|check|bench] [--json]``.
+"""``python -m hipmr_ctypes [info|check|bench] [--json]`` and ``python -m hipmr_ctypes plot LOG``.
 
 ``info`` (the default): the platform, the library file and its version, every device with its
 name, memory and whether it supports memory pools and managed memory.  With no device it says
 so plainly and why.  ``check``: a quick self-test of the resources on this machine.  ``bench``:
 a short allocation benchmark of the package's resources (the full comparison with peers is
-``scripts/bench_alloc.py``).
+``scripts/bench_alloc.py``).  ``plot LOG.csv [-o memory.html]``: a picture of a CSV log
+(``plot --help`` lists its options).
 """
 from __future__ import annotations
 
@@ -136,7 +137,13 @@ def print_info(report: Dict[str, Any]) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``python -m hipmr_ctypes``."""
-    parser = argparse.ArgumentParser(prog="python -m hipmr_ctypes", description=__doc__.split("\n")[0])
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["plot"]:
+        from hipmr_ctypes.plot._cli import main as plot_main
+        return plot_main(args_in[1:])
+    parser = argparse.ArgumentParser(prog="python -m hipmr_ctypes", description=__doc__.split("\n")[0],
+                                     epilog="python -m hipmr_ctypes plot LOG.csv draws a CSV log "
+                                            "(plot --help for its options)")
     parser.add_argument("command", nargs="?", default="info", choices=("info", "check", "bench"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)

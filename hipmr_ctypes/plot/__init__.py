@@ -1,0 +1,216 @@
+"""Pictures of memory over time, with the standard library alone.
+
+    import hipmr_ctypes.plot as hplot
+
+    hplot.timeline("run.csv", "memory.html")        # a LoggingResource (or RMM) CSV log
+    hplot.timeline(tracking, "outstanding.svg")     # a TrackingResource's outstanding allocations
+    rec = hplot.record(pool)                        # a live pool: use `rec` in its place ...
+    hplot.timeline(rec, "pool.html")                # ... then draw live bytes and the pool's size
+
+``timeline`` writes one self-contained file (``.html``: the picture, its statistics and a view
+per stream and per thread; ``.svg``: the picture alone) that loads nothing from anywhere.
+Each allocation is a band stacked on those made before it, as PyTorch's active-memory timeline
+draws them; the peak is marked with its time and bytes.  ``python -m hipmr_ctypes plot LOG`` is
+the command-line form.  See docs/observability.md.
+"""
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Dict, List, Optional, Union
+
+from ..logfile import read_columns, replay
+from ._model import Source, View, build_view
+from ._sources import Recording, describe_path, from_columns, from_recording, from_tracking
+from ._svg import Layout, format_bytes, render_svg
+from ._html import render_html
+
+__all__ = ["timeline", "record", "Recording"]
+
+#: Most views of single streams / threads a page gets (the busiest by bytes).
+MAX_SPLIT_VIEWS = 8
+
+
+def _int_option(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}, not {value}")
+    return value
+
+
+def _find_pool(resource: Any) -> Any:
+    """The first ``PoolResource`` down the chain of upstreams of ``resource`` (or None)."""
+    from ..adaptors.pool import PoolResource
+    seen = 0
+    while resource is not None and seen < 64:
+        if isinstance(resource, PoolResource):
+            return resource
+        nxt = getattr(resource, "upstream", None)
+        if nxt is None:
+            nxt = getattr(resource, "resource", None)  # a resource_ref
+        resource, seen = nxt, seen + 1
+    return None
+
+
+def record(resource: Any, pool: Any = None) -> Any:
+    """A ``LoggingResource`` over ``resource`` that keeps its log in memory (a
+    :class:`Recording`) and, after each event, the size of ``pool`` (by default the first
+    ``PoolResource`` among ``resource`` and its upstreams).  Allocate through it in place of
+    ``resource``; ``timeline(recording)`` draws live bytes against the pool's size, and
+    ``recording.file.getvalue()`` is the CSV log."""
+    from ..adaptors.logging import LoggingResource
+    if pool is None:
+        pool = _find_pool(resource)
+    elif not callable(getattr(pool, "pool_size", None)):
+        raise TypeError(f"pool must have a pool_size() method (a PoolResource), not "
+                        f"{type(pool).__name__}")
+    return LoggingResource(resource, Recording(pool))
+
+
+def _source(source: Any, pool: Any, axis: str, width: float) -> Source:
+    from ..adaptors.logging import LoggingResource
+    from ..adaptors.pool import PoolResource
+    from ..adaptors.tracking import TrackingResource
+    if isinstance(source, TrackingResource):
+        if pool is not None:
+            raise ValueError("pool= applies to logs, not to a TrackingResource")
+        return from_tracking(source, width=width,
+                             description="the outstanding allocations of a TrackingResource, "
+                                         "in the order they were made")
+    if isinstance(source, PoolResource):
+        raise TypeError("a PoolResource keeps no history: allocate through "
+                        "hipmr_ctypes.plot.record(pool) and draw that recording, or draw a "
+                        "log of the run with pool=")
+    if isinstance(source, LoggingResource):
+        file = source.file
+        if isinstance(file, Recording):
+            if pool is not None:
+                raise ValueError("pool= applies to logs; a recording samples its own pool")
+            what = "a recording" + (" of a PoolResource" if file.pool is not None else "")
+            return from_recording(file, axis=axis, width=width, description=what)
+        source.flush()
+        name = source.get_file_name()
+        if callable(getattr(file, "getvalue", None)):
+            source = io.StringIO(file.getvalue())
+        elif name and os.path.exists(name):
+            source = name
+        else:
+            raise TypeError("this LoggingResource writes to a file that cannot be read back; "
+                            "draw its log file instead")
+    if isinstance(source, (str, bytes)) and not isinstance(source, str):
+        raise TypeError("a log is a path, an open text file or LogEvents, not bytes")
+    log = read_columns(source)
+    description = describe_path(source)
+    sizes: Optional[List[int]] = None
+    if pool is not None:
+        sizes, pool_name = _replay_pool(log.events(), pool)
+        description += f"; replayed against {pool_name} for the pool's size"
+    return from_columns(log, axis=axis, width=width, pool_sizes=sizes,
+                        description=description)
+
+
+def _replay_pool(events: List[Any], pool: Any) -> "tuple[List[int], str]":
+    from ..adaptors.pool import PoolResource
+    if pool is True:
+        from ..resources.host import HostMemoryResource
+        pool = PoolResource(HostMemoryResource())
+    elif not callable(getattr(pool, "pool_size", None)):
+        raise TypeError(f"pool must be True or a PoolResource, not {type(pool).__name__}")
+    sizes: List[int] = []
+    size_of = pool.pool_size
+    replay(events, pool, on_event=lambda event: sizes.append(size_of()))
+    return sizes, repr(pool)
+
+
+def _views(src: Source, split: bool, **options: Any) -> List[View]:
+    views = [build_view(src, "all allocations", with_pool=True, **options)]
+    if not split:
+        return views
+    for label, column, index in (("stream", src.a_stream, 2), ("thread", src.a_thread, 3)):
+        totals: Dict[int, int] = {}
+        for value, size in zip(column, src.a_size):
+            totals[value] = totals.get(value, 0) + size
+        for failure in src.failures:
+            totals.setdefault(failure[index], 0)
+        if len(totals) < 2:
+            continue
+        for value in sorted(totals, key=lambda v: (-totals[v], v))[:MAX_SPLIT_VIEWS]:
+            name = f"{label} {value:#x}" if label == "stream" and value else f"{label} {value}"
+            views.append(build_view(
+                src, name, [v == value for v in column],
+                lambda stream, thread, i=index, v=value: (stream, thread)[i - 2] == v,
+                with_pool=False, **options))
+    return views
+
+
+def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
+             format: Optional[str] = None, axis: str = "time", color: str = "auto",
+             width: int = 1200, height: int = 520, title: Optional[str] = None,
+             max_bands: int = 1500, max_points: int = 60000, pool: Any = None,
+             split: bool = True) -> str:
+    """Draw the memory of ``source`` over time; return the document and write it to ``path``.
+
+    ``source``: a CSV log (a path, an open text file, or ``LogEvent`` s from
+    :func:`hipmr_ctypes.logfile.read_log`), a ``LoggingResource`` (its log is read back), a
+    recording from :func:`record` (live bytes against the pool's size), or a
+    ``TrackingResource`` (its outstanding allocations, with their stacks when captured).
+
+    ``format``: ``"html"`` or ``"svg"`` (default: from ``path``'s suffix, else html).
+    ``axis``: ``"time"`` (the log's clock) or ``"event"`` (one step per event, as PyTorch
+    draws it).  ``color``: ``"size"``, ``"stream"`` or ``"auto"`` (stream when the source
+    has several).  ``pool``: for a log, ``True`` or a ``PoolResource`` to replay it against,
+    drawing the pool's size.  ``split``: in html, a view per stream and per thread where there
+    are several.  ``max_bands`` / ``max_points`` bound what is drawn one by one (see
+    docs/observability.md).  Bad arguments raise ``TypeError`` / ``ValueError`` before any
+    file is read or written.
+    """
+    if format is None:
+        suffix = os.path.splitext(os.fsdecode(path))[1].lower() if path is not None else ""
+        format = "svg" if suffix == ".svg" else "html"
+    if format not in ("html", "svg"):
+        raise ValueError(f"format must be 'html' or 'svg', not {format!r}")
+    if axis not in ("time", "event"):
+        raise ValueError(f"axis must be 'time' or 'event', not {axis!r}")
+    if color not in ("auto", "size", "stream"):
+        raise ValueError(f"color must be 'auto', 'size' or 'stream', not {color!r}")
+    width = _int_option("width", width, 400)
+    height = _int_option("height", height, 240)
+    max_bands = _int_option("max_bands", max_bands, 0)
+    max_points = _int_option("max_points", max_points, 1000)
+    if not isinstance(split, bool):
+        raise TypeError(f"split must be a bool, not {type(split).__name__}")
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title must be a str, not {type(title).__name__}")
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
+    layout = Layout(width, height)
+    src = _source(source, pool, axis, layout.plot_width)
+    if color == "auto":
+        color = "stream" if len(set(src.a_stream)) > 1 else "size"
+    options = dict(height=layout.plot_height, max_bands=max_bands, max_points=max_points,
+                   min_band_px=0.5)
+    views = _views(src, split and format == "html", **options)
+    if title is None:
+        name = os.path.basename(src.description.split(";")[0]) if src.kind == "log" else ""
+        title = f"Memory over time: {name}" if name else "Memory over time"
+    about = _about(src, views[0])
+    if format == "svg":
+        text = render_svg(views[0], layout, title=title, color=color)
+    else:
+        text = render_html(views, layout, title=title, about=about, color=color)
+    if path is not None:
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    return text
+
+
+def _about(src: Source, view: View) -> str:
+    n = len(src.xs)
+    what = src.description or "events"
+    axis = ("time since the first event (the log's clock)" if src.axis == "time"
+            else "allocation order" if src.kind == "tracking" else "event order")
+    return (f"{n:,} events: {what}. The x axis is {axis}; each allocation is a band stacked on "
+            f"those made before it, and falls when one below it is freed. Peak "
+            f"{format_bytes(view.stats['peak_bytes'])}. Hover a band for its size, pointer, "
+            f"stream, thread and lines in the log.")

@@ -1,0 +1,147 @@
+"""Turn what ``timeline`` is given (a log, a recording, a tracking resource) into a
+:class:`~hipmr_ctypes.plot._model.Source`."""
+from __future__ import annotations
+
+import io
+import os
+import traceback
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..logfile import LogColumns, read_columns
+from ._model import Source
+
+__all__ = ["from_columns", "from_recording", "from_tracking", "Recording"]
+
+
+class Recording(io.TextIOBase):
+    """The file a recording ``LoggingResource`` writes to (see :func:`hipmr_ctypes.plot.record`):
+    it keeps the lines in memory and, after each one, the size of ``pool`` (a ``PoolResource``
+    or None).  ``LoggingResource`` writes under its lock, so lines and sizes stay in step."""
+
+    def __init__(self, pool: Any = None) -> None:
+        super().__init__()
+        self._lines: List[str] = []
+        self._sizes: List[int] = []
+        self._pool_size = pool.pool_size if pool is not None else None
+        self.pool = pool
+        self.name = "<recording>"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:  # type: ignore[override]
+        if self.closed:
+            raise ValueError("write to a closed recording")
+        self._lines.append(text)
+        if self._pool_size is not None:
+            self._sizes.append(self._pool_size())
+        return len(text)
+
+    def getvalue(self) -> str:
+        """The CSV log recorded so far."""
+        return "".join(list(self._lines))
+
+    def snapshot(self) -> "tuple[str, Optional[List[int]]]":
+        """The text recorded so far and the pool's size after each event (None without a
+        pool)."""
+        lines, sizes = list(self._lines), list(self._sizes)
+        n = min(len(lines), len(sizes)) if self._pool_size is not None else len(lines)
+        return "".join(lines[:n]), (sizes[1:n] if self._pool_size is not None else None)
+
+
+def _positions(axis: str, seconds: Sequence[float], width: float) -> List[float]:
+    n = len(seconds)
+    if axis == "event":
+        scale = width / max(n - 1, 1)
+        return [i * scale for i in range(n)]
+    xs: List[float] = []
+    if not n:
+        return xs
+    first = seconds[0]
+    last = first
+    clamped = []
+    for s in seconds:                  # lines of several threads may be a little out of order
+        if s > last:
+            last = s
+        clamped.append(last)
+    span = (last - first) or 1.0
+    scale = width / span
+    return [(s - first) * scale for s in clamped]
+
+
+def from_columns(log: LogColumns, *, axis: str, width: float, kind: str = "log",
+                 pool_sizes: Optional[List[int]] = None, description: str = "") -> Source:
+    """A log as a Source: each ``free`` is paired with the live ``allocate`` of the same
+    pointer and size, as ``replay`` pairs them."""
+    xs = _positions(axis, log.seconds, width)
+    actions, ptrs, sizes = log.action, log.ptr, log.size
+    starts = [i for i, action in enumerate(actions) if action == "allocate"]
+    a_ptr = [ptrs[i] for i in starts]
+    a_size = [sizes[i] for i in starts]
+    a_stream = [log.stream[i] for i in starts]
+    a_thread = [log.thread[i] for i in starts]
+    a_end = [-1] * len(starts)
+    deltas: List[Tuple[int, int, int]] = []
+    add = deltas.append
+    live: Dict[int, List[int]] = {}      # pointer -> allocation numbers (as Pairing keeps them)
+    get = live.get
+    unmatched = 0
+    a = 0
+    for i, action in enumerate(actions):
+        if action == "allocate":
+            entries = get(ptrs[i])
+            if entries is None:
+                live[ptrs[i]] = [a]
+            else:
+                entries.append(a)
+            add((i, a, 1))
+            a += 1
+        elif action == "free":
+            entries = get(ptrs[i])
+            size = sizes[i]
+            found = -1
+            if entries is not None:
+                for k, b in enumerate(entries):
+                    if a_size[b] == size:
+                        found = b
+                        del entries[k]
+                        if not entries:
+                            del live[ptrs[i]]
+                        break
+            if found < 0:
+                unmatched += 1
+            else:
+                a_end[found] = i
+                add((i, found, -1))
+    failures = [(i, sizes[i], log.stream[i], log.thread[i])
+                for i, action in enumerate(actions) if action == "allocate failure"]
+    return Source(kind, axis, width, xs, log.seconds, log.time, log.line, a_ptr, a_size,
+                  a_stream, a_thread, starts, a_end, None, deltas, failures, unmatched,
+                  pool_sizes, description)
+
+
+def from_recording(recording: Recording, *, axis: str, width: float,
+                   description: str = "") -> Source:
+    text, sizes = recording.snapshot()
+    return from_columns(read_columns(io.StringIO(text)), axis=axis, width=width,
+                        kind="recording", pool_sizes=sizes, description=description)
+
+
+def from_tracking(tracking: Any, *, width: float, description: str = "") -> Source:
+    """The outstanding allocations of a ``TrackingResource``, in the order they were made
+    (the x axis counts them: a tracking resource keeps no times), with their stacks."""
+    outstanding = list(tracking.outstanding().values())
+    n = len(outstanding)
+    xs = _positions("event", [float(i) for i in range(n)], width)
+    stacks: List[Optional[str]] = [
+        "".join(traceback.format_list(a.stack)).rstrip() if a.stack is not None else None
+        for a in outstanding]
+    return Source("tracking", "event", width, xs, [float(i) for i in range(n)],
+                  [f"#{i + 1}" for i in range(n)], [0] * n, [a.ptr for a in outstanding],
+                  [a.size for a in outstanding], [a.stream or 0 for a in outstanding],
+                  [0] * n, list(range(n)), [-1] * n, stacks, [(i, i, 1) for i in range(n)],
+                  [], 0, None, description)
+
+
+def describe_path(path: Any) -> str:
+    return os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
