@@ -85,7 +85,8 @@ def test_svg_agrees_with_the_log():
     for band in bands:
         start = by_line[int(band.get("data-start-line"))]
         assert start.action == "allocate"
-        assert int(band.get("data-size")) == start.size and int(band.get("data-ptr"), 16) == start.ptr
+        assert int(band.get("data-size")) == start.size
+        assert int(band.get("data-ptr"), 16) == start.ptr
         xs = _path_xs(band.get("d"))
         assert min(xs) == pytest.approx(x_of(start.line), abs=0.01)
         assert float(band.get("data-x0")) == pytest.approx(x_of(start.line), abs=0.01)

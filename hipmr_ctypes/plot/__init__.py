@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from ..logfile import read_columns, replay
 from ._model import Source, View, build_view
@@ -91,8 +91,9 @@ def _source(source: Any, pool: Any, axis: str, width: float) -> Source:
             return from_recording(file, axis=axis, width=width, description=what)
         source.flush()
         name = source.get_file_name()
-        if callable(getattr(file, "getvalue", None)):
-            source = io.StringIO(file.getvalue())
+        getvalue = getattr(file, "getvalue", None)
+        if callable(getvalue):
+            source = io.StringIO(getvalue())
         elif name and os.path.exists(name):
             source = name
         else:
@@ -137,11 +138,16 @@ def _views(src: Source, split: bool, **options: Any) -> List[View]:
             continue
         for value in sorted(totals, key=lambda v: (-totals[v], v))[:MAX_SPLIT_VIEWS]:
             name = f"{label} {value:#x}" if label == "stream" and value else f"{label} {value}"
-            views.append(build_view(
-                src, name, [v == value for v in column],
-                lambda stream, thread, i=index, v=value: (stream, thread)[i - 2] == v,
-                with_pool=False, **options))
+            views.append(build_view(src, name, [v == value for v in column],
+                                    _failure_filter(index, value), with_pool=False, **options))
     return views
+
+
+def _failure_filter(index: int, value: int) -> Callable[[int, int], bool]:
+    """Keeps the failures of one stream (``index`` 2) or one thread (3)."""
+    if index == 2:
+        return lambda stream, thread: stream == value
+    return lambda stream, thread: thread == value
 
 
 def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,

@@ -56,7 +56,8 @@ def _rows(view: View) -> List[Tuple[str, str]]:
     src = view.source
     rows = [("events", f"{s['events']:,}"),
             ("allocations", f"{s['total_count']:,}"),
-            ("bytes allocated in total", f"{s['total_bytes']:,} ({format_bytes(s['total_bytes'])})"),
+            ("bytes allocated in total",
+             f"{s['total_bytes']:,} ({format_bytes(s['total_bytes'])})"),
             ("frees", f"{s['frees']:,}"),
             ("failed allocations", f"{s['failures']:,}")]
     if "unmatched_frees" in s:

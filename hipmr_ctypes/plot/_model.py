@@ -6,8 +6,9 @@ Everything is laid out on the plot's pixel grid so that what cannot be seen is m
 * the live-bytes curve keeps, for every pixel column, the most bytes live at any moment in it
   (so the peak is never lost), and the level at its end;
 * an allocation gets a band of its own when it is at least ``min_band_px`` pixels tall and among
-  the ``max_bands`` that cover the most area (size x time live, at least one pixel wide); the rest are drawn together as one "other allocations" area (the
-  live-bytes curve above the stacked bands);
+  the ``max_bands`` that cover the most area (size x time live, at least one pixel wide); the
+  rest are drawn together as one "other allocations" area (the live-bytes curve above the
+  stacked bands);
 * a band's lower edge moves down when a band below it is freed; several moves in one pixel
   column are drawn as one, and if the bands need more than ``max_points`` corners together,
   the number of bands is halved until they fit.
@@ -244,12 +245,3 @@ def build_view(source: Source, name: str, selected: Optional[List[bool]] = None,
     return View(name, source, members, columns, top_steps, bands, pool, failures, stats,
                 peak_event, min_band_bytes, max_bands, points, len(members) - len(bands),
                 y_max, notes)
-
-
-def column_value(columns: List[Tuple[int, int, int]], column: int) -> int:
-    """The level the curve shows at ``column``: its maximum there, or the level carried in."""
-    i = bisect.bisect_right(columns, (column, 1 << 200, 0)) - 1
-    if i < 0:
-        return 0
-    c, hi, end = columns[i]
-    return hi if c == column else end

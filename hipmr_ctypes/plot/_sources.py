@@ -29,7 +29,7 @@ class Recording(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         if self.closed:
             raise ValueError("write to a closed recording")
         self._lines.append(text)

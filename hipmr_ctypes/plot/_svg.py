@@ -3,10 +3,10 @@ hovering a band shows its tooltip through the SVG ``<title>`` element)."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 from xml.sax.saxutils import escape, quoteattr
 
-from ._model import View, column_value
+from ._model import View
 
 __all__ = ["Layout", "render_svg", "format_bytes", "stats_lines"]
 
@@ -47,7 +47,7 @@ def _nice(span: float, count: int) -> float:
     raw = span / max(count, 1)
     if raw <= 0:
         return 1.0
-    mag = 10 ** math.floor(math.log10(raw))
+    mag = 10.0 ** math.floor(math.log10(raw))
     for m in (1, 2, 5, 10):
         if raw <= m * mag:
             return m * mag
@@ -74,7 +74,7 @@ def _x_ticks(view: View, plot_width: float) -> List[Tuple[float, str]]:
     if src.axis == "event":
         step = max(1.0, _nice(max(n - 1, 1), 8))
         what = "allocation #" if src.kind == "tracking" else "event #"
-        out = []
+        out: List[Tuple[float, str]] = []
         i = 0.0
         while i <= n - 1:
             out.append((src.xs[int(i)], f"{what}{int(i) + 1}" if not out else f"#{int(i) + 1}"))
@@ -270,9 +270,10 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
         for k in range(len(top) - 1, 0, -1):
             lower.append(f"H{_f(L + top[k][0])}V{y(top[k - 1][1])}")
         other = "".join(curve) + "".join(lower) + f"H{_f(L)}Z"
-        small = view.other_count
-        out.append(f'<path class="other" d="{other}" fill="{OTHER}"><title>'
-                   f'{escape(f"{small:,} other allocations drawn together (smaller than {format_bytes(view.min_band_bytes)}, or covering less area than the {len(view.bands):,} drawn)")}'
+        tip = (f"{view.other_count:,} other allocations drawn together (smaller than "
+               f"{format_bytes(view.min_band_bytes)}, or covering less area than the "
+               f"{len(view.bands):,} drawn)")
+        out.append(f'<path class="other" d="{other}" fill="{OTHER}"><title>{escape(tip)}'
                    f'</title></path>')
     # bands
     fills, legend = _colors(view, color)
