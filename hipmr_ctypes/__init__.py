@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
     from .initialization import (available_device_memory, disable_logging, enable_logging,
                                  get_log_filenames, is_initialized, register_reinitialize_hook,
                                  reinitialize, unregister_reinitialize_hook)
+    from . import logfile as logfile, plot as plot  # submodules used as hmr.plot.timeline(...)
 
 # Everything but the library loads on first use (PEP 562): module -> the public names it
 # provides.  Add a new public name here, to __all__ and to the TYPE_CHECKING imports.

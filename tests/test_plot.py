@@ -425,3 +425,16 @@ def test_html_renders_in_a_headless_browser(tmp_path):
     hplot.timeline(source, svg)
     dom, errors = _dump_dom(browser, svg.as_uri(), tmp_path)
     assert errors == [] and "hipmr-timeline" in dom
+
+
+def test_loaded_only_when_used():
+    code = ("import sys, hipmr_ctypes as hmr\n"
+            "assert 'hipmr_ctypes.plot' not in sys.modules\n"
+            "assert 'hipmr_ctypes.logfile' not in sys.modules\n"
+            "assert callable(hmr.plot.timeline) and callable(hmr.plot.record)\n"
+            "assert 'hipmr_ctypes.plot' in sys.modules\n"
+            "assert hmr.logfile.read_log is not None\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=str(Path(__file__).parent.parent),
+                          env=dict(os.environ, HIPMR_PLATFORM="emulated"))
+    assert done.returncode == 0, done.stderr
