@@ -4,21 +4,16 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import re
 import sys
 from typing import List, Optional
 
-_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "tb": 1000 ** 4,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
 def parse_size(text: str) -> int:
-    """``"64MiB"``, ``"2gb"``, ``"4096"`` -> bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"could not parse {text!r} as a size (e.g. 4096, "
-                                         f"64MiB, 2GB)")
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+    """``"64MiB"``, ``"2 GB"``, ``"4096"`` -> bytes (the package's size strings)."""
+    from .._sizes import parse_bytes
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
