@@ -289,28 +289,36 @@ def peers(size: int) -> Dict[str, Callable[[int], None]]:
 
 
 # ---------------------------------------------------------------------------- fragmentation
+def fragmentation_workload(seed: int, ops: int, alloc, free, pool_size,
+                           cap: int = 6 << 30):
+    """Random sizes 1 KiB-64 MiB with random lifetimes (45% frees, and frees while more than
+    ``cap`` bytes are live); returns (peak pool size, peak live bytes).  Also drawn by
+    scripts/plot_fragmentation.py."""
+    rng = random.Random(seed)
+    live: List = []
+    live_bytes = peak_live = peak_pool = 0
+    for _ in range(ops):
+        if live and (rng.random() < 0.45 or live_bytes > cap):
+            p, n = live.pop(rng.randrange(len(live)))
+            free(p, n)
+            live_bytes -= n
+        else:
+            n = int(2 ** rng.uniform(10, 26))
+            live.append((alloc(n), n))
+            live_bytes += n
+            peak_live = max(peak_live, live_bytes)
+        peak_pool = max(peak_pool, pool_size())
+    for p, n in live:
+        free(p, n)
+    return peak_pool, peak_live
+
+
 def fragmentation(seed: int, ops: int) -> Dict[str, object]:
     """Random sizes 1 KiB-64 MiB with random lifetimes; peak pool size / peak live bytes."""
     out: Dict[str, object] = {"seed": seed, "ops": ops}
 
     def workload(alloc, free, pool_size):
-        rng = random.Random(seed)
-        live: List = []
-        live_bytes = peak_live = peak_pool = 0
-        for _ in range(ops):
-            if live and (rng.random() < 0.45 or live_bytes > (6 << 30)):
-                p, n = live.pop(rng.randrange(len(live)))
-                free(p, n)
-                live_bytes -= n
-            else:
-                n = int(2 ** rng.uniform(10, 26))
-                live.append((alloc(n), n))
-                live_bytes += n
-                peak_live = max(peak_live, live_bytes)
-            peak_pool = max(peak_pool, pool_size())
-        for p, n in live:
-            free(p, n)
-        return peak_pool, peak_live
+        return fragmentation_workload(seed, ops, alloc, free, pool_size)
 
     amr = hmr.AsyncMemoryResource()
     pool = hmr.PoolResource(amr)

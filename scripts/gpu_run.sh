@@ -16,6 +16,8 @@ echo "== GPU tests"
 HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider \
   tests > "$OUT/gpu-tests.txt" 2>&1
 echo "gpu tests rc=$?"; tail -25 "$OUT/gpu-tests.txt"
+echo "== memory timeline of the fragmentation workload (nvidia)"
+HIPMR_PLATFORM=nvidia timeout 300 python3 scripts/plot_fragmentation.py --svg "$OUT/fragmentation-timeline.svg"
 if [ "${FULL:-0}" = 1 ]; then
 echo "== whole suite on nvidia (emulated-only tests skip)"
 HIPMR_PLATFORM=nvidia timeout ${FULL_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests > "$OUT/all-nvidia.txt" 2>&1

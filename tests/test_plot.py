@@ -438,3 +438,31 @@ def test_loaded_only_when_used():
                           timeout=120, cwd=str(Path(__file__).parent.parent),
                           env=dict(os.environ, HIPMR_PLATFORM="emulated"))
     assert done.returncode == 0, done.stderr
+
+
+def test_observability_doc_examples_run():
+    doc = Path(__file__).parent.parent / "docs" / "observability.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    assert len(blocks) >= 4
+    for i, block in enumerate(blocks):
+        out = io.StringIO()
+        import contextlib
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, f"docs/observability.md example {i}", "exec"), {})
+    assert "observability-fragmentation.svg" in doc.read_text(encoding="utf-8")
+    ET.parse(doc.parent / "observability-fragmentation.svg")
+
+
+def test_plot_fragmentation_script(tmp_path):
+    svg, log = tmp_path / "f.svg", tmp_path / "f.csv"
+    done = subprocess.run(
+        [sys.executable, "scripts/plot_fragmentation.py", "--ops", "300", "--cap", "256MiB",
+         "--svg", str(svg), "--log", str(log)], capture_output=True, text=True, timeout=300,
+        cwd=str(Path(__file__).parent.parent),
+        env=dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_MEMORY="4GiB"))
+    assert done.returncode == 0, done.stderr
+    assert "peak pool" in done.stdout
+    root = ET.parse(svg).getroot()
+    assert root.find(f".//{SVG}path[@class='pool']") is not None
+    report = replay(log, hmr.HostMemoryResource())
+    assert int(root.get("data-peak-bytes")) == report.from_log.peak_bytes

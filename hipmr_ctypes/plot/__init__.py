@@ -128,6 +128,9 @@ def _views(src: Source, split: bool, **options: Any) -> List[View]:
     views = [build_view(src, "all allocations", with_pool=True, **options)]
     if not split:
         return views
+    # each view of one stream or thread draws a quarter as much, to keep the page light
+    options = dict(options, max_bands=options["max_bands"] // 4,
+                   max_points=max(1000, options["max_points"] // 4))
     for label, column, index in (("stream", src.a_stream, 2), ("thread", src.a_thread, 3)):
         totals: Dict[int, int] = {}
         for value, size in zip(column, src.a_size):
@@ -153,7 +156,7 @@ def _failure_filter(index: int, value: int) -> Callable[[int, int], bool]:
 def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
              format: Optional[str] = None, axis: str = "time", color: str = "auto",
              width: int = 1200, height: int = 520, title: Optional[str] = None,
-             max_bands: int = 1500, max_points: int = 60000, pool: Any = None,
+             max_bands: int = 1000, max_points: int = 40000, pool: Any = None,
              split: bool = True) -> str:
     """Draw the memory of ``source`` over time; return the document and write it to ``path``.
 
@@ -167,8 +170,8 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     draws it).  ``color``: ``"size"``, ``"stream"`` or ``"auto"`` (stream when the source
     has several).  ``pool``: for a log, ``True`` or a ``PoolResource`` to replay it against,
     drawing the pool's size.  ``split``: in html, a view per stream and per thread where there
-    are several.  ``max_bands`` / ``max_points`` bound what is drawn one by one (see
-    docs/observability.md).  Bad arguments raise ``TypeError`` / ``ValueError`` before any
+    are several.  ``max_bands`` / ``max_points`` bound what is drawn one by one (a quarter
+    of them in each view of one stream or thread; see docs/observability.md).  Bad arguments raise ``TypeError`` / ``ValueError`` before any
     file is read or written.
     """
     if format is None:

@@ -39,7 +39,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="with --pool: the pool's maximum size")
     parser.add_argument("--width", type=int, default=1200, help="picture width in pixels")
     parser.add_argument("--height", type=int, default=520, help="picture height in pixels")
-    parser.add_argument("--max-bands", type=int, default=1500,
+    parser.add_argument("--max-bands", type=int, default=1000,
                         help="most allocations drawn as bands of their own")
     parser.add_argument("--title", default=None, help="the picture's title")
     args = parser.parse_args(argv)

@@ -139,8 +139,8 @@ def _colors(view: View, color: str) -> Tuple[Dict[int, str], List[Tuple[str, str
     seen: Dict[int, int] = {}
     for s in sorted(sizes):
         seen.setdefault(bucket(s), s)
-    legend = [(SIZES[k], f"{'≥ ' if i else ''}{format_bytes(1 << (s.bit_length() - 1))}")
-              for i, (k, s) in enumerate(sorted(seen.items()))]
+    legend = [(SIZES[k], f"≥ {format_bytes(1 << (s.bit_length() - 1))}")
+              for k, s in sorted(seen.items())]
     return fills, legend
 
 
