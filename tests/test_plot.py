@@ -222,6 +222,9 @@ def test_tracking_resource_with_stacks():
     root = ET.fromstring(hplot.timeline(tracked, format="svg"))
     bands = root.findall(f".//{SVG}path[@class='band']")
     assert [int(b.get("data-size")) for b in bands] == [1 << 20, 2 << 20]
+    # one slot per outstanding allocation: the last one is as wide as the others
+    widths = [float(b.get("data-x1")) - float(b.get("data-x0")) for b in bands]
+    assert widths[1] == pytest.approx(widths[0] / 2, abs=0.02) and widths[1] > 100
     assert int(root.get("data-peak-bytes")) == 3 << 20
     title = bands[0].find(f"{SVG}title").text
     assert "still live at the end" in title
@@ -334,7 +337,8 @@ def test_command_line(tmp_path, capsys):
     log = tmp_path / "run.csv"
     log.write_text(LOG)
     assert cli_main(["plot", str(log)]) == 0
-    assert (tmp_path / "run.html").exists()
+    page = (tmp_path / "run.html").read_text(encoding="utf-8")
+    assert "<title>Memory over time: run.csv</title>" in page        # named after the log
     out = tmp_path / "run.svg"
     assert cli_main(["plot", str(log), "-o", str(out), "--pool", "--initial", "1MiB",
                      "--axis", "event", "--color", "stream", "--title", "T"]) == 0

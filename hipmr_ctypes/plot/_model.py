@@ -127,13 +127,16 @@ def _columns(width: float, xs: Sequence[float], events: Sequence[int],
     return out
 
 
-def _stack(source: Source, chosen: Dict[int, int], order: Sequence[Tuple[int, int, int]],
+def _stack(source: Source, chosen: Sequence[int],
            max_points: int) -> Optional[Tuple[List[Band], List[Tuple[float, int]], int]]:
-    """Stack the chosen allocations (allocation number -> band slot) in allocation order.
-    None when the bands would need more than ``max_points`` corners."""
-    sizes = source.a_size
+    """Stack the chosen allocations in allocation order.  None when the bands would need
+    more than ``max_points`` corners.  Only the chosen allocations' own events are visited."""
+    sizes, starts, ends = source.a_size, source.a_start, source.a_end
     xs = source.xs
     right = source.width
+    order = [(starts[a], a, 1) for a in chosen]
+    order += [(ends[a], a, -1) for a in chosen if ends[a] >= 0]
+    order.sort()
     bands: List[Band] = []
     slot_of: Dict[int, int] = {}
     live: List[int] = []                        # band slots, bottom to top
@@ -142,8 +145,6 @@ def _stack(source: Source, chosen: Dict[int, int], order: Sequence[Tuple[int, in
     top_steps: List[Tuple[float, int]] = [(0.0, 0)]
     points = 0
     for event, a, sign in order:
-        if a not in chosen:
-            continue
         x = xs[event]
         size = sizes[a]
         if sign > 0:
@@ -212,7 +213,7 @@ def build_view(source: Source, name: str, selected: Optional[List[bool]] = None,
         pool_sizes = source.pool_sizes
         pool = _columns(source.width, source.xs, range(len(pool_sizes)), pool_sizes)
         peak_pool = max(pool_sizes)
-    y_max = max(peak, peak_pool or 0, 1)
+    y_max = max(peak, peak_pool or 0, 1) * 108 // 100 + 1    # room for the peak's label
     min_band_bytes = max(1, int(y_max * min_band_px / max(height, 1.0)) + 1)
     # the allocations that cover the most of the picture: size x width (at least a pixel)
     xs, ends, starts, right = source.xs, source.a_end, source.a_start, source.width
@@ -222,8 +223,7 @@ def build_view(source: Source, name: str, selected: Optional[List[bool]] = None,
     limit = min(max_bands, len(candidates))
     notes: List[str] = []
     while True:
-        chosen = {a: 1 for a in candidates[:limit]}
-        stacked = _stack(source, chosen, order, max_points)
+        stacked = _stack(source, candidates[:limit], max_points)
         if stacked is not None:
             break
         limit //= 2

@@ -83,30 +83,38 @@ def from_columns(log: LogColumns, *, axis: str, width: float, kind: str = "log",
     a_end = [-1] * len(starts)
     deltas: List[Tuple[int, int, int]] = []
     add = deltas.append
-    live: Dict[int, List[int]] = {}      # pointer -> allocation numbers (as Pairing keeps them)
+    # pointer -> its live allocation number, or a list of them when one pointer is live more
+    # than once (a free is matched with the earliest of the same size, as Pairing does)
+    live: Dict[int, Any] = {}
     get = live.get
     unmatched = 0
     a = 0
-    for i, action in enumerate(actions):
-        if action == "allocate":
-            entries = get(ptrs[i])
-            if entries is None:
-                live[ptrs[i]] = [a]
+    code = {"allocate": 1, "free": -1}
+    for i, (op, ptr, size) in enumerate(zip(map(code.get, actions), ptrs, sizes)):
+        if op == 1:
+            prev = get(ptr)
+            if prev is None:
+                live[ptr] = a
+            elif type(prev) is int:
+                live[ptr] = [prev, a]
             else:
-                entries.append(a)
+                prev.append(a)
             add((i, a, 1))
             a += 1
-        elif action == "free":
-            entries = get(ptrs[i])
-            size = sizes[i]
+        elif op == -1:
+            prev = get(ptr)
             found = -1
-            if entries is not None:
-                for k, b in enumerate(entries):
+            if type(prev) is int:
+                if a_size[prev] == size:
+                    found = prev
+                    del live[ptr]
+            elif prev is not None:
+                for k, b in enumerate(prev):
                     if a_size[b] == size:
                         found = b
-                        del entries[k]
-                        if not entries:
-                            del live[ptrs[i]]
+                        del prev[k]
+                        if len(prev) == 1:
+                            live[ptr] = prev[0]
                         break
             if found < 0:
                 unmatched += 1
@@ -132,7 +140,7 @@ def from_tracking(tracking: Any, *, width: float, description: str = "") -> Sour
     (the x axis counts them: a tracking resource keeps no times), with their stacks."""
     outstanding = list(tracking.outstanding().values())
     n = len(outstanding)
-    xs = _positions("event", [float(i) for i in range(n)], width)
+    xs = [i * width / n for i in range(n)]      # each allocation one slot wide
     stacks: List[Optional[str]] = [
         "".join(traceback.format_list(a.stack)).rstrip() if a.stack is not None else None
         for a in outstanding]

@@ -321,7 +321,8 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
                    f'y2="{y(0)}" stroke="#000" stroke-dasharray="2 2"/>'
                    f'<circle cx="{_f(px)}" cy="{py}" r="3.5" fill="#000"/>'
                    f'<text x="{_f(px + dx)}" y="{_f(T + 12)}" text-anchor="{anchor}" '
-                   f'font-weight="bold">{escape(label)}</text></g>')
+                   f'font-weight="bold" stroke="#fff" stroke-width="3" paint-order="stroke">'
+                   f'{escape(label)}</text></g>')
     out.append(f'<rect x="{_f(L)}" y="{_f(T)}" width="{_f(pw)}" height="{_f(ph)}" '
                f'fill="none" stroke="#888"/>')
     # legend and statistics
