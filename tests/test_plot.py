@@ -470,3 +470,22 @@ def test_plot_fragmentation_script(tmp_path):
     assert root.find(f".//{SVG}path[@class='pool']") is not None
     report = replay(log, hmr.HostMemoryResource())
     assert int(root.get("data-peak-bytes")) == report.from_log.peak_bytes
+
+
+@pytest.mark.parametrize("body", [
+    "",                                                            # no event
+    "1,00:00:00.000000,allocate failure,(nil),5,0\n",              # a failure only
+    "1,00:00:00.000000,allocate,0x10,100,0\n",                     # one event
+    "1,00:00:00.000000,allocate,0x0,0,0\n1,00:00:00.000001,free,0x0,0,0\n",   # zero bytes
+    "1,00:00:00.000000,free,0x10,100,0\n",                         # a free without allocation
+    "1,00:00:00.000000,allocate,0x10,100,0\n1,00:00:00.000000,allocate,0x20,100,0\n",
+])
+def test_degenerate_logs(body):
+    for fmt in ("svg", "html"):
+        for axis in ("time", "event"):
+            text = hplot.timeline(io.StringIO(LOG_HEADER + "\n" + body), format=fmt, axis=axis)
+            if fmt == "svg":
+                root = ET.fromstring(text)
+                assert int(root.get("data-peak-bytes")) == replay(
+                    io.StringIO(LOG_HEADER + "\n" + body), hmr.HostMemoryResource()
+                ).from_log.peak_bytes
