@@ -29,6 +29,37 @@ if [ -n "$lib" ]; then
   echo "amd rc=$?"; tail -4 "$OUT/amd-lib.txt"
 fi
 fi
+if [ "${SCALE:-1}" = 1 ]; then
+echo "== several GPUs and processes (log: scale.txt, numbers: scale.json)"
+{
+  echo "== multi_gpu tests"
+  HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m multi_gpu \
+    -p no:cacheprovider tests 2>&1 | tail -20
+  echo "== ipc demo: producer on device 0, consumers on both GPUs"
+  HIPMR_PLATFORM=nvidia timeout 300 python3 scripts/ipc_demo.py --consumers 4 --size 64MiB \
+    --json /tmp/scale-ipc.json; echo "ipc demo rc=$?"
+  echo "== mpi demo: two ranks, one per GPU"
+  HIPMR_PLATFORM=nvidia timeout 300 mpirun --allow-run-as-root -x HIPMR_PLATFORM -np 2 \
+    python3 scripts/mpi_demo.py --json /tmp/scale-mpi.json; echo "mpi demo rc=$?"
+  echo "== peer copy bandwidth: ours, CuPy, PyTorch on the same buffers"
+  HIPMR_PLATFORM=nvidia timeout 300 python3 scripts/bench_peer.py --size 256MiB \
+    --json /tmp/scale-peer.json; echo "bench_peer rc=$?"
+  echo "== numba-cuda's own IPC tests with our EMM plugin"
+  HIPMR_PLATFORM=nvidia NUMBA_CUDA_MEMORY_MANAGER=hipmr_ctypes.interop.numba \
+    PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 400 python3 -m pytest -q \
+    -p no:cacheprovider --pyargs numba.cuda.tests.cudapy.test_ipc 2>&1 | tail -25
+} > "$OUT/scale.txt" 2>&1
+grep -E "passed|failed|rc=|GB/s|->|FAILED|all checks" "$OUT/scale.txt" | tail -30
+python3 - "$OUT/scale.json" <<'PY'
+import json, os, sys
+merged = {}
+for key in ("ipc", "mpi", "peer"):
+    path = f"/tmp/scale-{key}.json"
+    merged[key] = json.load(open(path)) if os.path.exists(path) else None
+json.dump(merged, open(sys.argv[1], "w"), indent=1)
+PY
+fi
+if [ "${SCALE_ONLY:-0}" = 1 ]; then exit 0; fi
 echo "== bench"; date
 HIPMR_PLATFORM=nvidia timeout ${BENCH_TIMEOUT:-400} python3 scripts/bench_alloc.py --pairs ${PAIRS:-20000} --json "$OUT/bench.json" | tee "$OUT/bench.txt"
 echo "== ref overhead"; HIPMR_PLATFORM=nvidia timeout 120 python3 scripts/bench_ref.py --json "$OUT/bench_ref.json" | tail -15

@@ -38,6 +38,30 @@ def _device_pointer(ptr: int) -> Any:
     return ctypes.c_uint64(ptr)
 
 
+def _address(memory: Any) -> int:
+    """The device address of a Numba ``MemoryPointer`` (either driver binding)."""
+    value = getattr(memory, "device_pointer_value", None)
+    if value is not None:
+        return int(value)
+    handle = memory.handle
+    return int(getattr(handle, "value", handle) or 0)
+
+
+def _numba_ipc_handle(data: bytes) -> Any:
+    """The 64 bytes of a legacy handle as the handle type of Numba's driver binding."""
+    from numba.cuda.cudadrv import driver
+    if getattr(driver, "USE_NV_BINDING", True):
+        binding = getattr(driver, "binding", None)
+        CUipcMemHandle = getattr(binding, "CUipcMemHandle", None)
+        if CUipcMemHandle is None:
+            from cuda.bindings.driver import CUipcMemHandle  # type: ignore[no-redef]
+        handle = CUipcMemHandle()
+        handle.reserved = data
+        return handle
+    from numba.cuda.cudadrv import drvapi
+    return drvapi.cu_ipc_mem_handle.from_buffer_copy(data)
+
+
 def _finalizer(key: int, allocations: Dict[int, Any]) -> Callable[[], None]:
     def finalize() -> None:
         # Context.reset() may have emptied `allocations` before Numba's atexit finalizers run.
@@ -69,8 +93,36 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):
         return _MemoryInfo(free=free, total=total)
 
     def get_ipc_handle(self, memory: Any) -> Any:
-        """Not supported: hipmr_ctypes allocations are not exported to other processes here."""
-        raise NotImplementedError("HipmrNumbaManager does not support IPC handles")
+        """A ``numba.cuda.IpcHandle`` of ``memory`` (an allocation of this plugin, or a view of
+        one), built on :meth:`Buffer.export_ipc`: Numba's other process opens its legacy
+        handle (``cuIpcOpenMemHandle``).  The memory must come from a
+        ``DeviceMemoryResource`` (the default per-device resource): Numba opens legacy
+        handles only, so pool memory raises NotSupportedError."""
+        from numba.cuda.cudadrv.driver import IpcHandle
+        ptr = _address(memory)
+        buf = self._buffer_at(ptr)
+        descriptor = buf.export_ipc()
+        if descriptor.kind != "legacy":
+            from ..errors import NotSupportedError
+            raise NotSupportedError(801, "hipErrorNotSupported",
+                                    "Numba shares memory through legacy IPC handles, which "
+                                    "pool memory does not have: use DeviceMemoryResource as "
+                                    "the per-device resource for arrays Numba shares",
+                                    "HipmrNumbaManager.get_ipc_handle")
+        handle = _numba_ipc_handle(descriptor.data)
+        source_info = self.context.device.get_device_identity()
+        return IpcHandle(memory, handle, memory.size, source_info,
+                         offset=ptr - buf.ptr + descriptor.offset)
+
+    def _buffer_at(self, ptr: int) -> Buffer:
+        """The Buffer of this plugin whose memory holds ``ptr``."""
+        found = self.allocations.get(ptr)
+        if isinstance(found, Buffer):
+            return found
+        for buf in list(self.allocations.values()):
+            if isinstance(buf, Buffer) and not buf.closed and buf.ptr <= ptr < buf.ptr + buf.size:
+                return buf
+        raise ValueError(f"{ptr:#x} is not memory this plugin allocated")
 
     @property
     def interface_version(self) -> int:

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""MPI ranks on one node reading each other's GPU memory through IPC (needs mpi4py).
+
+Every rank uses device ``node_rank % device_count``, makes its own IPC-enabled pool and one
+buffer filled with its pattern.  The ranks of a node exchange buffer descriptors with MPI
+(``allgather`` of their bytes) and pool handles over Unix sockets (an MPI message cannot carry
+a file descriptor): each rank serves its handle on a socket in a directory rank 0 made, and
+fetches every other rank's.  Then each rank maps every other rank's buffer, checks it, and
+unmaps; rank 0 prints a table and ``--json`` saves it.  Exit status 1 on any failure.
+
+    mpirun -np 2 python3 scripts/mpi_demo.py           # as root: mpirun --allow-run-as-root
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List
+
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import hipmr_ctypes as hmr  # noqa: E402
+from hipmr_ctypes._sizes import parse_bytes  # noqa: E402
+
+
+def pattern(n: int, seed: int) -> bytes:
+    block = bytes((i * 11 + seed * 29) & 0xFF for i in range(4096))
+    return (block * (n // 4096 + 1))[:n]
+
+
+def serve_handle(server: socket.socket, handle: hmr.IpcPoolHandle, count: int) -> None:
+    """Send ``handle`` to each of ``count`` ranks that connect."""
+    for _ in range(count):
+        conn, _ = server.accept()
+        with conn:
+            handle.send(conn)
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="8MiB", help="bytes per rank's buffer")
+    parser.add_argument("--json", help="rank 0 writes the results here")
+    args = parser.parse_args(argv)
+    size = parse_bytes(args.size)
+
+    world = MPI.COMM_WORLD
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+    rank, nranks = node.Get_rank(), node.Get_size()
+    ndev = hmr.device_count()
+    device = rank % ndev
+    hmr.set_device(device)
+    report: Dict[str, Any] = {"rank": world.Get_rank(), "node_rank": rank, "device": device,
+                              "pid": os.getpid(), "read": {}}
+    failures = 0
+
+    pool = hmr.AsyncMemoryResource(device, enable_ipc=True)
+    hmr.set_current_device_resource(pool)   # this rank's own device pool
+    mine = hmr.Buffer.from_host(pattern(size, rank))
+    descriptor = mine.export_ipc()
+    handle = pool.pool.export_handle()
+
+    # descriptors travel as bytes through MPI
+    descriptors = [hmr.IpcBufferDescriptor.from_bytes(raw)
+                   for raw in node.allgather(bytes(descriptor))]
+
+    # pool handles travel over Unix sockets in a directory only this job uses
+    directory = node.bcast(tempfile.mkdtemp(prefix="hipmr-mpi-") if rank == 0 else None)
+    path = os.path.join(directory, f"rank{rank}.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(nranks)
+    sender = threading.Thread(target=serve_handle, args=(server, handle, nranks - 1))
+    sender.start()
+    node.Barrier()                       # every rank listens now
+
+    for other in range(nranks):
+        if other == rank:
+            continue
+        t0 = time.perf_counter()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(os.path.join(directory, f"rank{other}.sock"))
+            theirs = hmr.IpcPoolHandle.receive(sock)
+        t1 = time.perf_counter()
+        res = hmr.AsyncMemoryResource.from_ipc(theirs, device=device)
+        t2 = time.perf_counter()
+        with hmr.Buffer.from_ipc(descriptors[other], res) as buf:
+            t3 = time.perf_counter()
+            ok = buf.tobytes() == pattern(size, other)
+            t4 = time.perf_counter()
+        res.close()
+        theirs.close()
+        failures += not ok
+        report["read"][other] = {"ok": ok, "receive_handle_ms": (t1 - t0) * 1e3,
+                                 "import_pool_ms": (t2 - t1) * 1e3, "map_ms": (t3 - t2) * 1e3,
+                                 "first_read_ms": (t4 - t3) * 1e3}
+    sender.join()
+    server.close()
+    node.Barrier()                       # nobody maps this rank's memory any more
+    handle.close()
+    mine.close()
+    if rank == 0:
+        shutil.rmtree(directory, ignore_errors=True)
+
+    reports = world.gather(report, root=0)
+    failures = world.allreduce(failures)
+    if world.Get_rank() == 0:
+        print(f"MPI demo: {world.Get_size()} ranks, platform={hmr.platform()}, "
+              f"{size} bytes per rank")
+        print("rank | device |  reads | ok | receive handle ms | import pool ms | map ms | "
+              "first read ms")
+        for r in reports:
+            for other, x in sorted(r["read"].items()):
+                print(f"{r['rank']:>4} | {r['device']:>6} | {other:>6} | {str(x['ok']):>2} | "
+                      f"{x['receive_handle_ms']:>17.3f} | {x['import_pool_ms']:>14.3f} | "
+                      f"{x['map_ms']:>6.3f} | {x['first_read_ms']:>13.3f}")
+        print("all checks passed" if not failures else f"{failures} FAILED")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"ranks": reports, "failures": failures, "size": size}, f, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
