@@ -189,21 +189,17 @@ class Buffer:
         """A Buffer over memory that exists already (``ptr``, ``size`` > 0, on ``device``),
         given back by ``resource.deallocate_async`` on the null stream like any Buffer's: the
         imported buffers of ``Buffer.from_ipc``, whose resources unmap."""
-        ref = async_resource_ref(resource)
         self = cls.__new__(cls)
         self._size = size
         self._alignment = DEFAULT_ALIGNMENT
-        self._ref = ref
+        self._ref = async_resource_ref(resource)
         self._stream = stream_ref(0)
         self._keep = None
         self._device = device
         self._host_only = False
         self._kind = "device"
         self._closed = False
-        self._ptr = ptr
-        self._finalizer = weakref.finalize(self, _finalize, ref.deallocate_async, ptr, size,
-                                           DEFAULT_ALIGNMENT, 0, None)
-        _install_exit_hook()
+        self._rearm(ptr, size, 0, None)
         return self
 
     # ---- processes ----
