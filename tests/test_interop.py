@@ -258,3 +258,39 @@ def test_gpu_numba_set_memory_manager(gpu_runtime):
     """)
     assert out.returncode == 0, out.stderr + out.stdout
     assert out.stdout.strip().endswith("ok")
+
+
+@pytest.mark.gpu
+def test_gpu_numba_ipc_through_the_plugin(gpu_runtime, tmp_path):
+    """An array allocated through the plugin is shared with another process by Numba's own
+    IPC (``get_ipc_handle`` -> the legacy handle of ``Buffer.export_ipc``)."""
+    pytest.importorskip("numba.cuda")
+    path = tmp_path / "handle.pickle"
+    out = run_python(f"""
+        import pickle, subprocess, sys, textwrap
+        import numpy as np
+        from numba import cuda
+        from hipmr_ctypes.interop.numba import HipmrNumbaManager
+        assert type(cuda.current_context().memory_manager) is HipmrNumbaManager
+        arr = cuda.to_device(np.arange(1000, dtype=np.int64))
+        for handle, expected in ((arr.get_ipc_handle(), 499500),
+                                 (arr[10:].get_ipc_handle(), 499500 - 45)):
+            with open({str(path)!r}, "wb") as f:
+                pickle.dump(handle, f)
+            child = textwrap.dedent('''
+                import pickle
+                from numba import cuda
+                with open({str(path)!r}, "rb") as f:
+                    handle = pickle.load(f)
+                with handle as darr:
+                    print(int(darr.copy_to_host().sum()))
+                    darr[0] = -1
+            ''')
+            done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            assert int(done.stdout.split()[-1]) == expected, done.stdout
+        assert arr.copy_to_host()[10] == -1 and arr.copy_to_host()[0] == -1
+        print("ok")
+    """, NUMBA_CUDA_MEMORY_MANAGER="hipmr_ctypes.interop.numba")
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert out.stdout.strip().endswith("ok")

@@ -264,10 +264,15 @@ def test_importer_outlives_the_exporter(platform):
 
 
 # ---- legacy (hipMalloc) memory -----------------------------------------------------------------
-@pytest.mark.parametrize("device", [0, pytest.param(1, marks=pytest.mark.multi_gpu)])
-def test_legacy_memory(platform, device):
-    if platform == "emulated" and device == 1:
-        pytest.skip("emulated legacy handles cannot be opened; one case is enough")
+def test_legacy_memory_same_device(platform):
+    _legacy(platform, 0)
+
+
+def test_legacy_memory_opened_on_the_other_device(platform_two):
+    _legacy(platform_two, 1)
+
+
+def _legacy(platform, device):
     buf = hmr.Buffer.from_host(_pattern(12345, 9), resource=hmr.DeviceMemoryResource(0))
     descriptor = buf.export_ipc()
     assert descriptor.kind == "legacy" and descriptor.pool_id is None

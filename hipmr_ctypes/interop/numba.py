@@ -109,7 +109,13 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):
                                     "pool memory does not have: use DeviceMemoryResource as "
                                     "the per-device resource for arrays Numba shares",
                                     "HipmrNumbaManager.get_ipc_handle")
-        handle = _numba_ipc_handle(descriptor.data)
+        try:
+            handle = _numba_ipc_handle(descriptor.data)
+        except (AttributeError, TypeError, ValueError):
+            # a driver binding whose handle type cannot be filled from bytes: let Numba's
+            # own driver make the same legacy handle
+            from numba.cuda.cudadrv.driver import GetIpcHandleMixin
+            return GetIpcHandleMixin.get_ipc_handle(self, memory)
         source_info = self.context.device.get_device_identity()
         return IpcHandle(memory, handle, memory.size, source_info,
                          offset=ptr - buf.ptr + descriptor.offset)
