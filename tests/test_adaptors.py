@@ -5,7 +5,9 @@ equality, argument checks that leave everything unchanged, stacks of adaptors, a
 several adaptors must refuse or race on."""
 import ctypes
 import io
+import sys
 import threading
+import types
 
 import pytest
 
@@ -312,6 +314,56 @@ def test_stack_of_adaptors_over_a_pool_is_exact():
     assert limiting.get_allocated_bytes() == 0
     pool.release()
     assert up.outstanding == 0 and pool.pool_size() == 0
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTORS))
+def test_hot_paths_are_named_after_the_public_methods(name):
+    """Each instance's hot-path closures carry the public method's name, so that tracebacks,
+    profilers and ``help()`` show ``PoolResource.allocate``, not ``_bind.<locals>``."""
+    adaptor = ADAPTORS[name](AddressSpaceResource())  # a user-written upstream: all closures
+    owner = type(adaptor).__qualname__
+    for method in ("allocate", "deallocate", "allocate_async", "deallocate_async"):
+        fn = adaptor.__dict__[method]
+        assert isinstance(fn, types.FunctionType), (name, method)
+        assert (fn.__name__, fn.__qualname__) == (method, f"{owner}.{method}")
+        assert getattr(adaptor, method) is fn
+    over_sync = ADAPTORS[name](HostBufferResource())   # no async pair over a sync upstream
+    assert "allocate_async" not in over_sync.__dict__
+    assert over_sync.__dict__["allocate"].__qualname__ == f"{owner}.allocate"
+
+
+def test_callback_and_prefetch_hot_paths_are_named_too():
+    cb = CallbackResource(lambda n, a: 0, lambda p, n, a: None,
+                          lambda n, a, s: 0, lambda p, n, a, s: None)
+    pf = PrefetchResource(AddressSpaceResource(), device=0)
+    for resource in (cb, pf):
+        owner = type(resource).__name__
+        for method in ("allocate", "deallocate", "allocate_async", "deallocate_async"):
+            assert resource.__dict__[method].__qualname__ == f"{owner}.{method}"
+
+
+@pytest.mark.parametrize("call", ["allocate", "allocate_async", "deallocate"])
+def test_a_bad_keyword_reads_as_a_call_of_the_public_method(call):
+    pool = PoolResource(AddressSpaceResource())
+    args = {"allocate": (256,), "allocate_async": (256, 256, 0), "deallocate": (0, 0)}[call]
+    with pytest.raises(TypeError) as info:
+        getattr(pool, call)(*args, nbytes=1)
+    # Python 3.10 and later name the function by its __qualname__, 3.9 by its code's name
+    name = f"PoolResource.{call}" if sys.version_info >= (3, 10) else call
+    assert str(info.value) == f"{name}() got an unexpected keyword argument 'nbytes'"
+    assert pool.allocation_count() == 0
+
+
+def test_the_sub_allocators_key_synchronous_use_by_one_sentinel():
+    from hipmr_ctypes.adaptors import _base, _order
+    from hipmr_ctypes.adaptors import fixed_size as fixed_module
+    from hipmr_ctypes.adaptors import pool as pool_module
+    assert not hasattr(_order, "HOST") and repr(_base.SYNC) == "SYNC"
+    assert pool_module.SYNC is fixed_module.SYNC is _order.SYNC is _base.SYNC
+    pool = PoolResource(AddressSpaceResource())
+    pool.deallocate(pool.allocate(300), 300)
+    fixed = FixedSizeResource(AddressSpaceResource(), block_size=512, blocks_to_preallocate=2)
+    assert set(pool._arena.free) == {_base.SYNC} and set(fixed._state.free) == {_base.SYNC}
 
 
 def test_adaptor_methods_documented_on_the_class():

@@ -9,6 +9,7 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import OutOfMemoryError, async_resource_ref, device_accessible, stream_ref
 from hipmr_ctypes.adaptors import PoolResource, StatisticsResource
 from hipmr_ctypes.adaptors import pool as pool_module
+from hipmr_ctypes.adaptors._base import SYNC
 from hipmr_ctypes.resources import AsyncMemoryResource, HostMemoryResource
 
 from support import (AddressSpaceResource, HostBufferResource, check_pool_tiles,
@@ -387,7 +388,7 @@ def test_distinct_sizes_beyond_the_per_stream_map(monkeypatch):
     ptrs = [(pool.allocate(n), n) for n in range(100, 5000, 37)]
     for p, n in ptrs:
         pool.deallocate(p, n)
-    assert len(pool._arena.free[None]) <= 8
+    assert len(pool._arena.free[SYNC]) <= 8
     again = [(pool.allocate(n), n) for n in range(100, 5000, 37)]
     assert sorted(p for p, _ in again) == sorted(p for p, _ in ptrs)
     check_pool_tiles(pool)

@@ -11,12 +11,19 @@ synchronous upstream, so ``is_async_resource(adaptor)`` is False there.
 Checks run before any state or upstream is touched and name the argument they reject.  Hot
 paths inline the cheap part (``type(x) is int``, membership in :data:`FAST_ALIGNMENTS`) and
 call the functions here only when that fails.
+
+How an adaptor is built (one way; docs/internals.md has the details): its hot paths are
+closures made once per instance by a ``_bind`` method, which hands them to
+:meth:`BoundMethods._build` (every adaptor but the two sub-allocators, which give all four to
+:meth:`BoundMethods._install`).  The class declares the same four methods with the same
+signatures, and each closure is named after it (``__qualname__`` ``"PoolResource.allocate"``),
+so that tracebacks, profilers and argument errors read as calls of the public method.
 """
 from __future__ import annotations
 
 import functools
-from types import MethodType
-from typing import Any, Callable, Dict, Optional, Tuple
+from types import FunctionType, MethodType
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._exit import finalizer, keep_at_exit
 from ..concepts import is_async_resource, is_resource
@@ -28,10 +35,9 @@ from .._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, STREAM_REF, check_ali
 __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_method",
            "as_upstream_ref", "check_size", "check_alignment", "check_args",
            "check_free_args", "check_ptr", "upstream_calls", "checked_frees",
-           "check_stream", "check_free", "check_callable", "give_back_chunks", "round_up",
-           "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR", "checks_arguments",
-           "SYNC", "claim_checked"]
-
+           "check_stream", "check_free", "check_callable", "give_back_chunks",
+           "return_chunks", "round_up", "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR",
+           "must_check_arguments", "SYNC", "claim"]
 
 
 def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:
@@ -54,31 +60,45 @@ def check_free(ptr: int, known: Any, nbytes: int, owner: str) -> None:
         raise ValueError(f"ptr={ptr:#x} was allocated with {known} bytes, not bytes={nbytes}")
 
 
-#: The "stream" of a synchronous call, for adaptors whose ``allocate`` / ``deallocate`` share
-#: one body with ``allocate_async`` / ``deallocate_async``: not a stream handle.
-SYNC = object()
+class _Sync:
+    """The type of :data:`SYNC`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SYNC"
+
+    def __reduce__(self) -> str:
+        return "SYNC"
+
+    def __hash__(self) -> int:
+        # Fixed, not the address: the sub-allocators key their free lists by stream handle and
+        # SYNC, and an address-based hash would, in some processes, put SYNC in the dict slot
+        # of stream 0 and cost every lookup of that stream an extra probe.  -2 falls in the
+        # last slots, away from the special streams (0, 1, 2) and from aligned handles.
+        return -2
 
 
-def claim_checked(records: Dict[int, Any], ptr: Any, nbytes: Any, alignment: Any, popped: Any,
-                  size_at: int, owner: str, required: bool = True) -> Tuple[Any, ...]:
-    """The slow path of a lock-free claim (``records.pop(ptr)`` on the fast path): put back
-    what the fast path popped, check every argument, then claim ``ptr``'s record with one
-    ``dict.pop`` (two threads can never both claim it).  ``record[size_at]`` is the size it
-    was allocated with.  Returns ``(ptr, bytes, alignment, record)``; the record is None for
-    the no-op free of ``(0, 0)`` and, when ``required`` is false, for a pointer with no
-    record; otherwise a pointer with no record, or another size, is a ValueError."""
-    if popped is not None:
-        records[ptr] = popped
-    ptr = check_ptr(ptr)
-    nbytes, alignment = check_args(nbytes, alignment)
+#: The "stream" of a synchronous call (``allocate`` / ``deallocate``), wherever an adaptor's
+#: body serves both kinds of call or keys its state by stream: never a stream handle.
+SYNC = _Sync()
+
+
+def claim(records: Dict[int, Any], ptr: int, nbytes: int, size_at: int, owner: str,
+          required: bool = True) -> Any:
+    """The checked claim of ``ptr``'s record for its free (the slow path of a lock-free
+    ``records.pop(ptr)``; the arguments are already checked): the record, taken with one
+    ``dict.pop`` so that two threads can never both claim it.  ``record[size_at]`` is the size
+    it was allocated with: another ``nbytes`` is a ValueError, and so is a pointer with no
+    record, unless it is the no-op free of ``(0, 0)`` or ``required`` is false (then None)."""
     found = records.get(ptr)
     if found is None and (not required or (not ptr and not nbytes)):
-        return ptr, nbytes, alignment, None
+        return None
     check_free(ptr, None if found is None else found[size_at], nbytes, owner)
     found = records.pop(ptr, None)
     if found is None:  # another thread freed it meanwhile
         check_free(ptr, None, nbytes, owner)
-    return ptr, nbytes, alignment, found
+    return found
 
 
 def check_callable(value: Any, name: str) -> Any:
@@ -109,6 +129,41 @@ def give_back_chunks(up_dealloc: Callable[..., Any], chunks: Dict[int, int]) -> 
     chunks.clear()
 
 
+def return_chunks(lock: Any, chunks: List[Tuple[int, int]], events: List[Any],
+                  up_dealloc: Callable[..., Any],
+                  keep: Callable[[List[Tuple[int, int]], bool], None]) -> int:
+    """Give ``chunks`` ``[(start, size)]``, already out of the sub-allocator's books, back to
+    the upstream (with alignment 256); returns the bytes given back.
+
+    Called with ``lock`` held, and returns with it held; the lock is let go meanwhile, while
+    the host waits for ``events`` (recorded on the streams that freed into the chunks; closed
+    here) and while the upstream frees (both may block), so that other threads keep
+    allocating.  If a wait or a free raises, ``keep(rest, waited)`` takes back, under the lock,
+    the chunks the upstream did not get (``waited``: the events all completed) and the error
+    propagates."""
+    lock.release()
+    given = done = 0
+    waited = False
+    try:
+        try:
+            for ev in events:
+                ev.synchronize()
+            waited = True
+        finally:
+            for ev in events:
+                ev.close()
+        for start, size in chunks:
+            up_dealloc(start, size, DEFAULT_ALIGNMENT)
+            given += size
+            done += 1
+    except BaseException:
+        lock.acquire()
+        keep(chunks[done:], waited)
+        raise
+    lock.acquire()
+    return given
+
+
 def upstream_calls(ref: resource_ref) -> Tuple[Any, Any, Any, Any]:
     """``(allocate, deallocate, allocate_async, deallocate_async)`` of an upstream ref, bound
     once (the async ones are None for a synchronous ref)."""
@@ -116,11 +171,12 @@ def upstream_calls(ref: resource_ref) -> Tuple[Any, Any, Any, Any]:
             getattr(ref, "deallocate_async", None))
 
 
-def checks_arguments(ref: resource_ref) -> bool:
-    """True when the resource behind ``ref`` is one of the package's own, which validate every
-    argument (sizes, alignments, pointers) before they change anything: an adaptor over it may
-    leave those checks to it and keep only the ones its own bookkeeping needs."""
-    return getattr(type(ref.resource), "_checks_arguments", False) is True
+def must_check_arguments(ref: resource_ref) -> bool:
+    """True when an adaptor over ``ref`` must check every argument itself: the resource behind
+    it is not one of the package's own, which validate every argument (sizes, alignments,
+    pointers) before they change anything.  Over those, an adaptor keeps only the checks its own
+    bookkeeping needs."""
+    return getattr(type(ref.resource), "_checks_arguments", False) is not True
 
 
 def checked_frees(ref: resource_ref) -> Tuple[Any, Any]:
@@ -128,7 +184,7 @@ def checked_frees(ref: resource_ref) -> Tuple[Any, Any]:
     upstream's: for adaptors that do nothing of their own when memory is freed.  Over one of
     the package's own resources, which check every argument themselves, the upstream's own
     (bound) methods: the adaptor then adds nothing to a free."""
-    if checks_arguments(ref):
+    if not must_check_arguments(ref):
         return ref.deallocate, getattr(ref, "deallocate_async", None)
     up_dealloc = ref.deallocate
     up_dealloc_async = getattr(ref, "deallocate_async", None)
@@ -227,9 +283,6 @@ class Adaptor(forward_property):
         return bool(self._upstream == other._upstream) and \
             self._settings() == other._settings()  # type: ignore[attr-defined]
 
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
     def __hash__(self) -> int:
         try:
             return hash((type(self), self._upstream, self._settings()))
@@ -247,44 +300,69 @@ class IdentityEqual:
     def __eq__(self, other: object) -> bool:
         return other is self
 
-    def __ne__(self, other: object) -> bool:
-        return other is not self
-
     __hash__ = object.__hash__
 
 
 class BoundMethods:
-    """A resource whose hot methods are closures built once per instance (``_install``), so
-    that a call looks nothing up: the methods below only document the interface and
-    delegate to those closures (e.g. when called as ``Class.allocate(instance, ...)``).
-    ``allocate_async`` / ``deallocate_async`` exist only when ``_async`` is true."""
+    """A resource whose hot methods are closures built once per instance, so that a call looks
+    nothing up.  The class declares the same four methods with the same signatures (they
+    document the interface and delegate to the closures, e.g. when called as
+    ``Class.allocate(instance, ...)``), and each closure is named after the method it serves:
+    its ``__qualname__`` is ``"<Class>.<method>"``.  ``allocate_async`` / ``deallocate_async``
+    exist only when ``_async`` is true.
 
-    #: every subclass validates its arguments before changing anything (see checks_arguments)
+    So a class's shape is fixed: every instance has ``allocate`` and ``deallocate`` with the
+    class's signatures, and the async pair, with theirs, exactly when ``instance._async``.
+    """
+
+    #: every subclass validates its arguments before changing anything (see
+    #: must_check_arguments)
     _checks_arguments = True
+    #: the instances' closures have the signatures declared on the class; the async pair
+    #: exists when ``_async`` is true (the concepts may rely on this)
+    _bound_methods = True
 
     _async = False
 
     def _install(self, allocate: Callable[..., int], deallocate: Callable[..., None],
-                 allocate_async: Callable[..., int], deallocate_async: Callable[..., None]
-                 ) -> None:
-        self.allocate = allocate
-        self.deallocate = deallocate
+                 allocate_async: Optional[Callable[..., int]] = None,
+                 deallocate_async: Optional[Callable[..., None]] = None) -> None:
+        """Store the four hot paths on the instance (the async pair only when ``_async``),
+        each closure named after its public method."""
+        owner = type(self).__qualname__
+        methods = {"allocate": allocate, "deallocate": deallocate}
         if self._async:
-            self.allocate_async = allocate_async
-            self.deallocate_async = deallocate_async
+            methods["allocate_async"] = allocate_async
+            methods["deallocate_async"] = deallocate_async
+        for name, fn in methods.items():
+            if fn is None:
+                raise TypeError(f"{owner}: no {name} to install")
+            if type(fn) is FunctionType:  # a closure made for this instance, not a bound method
+                fn.__name__ = name
+                fn.__qualname__ = f"{owner}.{name}"
+            setattr(self, name, fn)
 
-    def _install_through_async(self, allocate_async: Callable[..., int],
-                               deallocate_async: Callable[..., None],
-                               deallocate: Optional[Callable[..., None]] = None) -> None:
-        """:meth:`_install` for hot paths written once: ``allocate`` (and ``deallocate``,
-        unless one is given) call the async ones with :data:`SYNC` as the stream."""
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_async(bytes, alignment, SYNC)
+    def _build(self, allocate_async: Callable[..., int],
+               deallocate_async: Optional[Callable[..., None]] = None, *,
+               allocate: Optional[Callable[..., int]] = None,
+               deallocate: Optional[Callable[..., None]] = None) -> None:
+        """The one way an adaptor installs its hot paths.
 
+        ``allocate_async(bytes, alignment, stream)`` and ``deallocate_async(ptr, bytes,
+        alignment, stream)`` are the bodies: the synchronous ``allocate`` / ``deallocate`` call
+        them with :data:`SYNC` as the stream, unless the adaptor gives its own (where a
+        measured hot path saves the extra call).  Without ``deallocate_async`` the adaptor does
+        nothing of its own when memory is freed: frees go to its upstream (``_upstream``) after
+        the checks it needs (:func:`checked_frees`).  The sub-allocators (pool, fixed size), whose
+        synchronous and stream-ordered paths differ, call :meth:`_install` instead."""
+        if deallocate_async is None:
+            deallocate, deallocate_async = checked_frees(self._upstream)  # type: ignore[attr-defined]
+        if allocate is None:
+            def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+                return allocate_async(bytes, alignment, SYNC)  # type: ignore[misc]
         if deallocate is None:
             def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-                deallocate_async(ptr, bytes, alignment, SYNC)
-
+                deallocate_async(ptr, bytes, alignment, SYNC)  # type: ignore[misc]
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
     def allocate(self, bytes: int,  # type: ignore[no-redef]

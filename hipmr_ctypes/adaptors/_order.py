@@ -16,10 +16,9 @@ from typing import Any, Dict, Iterable
 # module globals, so that tests can replace them with fakes
 from ..stream import event_for, record_or_synchronize, wait_event
 
-__all__ = ["StreamOrder", "HOST"]
+from ._base import SYNC
 
-#: The key of host-synchronous (``allocate`` / ``deallocate``) use: not a stream handle.
-HOST = None
+__all__ = ["StreamOrder"]
 
 
 class StreamOrder:
@@ -31,9 +30,9 @@ class StreamOrder:
         self.events: Dict[int, Any] = {}
 
     def order(self, streams: Iterable[Any], key: Any) -> list:
-        """Make ``key`` (a stream handle, or :data:`HOST`) wait for the work queued so far on
+        """Make ``key`` (a stream handle, or :data:`SYNC`) wait for the work queued so far on
         every stream in ``streams`` other than itself; returns the streams waited for."""
-        others = [s for s in streams if s != key and s is not HOST]
+        others = [s for s in streams if s != key and s is not SYNC]
         events = self.events
         for s in others:
             ev = events.get(s)
@@ -42,7 +41,7 @@ class StreamOrder:
             if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
                 events.pop(s).close()
                 continue
-            if key is HOST:
+            if key is SYNC:
                 ev.synchronize()
             else:
                 wait_event(key, ev)
@@ -55,7 +54,7 @@ class StreamOrder:
         events = []
         try:
             for s in streams:
-                if s is not HOST:
+                if s is not SYNC:
                     ev = event_for(s)
                     events.append(ev)
                     if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide

@@ -6,7 +6,7 @@ from typing import Any, Dict, Tuple
 from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, check_alignment, check_args,
-                    check_size, check_stream, checks_arguments, claim_checked, upstream_calls)
+                    check_free_args, check_stream, claim, must_check_arguments, upstream_calls)
 
 __all__ = ["AlignedResource"]
 
@@ -43,7 +43,7 @@ class AlignedResource(BoundAdaptor):
         moved_pop = moved.pop
         default = self._alignment
         threshold = self._threshold
-        own = not checks_arguments(ref)  # True: a user-written upstream, check everything here
+        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         fast = FAST_ALIGNMENTS.get
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
@@ -52,10 +52,10 @@ class AlignedResource(BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
-            if own and stream is not SYNC:
+            if must_check and stream is not SYNC:
                 check_stream(stream)
-            if own or not (type(bytes) is int and 0 <= bytes <= MAX_SIZE
-                           and fast(alignment) is alignment):
+            if must_check or not (type(bytes) is int and 0 <= bytes <= MAX_SIZE
+                                  and fast(alignment) is alignment):
                 bytes, alignment = check_args(bytes, alignment)
             alignment = want(bytes, alignment)
             if alignment <= UPSTREAM_ALIGNMENT or not bytes:
@@ -71,14 +71,16 @@ class AlignedResource(BoundAdaptor):
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             """(``stream`` SYNC: the synchronous ``deallocate``.)"""
-            if own and stream is not SYNC:
+            if must_check and stream is not SYNC:
                 check_stream(stream)  # before anything is claimed
             entry = moved_pop(ptr, None) if type(ptr) is int else None
-            if own or not (type(bytes) is int and (entry[2] == bytes if entry is not None
-                                                   else 0 <= bytes <= MAX_SIZE)
-                           and fast(alignment) is alignment):
-                ptr, bytes, alignment, entry = claim_checked(
-                    moved, ptr, bytes, alignment, entry, 2, "AlignedResource", required=False)
+            if must_check or not (type(bytes) is int and (entry[2] == bytes if entry is not None
+                                                          else 0 <= bytes <= MAX_SIZE)
+                                  and fast(alignment) is alignment):
+                if entry is not None:  # put it back: the checked path decides
+                    moved[ptr] = entry
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+                entry = claim(moved, ptr, bytes, 2, "AlignedResource", required=False)
             try:
                 if entry is None:
                     a = want(bytes, alignment)
@@ -96,7 +98,7 @@ class AlignedResource(BoundAdaptor):
                     moved[ptr] = entry
                 raise
 
-        self._install_through_async(allocate_async, deallocate_async)
+        self._build(allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._alignment, self._threshold)

@@ -7,7 +7,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, as_upstream_ref,
-                    check_args, check_size, check_stream, claim_checked)
+                    check_args, check_free_args, check_size, check_stream, claim)
 from .fixed_size import FixedSizeResource
 
 __all__ = ["BinningResource"]
@@ -144,8 +144,10 @@ class BinningResource(BoundAdaptor):
             found = live_pop(ptr, None) if type(ptr) is int else None
             if (found is None or found[1] != bytes or type(bytes) is not int
                     or aligned(alignment) is not alignment):
-                ptr, bytes, alignment, found = claim_checked(
-                    live, ptr, bytes, alignment, found, 1, "BinningResource")
+                if found is not None:  # put it back: the checked path decides
+                    live[ptr] = found
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+                found = claim(live, ptr, bytes, 1, "BinningResource")
                 if found is None:
                     return
             try:
@@ -157,7 +159,7 @@ class BinningResource(BoundAdaptor):
                 live[ptr] = found
                 raise
 
-        self._install_through_async(allocate_async, deallocate_async)
+        self._build(allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:
         return tuple(self.bins)

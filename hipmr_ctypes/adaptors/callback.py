@@ -77,7 +77,7 @@ class CallbackResource(BoundMethods):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             fn_dealloc_async(ptr, bytes, alignment, check_stream(stream))
 
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
 
     @property
     def functions(self) -> Tuple[Any, ...]:
@@ -91,9 +91,6 @@ class CallbackResource(BoundMethods):
             return False
         return (self._functions == other._functions  # type: ignore[attr-defined]
                 and set(self.properties) == set(other.properties))  # type: ignore[attr-defined]
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
 
     def __hash__(self) -> int:
         return hash((type(self), self._functions, frozenset(self.properties)))

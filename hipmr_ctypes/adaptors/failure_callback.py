@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_args, check_callable, check_stream, checked_frees,
-                    checks_arguments, upstream_calls)
+from ._base import (BoundAdaptor, check_args, check_callable, check_stream, must_check_arguments,
+                    upstream_calls)
 
 __all__ = ["FailureCallbackResource"]
 
@@ -27,10 +27,10 @@ class FailureCallbackResource(BoundAdaptor):
 
     def _bind(self, ref: Any, callback: Callable[[int], Any]) -> None:
         up_alloc, _, up_alloc_async, _ = upstream_calls(ref)
-        own = not checks_arguments(ref)  # False: the upstream checks every argument itself
+        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if own:
+            if must_check:
                 bytes, alignment = check_args(bytes, alignment)
             while True:
                 try:
@@ -40,7 +40,7 @@ class FailureCallbackResource(BoundAdaptor):
                         raise
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if own:
+            if must_check:
                 bytes, alignment = check_args(bytes, alignment)
                 check_stream(stream)
             while True:
@@ -50,8 +50,7 @@ class FailureCallbackResource(BoundAdaptor):
                     if not callback(bytes):
                         raise
 
-        deallocate, deallocate_async = checked_frees(ref)
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        self._build(allocate_async, allocate=allocate)  # frees pass straight through
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._callback,)

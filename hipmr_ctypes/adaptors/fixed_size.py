@@ -7,9 +7,10 @@ from typing import Any, Dict, List
 
 from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
-                    check_free, check_ptr, check_size, check_stream, give_back_chunks, round_up)
-from ._order import HOST, StreamOrder
+from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
+                    check_alignment, check_free, check_ptr, check_size, check_stream,
+                    give_back_chunks, return_chunks, round_up)
+from ._order import StreamOrder
 
 __all__ = ["FixedSizeResource"]
 
@@ -27,7 +28,7 @@ class _Blocks:
         self.up_alloc_async = up.allocate_async if is_async else None
         self.block_size = block_size
         self.per_chunk = per_chunk
-        self.free: Dict[Any, List[int]] = {HOST: []}   # HOST or stream handle -> free blocks
+        self.free: Dict[Any, List[int]] = {SYNC: []}   # SYNC or stream handle -> free blocks
         self.live: Dict[int, int] = {}                  # ptr -> requested size
         self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
         self.streams = StreamOrder()
@@ -39,7 +40,7 @@ class _Blocks:
         size = self.block_size * self.per_chunk
         self.lock.release()
         try:
-            if key is HOST or self.up_alloc_async is None:
+            if key is SYNC or self.up_alloc_async is None:
                 ptr = self.up_alloc(size, _GRAIN)
             else:
                 ptr = self.up_alloc_async(size, _GRAIN, key)
@@ -60,12 +61,12 @@ class _Blocks:
         lst = free.get(key)
         if lst:
             return lst.pop(), None
-        if key is not HOST and free[HOST]:  # freed synchronously: safe for every stream
-            return free[HOST].pop(), None
-        others = [k for k, blocks in free.items() if blocks and k != key and k is not HOST]
+        if key is not SYNC and free[SYNC]:  # freed synchronously: safe for every stream
+            return free[SYNC].pop(), None
+        others = [k for k, blocks in free.items() if blocks and k != key and k is not SYNC]
         if others:  # wait for the stream holding most, then take all its blocks
             source = max(others, key=lambda k: len(free[k]))
-            if key is HOST:
+            if key is SYNC:
                 events = self.streams.record_for_host((source,))  # may raise: nothing changed
                 return None, (events, source, free.pop(source))
             self.streams.order((source,), key)
@@ -102,7 +103,7 @@ class _Blocks:
             for ev in events:
                 ev.close()
         with self.lock:
-            host = self.free[HOST]
+            host = self.free[SYNC]
             host.extend(blocks)
             ptr = host.pop()
             self.live[ptr] = nbytes
@@ -124,7 +125,7 @@ class _Blocks:
         # those, so that other threads keep allocating meanwhile
         with self.lock:
             free = self.free
-            moved = {k: free.pop(k) for k in [k for k in free if k is not HOST]}
+            moved = {k: free.pop(k) for k in [k for k in free if k is not SYNC]}
             moved = {k: blocks for k, blocks in moved.items() if blocks}
             try:
                 events = self.streams.record_for_host(list(moved))
@@ -144,7 +145,7 @@ class _Blocks:
             for ev in events:
                 ev.close()
         with self.lock:
-            host = self.free[HOST]
+            host = self.free[SYNC]
             for blocks in moved.values():
                 host.extend(blocks)
             self.streams.close()
@@ -157,20 +158,16 @@ class _Blocks:
                     empty.append((start, size))
                     del self.chunks[start]         # out of the resource before the lock goes
                     idle.difference_update(blocks)
-            if empty:
-                host[:] = sorted(idle, reverse=True)
-        given = 0
-        try:
-            for i, (start, size) in enumerate(empty):
-                self.up_dealloc(start, size, _GRAIN)
-                given += size
-        except BaseException:
-            with self.lock:                        # what the upstream did not take stays ours
-                for start, size in empty[i:]:
+            if not empty:
+                return 0
+            host[:] = sorted(idle, reverse=True)
+
+            def keep(rest: List[Any], waited: bool) -> None:  # what the upstream did not take
+                for start, size in rest:
                     self.chunks[start] = size
-                    self.free[HOST].extend(range(start + size - bs, start - 1, -bs))
-            raise
-        return given
+                    host.extend(range(start + size - bs, start - 1, -bs))
+
+            return return_chunks(self.lock, empty, [], self.up_dealloc, keep)
 
 
 class FixedSizeResource(IdentityEqual, BoundAdaptor):
@@ -199,7 +196,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         self._per_chunk = per_chunk
         state = self._state = _Blocks(ref, self._async, self._block_size, per_chunk)
         with state.lock:
-            state.grow(HOST)
+            state.grow(SYNC)
         weakref.finalize(self, give_back_chunks, state.up_dealloc, state.chunks)
         self._bind(state)
 
@@ -209,7 +206,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         release = lock.release
         free = state.free
         free_get = free.get
-        host = free[HOST]
+        host = free[SYNC]
         live = state.live
         live_pop = live.pop
         aligned = FAST_ALIGNMENTS.get
@@ -228,7 +225,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                         return ptr
                 finally:
                     release()
-            return allocate_slow(bytes, alignment, HOST)
+            return allocate_slow(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if type(ptr) is int and aligned(alignment) is alignment:
@@ -242,7 +239,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                         live[ptr] = known
                 finally:
                     release()
-            deallocate_slow(ptr, bytes, alignment, HOST)
+            deallocate_slow(ptr, bytes, alignment, SYNC)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if type(stream) is not int:

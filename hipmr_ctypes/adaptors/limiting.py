@@ -8,7 +8,7 @@ from .._locks import TokenMutex
 from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
-                    check_free_args, check_size, checks_arguments, upstream_calls)
+                    check_free_args, check_size, must_check_arguments, upstream_calls)
 
 __all__ = ["LimitingResource"]
 
@@ -41,7 +41,7 @@ class LimitingResource(BoundAdaptor):
         wait = mutex.take
         put = mutex.put
         aligned = FAST_ALIGNMENTS.get
-        own = not checks_arguments(ref)  # False: the upstream validates, keep only our needs
+        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
         returned: List[int] = []   # sizes freed (or reserved in vain), not yet subtracted
@@ -65,8 +65,9 @@ class LimitingResource(BoundAdaptor):
                                     detail=f"{in_use} of the limit {limit} bytes are in use")
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
-                        or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+            if must_check and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR
+                               or type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                               or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             up_dealloc(ptr, bytes, alignment)
             freed(bytes)  # atomic; the next allocation or reader subtracts it
@@ -74,8 +75,8 @@ class LimitingResource(BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
             nonlocal used
-            if type(bytes) is not int or own and (not 0 <= bytes <= MAX_SIZE
-                                                  or aligned(alignment) is not alignment):
+            if type(bytes) is not int or must_check and (not 0 <= bytes <= MAX_SIZE
+                                                         or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             try:
                 take()
@@ -101,15 +102,16 @@ class LimitingResource(BoundAdaptor):
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if own and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
-                        or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
+            if must_check and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR
+                               or type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                               or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             up_dealloc_async(ptr, bytes, alignment, stream)
             freed(bytes)
 
         self._used = current
         self._mutex = mutex
-        self._install_through_async(allocate_async, deallocate_async, deallocate)
+        self._build(allocate_async, deallocate_async, deallocate=deallocate)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._limit,)

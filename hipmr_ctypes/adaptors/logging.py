@@ -7,8 +7,8 @@ import time
 from typing import Any, Optional, TextIO, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (MAX_PTR, BoundAdaptor, check_args, check_ptr, check_stream, checks_arguments,
-                    upstream_calls)
+from ._base import (MAX_PTR, BoundAdaptor, check_args, check_free_args, check_stream,
+                    must_check_arguments, upstream_calls)
 
 __all__ = ["LoggingResource", "LOG_HEADER"]
 
@@ -64,7 +64,7 @@ class LoggingResource(BoundAdaptor):
         flush = out.flush if self._auto_flush else None
         native_id = threading.get_native_id
         clock = time.time_ns
-        own = not checks_arguments(ref)  # False: the upstream checks every argument itself
+        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         second = [(-1, "")]  # (the last whole second seen, its "HH:MM:SS." in local time)
 
@@ -103,7 +103,7 @@ class LoggingResource(BoundAdaptor):
             return check_stream(stream)
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if own or type(bytes) is not int:
+            if must_check or type(bytes) is not int:
                 bytes, alignment = check_args(bytes, alignment)
             check_open()
             try:
@@ -115,15 +115,14 @@ class LoggingResource(BoundAdaptor):
             return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if own or type(ptr) is not int or type(bytes) is not int:
-                ptr = check_ptr(ptr)
-                bytes, alignment = check_args(bytes, alignment)
+            if must_check or type(ptr) is not int or type(bytes) is not int:
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             check_open()
             log("free", ptr, bytes, 0)
             up_dealloc(ptr, bytes, alignment)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if own or type(bytes) is not int:
+            if must_check or type(bytes) is not int:
                 bytes, alignment = check_args(bytes, alignment)
             handle = handle_of(stream)
             check_open()
@@ -136,15 +135,15 @@ class LoggingResource(BoundAdaptor):
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if own or type(ptr) is not int or type(bytes) is not int:
-                ptr = check_ptr(ptr)
-                bytes, alignment = check_args(bytes, alignment)
+            if must_check or type(ptr) is not int or type(bytes) is not int:
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             handle = handle_of(stream)
             check_open()
             log("free", ptr, bytes, handle)
             up_dealloc_async(ptr, bytes, alignment, stream)
 
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        # synchronous bodies of their own (stream 0 in the log, as RMM writes it): no extra call
+        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (id(self._file),)

@@ -36,9 +36,9 @@ from ..errors import OutOfMemoryError
 from .._locks import DeferringLock
 from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, STREAM_REF, BoundAdaptor, IdentityEqual, check_alignment,
-                    check_free, check_ptr, check_size, check_stream, give_back_chunks, round_up)
-from ._order import HOST as _SYNC
+from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
+                    check_alignment, check_free, check_ptr, check_size, check_stream,
+                    give_back_chunks, return_chunks, round_up)
 from ._order import StreamOrder
 
 __all__ = ["PoolResource"]
@@ -60,10 +60,10 @@ class _Arena:
         self.up_dealloc = up.deallocate
         self.up_alloc_async = up.allocate_async if is_async else None
         self.maximum = maximum
-        # fast path: key (stream handle, or _SYNC) -> {exact size -> list of free ptrs};
+        # fast path: key (stream handle, or SYNC) -> {exact size -> list of free ptrs};
         # classes: key -> {block size -> the same lists}
-        self.free: Dict[Any, Dict[int, List[int]]] = {_SYNC: {}}
-        self.classes: Dict[Any, Dict[int, List[int]]] = {_SYNC: {}}
+        self.free: Dict[Any, Dict[int, List[int]]] = {SYNC: {}}
+        self.classes: Dict[Any, Dict[int, List[int]]] = {SYNC: {}}
         self.live: Dict[int, int] = {}         # ptr -> requested size
         # best-fit structure: free block start -> size / tag, end -> start, sorted (size, start)
         self.fsize: Dict[int, int] = {}
@@ -124,7 +124,7 @@ class _Arena:
         return None
 
     def _take_global(self, size: int, alignment: int, key: Any) -> Optional[Any]:
-        """``(ptr, host_events, tag)`` for a best-fit block, or None.  For the host (``_SYNC``)
+        """``(ptr, host_events, tag)`` for a best-fit block, or None.  For the host (``SYNC``)
         a block still used by streams comes with fresh events the caller must wait for, after
         letting go of the lock; for a stream, that stream is made to wait (no host wait)."""
         found = self._find(size, alignment)
@@ -134,7 +134,7 @@ class _Arena:
         tag = self.ftag[start]
         events = None
         if tag:
-            if key is _SYNC:
+            if key is SYNC:
                 events = self.streams.record_for_host(tag)  # may raise: nothing changed yet
             else:
                 self._order(tag, key)  # may raise: nothing changed yet
@@ -148,10 +148,10 @@ class _Arena:
 
     # -------------------------------------------------------------------- stream order
     def _order(self, tag: FrozenSet[Any], key: Any) -> None:
-        """Make ``key``'s stream (or the host, for _SYNC) wait for the work queued on every
+        """Make ``key``'s stream (or the host, for SYNC) wait for the work queued on every
         stream of ``tag`` other than itself."""
         waited = self.streams.order(tag, key)
-        if waited and key is _SYNC:  # idle up to now: every free block is clean of them
+        if waited and key is SYNC:  # idle up to now: every free block is clean of them
             self._forget_streams(set(waited))
 
     def _forget_streams(self, streams: Any) -> None:
@@ -167,7 +167,7 @@ class _Arena:
         The lock-free fast paths may pop from or append to these lists at any moment, so they
         are drained with atomic ``pop`` calls and never replaced or dropped: a block appended
         concurrently stays on a list that later allocations and flushes still see."""
-        tag = _CLEAN if key is _SYNC else frozenset((key,))
+        tag = _CLEAN if key is SYNC else frozenset((key,))
         insert = self._insert
         for size, lst in list(self.classes[key].items()):
             pop = lst.pop
@@ -184,7 +184,7 @@ class _Arena:
 
     def _take_cached(self, nbytes: int, size: int, alignment: int, key: Any) -> Optional[int]:
         """A block of class ``size`` from the free lists of ``key`` or the clean sync lists."""
-        for k in (key, _SYNC) if key is not _SYNC else (_SYNC,):
+        for k in (key, SYNC) if key is not SYNC else (SYNC,):
             classes = self.classes.get(k)
             lst = classes.get(size) if classes is not None else None
             if not lst:
@@ -265,7 +265,7 @@ class _Arena:
         self.pending += size
         lock.release()
         try:
-            if key is _SYNC or self.up_alloc_async is None:
+            if key is SYNC or self.up_alloc_async is None:
                 ptr = self.up_alloc(size, _GRAIN)
                 tag = _CLEAN
             else:
@@ -307,29 +307,15 @@ class _Arena:
             self.pool_size -= size
             total += size
         self.pending += total
-        lock = self.lock
-        lock.release()
-        given = done = 0
-        try:
-            try:
-                for ev in events:
-                    ev.synchronize()
-            finally:
-                for ev in events:
-                    ev.close()
-            for start, size in empty:
-                self.up_dealloc(start, size, _GRAIN)
-                given += size
-                done += 1
-        except BaseException:
-            lock.acquire()
+
+        def keep(rest: List[Any], waited: bool) -> None:  # what the upstream did not take
             self.pending -= total
-            for start, size in empty[done:]:   # what the upstream did not take stays ours
+            for start, size in rest:
                 self.chunks[start] = size
                 self.pool_size += size
-                self._add(start, size, tags[start] if not given else _CLEAN)
-            raise
-        lock.acquire()
+                self._add(start, size, _CLEAN if waited else tags[start])
+
+        given = return_chunks(self.lock, empty, events, self.up_dealloc, keep)
         self.pending -= total
         return given
 
@@ -448,7 +434,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         arena = self._arena = _Arena(ref, self._async, maximum)
         if initial:
             with arena.lock:
-                arena._add_chunk(initial, _SYNC)
+                arena._add_chunk(initial, SYNC)
         weakref.finalize(self, give_back_chunks, arena.up_dealloc, arena.chunks)
         self._bind(arena)
 
@@ -462,7 +448,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         (popped from a list, not yet recorded live; or popped from ``live``, not yet appended)
         is neither free nor live, so no slow path can give its chunk back meanwhile."""
         free = arena.free                # stream -> {exact size -> free list}
-        sync_free = free[_SYNC]
+        sync_free = free[SYNC]
         live = arena.live
         live_pop = live.pop
         FAST = FAST_ALIGNMENTS           # {a: a} for a in 1..256; FAST[True] is 1, not True
@@ -481,7 +467,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                         return ptr
                 except MISS:
                     pass
-            return allocate_slow(bytes, alignment, _SYNC)
+            return allocate_slow(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             known = live_pop(ptr, _NONE) if type(ptr) is int else _NONE
@@ -493,7 +479,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 pass
             if known is not _NONE:  # put it back; the checked path decides
                 live[ptr] = known
-            deallocate_slow(ptr, bytes, alignment, _SYNC)
+            deallocate_slow(ptr, bytes, alignment, SYNC)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if type(stream) is not int:
@@ -586,26 +572,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             for start, tag in tagged.items():  # still free as when the events were recorded:
                 if ftag.get(start) is tag:     # clean now
                     ftag[start] = tag - streams
-            empty = [(start, size) for start, size in arena.chunks.items()
-                     if arena.fsize.get(start) == size and not ftag[start]]
-            for start, size in empty:          # out of the pool before the lock is let go
-                arena._remove(start)
-                del arena.chunks[start]
-                arena.pool_size -= size
             arena.streams.close()
-        given = 0
-        try:
-            for i, (start, size) in enumerate(empty):
-                arena.up_dealloc(start, size, _GRAIN)
-                given += size
-        except BaseException:
-            with lock:                         # what the upstream did not take stays ours
-                for start, size in empty[i:]:
-                    arena.chunks[start] = size
-                    arena.pool_size += size
-                    arena._add(start, size, _CLEAN)
-            raise
-        return given
+            return arena._release_free_chunks()
 
     def __repr__(self) -> str:
         return (f"PoolResource({self._upstream.resource!r}, pool_size={self.pool_size()}, "

@@ -5,7 +5,7 @@ from typing import Any, Optional, Tuple
 
 from .. import device as _device
 from ..properties import DEFAULT_ALIGNMENT, _declared, host_accessible
-from ._base import BoundAdaptor, check_args, check_stream, checked_frees, upstream_calls
+from ._base import BoundAdaptor, check_args, check_stream, upstream_calls
 
 __all__ = ["PrefetchResource"]
 
@@ -64,8 +64,7 @@ class PrefetchResource(BoundAdaptor):
                     raise
             return ptr
 
-        deallocate, deallocate_async = checked_frees(ref)
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+        self._build(allocate_async, allocate=allocate)  # frees pass straight through
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._device,)

@@ -8,7 +8,7 @@ from typing import Any, List, Tuple
 from .._locks import TokenMutex
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
-                    check_free_args, checks_arguments, upstream_calls)
+                    check_free_args, must_check_arguments, upstream_calls)
 
 __all__ = ["StatisticsResource", "Statistics"]
 
@@ -68,7 +68,7 @@ class StatisticsResource(BoundAdaptor):
         undone: List[int] = []          # sizes whose free the upstream refused
         undo = undone.append
         aligned = FAST_ALIGNMENTS.get
-        own = not checks_arguments(ref)  # False: the upstream validates, keep only our needs
+        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         stack: List[Tuple[int, ...]] = []
         cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
@@ -99,8 +99,8 @@ class StatisticsResource(BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
             nonlocal cb, cn, pb, pn, tb, tn
-            if own and (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                        or aligned(alignment) is not alignment):
+            if must_check and (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
+                               or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             ptr = (up_alloc(bytes, alignment) if stream is SYNC
                    else up_alloc_async(bytes, alignment, stream))
@@ -127,7 +127,7 @@ class StatisticsResource(BoundAdaptor):
             return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if type(bytes) is not int or bytes < 0 or own and (
+            if type(bytes) is not int or bytes < 0 or must_check and (
                     type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
                     or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
@@ -139,7 +139,7 @@ class StatisticsResource(BoundAdaptor):
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if type(bytes) is not int or bytes < 0 or own and (
+            if type(bytes) is not int or bytes < 0 or must_check and (
                     type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
                     or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
@@ -189,7 +189,7 @@ class StatisticsResource(BoundAdaptor):
         self._push = push
         self._pop = pop
         self._depth = stack.__len__
-        self._install_through_async(allocate_async, deallocate_async, deallocate)
+        self._build(allocate_async, deallocate_async, deallocate=deallocate)
 
     @property
     def statistics(self) -> Statistics:

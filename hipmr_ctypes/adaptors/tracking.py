@@ -6,8 +6,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from ._base import (MAX_PTR, SYNC, BoundAdaptor, check_args, check_stream, checks_arguments,
-                    claim_checked, upstream_calls)
+from ._base import (MAX_PTR, SYNC, BoundAdaptor, check_args, check_free_args, check_stream,
+                    claim, must_check_arguments, upstream_calls)
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
 
@@ -50,7 +50,7 @@ class TrackingResource(BoundAdaptor):
         live = self._live                 # ptr -> (size, alignment, stream handle, stack)
         live_pop = live.pop
         capture = self._capture
-        own = not checks_arguments(ref)   # False: the upstream validates sizes / alignments
+        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
 
         def stack(ours: int) -> Optional[traceback.StackSummary]:
@@ -59,7 +59,7 @@ class TrackingResource(BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
-            if own or type(bytes) is not int or type(alignment) is not int:
+            if must_check or type(bytes) is not int or type(alignment) is not int:
                 bytes, alignment = check_args(bytes, alignment)
             if stream is SYNC:
                 ptr = up_alloc(bytes, alignment)
@@ -80,8 +80,10 @@ class TrackingResource(BoundAdaptor):
             found = live_pop(ptr, None) if type(ptr) is int else None
             if (found is None or found[0] != bytes or found[1] != alignment
                     or type(bytes) is not int or type(alignment) is not int):
-                ptr, bytes, alignment, found = claim_checked(
-                    live, ptr, bytes, alignment, found, 0, "TrackingResource")
+                if found is not None:  # put it back: the checked path decides
+                    live[ptr] = found
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+                found = claim(live, ptr, bytes, 0, "TrackingResource")
                 if found is None:
                     return
                 if found[1] != alignment:
@@ -97,7 +99,7 @@ class TrackingResource(BoundAdaptor):
                 live[ptr] = found
                 raise
 
-        self._install_through_async(allocate_async, deallocate_async)
+        self._build(allocate_async, deallocate_async)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._capture,)
