@@ -12,6 +12,13 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== info (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes
 echo "== check (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes check
+if [ "${PEERS:-0}" = 1 ]; then  # PEERS=1 PEERS_ONLY=1 bash scripts/gpu_run.sh: only this step
+  echo "== numba-cuda's and CuPy's memory tests with their own memory management, then ours"
+  HIPMR_PLATFORM=nvidia timeout ${PEERS_TIMEOUT:-560} python3 scripts/peer_suites.py --out "$OUT" \
+    --timeout ${PEER_RUN_TIMEOUT:-130} > "$OUT/peers.txt" 2>&1
+  echo "peers rc=$?"; tail -40 "$OUT/peers.txt"
+  if [ "${PEERS_ONLY:-0}" = 1 ]; then exit 0; fi
+fi
 echo "== GPU tests"
 HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider \
   tests > "$OUT/gpu-tests.txt" 2>&1
