@@ -9,6 +9,9 @@ daemon threads are alive at exit, the package's finalizers (functions marked wit
 system and the driver reclaim everything when the process ends.  Without daemon threads they
 run as usual and free everything.
 
+Hooks registered with :func:`run_at_exit` run from the same exit hook, before any finalizer,
+only when no daemon thread is alive (``Buffer`` frees and closes every live buffer there).
+
 Importing this module makes ``weakref`` register its exit hook first, then registers
 :func:`_at_exit` after it: ``atexit`` runs hooks last-in first-out, so ``_at_exit`` runs
 before any finalizer does.
@@ -18,11 +21,12 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, List
 
-__all__ = ["finalizer", "keep_at_exit"]
+__all__ = ["finalizer", "keep_at_exit", "run_at_exit"]
 
 _state = {"keep": False}
+_hooks: List[Callable[[], None]] = []
 
 
 def finalizer(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,8 +41,19 @@ def keep_at_exit() -> bool:
     return _state["keep"]
 
 
+def run_at_exit(func: Callable[[], None]) -> None:
+    """Call ``func()`` at interpreter exit before any finalizer, unless daemon threads are
+    still running then (errors are ignored)."""
+    _hooks.append(func)
+
+
 def _at_exit() -> None:
     if threading.active_count() <= 1:
+        for func in list(_hooks):
+            try:
+                func()
+            except Exception:  # noqa: BLE001 - the runtime may be going away
+                pass
         return
     _state["keep"] = True
     registry = getattr(weakref.finalize, "_registry", None)  # CPython's table of finalizers

@@ -2,17 +2,17 @@
 with host / device copies, ``__cuda_array_interface__`` and DLPack export."""
 from __future__ import annotations
 
-import atexit
 import ctypes
 import sys
-import threading
 import weakref
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from . import _hip
-from ._checks import check_alignment, check_size, check_stream
-from ._exit import finalizer, keep_at_exit
+from ._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, check_alignment, check_size,
+                      check_stream)
+from ._exit import _state as _exit_state
+from ._exit import run_at_exit
 from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
                           PyObject_GetBuffer)
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
@@ -21,7 +21,7 @@ from .device import Device, check_device, get_device, on_device, prefetch_if_man
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref, resource_ref
 from .resources import (ManagedMemoryResource, PinnedMemoryResource,
-                        get_current_device_resource)
+                        current_device_and_resource)
 from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
 
@@ -69,72 +69,73 @@ class _HostView:
             self._view = None
 
 
-# ---- freeing ------------------------------------------------------------------------------------
-_exiting = False
-_exit_hook_lock = threading.Lock()
-_exit_hook = False
+# ---- what a buffer needs to know about its resource, checked once per resource object ----------
+#
+# id(resource) -> (weak reference to it, host_only, the device of its memory or None).  The weak
+# reference confirms the entry is for this very object (ids are reused) and drops the entry when
+# the resource goes away: nothing here keeps a resource alive.  A resource that takes no weak
+# reference is checked for every buffer.
+_plans: Dict[int, Tuple[Any, bool, Optional[int]]] = {}
 
 
-def _mark_exit() -> None:
-    global _exiting
-    _exiting = True
+def _forget(key: int) -> Callable[[Any], None]:
+    def forget(wr: Any) -> None:
+        entry = _plans.get(key)
+        if entry is not None and entry[0] is wr:
+            _plans.pop(key, None)
+    return forget
 
 
-def _install_exit_hook() -> None:
-    """Called after the first weakref.finalize exists: atexit runs hooks last-in first-out, so
-    this one runs before weakref's, and finalizers running at exit know it."""
-    global _exit_hook
-    with _exit_hook_lock:
-        if not _exit_hook:
-            _exit_hook = True
-            atexit.register(_mark_exit)
-
-
-def _free(deallocate_async: Any, ptr: int, size: int, alignment: int, stream: int,
-          keep: Any) -> None:
-    """Free one allocation in stream order; the finalizer's and ``close()``'s work.
-
-    ``keep`` is the caller's stream object, held so that the stream outlives the allocation.
-    A stream closed meanwhile cannot be used any more (HIP 7 crashes on destroyed streams):
-    the device is synchronized and the memory freed on the null stream instead.
-    """
-    if isinstance(keep, Stream) and keep.closed:
-        Device(keep.device).synchronize()
-        stream = 0
-    deallocate_async(ptr, size, alignment, stream)
-
-
-@finalizer
-def _finalize(deallocate_async: Any, ptr: int, size: int, alignment: int, stream: int,
-              keep: Any) -> None:
-    """Garbage collection or interpreter exit: free, never raise.  A failure is a warning,
-    except at exit, where the runtime may already be going away.  At an exit with daemon
-    threads still running nothing is freed: they may still use it (``hipmr_ctypes._exit``)."""
-    if keep_at_exit():
-        return
+def _plan(resource: Any, target: Any) -> Tuple[Any, bool, Optional[int]]:
+    """Check ``resource`` (an async resource, or an async ref to ``target``) as an
+    ``async_resource_ref`` does, and remember what a buffer needs to know of ``target``."""
+    if target is resource:
+        async_resource_ref(resource)  # TypeError naming what is missing
+    props = _declared(target)
+    host_only = device_accessible not in props and bool(props)
+    device = None if host_only else memory_device(target)
     try:
-        _free(deallocate_async, ptr, size, alignment, stream, keep)
-    except Exception as exc:  # noqa: BLE001
-        try:
-            if not _exiting and not sys.is_finalizing():
-                import warnings
-                warnings.warn(f"Buffer: freeing {ptr:#x} ({size} bytes) failed: {exc}",
-                              RuntimeWarning, stacklevel=2)
-        except Exception:  # noqa: BLE001
-            pass
+        wr = weakref.ref(target, _forget(id(target)))
+    except TypeError:
+        return (None, host_only, device)
+    entry = _plans[id(target)] = (wr, host_only, device)
+    return entry
+
+
+# ---- freeing ------------------------------------------------------------------------------------
+
+def _free_at_exit() -> None:
+    """Interpreter exit, before any finalizer (not when daemon threads still run, see
+    ``hipmr_ctypes._exit``): every live buffer frees its memory and becomes closed, so that
+    code running later in the exit (a ``__del__`` during module teardown) gets ValueError
+    from a buffer, never freed memory."""
+    import gc
+    for obj in gc.get_objects():
+        if isinstance(obj, Buffer):
+            obj._release_at_exit()
+
+
+run_at_exit(_free_at_exit)
+
+_CLOSED = "buffer: this Buffer is closed"
+_FREED_AT_EXIT = "buffer: this Buffer was freed at interpreter exit"
+_MAX_SIZE = MAX_SIZE
+_MAX_PTR = MAX_PTR
+_FAST = FAST_ALIGNMENTS
 
 
 # ---- the buffer ---------------------------------------------------------------------------------
 
 class Buffer:
-    """One allocation of ``size`` bytes made through an ``async_resource_ref`` of ``resource``
-    (default: the current device's resource) on ``stream`` (default: the null stream), aligned
-    to ``alignment``.
+    """One allocation of ``size`` bytes made through ``resource`` (an async resource or an
+    ``async_resource_ref``; default: the current device's resource) on ``stream`` (default: the
+    null stream), aligned to ``alignment``.
 
     Freed exactly once, in stream order on the allocation stream: by ``close()`` (optionally
     on another stream; a failed free leaves the buffer owning the memory), by the context
-    manager, or when garbage-collected (also at interpreter exit, where errors from a runtime
-    shutting down are ignored).  The buffer holds the
+    manager, or when the buffer is garbage-collected.  At interpreter exit every buffer still
+    alive is freed and becomes closed (using it later raises ValueError), unless daemon threads
+    are still running then, which may use it: then nothing is freed.  The buffer holds the
     resource and the stream object it was given, so neither goes away before the memory.
 
     Copies (``copy_from_host``, ``copy_to_host``, ``copy_from_device``, ``memset``) take
@@ -145,44 +146,109 @@ class Buffer:
     readable.
     """
 
-    __slots__ = ("_ptr", "_size", "_capacity", "_alignment", "_ref", "_stream", "_keep",
-                 "_device", "_host_only", "_kind", "_finalizer", "_closed", "__weakref__")
+    __slots__ = ("_ptr", "_size", "_capacity", "_alignment", "_ref", "_handle", "_keep",
+                 "_device", "_host_only", "_kind", "_owned", "_closed", "__weakref__")
+    # _ref: the resource or ref given; _owned: [its deallocate_async] while the buffer owns
+    # memory (list.pop() is the claim that frees it exactly once), else []; _closed: False,
+    # True, or the message for a buffer freed at exit.
 
     def __init__(self, size: int = 0, *, resource: Any = None, stream: Any = None,
                  alignment: int = DEFAULT_ALIGNMENT) -> None:
-        size = check_size(size, "size")
-        alignment = check_alignment(alignment, None)
-        handle = 0 if stream is None else check_stream(stream)
+        if type(size) is not int or not 0 <= size <= _MAX_SIZE:
+            size = check_size(size, "size")
+        if alignment is not DEFAULT_ALIGNMENT and _FAST.get(alignment) is not alignment:
+            alignment = check_alignment(alignment, None)
+        if stream is None:
+            handle = 0
+            keep = None
+        elif type(stream) is int and 0 <= stream <= _MAX_PTR:
+            handle = stream
+            keep = None
+        else:
+            handle = check_stream(stream)
+            keep = None if type(stream) is stream_ref else stream
+        device = None
         if resource is None:
-            resource = get_current_device_resource()
-        ref = (resource if isinstance(resource, async_resource_ref)
-               else async_resource_ref(resource))
-        props = _declared(ref.resource)
-        host_only = device_accessible not in props and bool(props)
-        device = getattr(ref.resource, "device", None)
-        if type(device) is not int:
-            device = None if host_only else memory_device(ref.resource)
-            if device is None and not host_only:
-                device = get_device()
-        self._size = size
-        self._capacity = size
+            device, resource = current_device_and_resource()
+        target = resource.resource if isinstance(resource, async_resource_ref) else resource
+        plan = _plans.get(id(target))
+        if plan is None or plan[0]() is not target:
+            plan = _plan(resource, target)
+        self._ref = resource
+        self._size = self._capacity = size
         self._alignment = alignment
-        self._ref = ref
-        self._stream = stream_ref(handle)
-        self._keep = None if stream is None or type(stream) in (int, stream_ref) else stream
-        self._device = device
-        self._host_only = host_only
-        self._kind: Optional[str] = None
+        self._handle = handle
+        self._keep = keep
+        self._host_only = host_only = plan[1]
+        if host_only:
+            self._device = None
+        elif plan[2] is not None:
+            self._device = plan[2]
+        else:
+            self._device = get_device() if device is None else device
+        self._kind = None
         self._closed = False
-        self._finalizer: Optional[weakref.finalize] = None
         if size:
-            ptr = ref.allocate_async(size, alignment, handle)
-            self._ptr = ptr
-            self._finalizer = weakref.finalize(self, _finalize, ref.deallocate_async, ptr,
-                                               size, alignment, handle, self._keep)
-            _install_exit_hook()
+            self._ptr = resource.allocate_async(size, alignment, handle)
+            self._owned = [resource.deallocate_async]
         else:
             self._ptr = 0
+            self._owned = []
+
+    def __del__(self, _state: Dict[str, bool] = _exit_state,
+                _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        """Garbage collection: free, never raise (a failure is a warning, but not while the
+        interpreter shuts down).  Uses nothing but the buffer and its arguments: it may run
+        while the interpreter tears modules down."""
+        try:
+            owned = self._owned
+        except AttributeError:  # __init__ did not get that far
+            return
+        if not owned or _state["keep"]:  # nothing to free; or daemon threads may use it
+            return
+        try:
+            free = owned.pop()
+        except IndexError:
+            return
+        self._closed = True
+        try:
+            if self._keep is None:
+                free(self._ptr, self._capacity, self._alignment, self._handle)
+            else:
+                self._free_now(free, None)
+        except Exception as exc:  # noqa: BLE001
+            try:
+                if not _finalizing():
+                    import warnings
+                    warnings.warn(f"Buffer: freeing {self._ptr:#x} ({self._capacity} bytes) "
+                                  f"failed: {exc}", RuntimeWarning, stacklevel=2)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _free_now(self, free: Callable[..., Any], handle: Optional[int]) -> None:
+        """Free the memory on ``handle`` (None: the buffer's stream).  A stream object the
+        buffer holds that was closed meanwhile cannot be used any more (HIP 7 crashes on
+        destroyed streams): the device is synchronized and the memory freed on the null
+        stream instead."""
+        if handle is None:
+            handle = self._handle
+            keep = self._keep
+            if keep is not None and isinstance(keep, Stream) and keep.closed:
+                Device(keep.device).synchronize()
+                handle = 0
+        free(self._ptr, self._capacity, self._alignment, handle)
+
+    def _release_at_exit(self) -> None:
+        if self._closed is False:
+            self._closed = _FREED_AT_EXIT
+        try:
+            free = self._owned.pop()
+        except (IndexError, AttributeError):
+            return
+        try:
+            self._free_now(free, None)
+        except Exception:  # noqa: BLE001 - the runtime may be going away
+            pass
 
     @classmethod
     def _adopt(cls, ptr: int, size: int, resource: Any, device: int) -> "Buffer":
@@ -193,8 +259,6 @@ class Buffer:
         self._size = size
         self._alignment = DEFAULT_ALIGNMENT
         self._ref = async_resource_ref(resource)
-        self._stream = stream_ref(0)
-        self._keep = None
         self._device = device
         self._host_only = False
         self._kind = "device"
@@ -240,8 +304,9 @@ class Buffer:
 
     # ---- attributes ----
     def _live(self) -> int:
-        if self._closed:
-            raise ValueError("buffer: this Buffer is closed")
+        closed = self._closed
+        if closed is not False:
+            raise ValueError(_CLOSED if closed is True else closed)
         return self._ptr
 
     @property
@@ -264,12 +329,13 @@ class Buffer:
     @property
     def resource(self) -> Any:
         """The resource the memory came from."""
-        return self._ref.resource
+        ref = self._ref
+        return ref.resource if isinstance(ref, resource_ref) else ref
 
     @property
     def stream(self) -> stream_ref:
         """The stream the memory was allocated on (and is freed on by default)."""
-        return self._stream
+        return stream_ref(self._handle)
 
     @property
     def device(self) -> Optional[int]:
@@ -280,8 +346,9 @@ class Buffer:
 
     @property
     def closed(self) -> bool:
-        """True once the memory was given back."""
-        return self._closed
+        """True once the memory was given back (or, while DLPack consumers still use it, will
+        be when the last one lets it go)."""
+        return self._closed is not False
 
     def __len__(self) -> int:
         return self._size
@@ -296,30 +363,41 @@ class Buffer:
         memory, the buffer only becomes closed here; the memory is freed (on the allocation
         stream) once the last consumer lets it go.
         """
-        if self._closed:
+        if self._closed is not False:
             return
+        if stream is not None or self._keep is not None or self._kind is not None:
+            self._close(stream)  # another stream, a stream object held, or maybe exported
+            return
+        owned = self._owned
+        if owned:
+            try:
+                free = owned.pop()
+            except IndexError:  # another thread's close() took it
+                pass
+            else:
+                try:
+                    free(self._ptr, self._capacity, self._alignment, self._handle)
+                except BaseException:
+                    owned.append(free)  # still ours
+                    raise
+        self._closed = True
+
+    def _close(self, stream: Any) -> None:
         handle = None if stream is None else check_stream(stream)
-        fin = self._finalizer
-        if fin is None:
-            self._closed = True
-            return
         dl = sys.modules.get("hipmr_ctypes._dlpack")
         if dl is not None and dl.exported(self):
             self._closed = True
-            return  # the finalizer frees it when the exports release the buffer
-        args = fin.detach()  # claims the memory: a finalizer never runs twice
-        if args is None:
+            return  # freed when the exports let the buffer go
+        owned = self._owned
+        try:
+            free = owned.pop()
+        except IndexError:
             self._closed = True
             return
-        _, func, fargs, _ = args
-        dealloc, ptr, size, alignment, own, keep = fargs
         try:
-            if handle is None:
-                _free(dealloc, ptr, size, alignment, own, keep)
-            else:
-                dealloc(ptr, size, alignment, handle)
+            self._free_now(free, handle)
         except BaseException:
-            self._finalizer = weakref.finalize(self, func, *fargs)  # still ours
+            owned.append(free)  # still ours
             raise
         self._closed = True
 
@@ -339,7 +417,7 @@ class Buffer:
             ctypes.memmove(dst, src, n)
             return
         rt = _hip.get_runtime()
-        own = self._stream._handle
+        own = self._handle
         device = self._device
         with on_device(device) if device is not None else _NO_SWITCH:
             if peer is not None:
@@ -448,7 +526,7 @@ class Buffer:
         rt = _hip.get_runtime()
         device = self._device
         with on_device(device) if device is not None else _NO_SWITCH:
-            rt.check(rt.fn.hipStreamSynchronize(self._stream._handle), "hipStreamSynchronize")
+            rt.check(rt.fn.hipStreamSynchronize(self._handle), "hipStreamSynchronize")
 
     def copy(self, resource: Any = None, stream: Any = None) -> "Buffer":
         """A new Buffer with the same contents, allocated from ``resource`` (default: this
@@ -485,7 +563,7 @@ class Buffer:
             return
         rt = _hip.get_runtime()
         if handle is None:
-            own = self._stream._handle
+            own = self._handle
             device = self._device
             with on_device(device) if device is not None else _NO_SWITCH:
                 if own == 0:
@@ -524,9 +602,9 @@ class Buffer:
         """The stream handle growth works on (``None``: the buffer's own stream) and the
         object to hold for it."""
         if stream is None:
-            return self._stream._handle, self._keep
+            return self._handle, self._keep
         handle = check_stream(stream)
-        if handle == self._stream._handle:
+        if handle == self._handle:
             return handle, self._keep
         return handle, (None if type(stream) in (int, stream_ref) else stream)
 
@@ -539,27 +617,21 @@ class Buffer:
 
     def _rearm(self, ptr: int, capacity: int, handle: int, keep: Any) -> None:
         """Own ``ptr`` (``capacity`` bytes, freed on the stream ``handle``) from now on, as
-        ``__init__`` arms its finalizer."""
+        ``__init__`` does."""
         self._ptr = ptr
         self._capacity = capacity
-        self._finalizer = (weakref.finalize(self, _finalize, self._ref.deallocate_async, ptr,
-                                            capacity, self._alignment, handle, keep)
-                           if capacity else None)
-        if capacity:
-            _install_exit_hook()
+        self._handle = handle
+        self._keep = keep
+        self._owned = [self._ref.deallocate_async] if capacity else []
 
     def _move_to_stream(self, handle: int, keep: Any) -> None:
         """Make ``handle`` the buffer's stream (its memory freed there), after the work queued
         on the current one."""
-        if handle == self._stream._handle:
+        if handle == self._handle:
             return
         if not self._host_only and self._ptr:
             self._order_before(handle)
-        fin = self._finalizer
-        args = fin.detach() if fin is not None else None
-        if args is not None:
-            self._rearm(self._ptr, self._capacity, handle, keep)
-        self._stream = stream_ref(handle)
+        self._handle = handle
         self._keep = keep
 
     def _reallocate(self, capacity: int, handle: int, keep: Any) -> None:
@@ -581,22 +653,22 @@ class Buffer:
                         rt = _hip.get_runtime()
                         rt.check(rt.fn.hipMemcpyAsync(new_ptr, old_ptr, n, hipMemcpyDefault,
                                                       handle), "hipMemcpyAsync", size=n)
-                fin = self._finalizer
-                args = fin.detach() if fin is not None else None
-                if args is not None:
-                    _, func, fargs, _ = args
-                    dealloc, ptr, size, align, _, _ = fargs
+                owned = self._owned
+                try:
+                    dealloc = owned.pop()
+                except IndexError:
+                    dealloc = None
+                if dealloc is not None:
                     try:
-                        dealloc(ptr, size, align, handle)  # after the copy, on its stream
+                        # after the copy, on its stream
+                        dealloc(old_ptr, self._capacity, alignment, handle)
                     except BaseException:
-                        self._finalizer = weakref.finalize(self, func, *fargs)  # still ours
+                        owned.append(dealloc)  # still ours
                         raise
             except BaseException:
                 ref.deallocate_async(new_ptr, capacity, alignment, handle)
                 raise
         self._rearm(new_ptr, capacity, handle, keep)
-        self._stream = stream_ref(handle)
-        self._keep = keep
         self._kind = None if not old_ptr else self._kind
 
     def reserve(self, new_capacity: int, stream: Any = None) -> None:
@@ -631,16 +703,11 @@ class Buffer:
         return it; this one is left empty (size 0, no memory) and usable."""
         self._movable("release")
         new = Buffer.__new__(Buffer)
-        for name in ("_ptr", "_size", "_capacity", "_alignment", "_ref", "_stream", "_keep",
+        for name in ("_ptr", "_size", "_capacity", "_alignment", "_ref", "_handle", "_keep",
                      "_device", "_host_only", "_kind", "_closed"):
             setattr(new, name, getattr(self, name))
-        fin = self._finalizer
-        args = fin.detach() if fin is not None else None
-        new._finalizer = None
-        if args is not None:
-            _, func, fargs, _ = args
-            new._finalizer = weakref.finalize(new, func, *fargs)
-        self._finalizer = None
+        owned, self._owned = self._owned, []
+        new._owned = [owned.pop()] if owned else []
         self._ptr = self._size = self._capacity = 0
         return new
 
@@ -649,7 +716,7 @@ class Buffer:
         (default: the buffer's own); nothing happens for memory that is not managed."""
         ptr = self._live()
         target = get_device() if device is None else check_device(device)
-        handle = self._stream._handle if stream is None else check_stream(stream)
+        handle = self._handle if stream is None else check_stream(stream)
         if not ptr or not self._size or self._host_only or self._memory_kind() != "managed":
             return
         prefetch_if_managed(ptr, self._size, target, handle)
@@ -669,7 +736,7 @@ class Buffer:
         if self._host_only:
             raise AttributeError("__cuda_array_interface__: this Buffer holds host-only memory")
         ptr = self._live()
-        handle = self._stream._handle
+        handle = self._handle
         return {"version": 3, "shape": (self._size,), "typestr": "|u1", "data": (ptr, False),
                 "strides": None, "stream": handle if handle else None}
 
@@ -731,7 +798,7 @@ class Buffer:
 
     def _order_before(self, consumer: int) -> None:
         """Make work later queued on ``consumer`` wait for the buffer's stream."""
-        own = self._stream._handle
+        own = self._handle
         legacy = (0, 1)
         if consumer == own or (own in legacy and consumer in legacy):
             return
@@ -740,9 +807,9 @@ class Buffer:
             wait_event(consumer, event)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{self._ptr:#x}"
+        state = "closed" if self._closed is not False else f"{self._ptr:#x}"
         return (f"<Buffer {state} size={self._size} device={self._device} "
-                f"stream={self._stream!r} resource={self._ref.resource!r}>")
+                f"stream={self.stream!r} resource={self.resource!r}>")
 
 
 _NO_SWITCH = nullcontext()
@@ -816,14 +883,14 @@ def _cai_source(obj: Any) -> Tuple[int, int, Optional[int]]:
 
 
 def _memory_kind(buf: Buffer) -> str:
-    props = _declared(buf._ref.resource)
+    props = _declared(buf.resource)
     if buf._host_only:
         return "host"
     if host_accessible not in props:
         return "device"
     # device- and host-accessible: pinned or managed.  Our own resources (also under adaptors
     # that name their upstream) say which; otherwise ask the runtime about the pointer.
-    resource = buf._ref.resource
+    resource = buf.resource
     for _ in range(32):
         if isinstance(resource, ManagedMemoryResource):
             return "managed"

@@ -769,3 +769,144 @@ def test_close_after_numpy_export(exports, emulator):
     del view
     gc.collect()
     assert emulator.live_allocations() == before
+
+
+# ---- lifecycle: construction cache, garbage collection, interpreter exit --------------------------
+TEARDOWN_SCRIPT = """
+import sys
+import hipmr_ctypes as h
+from hipmr_ctypes import _hip
+
+class User:
+    def __init__(self, buf):
+        self.buf = buf
+    def __del__(self):
+        try:
+            data = self.buf.tobytes()
+        except ValueError as exc:
+            sys.stdout.write("closed: %s\\n" % exc)
+        else:
+            sys.stdout.write("read %r\\n" % data[:4])
+
+pool = h.PoolResource(h.AsyncMemoryResource())
+user = User(h.Buffer.from_host(b"user" * 16, resource=pool))   # a module global
+cycle = User(h.Buffer.from_host(b"loop" * 16))
+cycle.me = cycle                                                  # garbage in a cycle
+del cycle
+"""
+
+
+def test_a_user_del_at_teardown_gets_a_closed_buffer_never_freed_memory():
+    """At exit every live buffer is freed and closed before finalizers run; a user object's
+    __del__ that runs later (module teardown) gets a clear ValueError."""
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONWARNINGS="default")
+    out = subprocess.run([sys.executable, "-X", "dev", "-c", TEARDOWN_SCRIPT], env=env,
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    lines = out.stdout.splitlines()
+    assert lines == ["closed: buffer: this Buffer was freed at interpreter exit"] * 2, lines
+
+
+def test_buffer_freed_at_exit_is_closed_and_gone_from_the_emulator():
+    code = ("import atexit, sys, hipmr_ctypes as h\n"
+            "from hipmr_ctypes import _hip\n"
+            "emu = _hip.get_runtime().emulator\n"
+            "def report():\n"
+            "    live = emu.live_allocations()\n"
+            "    sys.stdout.write('%d %s\\n' % (live.count, keep.closed))\n"
+            "atexit.register(report)\n"   # registered first: runs after the package's hooks
+            "keep = h.Buffer(4096, resource=h.AsyncMemoryResource())\n")
+    env = dict(os.environ, HIPMR_PLATFORM="emulated")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "True"]
+
+
+def test_garbage_collection_frees_exactly_once_also_in_cycles(emulator):
+    r = hmr.AsyncMemoryResource()
+    before = emulator.live_allocations().count
+    b = Buffer(1000, resource=r)
+    assert emulator.live_allocations().count == before + 1
+    del b
+    assert emulator.live_allocations().count == before     # freed at once (refcount)
+
+    class Holder:
+        pass
+    h = Holder()
+    h.buf = Buffer(1000, resource=r)
+    h.me = h
+    del h
+    gc.collect()
+    assert emulator.live_allocations().count == before
+
+
+def test_buffers_take_no_attributes_and_a_failed_init_leaves_nothing():
+    b = Buffer(8)
+    with pytest.raises(AttributeError):
+        b.anything = 1
+    with pytest.raises(TypeError):
+        Buffer(8, resource=object())
+    with pytest.raises(ValueError):
+        Buffer(-1)
+    gc.collect()  # the half-built buffers' __del__ ran silently
+
+
+def test_concurrent_close_frees_exactly_once(emulator):
+    import threading
+    r = hmr.AsyncMemoryResource()
+    before = emulator.live_allocations().count
+    for _ in range(50):
+        b = Buffer(256, resource=r)
+        barrier = threading.Barrier(4)
+        errors = []
+
+        def close():
+            barrier.wait()
+            try:
+                b.close()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+        threads = [threading.Thread(target=close) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and b.closed
+    del b
+    gc.collect()
+    assert emulator.live_allocations().count == before
+
+
+def test_the_resource_check_is_cached_per_object_and_never_keeps_it_alive():
+    import weakref
+    from hipmr_ctypes import buffer as bm
+    r = hmr.AsyncMemoryResource()
+    pool = hmr.PoolResource(r)
+    Buffer(64, resource=pool).close()
+    assert id(pool) in bm._plans
+    w = weakref.ref(pool)
+    del pool
+    gc.collect()
+    assert w() is None                      # the cache held no strong reference
+    assert all(entry[0] is None or entry[0]() is not None for entry in bm._plans.values())
+    # a new object at a reused id is checked again, not mistaken for the old one
+    host = HostMemoryResource()
+    b = Buffer(64, resource=host)
+    assert b.device is None and not hasattr(b, "__cuda_array_interface__")
+    b.close()
+
+
+def test_a_ref_and_its_resource_give_the_same_buffer_facts():
+    r = hmr.AsyncMemoryResource()
+    pool = hmr.PoolResource(r)
+    ref = hmr.async_resource_ref[hmr.device_accessible](pool)
+    a, b = Buffer(64, resource=pool), Buffer(64, resource=ref)
+    assert a.resource is b.resource is pool
+    assert a.device == b.device == r.device
+    assert a.stream == b.stream == hmr.stream_ref(0)
+    a.close()
+    b.close()
+    with pytest.raises(TypeError, match="synchronous"):
+        Buffer(64, resource=hmr.resource_ref[hmr.device_accessible](pool))

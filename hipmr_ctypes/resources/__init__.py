@@ -6,7 +6,8 @@ from .async_memory import MAX_RELEASE_THRESHOLD, AsyncMemoryResource, MemoryPool
 from .device import DeviceMemoryResource
 from .host import HostMemoryResource
 from .managed import ManagedMemoryResource
-from .per_device import (get_current_device_resource, get_per_device_resource,
+from .per_device import (current_device_and_resource, get_current_device_resource,
+                         get_per_device_resource,
                          set_current_device_resource, set_per_device_resource)
 from .pinned import PINNED_FLAGS, PinnedMemoryResource
 

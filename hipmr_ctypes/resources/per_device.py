@@ -8,7 +8,7 @@ default resource, checking a device ordinal).
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from ..concepts import is_async_resource
 from ..device import check_device, get_device
@@ -63,6 +63,13 @@ def set_per_device_resource(device: Any, resource: Any) -> Any:
         previous = _resources.get(ordinal, previous)
         _resources[ordinal] = resource
     return previous
+
+
+def current_device_and_resource() -> Tuple[int, Any]:
+    """``(the calling thread's current device, its resource)`` (one runtime call)."""
+    device = get_device()
+    resource = _resources.get(device)
+    return device, (resource if resource is not None else get_per_device_resource(device))
 
 
 def get_current_device_resource() -> Any:
