@@ -10,7 +10,8 @@ from __future__ import annotations
 import operator
 from typing import Any, Optional
 
-from .stream_ref import MAX_ADDRESS, as_stream_handle, stream_ref
+from ._limits import MAX_ADDRESS
+from .stream_ref import as_stream_handle, stream_ref
 
 __all__ = ["MAX_SIZE", "MAX_PTR", "STREAM_REF", "FAST_ALIGNMENTS", "check_size",
            "check_alignment", "check_ptr", "check_stream"]

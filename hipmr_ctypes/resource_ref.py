@@ -176,9 +176,6 @@ class resource_ref:
             return False
         return bool(res == other)
 
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
     def __hash__(self) -> int:
         try:
             return hash(self.resource)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Tuple
 
+from ._limits import MAX_ADDRESS
+
 __all__ = ["stream_ref", "stream_per_thread", "as_stream_handle", "MAX_ADDRESS"]
 
-#: The largest address (``2**64 - 1``): pointers and stream handles are ints in [0, MAX_ADDRESS].
-MAX_ADDRESS = (1 << 64) - 1
 _set = object.__setattr__
 
 
@@ -177,10 +177,6 @@ class stream_ref:
             return self._handle == as_stream_handle(other, None)
         except Exception:  # noqa: BLE001 - not a stream (or a closed one): not equal
             return NotImplemented
-
-    def __ne__(self, other: object) -> bool:
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
 
     def __hash__(self) -> int:
         return hash(self._handle)

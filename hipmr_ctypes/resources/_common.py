@@ -123,10 +123,6 @@ class FlagsEqual:
             return NotImplemented
         return other._flags == self._flags  # type: ignore[attr-defined]
 
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
     def __hash__(self) -> int:
         return hash((type(self), self._flags))  # type: ignore[attr-defined]
 

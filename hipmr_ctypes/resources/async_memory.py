@@ -22,6 +22,7 @@ from ..device import Device, check_device, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
 from .._checks import check_ptr, check_size, check_stream
+from .._limits import MAX_ADDRESS
 from .._sizes import Size, config_size, parse_bytes
 from ._common import check_args
 
@@ -33,7 +34,7 @@ __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 #: Bytes of the random identity of an exportable pool (``resources.ipc.POOL_ID_BYTES``)
 POOL_ID_BYTES = 16
 #: The largest release threshold (``UINT64_MAX``): freed memory stays in the pool (RMM's default).
-MAX_RELEASE_THRESHOLD = (1 << 64) - 1
+MAX_RELEASE_THRESHOLD = MAX_ADDRESS
 
 _POOL_SUPPORT_HINT = (
     "device {device} reports no memory-pool support (hipDeviceAttributeMemoryPoolsSupported "
@@ -458,9 +459,10 @@ class AsyncMemoryResource:
     def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
         """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
         returns the pointer as an int (0 for ``bytes == 0``)."""
-        try:
+        try:  # the usual call, tested inline (1 << 63 is folded into a constant): ints in
+            # range (a size is at most 2**63; a larger handle takes the checked path)
             fast = (type(bytes) is int is type(stream)
-                    and 0 < bytes <= 9223372036854775808 >= stream >= 0   # 2**63
+                    and 0 < bytes <= 1 << 63 and 0 <= stream <= 1 << 63
                     and _FAST[alignment] is alignment)
         except (KeyError, TypeError):  # an alignment that is no key / not hashable
             fast = False
@@ -472,15 +474,15 @@ class AsyncMemoryResource:
         st = self._malloc(out, bytes, self._handle, stream)
         if st:
             raise self._rt.error(st, "hipMallocFromPoolAsync", size=bytes,
-                        device=self._device)
+                                 device=self._device)
         return out.value
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
         try:
-            fast = (type(ptr) is int is type(bytes) is type(stream)
-                    and 0 < ptr <= 9223372036854775808 >= bytes >= 0 <= stream
-                    <= 9223372036854775808 and _FAST[alignment] is alignment)
+            fast = (type(ptr) is int is type(bytes) is type(stream)   # as in allocate_async
+                    and 0 < ptr <= 1 << 63 and 0 <= bytes <= 1 << 63 and 0 <= stream <= 1 << 63
+                    and _FAST[alignment] is alignment)
         except (KeyError, TypeError):
             fast = False
         if not fast:
@@ -490,7 +492,7 @@ class AsyncMemoryResource:
         st = self._free_fn(ptr, stream)
         if st:
             raise self._rt.error(st, "hipFreeAsync", device=self._device,
-                        detail=f"ptr={ptr:#x}")
+                                 detail=f"ptr={ptr:#x}")
 
     def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocate on the null stream and wait for it."""
@@ -524,10 +526,6 @@ class AsyncMemoryResource:
         if type(other) is not type(self):
             return NotImplemented
         return other._handle == self._handle
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
         return hash((type(self), self._handle))

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from .. import _hip
 from ..device import check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
-from .._checks import MAX_SIZE, check_ptr, check_stream
+from .._checks import MAX_PTR, MAX_SIZE, check_ptr
 from ._common import DEVICE_ALIGNMENTS, SyncResource, check_args
 
 __all__ = ["DeviceMemoryResource"]
@@ -79,7 +79,7 @@ class DeviceMemoryResource(SyncResource):
 
     def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
         """``hipFree(ptr)``; ``deallocate(0, ...)`` does nothing."""
-        if (type(ptr) is not int or not 0 < ptr <= 0xFFFFFFFFFFFFFFFF
+        if (type(ptr) is not int or not 0 < ptr <= MAX_PTR
                 or type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
                 or type(alignment) is not int or alignment not in DEVICE_ALIGNMENTS):
             ptr = check_ptr(ptr)
@@ -88,19 +88,10 @@ class DeviceMemoryResource(SyncResource):
                 return
         self._free(ptr)
 
-    def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
-        """Allocate at once (``hipMalloc`` is not stream-ordered); ``stream`` is only checked."""
-        check_stream(stream)
-        return self.allocate(bytes, alignment)
-
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return other._device == self._device
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
         return hash((type(self), self._device))

@@ -102,10 +102,6 @@ class HostMemoryResource(SyncResource):
             return NotImplemented
         return True
 
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
     def __hash__(self) -> int:
         return hash(type(self))
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import ctypes
 from typing import Any, List, Optional, Sequence, Tuple, Type, TypeVar
 
+from ..._limits import MAX_ADDRESS
+
 __all__ = ["Status", "addr", "extent", "i32", "u32", "u64", "out", "out_array", "char_buffer",
            "int_cell", "MASK64"]
 
-MASK64 = (1 << 64) - 1
+MASK64 = MAX_ADDRESS  # a C uint64's bits
 _CArgObject = type(ctypes.byref(ctypes.c_int()))
 _SimpleCData = ctypes.c_int.__bases__[0]
 _INTEGER_CODES = frozenset("bBhHiIlLqQ")

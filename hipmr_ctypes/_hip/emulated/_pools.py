@@ -1,12 +1,13 @@
 """Memory pools and stream-ordered allocation: hipMemPool*, hipMallocAsync, hipFreeAsync, ...
 
-Model (see the package docstring): a pool reserves 256-byte-rounded blocks from its device's
-capacity.  A freed block goes to the pool's cache and stays reserved; an allocation reuses the
-smallest cached block that is at least the request and at most 12.5 % larger (AMD's rule), else
-reserves a new block.  At a synchronize point, cached blocks are released (largest first) while
-the pool holds more than its release threshold; hipMemPoolTrimTo does the same down to its
-argument.  An allocation that would exceed the device's capacity first releases as much of the
-pool's cache as it needs, and fails with nothing released when even that would not be enough.
+Model (docs/internals.md, "The emulated platform"): a pool reserves 256-byte-rounded blocks
+from its device's capacity.  A freed block goes to the pool's cache and stays reserved; an
+allocation reuses the smallest cached block that is at least the request and at most 12.5 %
+larger (AMD's rule), else reserves a new block.  At a synchronize point, cached blocks are
+released (largest first) while the pool holds more than its release threshold; hipMemPoolTrimTo
+does the same down to its argument.  An allocation that would exceed the device's capacity first
+releases as much of the pool's cache as it needs, and fails with nothing released when even
+that would not be enough.
 """
 from __future__ import annotations
 
