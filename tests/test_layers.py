@@ -150,3 +150,20 @@ def test_adaptors_and_buffer_use_no_private_module_of_another_layer() -> None:
             bad = {d for d in deps if d.startswith(private_elsewhere[1:])
                    or d.startswith("hipmr_ctypes.resources.")}
             assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_c_functions_are_declared_in_the_binding_only() -> None:
+    """HIP's functions in the one table (bound by the back ends), everything else in
+    ``_hip/native.py``: no other module sets ``argtypes`` / ``restype`` or opens a library."""
+    allowed = {"hipmr_ctypes._hip.amd", "hipmr_ctypes._hip.nvidia", "hipmr_ctypes._hip.native",
+               "hipmr_ctypes._hip.loader"}
+    for module, path in PATHS.items():
+        if module in allowed:
+            continue
+        tree = ast.parse(open(path).read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("argtypes", "restype"):
+                pytest.fail(f"{module} declares a C function (line {node.lineno})")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("CDLL", "PyDLL", "LoadLibrary")):
+                pytest.fail(f"{module} opens a library (line {node.lineno})")
