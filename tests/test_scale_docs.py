@@ -84,3 +84,39 @@ def test_bench_peer_needs_two_devices():
 def test_mpi_demo_runs_as_one_rank(tmp_path):
     done = _script("mpi_demo.py", "--size", "1MiB")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ---- the demos on the two GPUs -----------------------------------------------------------------
+def _real_script(args, timeout=600):
+    env = dict(os.environ)
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+
+
+@pytest.mark.gpu
+@pytest.mark.multi_gpu
+def test_gpu_ipc_demo(tmp_path):
+    out = tmp_path / "ipc.json"
+    done = _real_script([sys.executable, str(ROOT / "scripts" / "ipc_demo.py"),
+                         "--consumers", "4", "--size", "8MiB", "--json", str(out)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    import json
+    data = json.loads(out.read_text())
+    assert data["failures"] == 0 and {r["device"] for r in data["reports"]} == {0, 1}
+    assert all(r["legacy_ok"] is True and r["legacy_written_back"] for r in data["reports"])
+
+
+@pytest.mark.gpu
+@pytest.mark.multi_gpu
+def test_gpu_mpi_demo():
+    import shutil
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("needs mpirun and mpi4py")
+    args = [mpirun, "-np", "2"]
+    if os.geteuid() == 0:
+        args.insert(1, "--allow-run-as-root")
+    done = _real_script(args + ["-x", "HIPMR_PLATFORM", sys.executable,
+                                str(ROOT / "scripts" / "mpi_demo.py"), "--size", "4MiB"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all checks passed" in done.stdout
