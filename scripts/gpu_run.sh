@@ -41,7 +41,7 @@ echo "== several GPUs and processes (log: scale.txt, numbers: scale.json)"
 {
   echo "== multi_gpu tests"
   HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m multi_gpu \
-    -p no:cacheprovider tests 2>&1 | tail -20
+    -p no:cacheprovider tests 2>&1 | tail -20; echo "multi_gpu tests rc=${PIPESTATUS[0]}"
   echo "== ipc demo: producer on device 0, consumers on both GPUs"
   HIPMR_PLATFORM=nvidia timeout 300 python3 scripts/ipc_demo.py --consumers 4 --size 64MiB \
     --json /tmp/scale-ipc.json; echo "ipc demo rc=$?"
@@ -51,17 +51,18 @@ echo "== several GPUs and processes (log: scale.txt, numbers: scale.json)"
   echo "== peer copy bandwidth: ours, CuPy, PyTorch on the same buffers"
   HIPMR_PLATFORM=nvidia timeout 300 python3 scripts/bench_peer.py --size 256MiB \
     --json /tmp/scale-peer.json; echo "bench_peer rc=$?"
-  echo "== numba-cuda's own IPC tests with our EMM plugin"
-  HIPMR_PLATFORM=nvidia NUMBA_CUDA_MEMORY_MANAGER=hipmr_ctypes.interop.numba \
-    PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 400 python3 -m pytest -q \
-    -p no:cacheprovider --pyargs numba.cuda.tests.cudapy.test_ipc 2>&1 | tail -25
+  echo "== numba-cuda's own IPC tests (cudapy/test_ipc.py): Numba's manager, then ours"
+  HIPMR_PLATFORM=nvidia timeout 560 python3 scripts/peer_suites.py --suite numba \
+    --modules numba.cuda.tests.cudapy.test_ipc --out /tmp/scale-numba --timeout 250 2>&1 \
+    | tail -25; echo "numba ipc rc=${PIPESTATUS[0]}"
 } > "$OUT/scale.txt" 2>&1
 grep -E "passed|failed|rc=|GB/s|->|FAILED|all checks" "$OUT/scale.txt" | tail -30
 python3 - "$OUT/scale.json" <<'PY'
 import json, os, sys
 merged = {}
-for key in ("ipc", "mpi", "peer"):
-    path = f"/tmp/scale-{key}.json"
+paths = {"ipc": "/tmp/scale-ipc.json", "mpi": "/tmp/scale-mpi.json",
+         "peer": "/tmp/scale-peer.json", "numba_ipc": "/tmp/scale-numba/peer_suites.json"}
+for key, path in paths.items():
     merged[key] = json.load(open(path)) if os.path.exists(path) else None
 json.dump(merged, open(sys.argv[1], "w"), indent=1)
 PY
