@@ -1,49 +1,120 @@
-"""Interpreter exit: may the package still destroy what it owns?
+"""Interpreter exit: the package frees and destroys nothing that may still be reachable.
 
-At exit, ``weakref.finalize`` calls the finalizers of every object still alive: streams,
-events, buffers, memory pools and pool chunks get destroyed and freed.  Daemon threads are
-still running at that moment and may be using exactly those objects: destroying them under
-a running thread would hand it closed objects, destroyed handles and freed memory.  So when
-daemon threads are alive at exit, the package's finalizers (functions marked with
-:func:`finalizer`) are switched off (``atexit = False``) and destroy nothing: the operating
-system and the driver reclaim everything when the process ends.  Without daemon threads they
-run as usual and free everything.
+At exit, user code still runs after the package could act: ``atexit`` hooks, ``__del__`` of
+module-level objects while the modules are torn down, finalizers of objects in the last
+garbage cycles (in any order), daemon threads until the interpreter stops them.  Any of them
+may still read a ``Buffer``, write into memory a pool handed out, or free on a ``Stream``.
+So the rule, for every object of the package that owns something native (streams, events,
+buffers, memory pools, pool chunks):
 
-Hooks registered with :func:`run_at_exit` run from the same exit hook, before any finalizer,
-only when no daemon thread is alive (``Buffer`` frees and closes every live buffer there).
+* memory, streams, events and pools stay valid until nothing can reach them;
+* a ``Buffer`` is the one exception, and says so: at exit (with no daemon thread running) a
+  hook registered with :func:`run_at_exit` frees every live buffer and marks it closed, so
+  that code running later gets ``ValueError("... freed at interpreter exit")`` from it, never
+  freed memory;
+* once the exit hook below has run (:func:`keep_at_exit` is true), an object the garbage
+  collector finalizes frees or destroys nothing: during teardown, "unreachable" no longer
+  means "unused" (a user ``__del__`` in the same garbage cycle may run after the package's
+  finalizer), and a daemon thread may hold any lock.  The operating system and the driver
+  reclaim everything when the process ends;
+* an explicit call (``close()``, ``deallocate()``) still does what it says, also at exit.
 
-Importing this module makes ``weakref`` register its exit hook first, then registers
-:func:`_at_exit` after it: ``atexit`` runs hooks last-in first-out, so ``_at_exit`` runs
-before any finalizer does.
+:func:`finalize` is the package's ``weakref.finalize``: it runs its function when the object
+is garbage-collected or when called, never at exit by itself, and does nothing when the
+collector fires it after the exit hook.  Code with a ``__del__`` instead checks
+:func:`keep_at_exit` first.  A leaf module: it imports only the standard library.
 """
 from __future__ import annotations
 
 import atexit
-import threading
 import weakref
-from typing import Any, Callable, List
+import threading
+from typing import Any, Callable, List, Optional, Set, Tuple
 
-__all__ = ["finalizer", "keep_at_exit", "run_at_exit"]
+__all__ = ["finalize", "Finalizer", "finalizer", "keep_at_exit", "run_at_exit"]
 
+#: "keep": true once the exit hook has run (finalizers then free and destroy nothing)
 _state = {"keep": False}
 _hooks: List[Callable[[], None]] = []
+#: every live Finalizer: claimed (removed) exactly once, by the collector, a call or detach()
+_registry: Set["Finalizer"] = set()
 
 
 def finalizer(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark ``func`` as a finalizer function of the package (see the module docstring)."""
+    """Mark ``func`` as a finalizer function of the package: the exit hook also stops a
+    ``weakref.finalize`` made with it from running at exit."""
     func._hipmr_finalizer = True  # type: ignore[attr-defined]
     return func
 
 
 def keep_at_exit() -> bool:
-    """True once the interpreter exits with daemon threads still running: a finalizer that
-    runs anyway must not destroy or free anything."""
+    """True once the interpreter is exiting (the package's exit hook has run): a finalizer
+    run by the garbage collector must not free or destroy anything."""
     return _state["keep"]
 
 
+class Finalizer:
+    """``weakref.finalize``'s interface (``alive``, ``detach()``, calling it) without its exit
+    behaviour: see the module docstring.  Claiming is one atomic ``set.remove``, so the
+    function runs at most once even when the collector and ``close()`` race."""
+
+    __slots__ = ("_ref", "_func", "_args", "__weakref__")
+
+    def __init__(self, obj: Any, func: Callable[..., Any], *args: Any) -> None:
+        self._func: Optional[Callable[..., Any]] = func
+        self._args: Tuple[Any, ...] = args
+        self._ref = weakref.ref(obj, self._collected)
+        _registry.add(self)
+
+    def _claim(self) -> Optional[Tuple[Callable[..., Any], Tuple[Any, ...]]]:
+        try:
+            _registry.remove(self)
+        except KeyError:
+            return None
+        func, args = self._func, self._args
+        self._func, self._args = None, ()
+        return func, args  # type: ignore[return-value]
+
+    def _collected(self, _ref: Any) -> None:
+        claimed = self._claim()
+        if claimed is not None and not _state["keep"]:
+            try:
+                claimed[0](*claimed[1])
+            except Exception:  # noqa: BLE001 - a finalizer has nobody to report to
+                pass
+
+    def __call__(self, _: Any = None) -> Any:
+        """Run the function now if it has not run yet (returns its result, else None)."""
+        claimed = self._claim()
+        if claimed is not None:
+            return claimed[0](*claimed[1])
+        return None
+
+    def detach(self) -> Optional[Tuple[Any, Callable[..., Any], Tuple[Any, ...], dict]]:
+        """``(obj, func, args, {})`` and never run, if still alive; else None."""
+        obj = self._ref()
+        if obj is None:
+            return None
+        claimed = self._claim()
+        if claimed is None:
+            return None
+        return obj, claimed[0], claimed[1], {}
+
+    @property
+    def alive(self) -> bool:
+        """True until the function has run or was detached."""
+        return self in _registry
+
+
+def finalize(obj: Any, func: Callable[..., Any], *args: Any) -> Finalizer:
+    """Call ``func(*args)`` when ``obj`` is garbage-collected (not after the exit hook), or
+    when the returned :class:`Finalizer` is called."""
+    return Finalizer(obj, func, *args)
+
+
 def run_at_exit(func: Callable[[], None]) -> None:
-    """Call ``func()`` at interpreter exit before any finalizer, unless daemon threads are
-    still running then (errors are ignored)."""
+    """Call ``func()`` from the exit hook, before any finalizer, unless daemon threads are
+    still running then (they may be using what it would free); errors are ignored."""
     _hooks.append(func)
 
 
@@ -54,7 +125,6 @@ def _at_exit() -> None:
                 func()
             except Exception:  # noqa: BLE001 - the runtime may be going away
                 pass
-        return
     _state["keep"] = True
     registry = getattr(weakref.finalize, "_registry", None)  # CPython's table of finalizers
     if not isinstance(registry, dict):

@@ -204,7 +204,7 @@ class Buffer:
             owned = self._owned
         except AttributeError:  # __init__ did not get that far
             return
-        if not owned or _state["keep"]:  # nothing to free; or daemon threads may use it
+        if not owned or _state["keep"]:  # nothing to free; or exiting (hipmr_ctypes._exit)
             return
         try:
             free = owned.pop()

@@ -8,22 +8,22 @@ are ignored).  Using one after ``close()`` raises ``ValueError`` before any nati
 from __future__ import annotations
 
 import ctypes
-import weakref
 from typing import Optional, Tuple
 
 from . import _hip
 from ._hip.errors import HipError
-from ._exit import finalizer, keep_at_exit
+from ._exit import finalize, finalizer
 from .device import Device, check_device, device_count, get_device
-from .stream_ref import as_stream_handle, stream_ref
+from .stream_ref import _binding_module, as_stream_handle, stream_ref
 
 __all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize"]
+
+if not _binding_module:  # stream_ref reaches the binding without an import from now on
+    _binding_module.append(_hip)
 
 
 @finalizer
 def _destroy(destroy, handle: int) -> None:
-    if keep_at_exit():  # daemon threads may still use it: the process end reclaims it
-        return
     try:
         destroy(handle)
     except Exception:  # interpreter exit: the runtime may already be gone
@@ -40,7 +40,7 @@ class _Owned:
 
     def _own(self, handle: int, destroy) -> None:
         self._handle = handle
-        self._finalizer = weakref.finalize(self, _destroy, destroy, handle)
+        self._finalizer = finalize(self, _destroy, destroy, handle)
 
     def _live(self) -> int:
         if not self._finalizer.alive:

@@ -15,6 +15,17 @@ from ._limits import MAX_ADDRESS
 __all__ = ["stream_ref", "stream_per_thread", "as_stream_handle", "MAX_ADDRESS"]
 
 _set = object.__setattr__
+_binding_module: list = []  # the binding once first needed (``hipmr_ctypes.stream`` primes it)
+
+
+def _runtime() -> Any:
+    """The binding's runtime.  The module is kept once found: at interpreter exit, while the
+    modules are torn down, an import statement fails, and finalizers may still wait on a
+    stream."""
+    if not _binding_module:
+        from . import _hip
+        _binding_module.append(_hip)
+    return _binding_module[0].get_runtime()
 
 
 def _plain_handle(value: Any, what: str, name: str) -> int:
@@ -118,8 +129,7 @@ class stream_ref:
 
     def wait(self) -> None:
         """Block until all work queued on the stream has finished (``hipStreamSynchronize``)."""
-        from . import _hip
-        rt = _hip.get_runtime()
+        rt = _runtime()
         st = rt.fn.hipStreamSynchronize(self._handle)
         if st:
             raise rt.error(st, "hipStreamSynchronize")
@@ -129,8 +139,7 @@ class stream_ref:
     def ready(self) -> bool:
         """True when all work queued on the stream has finished, False while some is pending
         (``hipStreamQuery``); any other status raises ``HipError``."""
-        from . import _hip
-        rt = _hip.get_runtime()
+        rt = _runtime()
         st = rt.fn.hipStreamQuery(self._handle)
         if st == 0:
             return True
@@ -143,8 +152,7 @@ class stream_ref:
     def priority(self) -> int:
         """The stream's priority (lower numbers are higher priority; ``hipStreamGetPriority``)."""
         import ctypes
-        from . import _hip
-        rt = _hip.get_runtime()
+        rt = _runtime()
         out = ctypes.c_int()
         st = rt.fn.hipStreamGetPriority(self._handle, out)
         if st:
@@ -155,8 +163,7 @@ class stream_ref:
         """The id of the device the stream belongs to (``hipStreamGetDevice``); raises
         ``NotSupportedError`` where the runtime cannot tell."""
         import ctypes
-        from . import _hip
-        rt = _hip.get_runtime()
+        rt = _runtime()
         fn = getattr(rt.fn, "hipStreamGetDevice", None)
         if fn is None:
             from ._hip.errors import NotSupportedError

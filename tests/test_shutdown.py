@@ -31,15 +31,38 @@ ROOT = Path(__file__).resolve().parent.parent
 #: ``__main__``: code of ``__main__`` called while ``__main__`` itself is torn down at exit
 #: (a finalizer calling a wrapper) would report errors of the harness, not of the package.
 HARNESS = textwrap.dedent("""
-    import atexit, json, os, sys
+    import atexit, gc, json, os, sys, types
     _REPORT = os.environ["HIPMR_TEST_REPORT"]
+    _DROP = os.environ.get("HIPMR_TEST_DROP") == "1"
     FAILED = []
+    SEEN = {}
 
-    def _write_report():
+    def _live():
         from hipmr_ctypes import _hip
         live = _hip.get_runtime().emulator.live_allocations()
+        return [live.count, live.bytes]
+
+    def _write_report():
+        SEEN.update(failed=FAILED, end=_live())
         with open(_REPORT, "w") as fh:
-            json.dump({"failed": FAILED, "live": [live.count, live.bytes]}, fh)
+            json.dump(SEEN, fh)
+
+    def _at_exit_begins():
+        # the first hook to run: what is live when the exit begins; with HIPMR_TEST_DROP=1
+        # the program's objects are dropped first (then nothing may be left allocated)
+        if _DROP:
+            main = sys.modules["__main__"]
+            for name in [n for n in vars(main) if not n.startswith("__")]:
+                delattr(main, name)
+            for name, mod in list(sys.modules.items()):
+                if isinstance(mod, types.ModuleType) and getattr(mod, "__spec__", 1) is None \\
+                        and not hasattr(mod, "__file__") and name != "__main__":
+                    del sys.modules[name]
+            mod = None
+            import hipmr_ctypes as hmr
+            hmr.set_current_device_resource(hmr.DeviceMemoryResource())
+            gc.collect()
+        SEEN["begin"] = _live()
 
     atexit.register(_write_report)  # registered before the package: runs after its hooks
 
@@ -61,9 +84,12 @@ HARNESS = textwrap.dedent("""
             setattr(_rt.fn, _name, _watch(_name, _func))
 """)
 
+
 PRELUDE = textwrap.dedent("""
     import hipmr_shutdown_harness
     import hipmr_ctypes as hmr
+    import atexit as _atexit
+    _atexit.register(hipmr_shutdown_harness._at_exit_begins)  # runs before the package's hook
     from hipmr_ctypes import _hip
     emulator = _hip.get_runtime().emulator
     MiB = 1 << 20
@@ -273,10 +299,10 @@ scenario("dlpack-capsules-of-a-user-resource-alive-at-exit")("""
     # the capsules outlive the package's modules at exit: their destructor (a ctypes
     # callback) must still exist when the interpreter finally drops them
     a = hmr.AsyncMemoryResource()
-    r = hmr.CallbackResource(lambda n, al: a.allocate(n, al),
-                             lambda p, n, al: a.deallocate(p, n, al),
-                             lambda n, al, s: a.allocate_async(n, al, s),
-                             lambda p, n, al, s: a.deallocate_async(p, n, al, s),
+    r = hmr.CallbackResource(lambda n, al, a=a: a.allocate(n, al),
+                             lambda p, n, al, a=a: a.deallocate(p, n, al),
+                             lambda n, al, s, a=a: a.allocate_async(n, al, s),
+                             lambda p, n, al, s, a=a: a.deallocate_async(p, n, al, s),
                              properties=(hmr.device_accessible,))
     b = hmr.Buffer.from_host(b"u" * 64, resource=r)
     capsules = [b.__dlpack__(), b.__dlpack__(max_version=(1, 0)), hmr.Buffer(0).__dlpack__()]
@@ -301,14 +327,14 @@ scenario("per-device-resource-replaced-while-in-use")("""
 """)
 
 
-def _run(name, tmp_path):
+def _run(name, tmp_path, drop=False):
     body, leaks_ok = SCENARIOS[name]
     report = tmp_path / "report.json"
     (tmp_path / "hipmr_shutdown_harness.py").write_text(HARNESS)
     env = dict(os.environ, HIPMR_PLATFORM="emulated",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
                HIPMR_EMULATED_MEMORY="2GiB", HIPMR_TEST_REPORT=str(report),
-               PYTHONWARNINGS="default")
+               HIPMR_TEST_DROP="1" if drop else "0", PYTHONWARNINGS="default")
     proc = subprocess.run([sys.executable, "-c", PRELUDE + body], capture_output=True,
                           text=True, env=env, cwd=str(ROOT), timeout=120)
     return proc, report, leaks_ok
@@ -328,14 +354,16 @@ scenario("control-double-free-is-seen")("""
 
 def test_the_harness_sees_failed_calls_and_leaks(tmp_path):
     """The checks below can fail: a double free and a leak are both reported."""
-    proc, report, _ = _run("control-double-free-is-seen", tmp_path)
+    proc, report, _ = _run("control-double-free-is-seen", tmp_path, drop=True)
     assert proc.returncode == 0 and proc.stdout == proc.stderr == ""
     seen = json.loads(report.read_text())
-    assert seen["failed"] == [["hipFree", 1]] and seen["live"] == [1, 100]
+    assert seen["failed"] == [["hipFree", 1]] and seen["begin"] == seen["end"] == [1, 100]
 
 
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if not n.startswith("control")])
 def test_exit_with_everything_alive(name, tmp_path):
+    """Exit with everything alive: nothing fails, and the package frees nothing at exit
+    (user code may still use it: see ``hipmr_ctypes._exit``)."""
     proc, report, leaks_ok = _run(name, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "", proc.stdout[-2000:]
@@ -344,7 +372,22 @@ def test_exit_with_everything_alive(name, tmp_path):
     assert seen["failed"] == [], f"runtime calls failed (double free? freed too late?): " \
                                  f"{seen['failed'][:10]}"
     if not leaks_ok:
-        assert seen["live"] == [0, 0], f"still allocated at exit: {seen['live']}"
+        assert seen["end"] == seen["begin"], \
+            f"freed at exit while still reachable: live {seen['begin']} -> {seen['end']}"
+
+
+@pytest.mark.parametrize("name", [n for n, (_, leaks_ok) in SCENARIOS.items()
+                                  if not n.startswith("control") and not leaks_ok])
+def test_everything_dropped_before_exit_frees_everything(name, tmp_path):
+    """The same programs, their objects dropped just before the exit (every global, the
+    per-device resource, then a collection): every allocation was given back."""
+    proc, report, _ = _run(name, tmp_path, drop=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "" and proc.stderr == "", (proc.stdout + proc.stderr)[-3000:]
+    seen = json.loads(report.read_text())
+    assert seen["failed"] == [], f"runtime calls failed: {seen['failed'][:10]}"
+    assert seen["begin"] == [0, 0], f"still allocated once everything was dropped (a leak): " \
+                                    f"{seen['begin']}"
 
 
 def test_buffer_garbage_collection_frees_exactly_once(emulator):

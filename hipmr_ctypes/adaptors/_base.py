@@ -25,7 +25,7 @@ import functools
 from types import FunctionType, MethodType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .._exit import finalizer, keep_at_exit
+from .._exit import finalizer
 from ..concepts import is_async_resource, is_resource
 from ..properties import DEFAULT_ALIGNMENT, forward_property
 from ..resource_ref import async_resource_ref, resource_ref
@@ -117,10 +117,7 @@ def round_up(value: int, alignment: int) -> int:
 def give_back_chunks(up_dealloc: Callable[..., Any], chunks: Dict[int, int]) -> None:
     """Finalizer of the sub-allocators: return every chunk ``{start: size}`` to the upstream
     (with alignment 256) when the resource is garbage-collected; errors are ignored (the
-    interpreter may be exiting).  At an exit with daemon threads still running it gives
-    nothing back: they may still use the memory (see ``hipmr_ctypes._exit``)."""
-    if keep_at_exit():
-        return
+    interpreter may be exiting).  Never run at exit (see ``hipmr_ctypes._exit``)."""
     for start, size in list(chunks.items()):
         try:
             up_dealloc(start, size, DEFAULT_ALIGNMENT)

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any, Dict, List
 
 from .._sizes import Size, config_size
+from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
@@ -197,7 +197,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         state = self._state = _Blocks(ref, self._async, self._block_size, per_chunk)
         with state.lock:
             state.grow(SYNC)
-        weakref.finalize(self, give_back_chunks, state.up_dealloc, state.chunks)
+        finalize(self, give_back_chunks, state.up_dealloc, state.chunks)
         self._bind(state)
 
     def _bind(self, state: _Blocks) -> None:

@@ -28,13 +28,13 @@ Design (see docs/adaptors.md for the long version):
 """
 from __future__ import annotations
 
-import weakref
 from bisect import bisect_left, insort
 from typing import Any, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
 from .._locks import DeferringLock
 from .._sizes import Size, config_size
+from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
@@ -435,7 +435,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         if initial:
             with arena.lock:
                 arena._add_chunk(initial, SYNC)
-        weakref.finalize(self, give_back_chunks, arena.up_dealloc, arena.chunks)
+        finalize(self, give_back_chunks, arena.up_dealloc, arena.chunks)
         self._bind(arena)
 
     def _bind(self, arena: _Arena) -> None:

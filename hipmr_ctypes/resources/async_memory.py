@@ -9,7 +9,7 @@ from ctypes import byref, c_int, c_uint64, c_void_p
 from typing import TYPE_CHECKING, Any, Optional, Set, Tuple
 
 from .. import _hip
-from .._exit import finalizer, keep_at_exit
+from .._exit import finalize, finalizer
 from ..errors import NotSupportedError
 from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAccessFlagsProtRead,
                           hipMemAccessFlagsProtReadWrite, hipMemAllocationTypePinned,
@@ -70,8 +70,6 @@ def _handle_types(device: int) -> int:
 
 @finalizer
 def _destroy_pool(destroy, handle: int) -> None:
-    if keep_at_exit():  # daemon threads may still use it: the process end reclaims it
-        return
     try:
         destroy(handle)
     except Exception:  # interpreter exit: the runtime may already be gone
@@ -115,7 +113,7 @@ class MemoryPool:
         self._ipc_id: Optional[bytes] = None        # an exportable or imported pool's identity
         self._mapped: Optional[Set[int]] = None     # an imported pool: the pointers mapped
         self._users: "weakref.WeakSet[AsyncMemoryResource]" = weakref.WeakSet()
-        self._finalizer = (weakref.finalize(self, _destroy_pool, rt.fn.hipMemPoolDestroy, handle)
+        self._finalizer = (finalize(self, _destroy_pool, rt.fn.hipMemPoolDestroy, handle)
                            if owned else None)
 
     def _live(self) -> int:
