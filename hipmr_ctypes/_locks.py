@@ -1,11 +1,23 @@
-"""A lock that knows which thread holds it and can defer calls until it is let go.
+"""The package's two locks, and the one rule every lock of the package follows.
 
-The garbage collector can run a finalizer at any allocation, also in a thread that holds a
-lock in the middle of an update; a finalizer that frees memory through the same object would
-then deadlock on a plain ``threading.Lock`` (or, with an ``RLock``, run in the middle of the
-update).  Code that can be re-entered this way checks :meth:`DeferringLock.held_here` and
-:meth:`~DeferringLock.defer`\\ s the call instead; deferred calls run, in order, right after the
-lock is let go.  A leaf module: it imports only the standard library, so every layer may use it.
+The garbage collector can run a finalizer at any allocation of a Python container (a list, a
+dict, an exception, a frame...), also in a thread that holds a lock in the middle of an
+update; a finalizer that frees memory through the same object would then deadlock on a plain
+``threading.Lock`` (or, with an ``RLock``, run in the middle of the update).  So every lock
+of the package is one of:
+
+* a section that allocates no Python container (a few list / dict / int operations on
+  existing objects): the collector cannot run inside it, nothing can re-enter;
+* a :class:`DeferringLock`: code a finalizer can reach (every free) first checks
+  :meth:`DeferringLock.held_here` and :meth:`~DeferringLock.defer`\\ s itself instead;
+  deferred calls run, in order, right after the lock is let go.  A hot path may enter with
+  ``try_acquire(False)`` / ``release_fast()`` around a section of the first kind, and take the
+  checked slow path when the lock is busy;
+* a :class:`TokenMutex` around int operations only.
+
+Errors are built after the lock is let go.  ``tests/test_gc_locks.py`` runs a collection that
+frees through the same resource inside every lock of the package.  A leaf module: it imports
+only the standard library, so every layer may use it.
 """
 from __future__ import annotations
 
@@ -19,21 +31,31 @@ __all__ = ["DeferringLock", "TokenMutex"]
 class DeferringLock:
     """A non-reentrant lock with an owner and a queue of calls deferred until its release."""
 
-    __slots__ = ("_lock", "owner", "_deferred")
+    __slots__ = ("_lock", "owner", "_deferred", "try_acquire", "release_fast")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.owner: Optional[int] = None
         self._deferred: List[Any] = []
+        #: ``try_acquire(False)``: take the lock if free, for a section that allocates no
+        #: Python container (so no finalizer can run inside it); then ``release_fast()``
+        self.try_acquire: Callable[..., bool] = self._lock.acquire
+        self.release_fast: Callable[[], None] = self._lock.release
 
     def held_here(self) -> bool:
         """True when the calling thread holds the lock."""
         return self.owner == threading.get_ident()
 
     def acquire(self) -> None:
-        """Take the lock (blocking)."""
+        """Take the lock (blocking).  RuntimeError, not a deadlock, when the calling thread
+        holds it already (a finalizer or signal handler run inside the section that did not
+        defer itself)."""
+        me = threading.get_ident()
+        if self.owner == me:
+            raise RuntimeError("a lock of hipmr_ctypes was re-entered by the thread that holds "
+                               "it (from a finalizer or a signal handler)")
         self._lock.acquire()
-        self.owner = threading.get_ident()
+        self.owner = me
 
     def release(self) -> None:
         """Let go of the lock, then run the calls deferred meanwhile (their errors are

@@ -1,11 +1,11 @@
 """``FixedSizeResource``: one block size, served from per-stream free lists."""
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, List
 
 from .._sizes import Size, config_size
 from .._exit import finalize
+from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
@@ -22,7 +22,7 @@ class _Blocks:
     """The resource's state and slow paths (``lock`` guards everything)."""
 
     def __init__(self, up: Any, is_async: bool, block_size: int, per_chunk: int) -> None:
-        self.lock = threading.Lock()
+        self.lock = DeferringLock()  # see deallocate_slow
         self.up_alloc = up.allocate
         self.up_dealloc = up.deallocate
         self.up_alloc_async = up.allocate_async if is_async else None
@@ -115,10 +115,23 @@ class _Blocks:
         check_alignment(alignment, _GRAIN)  # no block was ever given out with a larger one
         if not ptr and not nbytes:
             return
-        with self.lock:
-            check_free(ptr, self.live.get(ptr), nbytes, "FixedSizeResource")
-            del self.live[ptr]
-            self.free.setdefault(key, []).append(ptr)
+        lock = self.lock
+        if lock.held_here():
+            # a finalizer run by the garbage collector inside this thread's slow path (it
+            # allocates lists, events, errors): free once the lock is let go
+            lock.defer(self.deallocate_slow, ptr, nbytes, alignment, key)
+            return
+        with lock:
+            known = self.live.pop(ptr, None)
+            if known == nbytes:
+                lst = self.free.get(key)
+                if lst is None:
+                    lst = self.free[key] = []
+                lst.append(ptr)
+                return
+            if known is not None:
+                self.live[ptr] = known
+        check_free(ptr, known, nbytes, "FixedSizeResource")  # raises (lock let go)
 
     def release(self) -> int:
         # the runtime may block (event waits, the upstream's frees): the lock is let go for
@@ -202,8 +215,10 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
 
     def _bind(self, state: _Blocks) -> None:
         lock = state.lock
-        acquire = lock.acquire
-        release = lock.release
+        # the hot sections allocate no Python container, so no finalizer can run inside
+        # them; a busy lock (another thread, or this one in a slow path) takes the slow path
+        acquire = lock.try_acquire
+        release = lock.release_fast
         free = state.free
         free_get = free.get
         host = free[SYNC]
@@ -216,8 +231,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         SR = STREAM_REF
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment:
-                acquire()
+            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
+                    and acquire(False):
                 try:
                     if host:
                         ptr = host.pop()
@@ -228,8 +243,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             return allocate_slow(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if type(ptr) is int and aligned(alignment) is alignment:
-                acquire()
+            if type(ptr) is int and aligned(alignment) is alignment \
+                    and acquire(False):
                 try:
                     known = live_pop(ptr, _NONE)
                     if known == bytes:
@@ -244,8 +259,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if type(stream) is not int:
                 stream = stream.get() if type(stream) is SR else check_stream(stream)
-            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment:
-                acquire()
+            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
+                    and acquire(False):
                 try:
                     lst = free_get(stream)
                     if lst:
@@ -259,8 +274,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
                 stream = stream.get() if type(stream) is SR else check_stream(stream)
-            if type(ptr) is int and aligned(alignment) is alignment:
-                acquire()
+            if type(ptr) is int and aligned(alignment) is alignment \
+                    and acquire(False):
                 try:
                     known = live_pop(ptr, _NONE)
                     if known == bytes:

@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Any, Optional, TextIO, Tuple
 
+from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (MAX_PTR, BoundAdaptor, check_args, check_free_args, check_stream,
                     must_check_arguments, upstream_calls)
@@ -20,15 +21,22 @@ class LoggingResource(BoundAdaptor):
     """``LoggingResource(upstream, file, auto_flush=False)``: logs every event as CSV.
 
     ``file`` is a path (opened for writing, truncated, and closed by :meth:`close` or when the
-    adaptor is garbage-collected) or an open text file (written to, never closed).  The log
-    starts with the header ``Thread,Time,Action,Pointer,Size,Stream``; then one line per event:
-    the native thread id, the local time as ``HH:MM:SS.ffffff``, the action (``allocate``,
-    ``allocate failure`` or ``free``), the pointer in hex (``(nil)`` for a failure), the size
-    in bytes and the stream handle in hex (``0`` for the stream of a synchronous call), as RMM's
+    adaptor is garbage-collected) or any object with a ``write(str)`` method (written to, never
+    closed; flushed when it has ``flush()``).  The log starts with the header
+    ``Thread,Time,Action,Pointer,Size,Stream``; then one line per event: the native thread id,
+    the local time as ``HH:MM:SS.ffffff``, the action (``allocate``, ``allocate failure`` or
+    ``free``), the pointer in hex (``(nil)`` for a failure), the size in bytes and the stream
+    handle in hex (``0`` for the stream of a synchronous call), as RMM's
     ``logging_resource_adaptor`` writes it.  A ``free`` is logged before the upstream frees
     the memory, so that a concurrent ``allocate`` of the same address always comes after it.
-    Thread-safe; an async resource when the upstream is one; equal to another over an equal
-    upstream writing to the same file.  ``scripts/replay_log.py`` replays such a log.
+
+    Logging never loses an allocation nor prevents a free: a line that cannot be written (a
+    full disk, a file closed from outside, ``close()`` racing the call) is dropped and
+    counted in :attr:`lines_dropped`, the first such error is kept in :attr:`write_error`, and
+    the allocation or free goes on.  After :meth:`close`, allocating raises ``ValueError``;
+    freeing what was handed out earlier still works (unlogged).  Thread-safe; an async
+    resource when the upstream is one; equal to another over an equal upstream writing to
+    the same file.  ``scripts/replay_log.py`` replays such a log.
     """
 
     def __init__(self, upstream: Any, file: Any, auto_flush: bool = False) -> None:
@@ -50,18 +58,25 @@ class LoggingResource(BoundAdaptor):
                             f"{type(file).__name__}")
         self._auto_flush = auto_flush
         self._closed = False
-        self._lock = threading.Lock()
+        self._dropped = 0
+        self._write_error: Optional[BaseException] = None
+        self._lock = DeferringLock()  # a finalizer's free inside write() defers itself
         self._file.write(LOG_HEADER + "\n")
         if auto_flush:
-            self._file.flush()
+            self._flush_file()
         self._bind(ref)
+
+    def _flush_file(self) -> None:
+        flush = getattr(self._file, "flush", None)
+        if callable(flush):
+            flush()
 
     def _bind(self, ref: Any) -> None:
         lock = self._lock
-        acquire, release = lock.acquire, lock.release
+        acquire, release, held_here, defer = lock.acquire, lock.release, lock.held_here, lock.defer
         out = self._file
         write = out.write
-        flush = out.flush if self._auto_flush else None
+        flush = self._flush_file if self._auto_flush else None
         native_id = threading.get_native_id
         clock = time.time_ns
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
@@ -77,23 +92,48 @@ class LoggingResource(BoundAdaptor):
                 second[0] = cached
             return f"{cached[1]}{us:06d}"
 
-        def log(action: str, ptr: int, nbytes: int, stream: int) -> None:
-            # As RMM writes them: a null pointer as printf's "%p" does, "(nil)", and a null
-            # stream as C++'s ostream does, "0"; others as 0x-prefixed lowercase hex.
-            line = (f"{native_id()},{stamp()},{action},{ptr:#x},{nbytes},"
-                    f"{f'{stream:#x}' if stream else '0'}\n" if ptr else
-                    f"{native_id()},{stamp()},{action},(nil),{nbytes},"
-                    f"{f'{stream:#x}' if stream else '0'}\n")
-            acquire()
+        def dropped(exc: Optional[BaseException]) -> None:
+            self._dropped += 1
+            if exc is not None and self._write_error is None:
+                self._write_error = exc
+
+        def write_line(line: str) -> None:
+            """Write one line (lock held); a failure drops it, never raises."""
+            if self._closed:
+                dropped(None)
+                return
             try:
                 write(line)
                 if flush is not None:
                     flush()
+            except Exception as exc:  # noqa: BLE001 - see the class docstring
+                dropped(exc)
+
+        def log(action: str, ptr: int, nbytes: int, stream: int) -> None:
+            try:
+                # As RMM writes them: a null pointer as printf's "%p" does, "(nil)", and a null
+                # stream as C++'s ostream does, "0"; others as 0x-prefixed lowercase hex.
+                line = (f"{native_id()},{stamp()},{action},{ptr:#x},{nbytes},"
+                        f"{f'{stream:#x}' if stream else '0'}\n" if ptr else
+                        f"{native_id()},{stamp()},{action},(nil),{nbytes},"
+                        f"{f'{stream:#x}' if stream else '0'}\n")
+            except Exception as exc:  # noqa: BLE001
+                dropped(exc)
+                return
+            if held_here():  # re-entered by a finalizer inside write(): after the lock goes
+                defer(locked_write, line)
+                return
+            locked_write(line)
+
+        def locked_write(line: str) -> None:
+            acquire()
+            try:
+                write_line(line)
             finally:
                 release()
 
         def check_open() -> None:
-            if self._closed or out.closed:
+            if self._closed or getattr(out, "closed", False) is True:
                 raise ValueError("LoggingResource: this LoggingResource (or its log file) is "
                                  "closed")
 
@@ -117,7 +157,9 @@ class LoggingResource(BoundAdaptor):
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if must_check or type(ptr) is not int or type(bytes) is not int:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            check_open()
+            if held_here():  # a finalizer inside write(): log and free after the lock goes
+                defer(deallocate, ptr, bytes, alignment)
+                return
             log("free", ptr, bytes, 0)
             up_dealloc(ptr, bytes, alignment)
 
@@ -138,7 +180,9 @@ class LoggingResource(BoundAdaptor):
             if must_check or type(ptr) is not int or type(bytes) is not int:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             handle = handle_of(stream)
-            check_open()
+            if held_here():
+                defer(deallocate_async, ptr, bytes, alignment, stream)
+                return
             log("free", ptr, bytes, handle)
             up_dealloc_async(ptr, bytes, alignment, stream)
 
@@ -157,21 +201,35 @@ class LoggingResource(BoundAdaptor):
         """The text file the log is written to."""
         return self._file
 
+    @property
+    def lines_dropped(self) -> int:
+        """Log lines that could not be written (see the class docstring)."""
+        return self._dropped
+
+    @property
+    def write_error(self) -> Optional[BaseException]:
+        """The first error that made a log line be dropped, or None."""
+        return self._write_error
+
     def flush(self) -> None:
         """Write buffered lines out to the file."""
         with self._lock:
-            self._file.flush()
+            self._flush_file()
 
     def close(self) -> None:
-        """Flush, and close the file if this adaptor opened it (idempotent).  Allocating or
-        freeing through a closed LoggingResource raises ``ValueError``."""
+        """Flush, and close the file if this adaptor opened it (idempotent).  Allocating
+        through a closed LoggingResource raises ``ValueError``; freeing still works, unlogged."""
         with self._lock:
-            self._closed = True
-            if self._file.closed:
+            if self._closed:
                 return
-            self._file.flush()
-            if self._owned:
-                self._file.close()
+            self._closed = True
+            if getattr(self._file, "closed", False) is True:
+                return
+            try:
+                self._flush_file()
+            finally:
+                if self._owned:
+                    self._file.close()
 
     def __enter__(self) -> "LoggingResource":
         return self

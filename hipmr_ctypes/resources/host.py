@@ -73,15 +73,18 @@ class HostMemoryResource(SyncResource):
         return ptr
 
     def _claim(self, ptr: int, nbytes: int) -> None:
+        # the lock guards dict operations only (no Python container is allocated inside, so
+        # no finalizer can run there); the error is built after it is let go
         with _live_lock:
-            size = _live.get(ptr)
-            if size is None:
-                raise ValueError(f"ptr={ptr:#x} was not allocated by a HostMemoryResource, or "
-                                 "was freed already")
-            if size != nbytes:
-                raise ValueError(f"bytes={nbytes}, but ptr={ptr:#x} was allocated with "
-                                 f"{size} bytes")
-            del _live[ptr]
+            size = _live.pop(ptr, None)
+            if size is not None and size != nbytes:
+                _live[ptr] = size
+        if size is None:
+            raise ValueError(f"ptr={ptr:#x} was not allocated by a HostMemoryResource, or "
+                             "was freed already")
+        if size != nbytes:
+            raise ValueError(f"bytes={nbytes}, but ptr={ptr:#x} was allocated with "
+                             f"{size} bytes")
 
     def _unclaim(self, ptr: int, nbytes: int) -> None:
         with _live_lock:
