@@ -89,6 +89,7 @@ PRELUDE = textwrap.dedent("""
     import hipmr_shutdown_harness
     import hipmr_ctypes as hmr
     import atexit as _atexit
+    import hipmr_ctypes._exit  # (imported on first use otherwise) its exit hook, then ours:
     _atexit.register(hipmr_shutdown_harness._at_exit_begins)  # runs before the package's hook
     from hipmr_ctypes import _hip
     emulator = _hip.get_runtime().emulator
