@@ -2,13 +2,14 @@
 across streams (:func:`event_for`, :func:`record_or_synchronize`).
 
 Both are destroyed exactly once: by ``close()``, by the context manager, or by a finalizer when
-garbage-collected (also at interpreter exit, where errors from a runtime already shutting down
-are ignored).  Using one after ``close()`` raises ``ValueError`` before any native call.
+garbage-collected (never at interpreter exit: see ``hipmr_ctypes._exit``).  Using one after ``close()`` raises ``ValueError`` before any native call.
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Optional, Tuple
+import itertools
+import threading
+from typing import Any, Optional, Tuple
 
 from . import _hip
 from ._hip.errors import HipError
@@ -16,7 +17,8 @@ from ._exit import finalize, finalizer
 from .device import Device, check_device, device_count, get_device
 from .stream_ref import _binding_module, as_stream_handle, stream_ref
 
-__all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize"]
+__all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize",
+           "stream_key", "handle_of", "is_foreign", "SPECIAL_STREAMS", "DeviceWait"]
 
 if not _binding_module:  # stream_ref reaches the binding without an import from now on
     _binding_module.append(_hip)
@@ -240,19 +242,80 @@ def new_event() -> Event:
     return Event(flags=2)
 
 
-def event_for(stream: int) -> Event:
-    """A new timing-disabled event on the device of ``stream``: an event can be recorded only on
-    a stream of its own device, and the calling thread's current device may be another one (a
-    pool for device 1 used from a thread on device 0).  The special streams (0, 1, 2) belong to
-    the current device; a stream whose device the runtime cannot tell gets one there too."""
-    if stream not in (0, 1, 2):
+#: handles above this name one created stream each; 0 (null) and 1 (legacy) name one stream
+#: per device, 2 (per-thread) one per thread and device
+SPECIAL_STREAMS = 2
+_PER_THREAD = 2
+_local = threading.local()
+_tokens = itertools.count(1)
+
+
+def _thread_token() -> int:
+    """A number for the calling thread, never reused (``threading.get_ident`` values are
+    reused once a thread ends, while work it queued on its per-thread stream may still run)."""
+    try:
+        return _local.token  # type: ignore[no-any-return]
+    except AttributeError:
+        token = _local.token = next(_tokens)
+        return token
+
+
+def stream_key(handle: int) -> Any:
+    """The identity of the stream ``handle`` names for the calling thread (a key for
+    stream-ordered free lists): the handle itself for a created stream; for the special
+    handles a tuple ``(handle, device, thread)``: the null and legacy streams are one per
+    device (thread 0), the per-thread stream one per thread and device.  ``handle`` must be
+    a checked handle (an int in ``[0, 2**64)``)."""
+    if handle > SPECIAL_STREAMS:
+        return handle
+    return (handle, get_device(), _thread_token() if handle == _PER_THREAD else 0)
+
+
+def handle_of(key: Any) -> int:
+    """The stream handle of a :func:`stream_key` (what the runtime takes)."""
+    return key if type(key) is int else key[0]
+
+
+def is_foreign(key: Any) -> bool:
+    """True for another thread's per-thread stream: nothing can be recorded on it from the
+    calling thread (handle 2 names the caller's own)."""
+    return type(key) is tuple and key[0] == _PER_THREAD and key[2] != _thread_token()
+
+
+class DeviceWait:
+    """Stands for an event where none can be recorded (another thread's per-thread stream):
+    ``synchronize()`` waits for all work on the device, which includes that stream's."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+
+    def synchronize(self) -> None:
+        Device(self.device).synchronize()
+
+    def close(self) -> None:
+        pass
+
+
+def event_for(stream: Any) -> Event:
+    """A new timing-disabled event on the device of ``stream`` (a handle or a
+    :func:`stream_key`): an event can be recorded only on a stream of its own device, and the
+    calling thread's current device may be another one (a pool for device 1 used from a thread
+    on device 0).  A special stream's device is in its key (a bare special handle means the
+    current device); a stream whose device the runtime cannot tell gets one there too."""
+    if type(stream) is tuple:
+        device: Optional[int] = stream[1]
+    elif stream in (0, 1, 2):
+        device = None
+    else:
         try:
-            device: Optional[int] = stream_ref(stream).device()
+            device = stream_ref(stream).device()
         except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream
             device = None
-        if device is not None and device != get_device():
-            with Device(device):
-                return new_event()
+    if device is not None and device != get_device():
+        with Device(device):
+            return new_event()
     return new_event()
 
 
@@ -261,12 +324,17 @@ def event_for(stream: int) -> Event:
 _GONE = (400, 709)
 
 
-def record_or_synchronize(event: Event, stream: int) -> bool:
-    """Record ``event`` on ``stream``; False when the stream no longer exists.  Its queued work
-    can then only be waited for device-wide: every device is synchronized (a destroyed stream's
-    work still runs to completion), so nothing it did can still be pending."""
+def record_or_synchronize(event: Event, stream: Any) -> bool:
+    """Record ``event`` on ``stream`` (a handle or a :func:`stream_key`); False when the stream
+    no longer exists.  Its queued work can then only be waited for device-wide: every device is
+    synchronized (a destroyed stream's work still runs to completion), so nothing it did can
+    still be pending."""
     try:
-        event.record(stream)
+        if type(stream) is tuple and stream[1] != get_device():
+            with Device(stream[1]):  # the null stream of another device
+                event.record(stream[0])
+        else:
+            event.record(handle_of(stream))
         return True
     except HipError as exc:
         if exc.code not in _GONE:

@@ -29,7 +29,9 @@ __all__ = ["HOST", "STREAMS", "StreamModel", "recording_events", "FreedRanges",
            "NATIVE", "no_native_call"]
 
 HOST = None          # the "stream" of synchronous calls, in the models below
-STREAMS = (HOST, 0, 1, 2, 3)
+# created streams' handles: the special handles 0, 1 and 2 name one stream per device (and
+# thread), which the pools ask the runtime about; tests/test_stream_identity.py covers them
+STREAMS = (HOST, 3, 4, 5, 6)
 
 
 # --------------------------------------------------------------------------- fake streams

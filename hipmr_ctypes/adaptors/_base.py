@@ -37,7 +37,7 @@ __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_me
            "check_free_args", "check_ptr", "upstream_calls", "checked_frees",
            "check_stream", "check_free", "check_callable", "give_back_chunks",
            "return_chunks", "round_up", "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR",
-           "must_check_arguments", "SYNC", "claim"]
+           "must_check_arguments", "SYNC", "claim", "check_upstream_chunk", "overlaps"]
 
 
 def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:
@@ -159,6 +159,35 @@ def return_chunks(lock: Any, chunks: List[Tuple[int, int]], events: List[Any],
         raise
     lock.acquire()
     return given
+
+
+def overlaps(chunks: Dict[int, int], start: int, size: int) -> bool:
+    """True when ``[start, start + size)`` overlaps a chunk of ``{start: size}``."""
+    end = start + size
+    return any(s < end and start < s + n for s, n in chunks.items())
+
+
+def check_upstream_chunk(ptr: Any, size: int, chunks: Dict[int, int], give_back: Any,
+                         owner: str) -> int:
+    """The one check of a chunk an upstream returned for ``size`` bytes (a sub-allocator's
+    slow path): a non-null int address aligned to 256 whose ``size`` bytes fit below 2**64
+    and overlap none of ``chunks`` (an upstream that hands out an address twice would
+    otherwise give one block to two users).  Anything else is given back when it can be
+    (never a pointer overlapping a chunk already held: that would free live memory) and
+    refused with ValueError."""
+    if (type(ptr) is int and 0 < ptr and ptr + size <= MAX_PTR + 1
+            and not ptr & (DEFAULT_ALIGNMENT - 1) and not overlaps(chunks, ptr, size)):
+        return ptr
+    if type(ptr) is int and 0 < ptr <= MAX_PTR and overlaps(chunks, ptr, size):
+        problem = "it overlaps memory the upstream handed out before and that is still held"
+    else:
+        problem = f"a sub-allocator needs a non-null address aligned to {DEFAULT_ALIGNMENT}"
+        if type(ptr) is int and 0 < ptr <= MAX_PTR:
+            try:
+                give_back(ptr, size, DEFAULT_ALIGNMENT)
+            except Exception:  # noqa: BLE001 - the refusal below is the error to report
+                pass
+    raise ValueError(f"{owner}: the upstream returned {ptr!r} for {size} bytes: {problem}")
 
 
 def upstream_calls(ref: resource_ref) -> Tuple[Any, Any, Any, Any]:

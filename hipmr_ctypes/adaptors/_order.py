@@ -14,11 +14,16 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable
 
 # module globals, so that tests can replace them with fakes
-from ..stream import event_for, record_or_synchronize, wait_event
+from ..stream import DeviceWait as _DeviceWait
+from ..stream import (SPECIAL_STREAMS, event_for, handle_of, is_foreign, record_or_synchronize,
+                      stream_key, wait_event)
 
 from ._base import SYNC
 
-__all__ = ["StreamOrder"]
+__all__ = ["StreamOrder", "SPECIAL", "stream_key", "handle_of"]
+
+#: Stream handles up to this one are keyed per device (and thread): see ``stream_key``.
+SPECIAL = SPECIAL_STREAMS
 
 
 class StreamOrder:
@@ -30,11 +35,15 @@ class StreamOrder:
         self.events: Dict[int, Any] = {}
 
     def order(self, streams: Iterable[Any], key: Any) -> list:
-        """Make ``key`` (a stream handle, or :data:`SYNC`) wait for the work queued so far on
-        every stream in ``streams`` other than itself; returns the streams waited for."""
+        """Make ``key`` (a :func:`stream_key`, or :data:`SYNC`) wait for the work queued so far
+        on every stream in ``streams`` (keys) other than itself; returns the streams waited
+        for."""
         others = [s for s in streams if s != key and s is not SYNC]
         events = self.events
         for s in others:
+            if is_foreign(s):  # another thread's per-thread stream: wait device-wide
+                _DeviceWait(s[1]).synchronize()
+                continue
             ev = events.get(s)
             if ev is None:
                 ev = events[s] = event_for(s)
@@ -44,17 +53,20 @@ class StreamOrder:
             if key is SYNC:
                 ev.synchronize()
             else:
-                wait_event(key, ev)
+                wait_event(handle_of(key), ev)
         return others
 
     def record_for_host(self, streams: Iterable[Any]) -> list:
         """Fresh events recorded now on every stream in ``streams``: the caller waits for them
         on the host *without* holding its lock, then closes them.  Fresh (not the reusable
-        ones) so that nothing can re-record or close them meanwhile."""
-        events = []
+        ones) so that nothing can re-record or close them meanwhile.  For another thread's
+        per-thread stream a device-wide wait stands in for the event."""
+        events: list = []
         try:
             for s in streams:
-                if s is not SYNC:
+                if is_foreign(s):
+                    events.append(_DeviceWait(s[1]))
+                elif s is not SYNC:
                     ev = event_for(s)
                     events.append(ev)
                     if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
@@ -64,6 +76,12 @@ class StreamOrder:
                 ev.close()
             raise
         return events
+
+    def forget(self, key: Any) -> None:
+        """Destroy the event of ``key`` (a stream the caller no longer tracks), if any."""
+        ev = self.events.pop(key, None)
+        if ev is not None:
+            ev.close()
 
     def close(self) -> None:
         """Destroy the events (they are made again when needed)."""

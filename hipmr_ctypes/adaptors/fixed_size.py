@@ -1,6 +1,7 @@
 """``FixedSizeResource``: one block size, served from per-stream free lists."""
 from __future__ import annotations
 
+from sys import getrefcount
 from typing import Any, Dict, List
 
 from .._sizes import Size, config_size
@@ -9,8 +10,8 @@ from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
-                    give_back_chunks, return_chunks, round_up)
-from ._order import StreamOrder
+                    check_upstream_chunk, give_back_chunks, return_chunks, round_up)
+from ._order import SPECIAL, StreamOrder, handle_of, stream_key
 
 __all__ = ["FixedSizeResource"]
 
@@ -19,19 +20,37 @@ _NONE = object()
 
 
 class _Blocks:
-    """The resource's state and slow paths (``lock`` guards everything)."""
+    """The resource's state and slow paths.
+
+    Frees take no lock: ``live.pop(ptr)`` claims a block (one atomic dict operation, so two
+    threads can never both free it) and ``list.append`` puts it on its stream's free list, so
+    a finalizer run by the garbage collector inside any section of this resource can always
+    free.  Allocations and the slow paths take ``lock``; they only ever drain free lists with
+    ``pop`` and never drop or replace a list a free may be appending to."""
 
     def __init__(self, up: Any, is_async: bool, block_size: int, per_chunk: int) -> None:
-        self.lock = DeferringLock()  # see deallocate_slow
+        self.lock = DeferringLock()
         self.up_alloc = up.allocate
         self.up_dealloc = up.deallocate
         self.up_alloc_async = up.allocate_async if is_async else None
         self.block_size = block_size
         self.per_chunk = per_chunk
-        self.free: Dict[Any, List[int]] = {SYNC: []}   # SYNC or stream handle -> free blocks
+        self.free: Dict[Any, List[int]] = {SYNC: []}   # SYNC or stream key -> free blocks
         self.live: Dict[int, int] = {}                  # ptr -> requested size
         self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
         self.streams = StreamOrder()
+        self.graveyard: List[Any] = []                  # see forget_streams
+
+    @staticmethod
+    def drain(lst: List[int]) -> List[int]:
+        """Every block of ``lst``, taken with atomic pops (frees may append meanwhile)."""
+        out: List[int] = []
+        pop = lst.pop
+        while True:
+            try:
+                out.append(pop())
+            except IndexError:
+                return out
 
     def grow(self, key: Any) -> None:
         """A new chunk from the upstream (lock held by the caller).  The lock is let go during
@@ -43,12 +62,10 @@ class _Blocks:
             if key is SYNC or self.up_alloc_async is None:
                 ptr = self.up_alloc(size, _GRAIN)
             else:
-                ptr = self.up_alloc_async(size, _GRAIN, key)
+                ptr = self.up_alloc_async(size, _GRAIN, handle_of(key))
         finally:
             self.lock.acquire()
-        if type(ptr) is not int or ptr <= 0 or ptr & (_GRAIN - 1):
-            raise ValueError(f"the upstream returned {ptr!r} for {size} bytes: "
-                             f"FixedSizeResource needs a non-null pointer aligned to {_GRAIN}")
+        check_upstream_chunk(ptr, size, self.chunks, self.up_dealloc, "FixedSizeResource")
         self.chunks[ptr] = size
         lst = self.free.setdefault(key, [])
         lst.extend(range(ptr + size - self.block_size, ptr - 1, -self.block_size))
@@ -58,21 +75,30 @@ class _Blocks:
         (events, source, blocks))`` when it must first wait for the stream ``source`` that freed
         ``blocks`` (taken out of the free lists): the caller waits without the lock."""
         free = self.free
-        lst = free.get(key)
-        if lst:
-            return lst.pop(), None
-        if key is not SYNC and free[SYNC]:  # freed synchronously: safe for every stream
-            return free[SYNC].pop(), None
-        others = [k for k, blocks in free.items() if blocks and k != key and k is not SYNC]
+        for k in (key, SYNC) if key is not SYNC else (SYNC,):
+            lst = free.get(k)  # SYNC's: freed synchronously, safe for every stream
+            if lst:
+                try:
+                    return lst.pop(), None
+                except IndexError:
+                    pass
+        others = [k for k, blocks in list(free.items())
+                  if blocks and k != key and k is not SYNC]
         if others:  # wait for the stream holding most, then take all its blocks
             source = max(others, key=lambda k: len(free[k]))
             if key is SYNC:
                 events = self.streams.record_for_host((source,))  # may raise: nothing changed
-                return None, (events, source, free.pop(source))
+                blocks = self.drain(free[source])
+                if blocks:
+                    return None, (events, source, blocks)
+                for ev in events:
+                    ev.close()
+                return self.take(key)
             self.streams.order((source,), key)
             mine = free.setdefault(key, [])
-            mine.extend(free.pop(source))
-            return mine.pop(), None
+            mine.extend(self.drain(free[source]))
+            if mine:
+                return mine.pop(), None
         self.grow(key)
         return free[key].pop(), None
 
@@ -96,90 +122,100 @@ class _Blocks:
             for ev in events:
                 ev.synchronize()
         except BaseException:
-            with self.lock:
-                self.free.setdefault(source, []).extend(blocks)
+            self.free[source].extend(blocks)
             raise
         finally:
             for ev in events:
                 ev.close()
-        with self.lock:
-            host = self.free[SYNC]
-            host.extend(blocks)
-            ptr = host.pop()
-            self.live[ptr] = nbytes
-            return ptr
+        host = self.free[SYNC]
+        ptr = blocks.pop()
+        host.extend(blocks)   # atomic: clean for every stream now
+        self.live[ptr] = nbytes
+        return ptr
 
     def deallocate_slow(self, ptr: Any, nbytes: Any, alignment: Any, key: Any) -> None:
+        """Checked deallocation; takes no lock (see the class docstring)."""
         ptr = check_ptr(ptr)
         nbytes = check_size(nbytes)
         check_alignment(alignment, _GRAIN)  # no block was ever given out with a larger one
         if not ptr and not nbytes:
             return
-        lock = self.lock
-        if lock.held_here():
-            # a finalizer run by the garbage collector inside this thread's slow path (it
-            # allocates lists, events, errors): free once the lock is let go
-            lock.defer(self.deallocate_slow, ptr, nbytes, alignment, key)
+        live = self.live
+        known = live.pop(ptr, None)       # the claim
+        if known == nbytes:
+            self.free.setdefault(key, []).append(ptr)  # both atomic
             return
-        with lock:
-            known = self.live.pop(ptr, None)
-            if known == nbytes:
-                lst = self.free.get(key)
-                if lst is None:
-                    lst = self.free[key] = []
-                lst.append(ptr)
-                return
-            if known is not None:
-                self.live[ptr] = known
-        check_free(ptr, known, nbytes, "FixedSizeResource")  # raises (lock let go)
+        if known is not None:
+            live[ptr] = known
+        check_free(ptr, known, nbytes, "FixedSizeResource")  # raises
+
+    def forget_streams(self) -> None:
+        """Forget the streams with nothing cached (lock held), so that the state kept is
+        bounded by the streams in use.  A free may have fetched a list just before and append
+        to it afterwards: such lists wait in ``graveyard``, whose blocks go back to their
+        stream's list at every release, until nobody else holds them."""
+        free = self.free
+        keep = []
+        for key, lst in self.graveyard:
+            blocks = self.drain(lst)
+            if blocks:
+                free.setdefault(key, []).extend(blocks)
+            if getrefcount(lst) > 3:  # the tuple, `lst`, the argument; more: a free holds it
+                keep.append((key, lst))
+        for key in [k for k, lst in list(free.items()) if k is not SYNC and not lst]:
+            lst = free.pop(key, None)
+            if lst is not None:
+                keep.append((key, lst))
+        self.graveyard[:] = [(k, lst) for k, lst in keep if lst or getrefcount(lst) > 3]
 
     def release(self) -> int:
         # the runtime may block (event waits, the upstream's frees): the lock is let go for
         # those, so that other threads keep allocating meanwhile
+        free = self.free
         with self.lock:
-            free = self.free
-            moved = {k: free.pop(k) for k in [k for k in free if k is not SYNC]}
+            moved = {k: self.drain(lst) for k, lst in list(free.items()) if k is not SYNC}
             moved = {k: blocks for k, blocks in moved.items() if blocks}
             try:
                 events = self.streams.record_for_host(list(moved))
             except BaseException:
                 for k, blocks in moved.items():
-                    free.setdefault(k, []).extend(blocks)
+                    free[k].extend(blocks)
                 raise
         try:
             for ev in events:
                 ev.synchronize()
         except BaseException:
-            with self.lock:
-                for k, blocks in moved.items():
-                    self.free.setdefault(k, []).extend(blocks)
+            for k, blocks in moved.items():
+                free[k].extend(blocks)
             raise
         finally:
             for ev in events:
                 ev.close()
         with self.lock:
-            host = self.free[SYNC]
+            idle = self.drain(free[SYNC])
             for blocks in moved.values():
-                host.extend(blocks)
+                idle.extend(blocks)
             self.streams.close()
-            idle = set(host)
+            idle_set = set(idle)
             bs = self.block_size
             empty = []
             for start, size in list(self.chunks.items()):
                 blocks = range(start, start + size, bs)
-                if all(b in idle for b in blocks):
+                if all(b in idle_set for b in blocks):
                     empty.append((start, size))
                     del self.chunks[start]         # out of the resource before the lock goes
-                    idle.difference_update(blocks)
-            if not empty:
-                return 0
-            host[:] = sorted(idle, reverse=True)
+                    idle_set.difference_update(blocks)
+            free[SYNC].extend(sorted(idle_set, reverse=True))
+            self.forget_streams()
+        if not empty:
+            return 0
 
-            def keep(rest: List[Any], waited: bool) -> None:  # what the upstream did not take
-                for start, size in rest:
-                    self.chunks[start] = size
-                    host.extend(range(start + size - bs, start - 1, -bs))
+        def keep(rest: List[Any], waited: bool) -> None:  # what the upstream did not take
+            for start, size in rest:
+                self.chunks[start] = size
+                free[SYNC].extend(range(start + size - bs, start - 1, -bs))
 
+        with self.lock:
             return return_chunks(self.lock, empty, [], self.up_dealloc, keep)
 
 
@@ -214,14 +250,15 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         self._bind(state)
 
     def _bind(self, state: _Blocks) -> None:
+        """Allocations pop under the lock, taken with ``try_acquire(False)`` (a busy lock
+        takes the slow path); frees take no lock at all (see :class:`_Blocks`)."""
         lock = state.lock
-        # the hot sections allocate no Python container, so no finalizer can run inside
-        # them; a busy lock (another thread, or this one in a slow path) takes the slow path
         acquire = lock.try_acquire
         release = lock.release_fast
         free = state.free
         free_get = free.get
         host = free[SYNC]
+        host_append = host.append
         live = state.live
         live_pop = live.pop
         aligned = FAST_ALIGNMENTS.get
@@ -229,6 +266,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         allocate_slow = state.allocate_slow
         deallocate_slow = state.deallocate_slow
         SR = STREAM_REF
+        key = stream_key
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
@@ -243,51 +281,43 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             return allocate_slow(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if type(ptr) is int and aligned(alignment) is alignment \
-                    and acquire(False):
-                try:
-                    known = live_pop(ptr, _NONE)
-                    if known == bytes:
-                        host.append(ptr)
-                        return
-                    if known is not _NONE:  # wrong size: put it back, report below
-                        live[ptr] = known
-                finally:
-                    release()
+            if type(ptr) is int and aligned(alignment) is alignment:
+                known = live_pop(ptr, _NONE)  # the claim: one caller wins
+                if known == bytes:
+                    host_append(ptr)
+                    return
+                if known is not _NONE:  # wrong size: put it back, report below
+                    live[ptr] = known
             deallocate_slow(ptr, bytes, alignment, SYNC)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if type(stream) is not int:
-                stream = stream.get() if type(stream) is SR else check_stream(stream)
+                stream = stream._handle if type(stream) is SR else check_stream(stream)
             if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
-                    and acquire(False):
+                    and 0 <= stream and acquire(False):
                 try:
-                    lst = free_get(stream)
+                    lst = free_get(stream if stream > SPECIAL else key(stream))
                     if lst:
                         ptr = lst.pop()
                         live[ptr] = bytes
                         return ptr
                 finally:
                     release()
-            return allocate_slow(bytes, alignment, check_stream(stream))
+            return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
-                stream = stream.get() if type(stream) is SR else check_stream(stream)
-            if type(ptr) is int and aligned(alignment) is alignment \
-                    and acquire(False):
-                try:
-                    known = live_pop(ptr, _NONE)
-                    if known == bytes:
-                        lst = free_get(stream)  # only checked streams have an entry
-                        if lst is not None:
-                            lst.append(ptr)
-                            return
-                    if known is not _NONE:  # put it back; the checked path decides
-                        live[ptr] = known
-                finally:
-                    release()
-            deallocate_slow(ptr, bytes, alignment, check_stream(stream))
+                stream = stream._handle if type(stream) is SR else check_stream(stream)
+            if type(ptr) is int and aligned(alignment) is alignment and 0 <= stream:
+                known = live_pop(ptr, _NONE)
+                if known == bytes:
+                    lst = free_get(stream if stream > SPECIAL else key(stream))
+                    if lst is not None:  # only checked streams have an entry
+                        lst.append(ptr)
+                        return
+                if known is not _NONE:  # put it back; the checked path decides
+                    live[ptr] = known
+            deallocate_slow(ptr, bytes, alignment, key(check_stream(stream)))
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 

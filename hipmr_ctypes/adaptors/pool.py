@@ -38,8 +38,8 @@ from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
-                    give_back_chunks, return_chunks, round_up)
-from ._order import StreamOrder
+                    check_upstream_chunk, give_back_chunks, return_chunks, round_up)
+from ._order import SPECIAL, StreamOrder, handle_of, stream_key
 
 __all__ = ["PoolResource"]
 
@@ -269,16 +269,12 @@ class _Arena:
                 ptr = self.up_alloc(size, _GRAIN)
                 tag = _CLEAN
             else:
-                ptr = self.up_alloc_async(size, _GRAIN, key)
+                ptr = self.up_alloc_async(size, _GRAIN, handle_of(key))
                 tag = frozenset((key,))
         finally:
             lock.acquire()
             self.pending -= size
-        if type(ptr) is not int or ptr <= 0 or ptr & (_GRAIN - 1):
-            if type(ptr) is int and ptr > 0:
-                self.up_dealloc(ptr, size, _GRAIN)
-            raise ValueError(f"the upstream returned {ptr!r} for {size} bytes: the pool needs "
-                             f"a non-null pointer aligned to {_GRAIN}")
+        check_upstream_chunk(ptr, size, self.chunks, self.up_dealloc, "PoolResource")
         self.chunks[ptr] = size
         self.pool_size += size
         if self.pool_size > self.peak_pool_size:
@@ -456,6 +452,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         allocate_slow = arena.allocate_slow
         deallocate_slow = arena.deallocate_slow
         SR = STREAM_REF
+        key = stream_key                 # the special streams' identity (per device / thread)
         MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
@@ -486,12 +483,12 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 stream = stream._handle if type(stream) is SR else check_stream(stream)
             try:
                 if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                    ptr = free[stream][bytes].pop()  # only checked streams have an entry
-                    live[ptr] = bytes
+                    ptr = free[stream if stream > SPECIAL else key(stream)][bytes].pop()
+                    live[ptr] = bytes         # (only checked streams have an entry)
                     return ptr
             except MISS:
                 pass
-            return allocate_slow(bytes, alignment, check_stream(stream))
+            return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
@@ -501,14 +498,14 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 if type(ptr) is int is type(bytes) and (alignment is A256
                                                          or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
-                    if known == bytes:
-                        free[stream][bytes].append(ptr)  # KeyError: a new stream or size
+                    if known == bytes:  # KeyError: a new stream or size
+                        free[stream if stream > SPECIAL else key(stream)][bytes].append(ptr)
                         return
             except MISS:
                 pass
             if known is not _NONE:  # put it back; the checked path decides
                 live[ptr] = known
-            deallocate_slow(ptr, bytes, alignment, check_stream(stream))
+            deallocate_slow(ptr, bytes, alignment, key(check_stream(stream)))
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 

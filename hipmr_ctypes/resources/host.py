@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import threading
 from ctypes import c_void_p
 from typing import Dict
 
@@ -20,7 +19,6 @@ __all__ = ["HostMemoryResource"]
 # every live allocation of every HostMemoryResource (they are all equal: any of them frees
 # what another allocated): ptr -> bytes.  libc's free must never see a foreign pointer.
 _live: Dict[int, int] = {}
-_live_lock = threading.Lock()
 _SIZEOF_PTR = ctypes.sizeof(c_void_p)
 
 
@@ -68,17 +66,15 @@ class HostMemoryResource(SyncResource):
             raise OSError(rc, f"posix_memalign({nbytes}, {alignment}) failed: "
                               f"{os.strerror(rc)}")
         ptr = out.value
-        with _live_lock:
-            _live[ptr] = nbytes
+        _live[ptr] = nbytes  # atomic
         return ptr
 
     def _claim(self, ptr: int, nbytes: int) -> None:
-        # the lock guards dict operations only (no Python container is allocated inside, so
-        # no finalizer can run there); the error is built after it is let go
-        with _live_lock:
-            size = _live.pop(ptr, None)
-            if size is not None and size != nbytes:
-                _live[ptr] = size
+        # no lock: the pop is the claim (one atomic dict operation, so two threads can never
+        # both free ptr), and a finalizer run by the collector here can always free too
+        size = _live.pop(ptr, None)
+        if size is not None and size != nbytes:
+            _live[ptr] = size
         if size is None:
             raise ValueError(f"ptr={ptr:#x} was not allocated by a HostMemoryResource, or "
                              "was freed already")
@@ -87,8 +83,7 @@ class HostMemoryResource(SyncResource):
                              f"{size} bytes")
 
     def _unclaim(self, ptr: int, nbytes: int) -> None:
-        with _live_lock:
-            _live[ptr] = nbytes
+        _live[ptr] = nbytes
 
     def _free(self, ptr: int) -> None:
         self._free_fn(ptr)

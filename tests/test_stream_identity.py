@@ -1,0 +1,145 @@
+"""Stream-ordered free lists are keyed by the stream's real identity: the per-thread stream
+(handle 2) is another stream in every thread, and the null stream (handle 0) of device 0 is
+not that of device 1.  A block freed on one is handed to another only after an ordering step
+(an event wait, or a device-wide wait where no event can be recorded)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes.adaptors import _order
+
+PER_THREAD = 2
+
+
+def _spy(monkeypatch):
+    """Count the ordering steps the sub-allocators take."""
+    seen = []
+    real_record, real_wait, real_sync = _order.record_or_synchronize, _order.wait_event, \
+        _order._DeviceWait.synchronize
+    monkeypatch.setattr(_order, "record_or_synchronize", lambda ev, s: seen.append("record") or
+                        real_record(ev, s))
+    monkeypatch.setattr(_order, "wait_event", lambda st, ev: seen.append("wait") or
+                        real_wait(st, ev))
+    monkeypatch.setattr(_order._DeviceWait, "synchronize",
+                        lambda self: seen.append("device-wait") or real_sync(self))
+    return seen
+
+
+def _in_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), "thread hung"
+    return out[0]
+
+
+@pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
+def test_per_thread_stream_blocks_are_not_shared_between_threads(emulator, monkeypatch, kind):
+    up = hmr.AsyncMemoryResource()
+    r = hmr.PoolResource(up) if kind == "PoolResource" else hmr.FixedSizeResource(up, 4096, 4)
+    seen = _spy(monkeypatch)
+    # thread A allocates and frees on its per-thread stream
+    a = _in_thread(lambda: r.deallocate_async(
+        p := r.allocate_async(1000, 256, PER_THREAD), 1000, 256, PER_THREAD) or p)
+    seen.clear()
+    # thread B asks for the same size on its own per-thread stream
+    b = _in_thread(lambda: r.allocate_async(1000, 256, PER_THREAD))
+    assert b != a or seen, "a block freed on thread A's per-thread stream was handed to " \
+                           "thread B's per-thread stream with no ordering step"
+    _in_thread(lambda: r.deallocate_async(b, 1000, 256, PER_THREAD))
+    r.release()
+
+
+def test_the_same_thread_reuses_its_per_thread_block_at_once(emulator, monkeypatch):
+    r = hmr.PoolResource(hmr.AsyncMemoryResource())
+    seen = _spy(monkeypatch)
+
+    def work():
+        p = r.allocate_async(1000, 256, PER_THREAD)
+        r.deallocate_async(p, 1000, 256, PER_THREAD)
+        seen.clear()
+        q = r.allocate_async(1000, 256, PER_THREAD)
+        r.deallocate_async(q, 1000, 256, PER_THREAD)
+        return p == q and not seen
+
+    assert _in_thread(work)
+
+
+def test_the_key_of_the_special_streams():
+    from hipmr_ctypes.adaptors._order import handle_of, stream_key
+    assert stream_key(12345) == 12345
+    mine = stream_key(PER_THREAD)
+    other = _in_thread(lambda: stream_key(PER_THREAD))
+    assert mine != other and handle_of(mine) == handle_of(other) == PER_THREAD
+    assert stream_key(0) == _in_thread(lambda: stream_key(0))  # one null stream per device
+
+
+TWO_DEVICES = textwrap.dedent("""
+    import hipmr_ctypes as hmr
+    from hipmr_ctypes.adaptors import _order
+    seen = []
+    real = _order.record_or_synchronize
+    _order.record_or_synchronize = lambda ev, s: seen.append(s) or real(ev, s)
+    for kind in ("pool", "fixed"):
+        with hmr.Device(0):
+            base = hmr.AsyncMemoryResource(device=0)
+        r = hmr.PoolResource(base) if kind == "pool" else hmr.FixedSizeResource(base, 4096, 4)
+        with hmr.Device(0):
+            p = r.allocate_async(1000, 256, 0)
+            r.deallocate_async(p, 1000, 256, 0)      # freed on device 0's null stream
+        seen.clear()
+        with hmr.Device(1):
+            q = r.allocate_async(1000, 256, 0)       # device 1's null stream
+        assert q != p or seen, (kind, "device 0's null stream was taken for device 1's")
+        with hmr.Device(1):
+            r.deallocate_async(q, 1000, 256, 0)
+        r.release()
+    print("ok")
+""")
+
+
+def test_the_null_streams_of_two_devices_are_two_streams():
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
+               PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], capture_output=True, text=True,
+                          env=env, cwd=str(ROOT), timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_per_thread_streams_on_a_gpu(monkeypatch):
+    """The same on a real GPU: thread B's per-thread stream never gets thread A's block
+    without an ordering step, and the memory it gets holds what B writes."""
+    r = hmr.PoolResource(hmr.AsyncMemoryResource())
+    seen = _spy(monkeypatch)
+
+    def a():
+        b = hmr.Buffer.from_host(b"a" * 4096, resource=r, stream=PER_THREAD)
+        p = b.ptr
+        b.close()
+        return p
+
+    pa = _in_thread(a)
+    seen.clear()
+
+    def b():
+        buf = hmr.Buffer.from_host(b"b" * 4096, resource=r, stream=PER_THREAD)
+        ok = buf.tobytes() == b"b" * 4096
+        p = buf.ptr
+        buf.close()
+        return p, ok
+
+    pb, ok = _in_thread(b)
+    assert ok and (pb != pa or seen)
+    r.release()
