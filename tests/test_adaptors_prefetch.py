@@ -49,7 +49,24 @@ def test_prefetch_failure_gives_the_memory_back(monkeypatch):
     assert up.outstanding == 0
 
 
-def test_prefetch_on_the_emulated_runtime():
+def test_prefetch_on_the_emulated_runtime(monkeypatch):
+    from hipmr_ctypes import _hip, device
+    rt = _hip.get_runtime()
+    if rt.platform != "emulated":
+        pytest.skip("needs HIPMR_PLATFORM=emulated")
+    seen = []
+    real = device.prefetch_if_managed
+
+    def spy(*args):
+        done = real(*args)
+        seen.append((args[0], args[1], done))
+        return done
+
+    monkeypatch.setattr(device, "prefetch_if_managed", spy)
+    before = rt.emulator.live_allocations()
     pf = PrefetchResource(ManagedMemoryResource())
     p = pf.allocate(1 << 16)
+    assert seen == [(p, 1 << 16, True)]   # prefetched, all of it
+    assert rt.emulator.live_allocations().count == before.count + 1
     pf.deallocate(p, 1 << 16)
+    assert rt.emulator.live_allocations() == before
