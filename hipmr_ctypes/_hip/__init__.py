@@ -70,7 +70,9 @@ def get_runtime() -> Runtime:
             _load_locked()
         if _runtime is not None:
             return _runtime
-        raise _error  # type: ignore[misc]
+        # the same error every time, with only this raise's traceback: raising the stored
+        # object again would append to its traceback at every call (unbounded growth)
+        raise _error.with_traceback(None)  # type: ignore[union-attr]
 
 
 def _load_locked() -> None:

@@ -100,7 +100,8 @@ class HipError(RuntimeError):
 
 
 def _rebuild(cls, state):
-    obj = cls.__new__(cls)
+    # an OSError subclass must be made by OSError's own __new__ (its C layout is larger)
+    obj = OSError.__new__(cls) if issubclass(cls, OSError) else cls.__new__(cls)
     obj.__dict__.update(state)
     Exception.__init__(obj, obj._format())
     return obj

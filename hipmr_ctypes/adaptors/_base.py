@@ -37,7 +37,8 @@ __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_me
            "check_free_args", "check_ptr", "upstream_calls", "checked_frees",
            "check_stream", "check_free", "check_callable", "give_back_chunks",
            "return_chunks", "round_up", "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR",
-           "must_check_arguments", "SYNC", "claim", "check_upstream_chunk", "overlaps"]
+           "must_check_arguments", "SYNC", "claim", "check_upstream_chunk", "overlaps",
+           "check_upstream_ptr", "duplicate"]
 
 
 def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:
@@ -188,6 +189,41 @@ def check_upstream_chunk(ptr: Any, size: int, chunks: Dict[int, int], give_back:
             except Exception:  # noqa: BLE001 - the refusal below is the error to report
                 pass
     raise ValueError(f"{owner}: the upstream returned {ptr!r} for {size} bytes: {problem}")
+
+
+def check_upstream_ptr(ptr: Any, nbytes: int, alignment: int, give_back: Any,
+                       owner: str) -> int:
+    """The one check of what a user-written upstream returned for ``(nbytes, alignment)``
+    (the package's own resources are trusted): an int address whose ``nbytes`` fit below
+    2**64, aligned to ``alignment``, non-null unless ``nbytes`` is 0.  Anything else is
+    given back when it is an address (with the arguments it was asked for) and refused:
+    TypeError for something that is not an int, ValueError otherwise."""
+    if (type(ptr) is int and 0 <= ptr and ptr + nbytes <= MAX_PTR + 1
+            and not ptr & (alignment - 1) and (ptr or not nbytes)):
+        return ptr
+    if type(ptr) is int and 0 < ptr <= MAX_PTR:
+        try:
+            give_back(ptr, nbytes, alignment)
+        except Exception:  # noqa: BLE001 - the refusal below is the error to report
+            pass
+        problem = (f"it is not aligned to {alignment}" if ptr & (alignment - 1)
+                   else "its bytes run past the end of the address space")
+    elif type(ptr) is int and ptr == 0:
+        problem = "a null pointer for a non-empty allocation"
+    elif type(ptr) is int:
+        problem = "not an address in [0, 2**64)"
+    else:
+        raise TypeError(f"{owner}: the pointer returned by the upstream's allocate for "
+                        f"bytes={nbytes} is {ptr!r}, not an int address")
+    raise ValueError(f"{owner}: the pointer returned by the upstream's allocate for "
+                     f"bytes={nbytes}, alignment={alignment} is {ptr!r}: {problem}")
+
+
+def duplicate(owner: str, ptr: int) -> ValueError:
+    """The error for an upstream that returned an address it had handed out before and that
+    is still live (never given back: that would free the live allocation)."""
+    return ValueError(f"{owner}: the upstream returned ptr={ptr:#x}, which it handed out "
+                      "before and which is still live: the upstream is broken")
 
 
 def upstream_calls(ref: resource_ref) -> Tuple[Any, Any, Any, Any]:

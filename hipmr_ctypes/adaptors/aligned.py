@@ -4,9 +4,11 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from .._sizes import Size, config_size
+from ..errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, check_alignment, check_args,
-                    check_free_args, check_stream, claim, must_check_arguments, upstream_calls)
+                    check_free_args, check_stream, check_upstream_ptr, claim, duplicate,
+                    must_check_arguments, upstream_calls)
 
 __all__ = ["AlignedResource"]
 
@@ -63,10 +65,20 @@ class AlignedResource(BoundAdaptor):
                 return (up_alloc(bytes, a) if stream is SYNC
                         else up_alloc_async(bytes, a, stream))
             total = bytes + alignment - UPSTREAM_ALIGNMENT
+            if total > MAX_SIZE:  # a valid request no upstream can serve
+                raise OutOfMemoryError(call="AlignedResource.allocate", size=bytes,
+                                       detail=f"with alignment={alignment} it needs more "
+                                              "than 2**63 bytes of the upstream")
             ptr = (up_alloc(total, UPSTREAM_ALIGNMENT) if stream is SYNC
                    else up_alloc_async(total, UPSTREAM_ALIGNMENT, stream))
+            if must_check:  # a user-written upstream: the block must start where promised
+                ptr = check_upstream_ptr(
+                    ptr, total, UPSTREAM_ALIGNMENT, up_dealloc if stream is SYNC else
+                    (lambda p, n, a: up_dealloc_async(p, n, a, stream)), "AlignedResource")
             aligned = (ptr + alignment - 1) & -alignment
-            moved[aligned] = (ptr, total, bytes)
+            entry = (ptr, total, bytes)
+            if moved.setdefault(aligned, entry) is not entry:
+                raise duplicate("AlignedResource", ptr)
             return aligned
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:

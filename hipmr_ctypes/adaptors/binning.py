@@ -7,7 +7,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, as_upstream_ref,
-                    check_args, check_free_args, check_size, check_stream, claim)
+                    check_args, check_free_args, check_size, check_stream, claim, duplicate)
 from .fixed_size import FixedSizeResource
 
 __all__ = ["BinningResource"]
@@ -73,6 +73,9 @@ class BinningResource(BoundAdaptor):
         if resource is None:
             return size, None
         bin_ref = as_upstream_ref(resource, "resource")
+        if self._reaches_self(bin_ref.resource):
+            raise ValueError("resource: the bin is this BinningResource, or a stack of "
+                             "resources over it (every allocation would recurse)")
         missing = [p.__name__ for p in self._upstream.properties
                    if p not in bin_ref.properties]
         if missing:
@@ -81,6 +84,29 @@ class BinningResource(BoundAdaptor):
         if self._async and not hasattr(bin_ref, "allocate_async"):
             raise TypeError("resource: the upstream is an async resource but the bin is not")
         return size, bin_ref
+
+    def _reaches_self(self, resource: Any) -> bool:
+        """True when ``resource`` is this adaptor or has it below it (through ``upstream`` /
+        ``resource`` links: adaptors, refs)."""
+        seen = set()
+        todo = [resource]
+        while todo:
+            r = todo.pop()
+            if r is self:
+                return True
+            if id(r) in seen or r is None:
+                continue
+            seen.add(id(r))
+            for attr in ("resource", "upstream"):
+                try:
+                    nxt = getattr(r, attr, None)
+                except Exception:  # noqa: BLE001 - a property of a user object
+                    nxt = None
+                if nxt is not None and not callable(nxt):
+                    todo.append(nxt)
+            for nxt in getattr(r, "bins", ()) if isinstance(r, BinningResource) else ():
+                todo.append(nxt[1])
+        return False
 
     def _insert(self, size: int, resource: Any) -> None:
         bin_ref = as_upstream_ref(resource, "resource")
@@ -109,6 +135,7 @@ class BinningResource(BoundAdaptor):
         threads can never both free a pointer)."""
         live = self._live
         live_pop = live.pop
+        live_setdefault = live.setdefault
         table = self._table
         upstream = ref
         aligned = FAST_ALIGNMENTS.get
@@ -134,7 +161,9 @@ class BinningResource(BoundAdaptor):
             ptr = (target.allocate(bytes, alignment) if stream is SYNC
                    else target.allocate_async(bytes, alignment, stream))
             if ptr:
-                live[ptr] = (target, bytes)
+                record = (target, bytes)
+                if live_setdefault(ptr, record) is not record:  # a bin handed ptr out twice
+                    raise duplicate("BinningResource", ptr)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:

@@ -5,7 +5,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT, Property
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundMethods, check_args,
-                    check_callable, check_free_args, check_ptr, check_stream)
+                    check_callable, check_free_args, check_stream, check_upstream_ptr)
 
 __all__ = ["CallbackResource"]
 
@@ -49,15 +49,23 @@ class CallbackResource(BoundMethods):
         fn_alloc, fn_dealloc, fn_alloc_async, fn_dealloc_async = self._functions
         aligned = FAST_ALIGNMENTS.get
 
-        def result(ptr: Any) -> int:
-            return ptr if type(ptr) is int and ptr >= 0 else check_ptr(
-                ptr, "the pointer returned by the allocate function")
+        def result(ptr: Any, nbytes: int, alignment: int, stream: Any = None) -> int:
+            """What the function returned: an address whose bytes fit below 2**64, aligned
+            as asked (0 is left to the function); anything else is given back when it can
+            be and refused (the one upstream-result check)."""
+            if type(ptr) is int and 0 <= ptr <= MAX_PTR - nbytes + 1 \
+                    and not ptr & (alignment - 1):
+                return ptr
+            give_back = fn_dealloc if stream is None else (
+                lambda p, n, a: fn_dealloc_async(p, n, a, stream))
+            return check_upstream_ptr(ptr, nbytes if ptr else 0, alignment, give_back,
+                                      "CallbackResource")
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
                     or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
-            return result(fn_alloc(bytes, alignment))
+            return result(fn_alloc(bytes, alignment), bytes, alignment)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
@@ -69,7 +77,8 @@ class CallbackResource(BoundMethods):
             if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
                     or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
-            return result(fn_alloc_async(bytes, alignment, check_stream(stream)))
+            handle = check_stream(stream)
+            return result(fn_alloc_async(bytes, alignment, handle), bytes, alignment, handle)
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int

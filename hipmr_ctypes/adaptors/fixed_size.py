@@ -281,7 +281,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             return allocate_slow(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if type(ptr) is int and aligned(alignment) is alignment:
+            if type(ptr) is int is type(bytes) and aligned(alignment) is alignment:
                 known = live_pop(ptr, _NONE)  # the claim: one caller wins
                 if known == bytes:
                     host_append(ptr)
@@ -308,7 +308,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
                 stream = stream._handle if type(stream) is SR else check_stream(stream)
-            if type(ptr) is int and aligned(alignment) is alignment and 0 <= stream:
+            if type(ptr) is int is type(bytes) and aligned(alignment) is alignment \
+                    and 0 <= stream:
                 known = live_pop(ptr, _NONE)
                 if known == bytes:
                     lst = free_get(stream if stream > SPECIAL else key(stream))

@@ -65,10 +65,10 @@ class LimitingResource(BoundAdaptor):
                                     detail=f"{in_use} of the limit {limit} bytes are in use")
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if must_check and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR
-                               or type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                               or aligned(alignment) is not alignment):
-                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+            if type(bytes) is not int or must_check and (
+                    type(ptr) is not int or not 0 <= ptr <= MAX_PTR or not 0 <= bytes <= MAX_SIZE
+                    or aligned(alignment) is not alignment):
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)  # index-able: int
             up_dealloc(ptr, bytes, alignment)
             freed(bytes)  # atomic; the next allocation or reader subtracts it
 
@@ -102,10 +102,10 @@ class LimitingResource(BoundAdaptor):
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if must_check and (type(ptr) is not int or not 0 <= ptr <= MAX_PTR
-                               or type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                               or aligned(alignment) is not alignment):
-                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+            if type(bytes) is not int or must_check and (
+                    type(ptr) is not int or not 0 <= ptr <= MAX_PTR or not 0 <= bytes <= MAX_SIZE
+                    or aligned(alignment) is not alignment):
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)  # index-able: int
             up_dealloc_async(ptr, bytes, alignment, stream)
             freed(bytes)
 

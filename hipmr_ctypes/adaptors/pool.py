@@ -29,6 +29,7 @@ Design (see docs/adaptors.md for the long version):
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from sys import getrefcount
 from typing import Any, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
@@ -36,7 +37,7 @@ from .._locks import DeferringLock
 from .._sizes import Size, config_size
 from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
+from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, return_chunks, round_up)
 from ._order import SPECIAL, StreamOrder, handle_of, stream_key
@@ -75,6 +76,9 @@ class _Arena:
         self.pending = 0                       # bytes being asked of the upstream right now
         self.peak_pool_size = 0
         self.streams = StreamOrder()           # events for cross-stream reuse
+        # free lists of streams forgotten by _flush_all that a fast path may still hold:
+        # drained by every flush, dropped once empty and held by nobody else
+        self.graveyard: List[Any] = []
 
     # ----------------------------------------------------------------- best-fit structure
     def _add(self, start: int, size: int, tag: FrozenSet[Any]) -> None:
@@ -179,8 +183,43 @@ class _Arena:
                 insert(ptr, size, tag)
 
     def _flush_all(self) -> None:
+        """Flush every free list into the best-fit structure, and forget the streams (other
+        than the host's): the state kept per stream is bounded by the streams that freed
+        memory since the last flush, not by every stream ever seen."""
         for key in list(self.classes):
             self._flush(key)
+            if key is not SYNC:
+                self._forget_key(key)
+        self._drain_graveyard()
+
+    def _forget_key(self, key: Any) -> None:
+        """Drop ``key``'s free-list maps (flushed, lock held) and its ordering event.  A fast
+        path may have fetched one of its lists just before and append to it afterwards: the
+        lists go to the graveyard, which later flushes drain."""
+        self.free.pop(key, None)
+        classes = self.classes.pop(key, None)
+        if classes:
+            self.graveyard.extend((key, size, lst) for size, lst in classes.items())
+        self.streams.forget(key)
+
+    def _drain_graveyard(self) -> None:
+        keep = []
+        insert = self._insert
+        for entry in self.graveyard:
+            key, size, lst = entry
+            pop = lst.pop
+            while True:
+                try:
+                    ptr = pop()
+                except IndexError:
+                    break
+                insert(ptr, size, frozenset((key,)))
+            del pop
+            # references: the entry, `lst`, getrefcount's argument; more: a fast path (or a
+            # forgotten map it fetched) that may still append to it
+            if getrefcount(lst) > 3:
+                keep.append(entry)
+        self.graveyard[:] = keep
 
     def _take_cached(self, nbytes: int, size: int, alignment: int, key: Any) -> Optional[int]:
         """A block of class ``size`` from the free lists of ``key`` or the clean sync lists."""
@@ -323,6 +362,10 @@ class _Arena:
             return 0
         size = round_up(nbytes, _GRAIN)
         extra = alignment - _GRAIN if alignment > _GRAIN else 0
+        if size + extra > MAX_SIZE:  # a valid request no upstream can serve
+            raise OutOfMemoryError(call="PoolResource.allocate", size=nbytes,
+                                   detail=f"with alignment={alignment} the pool would need "
+                                          "a block of more than 2**63 bytes")
         with self.lock:
             found = self._take(nbytes, size, alignment, key)
             tries = 0

@@ -99,9 +99,9 @@ class StatisticsResource(BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
             nonlocal cb, cn, pb, pn, tb, tn
-            if must_check and (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
-                               or aligned(alignment) is not alignment):
-                bytes, alignment = check_args(bytes, alignment)
+            if type(bytes) is not int or must_check and (not 0 <= bytes <= MAX_SIZE
+                                                         or aligned(alignment) is not alignment):
+                bytes, alignment = check_args(bytes, alignment)  # also an index-able size: int
             ptr = (up_alloc(bytes, alignment) if stream is SYNC
                    else up_alloc_async(bytes, alignment, stream))
             try:

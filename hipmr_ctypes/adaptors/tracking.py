@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from ._base import (MAX_PTR, SYNC, BoundAdaptor, check_args, check_free_args, check_stream,
-                    claim, must_check_arguments, upstream_calls)
+                    check_upstream_ptr, claim, duplicate, must_check_arguments, upstream_calls)
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
 
@@ -49,6 +49,7 @@ class TrackingResource(BoundAdaptor):
         match is put back before the precise error is raised."""
         live = self._live                 # ptr -> (size, alignment, stream handle, stack)
         live_pop = live.pop
+        setdefault = live.setdefault
         capture = self._capture
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
@@ -56,6 +57,11 @@ class TrackingResource(BoundAdaptor):
         def stack(ours: int) -> Optional[traceback.StackSummary]:
             """The caller's stack, without our own ``ours`` innermost frames."""
             return traceback.StackSummary.from_list(traceback.extract_stack()[:-ours])
+
+        def give_back(stream: Any) -> Any:
+            if stream is SYNC:
+                return up_dealloc
+            return lambda p, n, a: up_dealloc_async(p, n, a, stream)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
@@ -68,9 +74,14 @@ class TrackingResource(BoundAdaptor):
                 handle = (stream if type(stream) is int and 0 <= stream <= MAX_PTR
                           else check_stream(stream))
                 ptr = up_alloc_async(bytes, alignment, stream)
+            if must_check:  # a user-written upstream: check what it returned
+                ptr = check_upstream_ptr(ptr, bytes, alignment, give_back(stream),
+                                         "TrackingResource")
             if ptr:
-                live[ptr] = (bytes, alignment, handle,
-                             stack(3 if stream is SYNC else 2) if capture else None)
+                record = (bytes, alignment, handle,
+                          stack(3 if stream is SYNC else 2) if capture else None)
+                if setdefault(ptr, record) is not record:  # handed out twice: keep the record
+                    raise duplicate("TrackingResource", ptr)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:

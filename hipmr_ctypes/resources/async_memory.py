@@ -112,7 +112,9 @@ class MemoryPool:
         self._closed = False
         self._ipc_id: Optional[bytes] = None        # an exportable or imported pool's identity
         self._mapped: Optional[Set[int]] = None     # an imported pool: the pointers mapped
-        self._users: "weakref.WeakSet[AsyncMemoryResource]" = weakref.WeakSet()
+        # by identity: resources on one pool are equal, and a set would keep only one of them
+        self._users: "weakref.WeakValueDictionary[int, AsyncMemoryResource]" = \
+            weakref.WeakValueDictionary()
         self._finalizer = (finalize(self, _destroy_pool, rt.fn.hipMemPoolDestroy, handle)
                            if owned else None)
 
@@ -265,7 +267,7 @@ class MemoryPool:
         if self._closed:
             return
         self._closed = True
-        for user in list(self._users):
+        for user in list(self._users.values()):
             user._malloc = _pool_closed
             if self._finalizer is not None:
                 user._free_fn = _free_then_destroy(user._free_fn, self)
@@ -438,7 +440,21 @@ class AsyncMemoryResource:
         self._settings = settings
         self._malloc = rt.fn.hipMallocFromPoolAsync
         self._free_fn = rt.fn.hipFreeAsync
-        pool._users.add(self)
+        pool._users[id(self)] = self
+
+    def __copy__(self) -> "AsyncMemoryResource":
+        """Another resource on the same pool, which ``pool.close()`` closes too (a copy of
+        the slots alone would not be known to the pool, and go on allocating from it)."""
+        cls = type(self)
+        new = cls.__new__(cls)
+        for name in ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings"):
+            setattr(new, name, getattr(self, name))
+        self._pool._users[id(new)] = new
+        new._malloc, new._free_fn = self._malloc, self._free_fn  # if closed meanwhile
+        return new
+
+    def __deepcopy__(self, memo: Any) -> "AsyncMemoryResource":
+        return self.__copy__()
 
     @property
     def pool(self) -> MemoryPool:

@@ -1,0 +1,161 @@
+"""Upstreams that misbehave: what can be checked cheaply is checked (on the slow path), refused
+with a clear error, and what was taken is given back.
+
+``AddressSpace`` is a user-written upstream (a ``CallbackResource``) that hands out addresses
+of a fake address space and records what is live; its ``bad`` hook makes it misbehave."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+import pytest
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes import CallbackResource, device_accessible
+
+
+class AddressSpace:
+    """A fake address space: 256-aligned addresses from 1 MiB up, never reused unless
+    ``bad`` says otherwise; ``live`` maps each live address to its size."""
+
+    def __init__(self, bad: Optional[Callable[[int, int], Any]] = None) -> None:
+        self.next = 1 << 20
+        self.live: Dict[int, int] = {}
+        self.freed: list = []
+        self.bad = bad
+
+    def allocate(self, nbytes: int, alignment: int) -> Any:
+        if not nbytes:
+            return 0
+        ptr = self.next
+        self.next += (nbytes + 4095) & ~4095
+        if self.bad is not None:
+            forced = self.bad(ptr, nbytes)
+            if forced is not None:
+                if type(forced) is int and 0 < forced < 1 << 64:
+                    self.live.setdefault(forced, nbytes)
+                return forced
+        self.live[ptr] = nbytes
+        return ptr
+
+    def deallocate(self, ptr: int, nbytes: int, alignment: int) -> None:
+        if not ptr and not nbytes:
+            return
+        if self.live.pop(ptr, None) is None:
+            raise ValueError(f"AddressSpace: {ptr:#x} is not live")
+        self.freed.append(ptr)
+
+    def resource(self, is_async: bool = True) -> CallbackResource:
+        if not is_async:
+            return CallbackResource(self.allocate, self.deallocate,
+                                    properties=(device_accessible,))
+        return CallbackResource(self.allocate, self.deallocate,
+                                lambda n, a, s: self.allocate(n, a),
+                                lambda p, n, a, s: self.deallocate(p, n, a),
+                                properties=(device_accessible,))
+
+
+def _repeat_first(first: list) -> Callable[[int, int], Any]:
+    """An upstream that hands out its first address again and again."""
+    def bad(ptr: int, nbytes: int) -> Any:
+        if first:
+            return first[0]
+        first.append(ptr)
+        return None
+    return bad
+
+
+@pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
+def test_a_sub_allocator_refuses_an_address_handed_out_twice(kind):
+    space = AddressSpace(_repeat_first([]))
+    up = space.resource()
+    r = (hmr.PoolResource(up) if kind == "PoolResource"
+         else hmr.FixedSizeResource(up, 1 << 20, 1))
+    first = [r.allocate(1 << 20)]          # the first chunk, all of it in use
+    with pytest.raises(ValueError, match="overlaps memory the upstream handed out before"):
+        r.allocate(1 << 20)                # the upstream hands out the same chunk again
+    assert len(set(first)) == 1 and r.allocation_count() == 1
+    r.deallocate(first[0], 1 << 20)
+
+
+@pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
+@pytest.mark.parametrize("bad", ["unaligned", "null", "float", "past-2**64"])
+def test_a_sub_allocator_refuses_a_bad_chunk_and_gives_it_back(kind, bad):
+    results = {"unaligned": lambda p, n: p + 16, "null": lambda p, n: 0,
+               "float": lambda p, n: float(p), "past-2**64": lambda p, n: (1 << 64) - 4096}
+    calls = []
+
+    def misbehave(ptr: int, nbytes: int) -> Any:
+        calls.append(ptr)
+        return results[bad](ptr, nbytes) if len(calls) > 1 else None
+
+    space = AddressSpace(misbehave)
+    r = (hmr.PoolResource(space.resource(), initial_pool_size=1 << 20)
+         if kind == "PoolResource" else hmr.FixedSizeResource(space.resource(), 1 << 20, 1))
+    held = r.allocate(1 << 20)
+    with pytest.raises(ValueError, match="the upstream returned"):
+        r.allocate(1 << 20)
+    if bad == "unaligned" or bad == "past-2**64":
+        assert space.live == {calls[0]: 1 << 20}, "the refused chunk was kept, not given back"
+    r.deallocate(held, 1 << 20)
+    r.release()
+    assert space.live == {} or bad == "past-2**64"
+
+
+def test_tracking_refuses_an_address_handed_out_twice_and_keeps_its_records():
+    space = AddressSpace(_repeat_first([]))
+    t = hmr.TrackingResource(space.resource())
+    p = t.allocate(100)
+    with pytest.raises(ValueError, match="handed out before and which is still live"):
+        t.allocate(100)
+    assert list(t.outstanding()) == [p]
+    t.deallocate(p, 100)
+    assert t.outstanding() == {}
+
+
+def test_binning_refuses_a_bin_that_hands_out_an_address_twice():
+    space = AddressSpace(_repeat_first([]))
+    b = hmr.BinningResource(space.resource(),
+                            [(4096, space.resource())])
+    p = b.allocate(100)
+    with pytest.raises(ValueError, match="still live"):
+        b.allocate(100)
+    b.deallocate(p, 100)
+    assert b.allocation_count() == 0
+
+
+@pytest.mark.parametrize("offset", [16, 128])
+def test_aligned_refuses_an_unaligned_upstream_block_and_gives_it_back(offset):
+    space = AddressSpace(lambda p, n: p + offset)
+    a = hmr.AlignedResource(space.resource(), 4096)
+    with pytest.raises(ValueError, match="not aligned to 256"):
+        a.allocate(1000)
+    assert space.live == {}, "the upstream's block was kept"
+
+
+@pytest.mark.parametrize("result", [1 << 64, (1 << 64) - 16, -256, 2.5, "0x1000"])
+def test_callback_refuses_a_result_that_is_not_an_address(result):
+    space = AddressSpace(lambda p, n: result)
+    r = space.resource()
+    with pytest.raises(ValueError if isinstance(result, int) else (ValueError, TypeError),
+                       match="CallbackResource: the upstream returned"):
+        r.allocate(256)
+    with pytest.raises((ValueError, TypeError), match="the upstream returned"):
+        r.allocate_async(256, 256, 0)
+
+
+def test_callback_gives_back_an_unaligned_result():
+    space = AddressSpace(lambda p, n: p + 8)
+    with pytest.raises(ValueError, match="not aligned to 256"):
+        space.resource().allocate(1000)
+    assert space.live == {}
+
+
+def test_binning_refuses_itself_and_stacks_over_itself_as_a_bin():
+    b = hmr.BinningResource(hmr.HostMemoryResource(), [256])
+    for bin_resource in (b, hmr.StatisticsResource(b), hmr.resource_ref(b),
+                         hmr.TrackingResource(hmr.StatisticsResource(b))):
+        with pytest.raises(ValueError, match="recurse"):
+            b.add_bin(4096, bin_resource)
+    assert [s for s, _ in b.bins] == [256]
+    p = b.allocate(1000)           # still works, through the upstream
+    b.deallocate(p, 1000)
