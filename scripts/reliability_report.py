@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Run the reliability suite and print one table: bad inputs tried, faults injected, thread
-operations run, fuzz operations run, crashes, leaks, corruptions (the last three must be 0).
+operations run, fuzz operations run, exit scenarios, collections inside locks, stream identity,
+misbehaving upstream and size cases; crashes, hangs, leaks, corruptions (all four must be 0).
 
     python scripts/reliability_report.py                       # emulated unless HIPMR_PLATFORM says
     HIPMR_PLATFORM=nvidia python scripts/reliability_report.py # also the gpu tests
@@ -19,7 +20,7 @@ not fatal to the report):
 ``HIPMR_PLATFORM`` is passed through (default ``emulated``): on ``nvidia`` or ``amd`` the gpu
 tests run too, and the tests that need the emulator's hooks skip.  A failure is classified
 from its message: a child process that died or a signal is a crash; memory left allocated is
-a leak; overlapping or overwritten blocks and fuzz-model mismatches are corruptions; anything
+a leak; a hung child or thread (a deadlock) is a hang; overlapping or overwritten blocks and fuzz-model mismatches are corruptions; anything
 else is "other failures".  Exit status: 0 when no test failed and crashes, leaks and
 corruptions are all 0.
 """
@@ -39,13 +40,17 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["test_bad_input.py", "test_faults.py", "test_threads.py", "test_shutdown.py"]
+TESTS = ["test_bad_input.py", "test_faults.py", "test_threads.py", "test_shutdown.py",
+         "test_exit.py", "test_gc_locks.py", "test_stream_identity.py",
+         "test_misbehaving_upstreams.py", "test_logging_failures.py",
+         "test_sizes_growth_pickle.py"]
 OPTIONAL_TESTS = ["test_pool_fuzz.py", "test_pool_threads.py"]
 
 CRASH = re.compile(r"child process died|rc=-\d|signal|Segmentation|core dumped|Fatal Python",
                    re.I)
 LEAK = re.compile(r"leak|left live|still allocated|live allocations changed|was left behind"
                   r"|were not destroyed", re.I)
+HANG = re.compile(r"\bhung\b|\bhangs?\b|deadlock|TimeoutExpired|timed out", re.I)
 CORRUPTION = re.compile(r"overlap|overwritten|corrupt|FuzzFailure|tiles|model", re.I)
 
 
@@ -87,7 +92,14 @@ class Collector:
 
         out = {"bad_input_cases": ran("tests/test_bad_input.py::test_bad_input["),
                "junk_calls": 0, "faults_injected": 0, "thread_ops": 0, "fuzz_ops_in_suite": 0,
-               "exit_scenarios": ran("tests/test_shutdown.py::test_exit_with_everything_alive")}
+               "exit_scenarios": ran("tests/test_shutdown.py::test_exit_with_everything_alive")
+               + ran("tests/test_shutdown.py::test_everything_dropped_before_exit")
+               + ran("tests/test_exit.py::"),
+               "gc_lock_cases": ran("tests/test_gc_locks.py::"),
+               "stream_identity_cases": ran("tests/test_stream_identity.py::"),
+               "misbehaving_cases": ran("tests/test_misbehaving_upstreams.py::")
+               + ran("tests/test_logging_failures.py::"),
+               "size_growth_pickle_cases": ran("tests/test_sizes_growth_pickle.py::")}
         bad = module("test_bad_input")
         if bad is not None:
             out["junk_calls"] = sum(getattr(bad, "JUNK_TRIED", []))
@@ -137,6 +149,8 @@ def _crash_excerpt(stderr: str, head: int = 25) -> str:
 def classify(message: str) -> str:
     if CRASH.search(message):
         return "crash"
+    if HANG.search(message):
+        return "hang"
     if LEAK.search(message):
         return "leak"
     if CORRUPTION.search(message):
@@ -196,7 +210,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     tests = suite["tests"]
     counts = {k: sum(1 for t in tests if t["outcome"] == k)
               for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")}
-    kinds = {"crash": 0, "leak": 0, "corruption": 0, "other": 0}
+    kinds = {"crash": 0, "hang": 0, "leak": 0, "corruption": 0, "other": 0}
     failures = []
     for t in tests:
         if t["outcome"] in ("failed", "error"):
@@ -228,12 +242,22 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         ("fuzz operations run", fuzz["ops"] + c.get("fuzz_ops_in_suite", 0),
          f"{fuzz['ops']:,} by fuzz_pool.py ({fuzz['runs']} runs) + "
          f"{c.get('fuzz_ops_in_suite', 0):,} in test_pool_fuzz"),
-        ("exit scenarios run", c.get("exit_scenarios", 0), "child processes exiting with "
-                                                           "everything alive"),
+        ("exit scenarios run", c.get("exit_scenarios", 0),
+         "child processes exiting with everything alive (or dropped first), user finalizers "
+         "and daemon threads at exit"),
+        ("garbage collections inside locks", c.get("gc_lock_cases", 0),
+         "a finalizer frees through the resource inside its own section; child processes"),
+        ("stream identity cases", c.get("stream_identity_cases", 0),
+         "per-thread and per-device null streams kept apart"),
+        ("misbehaving upstream cases", c.get("misbehaving_cases", 0),
+         "duplicate, unaligned, out-of-range results; failing log files"),
+        ("size, growth and pickle cases", c.get("size_growth_pickle_cases", 0),
+         "integer-like sizes, sizes near 2**63, bounded state, picklable errors"),
         ("tests passed / failed / skipped", None,
          f"{counts['passed']} / {counts['failed'] + counts['error']} / {counts['skipped']}"
          + (f" (+{counts['xfailed']} xfailed)" if counts["xfailed"] else "")),
         ("crashes", kinds["crash"], "must be 0"),
+        ("hangs", kinds["hang"], "must be 0"),
         ("leaks", kinds["leak"], "must be 0"),
         ("corruptions", kinds["corruption"], "must be 0"),
         ("other failures", kinds["other"], ""),
@@ -250,7 +274,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "rows": [{"measure": m, "count": n, "note": note} for m, n, note in rows],
         "tests": counts, "failure_kinds": kinds, "failures": failures,
         "counters": c, "fuzz": {k: v for k, v in fuzz.items() if k != "stderr"},
-        "ok": kinds["crash"] == kinds["leak"] == kinds["corruption"] == 0
+        "ok": kinds["crash"] == kinds["hang"] == kinds["leak"] == kinds["corruption"] == 0
         and counts["failed"] + counts["error"] == 0 and not suite_crashed,
     }
 

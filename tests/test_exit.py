@@ -181,7 +181,7 @@ DAEMON_CHURN = textwrap.dedent("""
                 s.synchronize()
             except BaseException as exc:
                 import sys, traceback
-                sys.stderr.write("".join(traceback.format_exception(exc)))
+                sys.stderr.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
                 raise
     for _ in range(4):
         threading.Thread(target=work, daemon=True).start()

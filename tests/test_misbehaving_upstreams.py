@@ -54,6 +54,33 @@ class AddressSpace:
                                 properties=(device_accessible,))
 
 
+class Plain:
+    """The same address space behind a plain user-written class (not a CallbackResource, which
+    checks its functions' results itself): the adaptors' own checks must catch it."""
+
+    properties = (device_accessible,)
+
+    def __init__(self, space: AddressSpace) -> None:
+        self.space = space
+
+    def allocate(self, nbytes: int, alignment: int = 256) -> Any:
+        return self.space.allocate(nbytes, alignment)
+
+    def deallocate(self, ptr: int, nbytes: int, alignment: int = 256) -> None:
+        self.space.deallocate(ptr, nbytes, alignment)
+
+    def allocate_async(self, nbytes: int, alignment: int, stream: Any) -> Any:
+        return self.space.allocate(nbytes, alignment)
+
+    def deallocate_async(self, ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
+        self.space.deallocate(ptr, nbytes, alignment)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    __hash__ = object.__hash__
+
+
 def _repeat_first(first: list) -> Callable[[int, int], Any]:
     """An upstream that hands out its first address again and again."""
     def bad(ptr: int, nbytes: int) -> Any:
@@ -67,7 +94,7 @@ def _repeat_first(first: list) -> Callable[[int, int], Any]:
 @pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
 def test_a_sub_allocator_refuses_an_address_handed_out_twice(kind):
     space = AddressSpace(_repeat_first([]))
-    up = space.resource()
+    up = Plain(space)
     r = (hmr.PoolResource(up) if kind == "PoolResource"
          else hmr.FixedSizeResource(up, 1 << 20, 1))
     first = [r.allocate(1 << 20)]          # the first chunk, all of it in use
@@ -89,11 +116,12 @@ def test_a_sub_allocator_refuses_a_bad_chunk_and_gives_it_back(kind, bad):
         return results[bad](ptr, nbytes) if len(calls) > 1 else None
 
     space = AddressSpace(misbehave)
-    r = (hmr.PoolResource(space.resource(), initial_pool_size=1 << 20)
-         if kind == "PoolResource" else hmr.FixedSizeResource(space.resource(), 1 << 20, 1))
+    r = (hmr.PoolResource(Plain(space), initial_pool_size=1 << 20)
+         if kind == "PoolResource" else hmr.FixedSizeResource(Plain(space), 1 << 20, 1))
     held = r.allocate(1 << 20)
     with pytest.raises(ValueError, match="the upstream returned"):
         r.allocate(1 << 20)
+    assert r.allocation_count() == 1
     if bad == "unaligned" or bad == "past-2**64":
         assert space.live == {calls[0]: 1 << 20}, "the refused chunk was kept, not given back"
     r.deallocate(held, 1 << 20)
@@ -103,7 +131,7 @@ def test_a_sub_allocator_refuses_a_bad_chunk_and_gives_it_back(kind, bad):
 
 def test_tracking_refuses_an_address_handed_out_twice_and_keeps_its_records():
     space = AddressSpace(_repeat_first([]))
-    t = hmr.TrackingResource(space.resource())
+    t = hmr.TrackingResource(Plain(space))
     p = t.allocate(100)
     with pytest.raises(ValueError, match="handed out before and which is still live"):
         t.allocate(100)
@@ -126,7 +154,7 @@ def test_binning_refuses_a_bin_that_hands_out_an_address_twice():
 @pytest.mark.parametrize("offset", [16, 128])
 def test_aligned_refuses_an_unaligned_upstream_block_and_gives_it_back(offset):
     space = AddressSpace(lambda p, n: p + offset)
-    a = hmr.AlignedResource(space.resource(), 4096)
+    a = hmr.AlignedResource(Plain(space), 4096)
     with pytest.raises(ValueError, match="not aligned to 256"):
         a.allocate(1000)
     assert space.live == {}, "the upstream's block was kept"
@@ -136,10 +164,11 @@ def test_aligned_refuses_an_unaligned_upstream_block_and_gives_it_back(offset):
 def test_callback_refuses_a_result_that_is_not_an_address(result):
     space = AddressSpace(lambda p, n: result)
     r = space.resource()
-    with pytest.raises(ValueError if isinstance(result, int) else (ValueError, TypeError),
-                       match="CallbackResource: the upstream returned"):
+    with pytest.raises(ValueError if isinstance(result, int) else TypeError,
+                       match="CallbackResource: the pointer returned by the upstream"):
         r.allocate(256)
-    with pytest.raises((ValueError, TypeError), match="the upstream returned"):
+    with pytest.raises(ValueError if isinstance(result, int) else TypeError,
+                       match="pointer returned"):
         r.allocate_async(256, 256, 0)
 
 

@@ -58,6 +58,8 @@ def test_crash_excerpt_keeps_the_innermost_frames(stderr, expect):
 @pytest.mark.parametrize("message, kind", [
     ("rc=-11: Segmentation fault", "crash"),
     ("AssertionError: live allocations changed", "leak"),
+    ("Failed: logging-write-collects: hung (a deadlock inside a lock of the resource)", "hang"),
+    ("AssertionError: deadlock: threads still running", "hang"),
     ("FuzzFailure: overlap at 0x10", "corruption"),
     ("ValueError: something else", "other"),
 ])

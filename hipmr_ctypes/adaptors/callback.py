@@ -56,8 +56,9 @@ class CallbackResource(BoundMethods):
             if type(ptr) is int and 0 <= ptr <= MAX_PTR - nbytes + 1 \
                     and not ptr & (alignment - 1):
                 return ptr
-            give_back = fn_dealloc if stream is None else (
-                lambda p, n, a: fn_dealloc_async(p, n, a, stream))
+            dealloc_async = fn_dealloc_async
+            give_back = fn_dealloc if stream is None or dealloc_async is None else (
+                lambda p, n, a: dealloc_async(p, n, a, stream))
             return check_upstream_ptr(ptr, nbytes if ptr else 0, alignment, give_back,
                                       "CallbackResource")
 

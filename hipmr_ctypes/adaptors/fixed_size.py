@@ -292,7 +292,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if type(stream) is not int:
-                stream = stream._handle if type(stream) is SR else check_stream(stream)
+                stream = (stream._handle  # type: ignore[attr-defined]
+                          if type(stream) is SR else check_stream(stream))
             if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
                     and 0 <= stream and acquire(False):
                 try:
@@ -307,7 +308,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
-                stream = stream._handle if type(stream) is SR else check_stream(stream)
+                stream = (stream._handle  # type: ignore[attr-defined]
+                          if type(stream) is SR else check_stream(stream))
             if type(ptr) is int is type(bytes) and aligned(alignment) is alignment \
                     and 0 <= stream:
                 known = live_pop(ptr, _NONE)
