@@ -103,8 +103,9 @@ PRELUDE = textwrap.dedent("""
 """)
 
 
-def _child(code: str, **env_extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(ROOT),
+def _child(code: str, platform: str = "emulated", **env_extra: str
+           ) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HIPMR_PLATFORM=platform, PYTHONPATH=str(ROOT),
                HIPMR_EMULATED_MEMORY="2GiB", PYTHONWARNINGS="default", **env_extra)
     return subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
                           capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=120)
@@ -197,3 +198,17 @@ def test_daemon_threads_making_streams_and_events_through_the_exit(run):
     proc = _child(DAEMON_CHURN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == "", proc.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_user_code_at_exit_on_a_gpu(gpu_runtime):
+    """The same on a real GPU (the raw pool pointer written from the host is host memory)."""
+    code = PRELUDE + USE + textwrap.dedent("""
+        h = Holder(host_pool=True)
+        h2 = Holder(host_pool=True)
+        h2.me = h2
+        HOOKED.append(Holder(host_pool=True))
+    """)
+    proc = _child(code, platform=gpu_runtime.platform)
+    assert proc.returncode == 0, f"exit code {proc.returncode}: {proc.stderr[-3000:]}"
+    assert proc.stderr == "" and proc.stdout == "", (proc.stdout + proc.stderr)[-3000:]

@@ -118,7 +118,7 @@ def test_the_null_streams_of_two_devices_are_two_streams():
 
 
 @pytest.mark.gpu
-def test_per_thread_streams_on_a_gpu(monkeypatch):
+def test_per_thread_streams_on_a_gpu(gpu_runtime, monkeypatch):
     """The same on a real GPU: thread B's per-thread stream never gets thread A's block
     without an ordering step, and the memory it gets holds what B writes."""
     r = hmr.PoolResource(hmr.AsyncMemoryResource())
