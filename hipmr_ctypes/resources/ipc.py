@@ -14,12 +14,12 @@ import os
 import socket
 import struct
 import threading
-import weakref
 from ctypes import c_int, c_void_p
 from multiprocessing.reduction import DupFd, ForkingPickler
 from typing import Any, Callable, Optional, Set
 
 from .. import _hip
+from .._exit import finalize
 from ..errors import NotSupportedError
 from .._hip.types import hipMemHandleTypePosixFileDescriptor
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
@@ -70,7 +70,7 @@ class IpcPoolHandle:
         self._device = device
         self._pool_id = pool_id
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _close_fd, fd)
+        self._finalizer = finalize(self, _close_fd, fd)  # never at exit: hipmr_ctypes._exit
 
     @property
     def fd(self) -> int:
