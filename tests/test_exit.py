@@ -2,7 +2,8 @@
 in garbage cycles, ``atexit`` hooks registered before the package, daemon threads.
 
 The rule (``hipmr_ctypes._exit``): at exit the package frees and destroys nothing that user
-code may still reach; memory, streams, events and pools stay valid until the process ends.
+code may still reach; memory, streams, events and pools stay valid until the process ends,
+and a ``Buffer`` is either still valid or (freed at exit) raises ValueError saying so.
 Each scenario is a real child process that must exit 0 and print nothing (a segfault is
 exit code -11 / 139; an error inside a user ``__del__`` is printed on stderr).
 """
@@ -26,11 +27,17 @@ USE = textwrap.dedent("""
     def use(h):
         if h.__dict__.pop("pending", None) is None:
             return
-        data = h.buf.tobytes()                       # 64 MiB copied in from host data
-        assert len(data) == 64 << 20 and data[:3] == b"xyz", data[:3]
+        try:
+            data = h.buf.tobytes()                   # 64 MiB copied in from host data
+            assert len(data) == 64 << 20 and data[:3] == b"xyz", data[:3]
+        except ValueError as exc:                    # or freed at exit, and it says so
+            assert "interpreter exit" in str(exc), exc
         ctypes.memset(h.raw, 7, 1 << 20)             # into pool.allocate(1 << 20)
         assert ctypes.string_at(h.raw + 4096, 2) == b"\\x07\\x07"
-        h.dev.copy_from_host(b"abc" * 1000 + bytes(1096))
+        try:
+            h.dev.copy_from_host(b"abc" * 1000 + bytes(1096))
+        except ValueError as exc:
+            assert "interpreter exit" in str(exc), exc
         h.pool.deallocate(h.raw, 1 << 20)
         p = h.pool.allocate_async(4096, 256, h.stream)
         h.pool.deallocate_async(p, 4096, 256, h.stream)   # frees on a live Stream
@@ -125,31 +132,44 @@ def test_user_code_at_exit_finds_everything_valid(name):
 #: the race of objects made after the exit hook, made deterministic: the hook runs, then
 #: objects are made (as a daemon thread would), then weakref's own exit processing runs
 AFTER_THE_HOOK = textwrap.dedent("""
-    import gc, weakref
+    import ctypes, gc, weakref
     import hipmr_ctypes as hmr
     from hipmr_ctypes import _exit, _hip
     rt = _hip.get_runtime()
     destroyed = []
-    for name in ("hipStreamDestroy", "hipEventDestroy", "hipFree", "hipFreeAsync",
-                 "hipMemPoolDestroy"):
+    # (buffers use the default resource, hipFree: those live at the hook are freed there;
+    # the pools' chunks come from AsyncMemoryResources, hipFreeAsync)
+    for name in ("hipStreamDestroy", "hipEventDestroy", "hipFreeAsync", "hipMemPoolDestroy"):
         real = getattr(rt.fn, name)
         setattr(rt.fn, name, lambda *a, _r=real, _n=name: destroyed.append(_n) or _r(*a))
-    early = [hmr.Stream(), hmr.Event(), hmr.Buffer.from_host(bytes(100)), hmr.AsyncMemoryResource(),
-             hmr.PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=1 << 20)]
+    def make():
+        pool = hmr.PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=1 << 20)
+        raw = pool.allocate(1000)
+        return [hmr.Stream(), hmr.Event(), hmr.Buffer.from_host(bytes(100)),
+                hmr.AsyncMemoryResource(), pool, raw]
+    early = make()
     _exit._at_exit()
-    late = [hmr.Stream(), hmr.Event(), hmr.Buffer.from_host(bytes(100)), hmr.AsyncMemoryResource(),
-            hmr.PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=1 << 20)]
+    late = make()
     weakref.finalize._exitfunc()          # what the interpreter runs next at exit
     for objs in (early, late):
-        s, e, b, a, pool = objs
-        assert not s.closed and not e.closed and not b.closed and not a.pool.closed
+        s, e, b, a, pool, raw = objs
+        assert not s.closed and not e.closed and not a.pool.closed
         e.record(s)
         e.synchronize()
-        assert b.tobytes() == bytes(100)
+        if objs is late:                  # made after the hook: a buffer like any other
+            assert b.tobytes() == bytes(100)
+        else:                             # live at the hook: freed, and it says so
+            try:
+                b.tobytes()
+                raise AssertionError("a buffer live at exit was not closed")
+            except ValueError as exc:
+                assert "interpreter exit" in str(exc), exc
+        ctypes.memset(raw, 1, 1000)       # the pool's memory is still there
+        pool.deallocate(raw, 1000)
         pool.deallocate(pool.allocate(1000), 1000)
     assert destroyed == [], destroyed
     # collected after the hook: nothing is destroyed (a user finalizer may still need it)
-    del early, late, objs, s, e, b, a, pool
+    del early, late, objs, s, e, b, a, pool, raw
     gc.collect()
     assert destroyed == [], destroyed
     # an explicit close() still closes

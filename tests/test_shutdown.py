@@ -363,18 +363,16 @@ def test_the_harness_sees_failed_calls_and_leaks(tmp_path):
 
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if not n.startswith("control")])
 def test_exit_with_everything_alive(name, tmp_path):
-    """Exit with everything alive: nothing fails, and the package frees nothing at exit
-    (user code may still use it: see ``hipmr_ctypes._exit``)."""
-    proc, report, leaks_ok = _run(name, tmp_path)
+    """Exit with everything alive: nothing fails, nothing is printed."""
+    proc, report, _ = _run(name, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "", proc.stdout[-2000:]
     assert proc.stderr == "", proc.stderr[-3000:]
     seen = json.loads(report.read_text())
     assert seen["failed"] == [], f"runtime calls failed (double free? freed too late?): " \
                                  f"{seen['failed'][:10]}"
-    if not leaks_ok:
-        assert seen["end"] == seen["begin"], \
-            f"freed at exit while still reachable: live {seen['begin']} -> {seen['end']}"
+    # (buffers live at exit are freed and closed then; pools, streams and events are not:
+    # tests/test_exit.py checks both)
 
 
 @pytest.mark.parametrize("name", [n for n, (_, leaks_ok) in SCENARIOS.items()
