@@ -200,11 +200,23 @@ def get_descriptive_name_of_object(obj: Any) -> str:
     return f"{code.co_filename}:{code.co_firstlineno}({qualname})"
 
 
+_values = per_device._resources.values
+_is_statistics: Dict[type, bool] = {}   # resource type -> is it a StatisticsResource
+
+
 def _enabled() -> bool:
-    """Cheap: is any per-device resource a StatisticsResource?  (No native call.)"""
-    for mr in tuple(per_device._resources.values()):
-        if isinstance(mr, StatisticsResource):
-            return True
+    """Cheap: is any per-device resource a StatisticsResource?  (No native call, no lock: one
+    pass over the table, a dict lookup per resource.)"""
+    try:
+        for mr in _values():
+            kind = type(mr)
+            known = _is_statistics.get(kind)
+            if known is None:
+                known = _is_statistics[kind] = issubclass(kind, StatisticsResource)
+            if known:
+                return True
+    except RuntimeError:  # the table changed under us (another thread): look again, copied
+        return any(isinstance(mr, StatisticsResource) for mr in tuple(_values()))
     return False
 
 
