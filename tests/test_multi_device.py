@@ -62,17 +62,19 @@ KINDS = ["pool", "malloc", "pool_adaptor"]
 
 # ---- the runtime's own rules -----------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["pool", "malloc"])
-def test_plain_copy_between_devices_is_refused_and_peer_copy_works(rt, kind):
-    """hipMemcpy between device memory of two devices is hipErrorInvalidValue; the peer copy
-    of the same bytes works."""
+def test_plain_copy_between_devices_pool_memory_is_refused_and_peer_copy_works(rt, kind):
+    """hipMemcpy between memory-pool memory of two devices (no access granted) is
+    hipErrorInvalidValue; the peer copy of the same bytes works for pool and hipMalloc
+    memory."""
     n = 4096
     src = hmr.Buffer.from_host(_pattern(n), resource=_resource(kind, 0))
     dst = hmr.Buffer(n, resource=_resource(kind, 1))
     dst.memset(0)
-    st = rt.fn.hipMemcpy(dst.ptr, src.ptr, n, hipMemcpyDefault)
-    assert rt.hip_code(st) == 1, f"hipMemcpy between devices returned {st}"
-    rt.clear_last_error()
-    assert dst.tobytes() == bytes(n)   # nothing was copied
+    if kind == "pool":
+        st = rt.fn.hipMemcpy(dst.ptr, src.ptr, n, hipMemcpyDefault)
+        assert rt.hip_code(st) == 1, f"hipMemcpy between devices returned {st}"
+        rt.clear_last_error()
+        assert dst.tobytes() == bytes(n)   # nothing was copied
     assert rt.fn.hipMemcpyPeer(dst.ptr, 1, src.ptr, 0, n) == 0
     hmr.Device(1).synchronize()
     assert dst.tobytes() == _pattern(n)
@@ -333,3 +335,37 @@ def test_dlpack_tells_torch_the_device_behind_adaptors():
     t = torch.from_dlpack(buf)
     assert t.device == torch.device("cuda", 1)
     assert int(t.to(torch.int64).sum()) == sum(range(256)) * 4
+
+
+def test_emulated_plain_copy_rules():
+    """The emulated rule in full: hipMalloc memory of two devices copies with a plain
+    hipMemcpy; pool memory only once each pool grants the other device access."""
+    from hipmr_ctypes._hip import create_runtime
+    rt = create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
+                                          "HIPMR_EMULATED_MEMORY": "64MiB"})
+    emu = rt.emulator
+
+    def malloc(device, call="hipMalloc"):
+        out = ctypes.c_void_p()
+        rt.check(rt.fn.hipSetDevice(device))
+        if call == "hipMalloc":
+            rt.check(rt.fn.hipMalloc(out, 512))
+        else:
+            rt.check(rt.fn.hipMallocAsync(out, 512, 0))
+        return out.value
+
+    a, b = malloc(0), malloc(1)
+    assert rt.fn.hipMemcpy(b, a, 512, hipMemcpyDefault) == 0
+    p0, p1 = malloc(0, "async"), malloc(1, "async")
+    assert rt.fn.hipMemcpy(p1, p0, 512, hipMemcpyDefault) == 1
+    assert rt.fn.hipMemcpy(b, p0, 512, hipMemcpyDefault) == 1
+    from hipmr_ctypes._hip.types import hipMemAccessDesc
+    for owner, other in ((0, 1), (1, 0)):
+        pool = ctypes.c_void_p()
+        rt.check(rt.fn.hipDeviceGetMemPool(pool, owner))
+        desc = hipMemAccessDesc()
+        desc.location.type, desc.location.id, desc.flags = 1, other, 3
+        rt.check(rt.fn.hipMemPoolSetAccess(pool, desc, 1))
+    assert rt.fn.hipMemcpy(p1, p0, 512, hipMemcpyDefault) == 0
+    assert rt.fn.hipMemcpy(b, p0, 512, hipMemcpyDefault) == 0
+    emu.reset()

@@ -29,6 +29,13 @@ _KINDS = frozenset({hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceT
 _KINDS_NO_CU = _KINDS | {hipMemcpyDeviceToDeviceNoCU}
 
 
+def _reaches(alloc: Alloc, device: int) -> bool:
+    """Whether a plain copy run for ``device`` may touch ``alloc``: hipMalloc memory always (a
+    unified address space), pool memory only when its pool grants ``device`` access."""
+    pool = alloc.pool
+    return pool is None or pool.access.get(device, 0) != 0
+
+
 class MemoryMixin(EmulatorCore):
     """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMallocManaged, hipMemcpy*,
     hipMemcpyPeer*, hipMemset*,
@@ -100,8 +107,10 @@ class MemoryMixin(EmulatorCore):
             self._check_range(s, n, from_device, k in (hipMemcpyHostToHost, hipMemcpyHostToDevice))
             dst_alloc, src_alloc = self._find(d), self._find(s)
             if (dst_alloc is not None and src_alloc is not None and dst_alloc.kind == DEVICE
-                    and src_alloc.kind == DEVICE and dst_alloc.device != src_alloc.device):
-                raise Status(INVALID_VALUE)   # two devices' memory: only the peer copies
+                    and src_alloc.kind == DEVICE and dst_alloc.device != src_alloc.device
+                    and not (_reaches(dst_alloc, src_alloc.device)
+                             and _reaches(src_alloc, dst_alloc.device))):
+                raise Status(INVALID_VALUE)   # pool memory of two devices: only peer copies
             ctypes.memmove(d, s, n)
 
     def _peer_copy(self, dst: Any, dst_device: Any, src: Any, src_device: Any, size_bytes: Any,
