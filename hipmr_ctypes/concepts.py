@@ -6,10 +6,16 @@ A *resource* is an instance whose ``allocate(bytes, alignment)`` and
 is a resource that also has ``allocate_async(bytes, alignment, stream)`` and
 ``deallocate_async(ptr, bytes, alignment, stream)``.  Classes themselves are never resources.
 
-What depends only on the class (the methods and their signatures) is computed once per class
-with :mod:`inspect` and cached; a class that is changed after its first check keeps the cached
-answer.  Properties are checked on every call, per object, because a
-:class:`~hipmr_ctypes.properties.forward_property` adaptor's properties follow its upstream.
+The answer is computed with :mod:`inspect` once per *shape* and cached: the class (its methods,
+``__eq__``, ``__ne__`` and ``__getattr__`` as found through the MRO, compared on every check, so
+that a class changed after its first check is checked again) and, for an instance that keeps
+methods of its own in ``__dict__``, their code, defaults and kind.  The package's adaptors,
+whose hot paths are closures made per instance with the signatures their class declares, are
+one shape per class and per ``_async`` (their classes are not re-read on each check).  Objects whose methods nothing short of inspection can
+judge (callable objects stored on the instance, descriptors computing per-instance values, a
+class ``__getattr__``) are inspected on every check.  Properties are checked on every call,
+per object, because a :class:`~hipmr_ctypes.properties.forward_property` adaptor's properties
+follow its upstream.
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ MISSING, CALLABLE, DEFAULTABLE, CANONICAL = 0, 1, 2, 3
 
 
 class _Info:
-    """What the concepts need to know about one class (or one instance, when not cacheable)."""
+    """What the concepts know about the objects of one shape."""
 
     __slots__ = ("kind", "methods", "why")
 
@@ -48,21 +54,114 @@ class _Info:
         self.why = why          # why it is not a (async) resource, for error messages
 
 
-_CACHE: Dict[type, _Info] = {}
 _NOT_A_RESOURCE = _Info(0, (MISSING,) * 4, "a class is not a resource (pass an instance)")
+_NAMES = tuple(name for name, _, _ in _METHODS)
+#: the class attributes that decide the answer, read through the MRO on every check: a class
+#: changed after its first check is checked again
+_DECIDING = _NAMES + ("__eq__", "__ne__", "__getattr__")
+_ABSENT = object()
+_MAX_SHAPES = 64  # instance shapes remembered per class (then checked every time)
 
 
-def _is_static(cls: type, obj: Any, name: str) -> bool:
-    """True when ``obj.<name>`` is the same kind of callable for every instance of ``cls``."""
+class _Entry:
+    """The cache of one class: its deciding attributes when it was examined, and the answer
+    per instance shape (``fixed``: one answer for every instance, whatever its shape)."""
+
+    __slots__ = ("attrs", "fixed", "cacheable", "bound", "shapes")
+
+    def __init__(self, attrs: Tuple[Any, ...], fixed: Optional[_Info], cacheable: bool,
+                 bound: bool) -> None:
+        self.attrs = attrs
+        self.fixed = fixed
+        self.cacheable = cacheable
+        self.bound = bound
+        self.shapes: Dict[Any, _Info] = {}
+
+
+_CACHE: Dict[type, _Entry] = {}
+
+
+def _class_attrs(cls: type) -> Tuple[Any, ...]:
+    return tuple([getattr(cls, name, None) for name in _DECIDING])
+
+
+def _static_kind(cls: type, name: str) -> bool:
+    """True when the class attribute ``name`` (found through the MRO) gives the same callable
+    to every instance: a plain function, static or class method, builtin; or nothing."""
     import types
-    if name in getattr(obj, "__dict__", ()) or getattr(cls, "__getattr__", None) is not None:
-        return False
     for klass in cls.__mro__:
         if name in klass.__dict__:
             return isinstance(klass.__dict__[name],
                               (types.FunctionType, staticmethod, classmethod,
-                               types.BuiltinFunctionType, types.MethodDescriptorType))
-    return True  # missing on the class: missing for every instance unless in __dict__
+                               types.BuiltinFunctionType, types.MethodDescriptorType,
+                               types.WrapperDescriptorType))
+    return True
+
+
+def _new_entry(cls: type) -> _Entry:
+    attrs = _class_attrs(cls)
+    if issubclass(cls, type):
+        entry = _Entry(attrs, _NOT_A_RESOURCE, True, False)
+    else:
+        marker = cls.__dict__.get("_hipmr_ref_kind") or getattr(cls, "_hipmr_ref_kind", None)
+        if marker is not None:  # resource_ref classes: bound methods live in slots
+            entry = _Entry(attrs, _Info(
+                marker, (CANONICAL,) * (2 * marker) + (MISSING,) * (4 - 2 * marker),
+                "" if marker == 2 else
+                f"{cls.__name__} is a synchronous ref: it has no allocate_async"), True, False)
+        else:
+            # an adaptor of the package: its per-instance closures have the signatures the
+            # class declares, and the async pair exists exactly when instance._async
+            bound = getattr(cls, "_bound_methods", False) is True
+            cacheable = attrs[-1] is None and (
+                bound or all(_static_kind(cls, name) for name in _NAMES))
+            entry = _Entry(attrs, None, cacheable, bound)
+    _CACHE[cls] = entry
+    return entry
+
+
+def _decider(value: Any) -> Any:
+    """What decides how ``value`` (an instance attribute) can be called, as a hashable key, or
+    None when nothing short of inspecting it says."""
+    import types
+    kind = type(value)
+    if kind is types.MethodType:
+        func = value.__func__
+        inner = _decider(func) if type(func) is types.FunctionType else None
+        return None if inner is None else ("method", inner)
+    if kind is types.FunctionType:
+        if value.__dict__:  # __wrapped__, __signature__, ...: inspect may read them
+            return None
+        kw = value.__kwdefaults__
+        try:
+            key = (value.__code__, value.__defaults__,
+                   None if kw is None else tuple(sorted(kw.items())))
+            hash(key)
+        except TypeError:  # an unhashable default
+            return None
+        return key
+    if kind is types.BuiltinFunctionType or not callable(value):
+        return ("value", kind, value if kind is types.BuiltinFunctionType else None)
+    return None
+
+
+def _shape(obj: Any, entry: _Entry) -> Any:
+    """The instance's part of the answer: ``_async`` for the package's adaptors; otherwise what
+    its ``__dict__`` holds under the four method names (None: not cacheable)."""
+    if entry.bound:
+        return getattr(obj, "_async", False) is True
+    d = getattr(obj, "__dict__", None)
+    if not d:
+        return ()
+    parts = []
+    for name in _NAMES:
+        value = d.get(name, _ABSENT)
+        if value is not _ABSENT:
+            key = _decider(value)
+            if key is None:
+                return None
+            parts.append((name, key))
+    return tuple(parts)
 
 
 def _method_status(obj: Any, name: str, params: Tuple[str, ...], wants_default: bool) -> int:
@@ -90,17 +189,8 @@ def _method_status(obj: Any, name: str, params: Tuple[str, ...], wants_default: 
 
 
 def _classify(obj: Any) -> _Info:
+    """Inspect ``obj``'s methods (no cache)."""
     cls = type(obj)
-    if isinstance(obj, type):
-        _CACHE[cls] = _NOT_A_RESOURCE
-        return _NOT_A_RESOURCE
-    marker = getattr(cls, "_hipmr_ref_kind", None)
-    if marker is not None:  # resource_ref classes: bound methods live in slots
-        info = _Info(marker, (CANONICAL,) * (2 * marker) + (MISSING,) * (4 - 2 * marker),
-                     "" if marker == 2 else
-                     f"{cls.__name__} is a synchronous ref: it has no allocate_async")
-        _CACHE[cls] = info
-        return info
     statuses = tuple(_method_status(obj, n, p, d) for n, p, d in _METHODS)
     missing = [i for i, status in enumerate(statuses) if status == MISSING]
     if getattr(cls, "__eq__", None) is None or getattr(cls, "__ne__", None) is None:
@@ -114,32 +204,42 @@ def _classify(obj: Any) -> _Info:
         name, params, _ = _METHODS[first]
         why = (f"{cls.__name__}.{name} is missing or cannot be called as "
                f"{name}({', '.join(params)})")
-    info = _Info(kind, statuses, why)
-    if all(_is_static(cls, obj, n) for n, _, _ in _METHODS):
-        _CACHE[cls] = info
-    return info
+    return _Info(kind, statuses, why)
 
 
 def _info(obj: Any) -> _Info:
-    """The cached (or, for instance-defined methods, freshly computed) facts about ``obj``."""
-    info = _CACHE.get(type(obj))
-    return info if info is not None else _classify(obj)
+    """The facts about ``obj``: cached per class and instance shape, checked afresh when the
+    class changed or the instance holds methods nothing short of inspection can judge."""
+    cls = type(obj)
+    entry = _CACHE.get(cls)
+    if entry is None or (entry.fixed is None and not entry.bound
+                         and entry.attrs != _class_attrs(cls)):
+        entry = _new_entry(cls)
+    info = entry.fixed
+    if info is not None:
+        return info
+    if not entry.cacheable:
+        return _classify(obj)
+    shape = _shape(obj, entry)
+    if shape is None:
+        return _classify(obj)
+    shapes = entry.shapes
+    info = shapes.get(shape)
+    if info is None:
+        info = _classify(obj)
+        if len(shapes) < _MAX_SHAPES:
+            shapes[shape] = info
+    return info
 
 
 def is_resource(obj: Any) -> bool:
     """True when ``obj`` is an instance with usable ``allocate``, ``deallocate`` and ``==``."""
-    info = _CACHE.get(type(obj))
-    if info is None:
-        info = _classify(obj)
-    return info.kind >= 1
+    return _info(obj).kind >= 1
 
 
 def is_async_resource(obj: Any) -> bool:
     """True when ``obj`` is a resource that also has ``allocate_async`` / ``deallocate_async``."""
-    info = _CACHE.get(type(obj))
-    if info is None:
-        info = _classify(obj)
-    return info.kind == 2
+    return _info(obj).kind == 2
 
 
 def _has_all(obj: Any, props: Tuple[Type[Property], ...]) -> bool:

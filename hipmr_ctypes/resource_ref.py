@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, TypeVar
 
-from .concepts import CANONICAL, DEFAULTABLE, _info, _why_not
+from .concepts import CANONICAL, DEFAULTABLE, _info
 from .properties import DEFAULT_ALIGNMENT, Property, _check_property, _declared
 from .properties import get_property as _get_property
 
@@ -60,6 +60,7 @@ def _wrap_deallocate_async(fn: Callable[..., Any]) -> Callable[..., Any]:
     return deallocate_async
 
 
+_ALL_CANONICAL = (CANONICAL,) * 4
 _WRAPPERS = (_wrap_allocate, _wrap_deallocate, _wrap_allocate_async, _wrap_deallocate_async)
 
 
@@ -140,16 +141,23 @@ class resource_ref:
             return
         if source is None or isinstance(source, type):
             raise TypeError(f"{cls.__name__} needs a resource instance, not {source!r}")
-        why = _why_not(source, count == 4)
-        if why is not None:
-            raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: {why}")
-        declared = _declared(source)
-        missing = [p for p in cls.properties if p not in declared]
-        if missing:
+        info = _info(source)
+        if info.kind < cls._hipmr_ref_kind:
             raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
-                            f"it lacks the properties {_names(missing)}")
-        statuses = _info(source).methods
+                            f"{info.why or f'{type(source).__name__} is not a resource'}")
+        props = cls.properties
+        if props:
+            declared = _declared(source)
+            missing = [p for p in props if p not in declared]
+            if missing:
+                raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
+                                f"it lacks the properties {_names(missing)}")
         _set(self, "resource", source)
+        statuses = info.methods
+        if statuses[:count] == _ALL_CANONICAL[:count]:  # the resource's own bound methods
+            for name in _NAMES[:count]:
+                _set(self, name, getattr(source, name))
+            return
         for i, (name, status, wrap) in enumerate(zip(_NAMES[:count], statuses, _WRAPPERS)):
             fn = getattr(source, name)
             if status == DEFAULTABLE:

@@ -327,3 +327,133 @@ def test_getattr_provided_methods_are_checked_per_instance():
     assert is_resource(dynamic(True))
     assert not is_resource(dynamic(False))
     assert is_resource(dynamic(True))
+
+
+# ---- the cache: keyed by what decides the answer ------------------------------------------------
+def _no_inspection(monkeypatch):
+    def boom(*args, **kwargs):
+        raise AssertionError("signature inspected again")
+    monkeypatch.setattr(inspect, "signature", boom)
+
+
+def test_instances_of_one_class_with_their_own_methods_get_their_own_answers():
+    class per_instance:
+        def __eq__(self, other):
+            return other is self
+        __hash__ = object.__hash__
+
+    def make(alloc_async):
+        obj = per_instance()
+        obj.allocate = lambda bytes, alignment=256: 0
+        obj.deallocate = lambda ptr, bytes, alignment=256: None
+        if alloc_async is not None:
+            obj.allocate_async = alloc_async
+            obj.deallocate_async = lambda ptr, bytes, alignment, stream: None
+        return obj
+
+    good = make(lambda bytes, alignment, stream: 0)
+    short = make(lambda bytes: 0)
+    sync = make(None)
+    for _ in range(2):  # the second round answers from the cache
+        assert is_async_resource(good)
+        assert is_resource(short) and not is_async_resource(short)
+        assert is_resource(sync) and not is_async_resource(sync)
+    assert is_async_resource(make(lambda bytes, alignment, stream: 0))
+    # the same code with another default alignment is another shape
+    odd = make(lambda bytes, alignment, stream: 0)
+
+    def allocate(bytes, alignment=512):
+        return 0
+    odd.allocate = allocate
+    ref = async_resource_ref(odd)
+    assert ref.allocate(8) == 0 and ref.allocate is not odd.allocate  # rebound to 256
+    assert async_resource_ref(good).allocate is good.allocate
+
+
+def test_a_class_changed_after_its_first_check_is_checked_again():
+    class mutable(valid_resource):
+        pass
+    obj = mutable()
+    assert is_resource(obj) and not is_async_resource(obj)
+    mutable.allocate_async = lambda self, bytes, alignment, stream: 0
+    mutable.deallocate_async = lambda self, ptr, bytes, alignment, stream: None
+    assert is_async_resource(obj)
+    mutable.allocate = lambda self: 0          # no longer callable as allocate(bytes, alignment)
+    assert not is_resource(obj)
+    del mutable.allocate                       # back to the base class's
+    assert is_async_resource(obj)
+    mutable.__eq__ = None
+    assert not is_resource(obj)
+
+
+def test_a_base_class_changed_later_is_seen_by_its_subclasses():
+    class base(valid_async_resource):
+        pass
+
+    class child(base):
+        pass
+    assert is_async_resource(child())
+    base.deallocate_async = None
+    assert not is_async_resource(child()) and is_resource(child())
+
+
+def test_objects_only_inspection_can_judge_are_inspected_every_time():
+    class callable_object:
+        def __init__(self, nparams):
+            self.nparams = nparams
+
+        def __call__(self, *args):
+            return 0
+
+        @property
+        def __signature__(self):
+            return inspect.Signature([inspect.Parameter(f"p{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                      for i in range(self.nparams)])
+
+    class holder(valid_resource):
+        pass
+    ok, bad = holder(), holder()
+    ok.allocate, bad.allocate = callable_object(2), callable_object(1)
+    assert is_resource(ok) and not is_resource(bad) and is_resource(ok)
+
+    class dynamic(valid_resource):
+        def __getattr__(self, name):
+            if name == "allocate_async" and self.flag:
+                return lambda bytes, alignment, stream: 0
+            if name == "deallocate_async" and self.flag:
+                return lambda ptr, bytes, alignment, stream: None
+            raise AttributeError(name)
+    on, off = dynamic(), dynamic()
+    on.flag, off.flag = True, False
+    assert is_async_resource(on) and not is_async_resource(off) and is_async_resource(on)
+
+
+def test_the_package_adaptors_are_one_shape_per_class_and_async_ness(monkeypatch):
+    import hipmr_ctypes as hmr
+    sync_up = hmr.HostMemoryResource()
+    async_up = hmr.AsyncMemoryResource()
+
+    class sync_only(valid_resource):  # a synchronous upstream with device_accessible
+        properties = (device_accessible,)
+    assert is_async_resource(hmr.StatisticsResource(async_up))
+    assert not is_async_resource(hmr.StatisticsResource(sync_only()))
+    assert is_resource(hmr.StatisticsResource(sync_only()))
+    assert is_async_resource(hmr.PoolResource(async_up))
+    assert is_resource(hmr.LimitingResource(sync_up, 1 << 20))
+    _no_inspection(monkeypatch)
+    # new instances of classes seen before: answered without inspecting anything
+    assert is_async_resource(hmr.StatisticsResource(hmr.PoolResource(async_up)))
+    assert not is_async_resource(hmr.StatisticsResource(sync_only()))
+    ref = async_resource_ref[device_accessible](hmr.StatisticsResource(async_up))
+    assert ref.allocate_async.__qualname__ == "StatisticsResource.allocate_async"
+    with pytest.raises(TypeError, match="allocate_async"):
+        async_resource_ref(hmr.StatisticsResource(sync_only()))
+
+
+def test_classes_and_refs_answer_without_inspection(monkeypatch):
+    is_async_resource(valid_async_resource())
+    _no_inspection(monkeypatch)
+    assert not is_resource(valid_async_resource) and not is_resource(type)
+    ref = async_resource_ref(valid_async_resource())
+    assert is_async_resource(ref) and is_resource(resource_ref(ref))
+    assert not is_async_resource(resource_ref(ref))
