@@ -9,7 +9,8 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
-from typing import Any, Optional, Tuple
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _hip
 from ._hip.errors import HipError
@@ -18,7 +19,8 @@ from .device import Device, check_device, device_count, get_device
 from .stream_ref import _binding_module, as_stream_handle, stream_ref
 
 __all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize",
-           "stream_key", "handle_of", "is_foreign", "SPECIAL_STREAMS", "DeviceWait"]
+           "stream_key", "handle_of", "is_foreign", "SPECIAL_STREAMS", "DeviceWait",
+           "track_streams", "device_of"]
 
 if not _binding_module:  # stream_ref reaches the binding without an import from now on
     _binding_module.append(_hip)
@@ -30,6 +32,51 @@ def _destroy(destroy, handle: int) -> None:
         destroy(handle)
     except Exception:  # interpreter exit: the runtime may already be gone
         pass
+
+
+#: the device of every live package-owned Stream, by handle
+_stream_devices: Dict[int, int] = {}
+#: the sub-allocators that keep state per stream (weakly): see :func:`track_streams`
+_holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def track_streams(holder: Any) -> None:
+    """Have ``holder`` told before a package-owned :class:`Stream` is destroyed.
+
+    ``holder`` has ``lock`` (a :class:`~hipmr_ctypes._locks.DeferringLock`),
+    ``holds_stream(handle)`` (lock-free: whether it keeps state for that stream) and
+    ``stream_closed(handle)`` (takes the lock: the stream's work is complete; forget it).
+    Held weakly.  A destroyed handle can be named again by a new stream, and some runtime
+    calls on a destroyed handle crash the process (``cudaStreamGetDevice``): so no state
+    keyed by a stream may outlive it."""
+    _holders.add(holder)
+
+
+@finalizer
+def _close_stream(destroy: Any, handle: int) -> None:
+    """A Stream's finalizer: the sub-allocators that hold blocks freed on it forget it (after
+    its work is complete), then the handle is destroyed."""
+    holders = [h for h in list(_holders) if h.holds_stream(handle)]
+    if holders:
+        try:
+            stream_ref(handle).wait()
+        except Exception:  # noqa: BLE001 - a sticky device error: nothing runs any more
+            pass
+    _forget_then_destroy(destroy, handle, holders)
+
+
+def _forget_then_destroy(destroy: Any, handle: int, holders: List[Any]) -> None:
+    while holders:
+        lock = holders[0].lock
+        if lock.held_here():  # a collection inside that holder's locked section: once it
+            lock.defer(_forget_then_destroy, destroy, handle, holders)  # lets go
+            return
+        try:
+            holders.pop(0).stream_closed(handle)
+        except Exception:  # noqa: BLE001 - finalizers have nobody to report to
+            pass
+    _stream_devices.pop(handle, None)  # before: a new stream may get the handle at once
+    _destroy(destroy, handle)
 
 
 class _Owned:
@@ -65,7 +112,9 @@ class _Owned:
         return not self._finalizer.alive
 
     def close(self) -> None:
-        """Destroy the native object (idempotent); work already queued still completes."""
+        """Destroy the native object (idempotent); work already queued still completes.  A
+        stream that pool or fixed-size resources hold freed blocks of is synchronized first,
+        and they forget it."""
         self._finalizer()
 
     def __enter__(self):
@@ -107,7 +156,9 @@ class Stream(_Owned):
             with Device(self._device):
                 st = rt.fn.hipStreamCreateWithPriority(out, flags, priority)
         rt.check(st, "hipStreamCreateWithPriority", device=self._device)
-        self._own(out.value or 0, rt.fn.hipStreamDestroy)
+        handle = self._handle = out.value or 0
+        _stream_devices[handle] = self._device
+        self._finalizer = finalize(self, _close_stream, rt.fn.hipStreamDestroy, handle)
         self._flags = flags
         self._ref = stream_ref(self._handle)
 
@@ -298,21 +349,34 @@ class DeviceWait:
         pass
 
 
-def event_for(stream: Any) -> Event:
+def device_of(handle: int) -> int:
+    """The device of the live stream ``handle`` (one the caller is using right now): known
+    for the package's own streams and the special ones (the current device), asked of the
+    runtime for another library's; the current device when the runtime cannot tell."""
+    device = _stream_devices.get(handle)
+    if device is not None:
+        return device
+    if handle > SPECIAL_STREAMS:
+        try:
+            return stream_ref(handle).device()
+        except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream
+            pass
+    return get_device()
+
+
+def event_for(stream: Any, device: Optional[int] = None) -> Event:
     """A new timing-disabled event on the device of ``stream`` (a handle or a
     :func:`stream_key`): an event can be recorded only on a stream of its own device, and the
     calling thread's current device may be another one (a pool for device 1 used from a thread
-    on device 0).  A special stream's device is in its key (a bare special handle means the
-    current device); a stream whose device the runtime cannot tell gets one there too."""
-    if type(stream) is tuple:
-        device: Optional[int] = stream[1]
-    elif stream in (0, 1, 2):
-        device = None
-    else:
-        try:
-            device = stream_ref(stream).device()
-        except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream
-            device = None
+    on device 0).  The device is ``device`` when given (what the caller recorded while the
+    stream was in use), the key's for a special stream, the package's own record for its live
+    streams, else the current one.  The runtime is never asked: ``stream`` may be gone, and
+    ``cudaStreamGetDevice`` on a destroyed stream crashes the process."""
+    if device is None:
+        if type(stream) is tuple:
+            device = stream[1]
+        else:
+            device = _stream_devices.get(stream)
     if device is not None and device != get_device():
         with Device(device):
             return new_event()

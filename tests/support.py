@@ -98,15 +98,16 @@ class StreamModel:
                 raise AssertionError(f"wait_event on a non-stream {stream!r}")
             model.merge(stream, ev.view)
 
-        # event_for asks the runtime for a stream's device: fake streams never reach it
-        saved = (_order.event_for, _order.wait_event)
-        _order.event_for = lambda stream: FakeEvent()
+        # fake streams never reach the runtime: fake events stand for theirs
+        saved = (_order.event_for, _order.wait_event, _order.device_of)
+        _order.event_for = lambda stream, device=None: FakeEvent()
         _order.wait_event = wait_event
+        _order.device_of = lambda handle: 0
         return saved
 
     @staticmethod
-    def uninstall(saved: Tuple[Any, Any]) -> None:
-        _order.event_for, _order.wait_event = saved
+    def uninstall(saved: Tuple[Any, Any, Any]) -> None:
+        _order.event_for, _order.wait_event, _order.device_of = saved
 
 
 def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
@@ -126,7 +127,8 @@ def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
         def close(self) -> None:
             calls.append(("close",))
 
-    setattr_(_order, "event_for", lambda stream: RecordingEvent())
+    setattr_(_order, "event_for", lambda stream, device=None: RecordingEvent())
+    setattr_(_order, "device_of", lambda handle: 0)
     setattr_(_order, "wait_event", lambda stream, ev: calls.append(("wait", stream)))
     return calls
 

@@ -15,24 +15,49 @@ from typing import Any, Dict, Iterable
 
 # module globals, so that tests can replace them with fakes
 from ..stream import DeviceWait as _DeviceWait
-from ..stream import (SPECIAL_STREAMS, event_for, handle_of, is_foreign, record_or_synchronize,
-                      stream_key, wait_event)
+from ..stream import (SPECIAL_STREAMS, device_of, event_for, handle_of, is_foreign,
+                      record_or_synchronize, stream_key, track_streams, wait_event)
 
 from ._base import SYNC
 
-__all__ = ["StreamOrder", "SPECIAL", "stream_key", "handle_of"]
+__all__ = ["StreamOrder", "SPECIAL", "stream_key", "handle_of", "track_streams"]
 
 #: Stream handles up to this one are keyed per device (and thread): see ``stream_key``.
 SPECIAL = SPECIAL_STREAMS
 
 
 class StreamOrder:
-    """One reusable event per stream that has freed memory another user took."""
+    """One reusable event per stream that has freed memory another user took, and the device
+    of every created stream (handle > :data:`SPECIAL`) the sub-allocator keeps blocks of,
+    noted while the stream was in use: the runtime is never asked about a stream later (it
+    may be gone)."""
 
-    __slots__ = ("events",)
+    __slots__ = ("events", "devices")
 
     def __init__(self) -> None:
         self.events: Dict[int, Any] = {}
+        self.devices: Dict[Any, int] = {}
+
+    def note(self, key: Any) -> None:
+        """Remember the device of ``key``'s stream (a created one), which the caller is using
+        now: before any block is kept for it."""
+        if type(key) is int and key not in self.devices:
+            self.devices[key] = device_of(key)
+
+    def holds(self, handle: int) -> bool:
+        """True when blocks may be kept for the created stream ``handle``."""
+        return handle in self.devices
+
+    def drop(self, key: Any) -> None:
+        """Forget ``key`` entirely (its event and device): no block is kept for it any more."""
+        self.devices.pop(key, None)
+        self.forget(key)
+
+    def prune(self, keep: Any) -> None:
+        """Forget the devices of the created streams not in ``keep`` (the keys still used)."""
+        devices = self.devices
+        for key in [k for k in devices if k not in keep]:
+            del devices[key]
 
     def order(self, streams: Iterable[Any], key: Any) -> list:
         """Make ``key`` (a :func:`stream_key`, or :data:`SYNC`) wait for the work queued so far
@@ -46,7 +71,7 @@ class StreamOrder:
                 continue
             ev = events.get(s)
             if ev is None:
-                ev = events[s] = event_for(s)
+                ev = events[s] = event_for(s, self.devices.get(s))
             if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
                 events.pop(s).close()
                 continue
@@ -67,7 +92,7 @@ class StreamOrder:
                 if is_foreign(s):
                     events.append(_DeviceWait(s[1]))
                 elif s is not SYNC:
-                    ev = event_for(s)
+                    ev = event_for(s, self.devices.get(s))
                     events.append(ev)
                     if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
                         events.pop().close()

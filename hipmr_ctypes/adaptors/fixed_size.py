@@ -11,7 +11,7 @@ from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, return_chunks, round_up)
-from ._order import SPECIAL, StreamOrder, handle_of, stream_key
+from ._order import SPECIAL, StreamOrder, handle_of, stream_key, track_streams
 
 __all__ = ["FixedSizeResource"]
 
@@ -40,6 +40,23 @@ class _Blocks:
         self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
         self.streams = StreamOrder()
         self.graveyard: List[Any] = []                  # see forget_streams
+        track_streams(self)  # stream_closed runs before a package Stream is destroyed
+
+    def holds_stream(self, handle: int) -> bool:
+        """Whether blocks may be kept for the created stream ``handle`` (no lock needed)."""
+        return self.streams.holds(handle)
+
+    def stream_closed(self, handle: int) -> None:
+        """The package is about to destroy stream ``handle``, whose work is complete: its
+        blocks go to the host's list (safe for every stream) and it is forgotten.  A free may
+        have fetched its list just before: the list waits in ``graveyard`` under SYNC."""
+        with self.lock:
+            lst = self.free.pop(handle, None)
+            if lst is not None:
+                self.free[SYNC].extend(self.drain(lst))
+                if getrefcount(lst) > 2:  # `lst`, the argument; more: a free holds it
+                    self.graveyard.append((SYNC, lst))
+            self.streams.drop(handle)
 
     @staticmethod
     def drain(lst: List[int]) -> List[int]:
@@ -67,6 +84,7 @@ class _Blocks:
             self.lock.acquire()
         check_upstream_chunk(ptr, size, self.chunks, self.up_dealloc, "FixedSizeResource")
         self.chunks[ptr] = size
+        self.streams.note(key)
         lst = self.free.setdefault(key, [])
         lst.extend(range(ptr + size - self.block_size, ptr - 1, -self.block_size))
 
@@ -95,6 +113,7 @@ class _Blocks:
                     ev.close()
                 return self.take(key)
             self.streams.order((source,), key)
+            self.streams.note(key)
             mine = free.setdefault(key, [])
             mine.extend(self.drain(free[source]))
             if mine:
@@ -143,7 +162,11 @@ class _Blocks:
         live = self.live
         known = live.pop(ptr, None)       # the claim
         if known == nbytes:
-            self.free.setdefault(key, []).append(ptr)  # both atomic
+            lst = self.free.get(key)
+            if lst is None:  # a new stream: its device first
+                self.streams.note(key)
+                lst = self.free.setdefault(key, [])
+            lst.append(ptr)  # atomic
             return
         if known is not None:
             live[ptr] = known
@@ -167,6 +190,9 @@ class _Blocks:
             if lst is not None:
                 keep.append((key, lst))
         self.graveyard[:] = [(k, lst) for k, lst in keep if lst or getrefcount(lst) > 3]
+        used = set(free)  # bound the devices noted by the streams still used
+        used.update(k for k, _ in self.graveyard)
+        self.streams.prune(used)
 
     def release(self) -> int:
         # the runtime may block (event waits, the upstream's frees): the lock is let go for

@@ -40,7 +40,7 @@ from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, return_chunks, round_up)
-from ._order import SPECIAL, StreamOrder, handle_of, stream_key
+from ._order import SPECIAL, StreamOrder, handle_of, stream_key, track_streams
 
 __all__ = ["PoolResource"]
 
@@ -76,9 +76,10 @@ class _Arena:
         self.pending = 0                       # bytes being asked of the upstream right now
         self.peak_pool_size = 0
         self.streams = StreamOrder()           # events for cross-stream reuse
-        # free lists of streams forgotten by _flush_all that a fast path may still hold:
-        # drained by every flush, dropped once empty and held by nobody else
+        # (tag, size, list): free lists of streams forgotten by _flush_all that a fast path
+        # may still hold: drained by every flush, dropped once empty and held by nobody else
         self.graveyard: List[Any] = []
+        track_streams(self)  # stream_closed runs before a package Stream is destroyed
 
     # ----------------------------------------------------------------- best-fit structure
     def _add(self, start: int, size: int, tag: FrozenSet[Any]) -> None:
@@ -165,13 +166,14 @@ class _Arena:
                 ftag[start] = tag - streams
 
     # ---------------------------------------------------------------------- free lists
-    def _flush(self, key: Any) -> None:
+    def _flush(self, key: Any, tag: Optional[FrozenSet[Any]] = None) -> None:
         """Move the free lists of ``key`` into the best-fit structure.
 
         The lock-free fast paths may pop from or append to these lists at any moment, so they
         are drained with atomic ``pop`` calls and never replaced or dropped: a block appended
         concurrently stays on a list that later allocations and flushes still see."""
-        tag = _CLEAN if key is SYNC else frozenset((key,))
+        if tag is None:
+            tag = _CLEAN if key is SYNC else frozenset((key,))
         insert = self._insert
         for size, lst in list(self.classes[key].items()):
             pop = lst.pop
@@ -191,35 +193,58 @@ class _Arena:
             if key is not SYNC:
                 self._forget_key(key)
         self._drain_graveyard()
+        used = set(self.classes)  # bound the devices noted by the streams still used
+        for tag in self.ftag.values():
+            if tag:
+                used.update(tag)
+        self.streams.prune(used)
 
-    def _forget_key(self, key: Any) -> None:
+    def _forget_key(self, key: Any, tag: Optional[FrozenSet[Any]] = None) -> None:
         """Drop ``key``'s free-list maps (flushed, lock held) and its ordering event.  A fast
         path may have fetched one of its lists just before and append to it afterwards: the
         lists go to the graveyard, which later flushes drain."""
         self.free.pop(key, None)
         classes = self.classes.pop(key, None)
         if classes:
-            self.graveyard.extend((key, size, lst) for size, lst in classes.items())
+            tag = frozenset((key,)) if tag is None else tag
+            self.graveyard.extend((tag, size, lst) for size, lst in classes.items())
         self.streams.forget(key)
 
     def _drain_graveyard(self) -> None:
         keep = []
         insert = self._insert
         for entry in self.graveyard:
-            key, size, lst = entry
+            tag, size, lst = entry
             pop = lst.pop
             while True:
                 try:
                     ptr = pop()
                 except IndexError:
                     break
-                insert(ptr, size, frozenset((key,)))
+                insert(ptr, size, tag)
             del pop
             # references: the entry, `lst`, getrefcount's argument; more: a fast path (or a
             # forgotten map it fetched) that may still append to it
             if getrefcount(lst) > 3:
                 keep.append(entry)
         self.graveyard[:] = keep
+
+    # ------------------------------------------------------------ a stream is destroyed
+    def holds_stream(self, handle: int) -> bool:
+        """Whether blocks may be kept for the created stream ``handle`` (no lock needed)."""
+        return self.streams.holds(handle)
+
+    def stream_closed(self, handle: int) -> None:
+        """The package is about to destroy stream ``handle``, whose work is complete: its
+        blocks become clean (safe for every stream) and the pool forgets it."""
+        with self.lock:
+            clean = frozenset((handle,))
+            if handle in self.classes:
+                self._flush(handle, _CLEAN)
+                self._forget_key(handle, _CLEAN)
+                self._drain_graveyard()
+            self._forget_streams(clean)
+            self.streams.drop(handle)
 
     def _take_cached(self, nbytes: int, size: int, alignment: int, key: Any) -> Optional[int]:
         """A block of class ``size`` from the free lists of ``key`` or the clean sync lists."""
@@ -308,6 +333,7 @@ class _Arena:
                 ptr = self.up_alloc(size, _GRAIN)
                 tag = _CLEAN
             else:
+                self.streams.note(key)
                 ptr = self.up_alloc_async(size, _GRAIN, handle_of(key))
                 tag = frozenset((key,))
         finally:
@@ -426,6 +452,7 @@ class _Arena:
         """Put a freed block on the free list of ``key`` (lock held)."""
         sizes = self.free.get(key)
         if sizes is None:
+            self.streams.note(key)
             sizes = self.free[key] = {}
             self.classes[key] = {}
         lst = sizes.get(nbytes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import threading
+import sys
 import weakref
 from typing import (Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
                     Tuple, Union)
@@ -283,6 +284,11 @@ class EmulatorCore:
         self._host_committed = 0
         self._pools: Dict[int, Pool] = {}
         self._streams: Dict[int, Stream] = {}
+        # handles of destroyed streams (never reused here), and every call that got one: on
+        # CUDA some of those calls crash the process (hipStreamGetDevice), so tests assert
+        # that the package never makes them for the streams it owns
+        self._destroyed_streams: Set[int] = set()
+        self.destroyed_stream_calls: List[Tuple[str, int]] = []
         self._events: Dict[int, Event] = {}
         self._faults: List[_Fault] = []
         self._devices: List[Device] = []
@@ -373,6 +379,7 @@ class EmulatorCore:
                     pool.arena.close()
             for s in self._streams.values():
                 s.alive = False
+            self._destroyed_streams.update(self._streams)
             self._pools.clear()
             self._streams.clear()
             self._events.clear()
@@ -481,6 +488,8 @@ class EmulatorCore:
     def _stream_or(self, handle: int, code: int = INVALID_HANDLE) -> Stream:
         s = self._stream(handle)
         if s is None:
+            if handle in self._destroyed_streams:
+                self.destroyed_stream_calls.append((sys._getframe(1).f_code.co_name, handle))
             raise Status(code)
         return s
 

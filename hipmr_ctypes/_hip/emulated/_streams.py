@@ -52,10 +52,14 @@ class StreamMixin(EmulatorCore):
     def hipStreamDestroy(self, stream: Any) -> None:
         """hipStreamDestroy(hipStream_t): unknown, destroyed or special handles are invalid."""
         with self._lock:
-            s = self._streams.pop(addr(stream), None)
+            handle = addr(stream)
+            s = self._streams.pop(handle, None)
             if s is None:
+                if handle in self._destroyed_streams:
+                    self.destroyed_stream_calls.append(("hipStreamDestroy", handle))
                 raise Status(INVALID_HANDLE)
             s.alive = False
+            self._destroyed_streams.add(handle)
 
     def hipStreamSynchronize(self, stream: Any) -> None:
         """hipStreamSynchronize(hipStream_t): the stream becomes idle; pools trim."""
