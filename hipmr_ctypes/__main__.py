@@ -1,4 +1,5 @@
-"""``python -m hipmr_ctypes [info|check|bench] [--json]`` and ``python -m hipmr_ctypes plot LOG``.
+"""``python -m hipmr_ctypes [info|check|bench] [--json]`` and ``python -m hipmr_ctypes plot LOG``:
+the command line.
 
 ``info`` (the default): the platform, the library file and its version, every device with its
 name, memory and whether it supports memory pools and managed memory.  With no device it says
@@ -17,55 +18,131 @@ from typing import Any, Dict, List, Optional
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
+from hipmr_ctypes._hip.errors import no_device_hint
 from hipmr_ctypes._hip.loader import library_version_from_path
 
 
+def _dpkg_release(path: str) -> Optional[str]:
+    """The version of the Debian / Ubuntu package that installed exactly ``path``, if any
+    (only this command reads dpkg's records, never an import)."""
+    info = "/var/lib/dpkg/info"
+    try:
+        lists = [name for name in os.listdir(info) if name.endswith(".list")]
+    except OSError:
+        return None
+    owner = None
+    for name in lists:
+        try:
+            with open(os.path.join(info, name), errors="replace") as fh:
+                if any(line.rstrip("\n") == path for line in fh):
+                    owner = name[:-5].split(":")[0]
+                    break
+        except OSError:
+            continue
+    if owner is None:
+        return None
+    try:
+        package = None
+        with open("/var/lib/dpkg/status", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Package: "):
+                    package = line[9:].strip()
+                elif line.startswith("Version: ") and package == owner:
+                    return line[9:].strip().split("-")[0].split(":")[-1]
+    except OSError:
+        pass
+    return None
+
+
 def _package_version(path: Optional[str]) -> Optional[str]:
-    """The ROCm / distribution package release of the loaded library, where one is recorded."""
+    """The release of the package that installed the loaded library file itself (a ROCm
+    install's ``.info/version``, or the distribution package owning that file), or None."""
     if not path:
         return None
-    root = os.path.dirname(os.path.dirname(path))
+    real = os.path.realpath(path)
+    root = os.path.dirname(os.path.dirname(real))
     for info in (os.path.join(root, ".info", "version"), os.path.join(root, ".info", "version-dev")):
         try:
             with open(info) as fh:
                 return fh.read().strip()
         except OSError:
             pass
-    try:  # Debian / Ubuntu packages (only read by this command, never at import)
-        package = None
-        with open("/var/lib/dpkg/status", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("Package: "):
-                    package = line[9:].strip()
-                elif line.startswith("Version: ") and package and (
-                        package.startswith("libamdhip64") or package.startswith("libcudart")):
-                    return line[9:].strip().split("-")[0]
-    except OSError:
-        pass
-    return None
+    return _dpkg_release(real) or (_dpkg_release(path) if real != path else None)
 
 
 def _why_no_device(platform: str, err: Optional[BaseException]) -> str:
     what = {"amd": "no AMD GPU visible", "nvidia": "no NVIDIA GPU visible",
             "emulated": "HIPMR_EMULATED_DEVICES is 0"}[platform]
-    if err is not None and getattr(err, "name", None):
-        return f"{err.name}: {what}"
+    name = getattr(err, "name", None)
+    if name:
+        return f"{name}: {what}"
     return what
 
 
-def collect_info() -> Dict[str, Any]:
-    """Everything ``info`` prints, as a dict."""
-    report: Dict[str, Any] = {"package": hmr.__version__, "python": sys.version.split()[0]}
+class ConfigurationError(Exception):
+    """The environment names no usable platform or library: ``message`` (one line) and
+    ``hint`` (what to change)."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+def configuration_error(exc: BaseException, platform: Optional[str]) -> ConfigurationError:
+    """The one-line message and the fitting hint for an error that stopped the runtime from
+    loading."""
+    text = str(exc)
+    first, _, rest = text.partition("\n")
+    if isinstance(exc, hmr.LibraryNotFoundError):
+        tried = [line.strip() for line in rest.splitlines() if line.startswith("  ")]
+        advice = [line.strip() for line in rest.splitlines()
+                  if line.strip() and not line.startswith("  ")]
+        message = first.rstrip(":; ") + (": " + "; ".join(tried) if tried else "")
+        hint = " ".join(advice) or "set HIPMR_LIBRARY to the exact library file"
+        return ConfigurationError(message, hint)
+    if "HIPMR_PLATFORM" in text:
+        return ConfigurationError(first, "set HIPMR_PLATFORM to amd, nvidia or emulated, or "
+                                         "unset it (default: amd)")
+    for variable in ("HIPMR_EMULATED_DEVICES", "HIPMR_EMULATED_MEMORY",
+                     "HIPMR_EMULATED_HOST_MEMORY", "HIPMR_EMULATED_VERSION",
+                     "HIPMR_EMULATED_MISSING"):
+        if variable in text:
+            return ConfigurationError(first, f"fix {variable} or unset it (the README's "
+                                             f"'Environment variables' lists the forms)")
+    if isinstance(exc, hmr.NotSupportedError) and "not a HIP" in text:
+        lib = "libcudart" if platform == "nvidia" else "libamdhip64"
+        return ConfigurationError(first, f"point HIPMR_LIBRARY at {lib}, or unset it to search "
+                                         f"the usual places")
+    if isinstance(exc, hmr.NotSupportedError) and "too old" in text:
+        return ConfigurationError(first, "install a newer runtime (ROCm 5.2 or later), or point "
+                                         "HIPMR_LIBRARY at one")
+    hint = "set HIPMR_LIBRARY to the exact library file"
+    if platform != "emulated":
+        hint += ", or HIPMR_PLATFORM=emulated to use the package without a GPU"
+    return ConfigurationError(first, hint)
+
+
+def load_runtime() -> Any:
+    """The process-wide runtime; ConfigurationError when the environment names none usable."""
     try:
-        report["platform"] = platform = hmr.platform()
-        rt = _hip.get_runtime()
-    except Exception as exc:  # noqa: BLE001 - the report says what went wrong
-        report.update(loaded=False, error=str(exc), devices=[],
-                      hint="set HIPMR_LIBRARY, or try HIPMR_PLATFORM=emulated to use the package "
-                           "without a GPU")
-        return report
+        platform: Optional[str] = hmr.platform()
+    except ValueError as exc:
+        raise configuration_error(exc, None) from None
+    try:
+        return _hip.get_runtime()
+    except Exception as exc:  # noqa: BLE001 - every load failure is a configuration error
+        raise configuration_error(exc, platform) from None
+
+
+def collect_info() -> Dict[str, Any]:
+    """Everything ``info`` prints, as a dict; ConfigurationError when nothing can load."""
+    report: Dict[str, Any] = {"package": hmr.__version__, "python": sys.version.split()[0]}
+    rt = load_runtime()
+    report["platform"] = platform = rt.platform
     report.update(loaded=True, library=rt.library_path,
-                  library_file_version=library_version_from_path(rt.library_path),
+                  library_file_version=library_version_from_path(
+                      os.path.realpath(rt.library_path) if rt.library_path else None),
                   release=_package_version(rt.library_path))
     for key, query in (("runtime_version", rt.runtime_version),
                        ("driver_version", rt.driver_version)):
@@ -82,8 +159,7 @@ def collect_info() -> Dict[str, Any]:
     report["devices"] = devices
     if err is not None or count.value == 0:
         report["no_device"] = _why_no_device(platform, err)
-        if platform != "emulated":
-            report["hint"] = "try HIPMR_PLATFORM=emulated to use the package without a GPU"
+        report["hint"] = no_device_hint(platform)
         return report
     for i in range(count.value):
         entry: Dict[str, Any] = {"id": i}
@@ -104,25 +180,25 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
+_LIBRARY_NAMES = {"amd": "libamdhip64", "nvidia": "libcudart", "emulated": "emulated runtime"}
+
+
 def print_info(report: Dict[str, Any]) -> None:
     """The human-readable form of :func:`collect_info`."""
     print(f"hipmr_ctypes {report['package']} (Python {report['python']})")
-    print(f"platform: {report.get('platform', '(invalid)')}")
-    if not report.get("loaded"):
-        print(f"library: not loaded\n{report['error']}")
-        print(f"hint: {report['hint']}")
-        return
+    print(f"platform: {report['platform']}")
     lib = report.get("library") or "(none: host-memory emulation)"
-    version = report.get("release") or report.get("library_file_version")
-    print(f"library: {lib}" + (f" (release {version})" if version else ""))
+    # the loaded file's own version: its package's release, else the version the file
+    # reports through the runtime API (never another package's)
+    version = report.get("release") or report.get("runtime_version")
+    print(f"library: {lib}" + (f" (release {version})" if report.get("library") and version
+                               else ""))
     print(f"runtime version: {report.get('runtime_version')}; "
           f"driver version: {report.get('driver_version')}")
     if report.get("no_device"):
-        name = {"amd": "libamdhip64", "nvidia": "libcudart"}.get(report["platform"], "runtime")
-        rel = report.get("release") or report.get("runtime_version")
-        print(f"devices: none ({name} {rel} loaded; {report['no_device']})")
-        if report.get("hint"):
-            print(f"hint: {report['hint']}")
+        name = _LIBRARY_NAMES[report["platform"]]
+        print(f"devices: none ({name} {version} loaded; {report['no_device']})")
+        print(f"hint: {report['hint']}")
         return
     print(f"devices: {len(report['devices'])}")
     for d in report["devices"]:
@@ -135,29 +211,76 @@ def print_info(report: Dict[str, Any]) -> None:
               f"{'yes' if d['managed_memory'] else 'no'}")
 
 
+#: name -> (one line for the command list, the command's own --help description)
+_COMMANDS = {
+    "info": ("platform, library and its version, devices (the default)",
+             "The platform, the library file and its version, and every device with its "
+             "memory and features.  With no device it says why and what to do."),
+    "check": ("a quick self-test of every resource on this machine",
+              "A quick self-test of every resource on this machine: data written, copied and "
+              "read back.  Rows that need a device say 'no device' on a machine without one "
+              "(not a failure).  Exit status 1 if any check failed."),
+    "bench": ("median ns per allocate+deallocate pair of the package's resources",
+              "Median ns per allocate+deallocate pair of the package's own resources, through "
+              "async_resource_ref.  scripts/bench_alloc.py compares with CuPy, RMM, PyTorch "
+              "and others."),
+}
+
+EPILOG = """exit status: 0 when the command ran on a valid configuration (a machine without a
+GPU included); 1 when a check failed; 2 when the environment is misconfigured (an unknown
+HIPMR_PLATFORM, a library that cannot load, a malformed HIPMR_EMULATED_* variable), with one
+line saying what and a hint."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser (each subcommand has its own ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m hipmr_ctypes",
+        description="Report on, check or time hipmr_ctypes on this machine, or plot a log.  The\n"
+                    "platform comes from HIPMR_PLATFORM (amd, nvidia or emulated) and the library\n"
+                    "from HIPMR_LIBRARY, as for any import of the package.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join([*_COMMANDS, "plot"]) + "}",
+                                title="commands")
+    for name, (line, text) in _COMMANDS.items():
+        cmd = sub.add_parser(name, help=line, description=text)
+        cmd.add_argument("--json", action="store_true", dest="json_sub",
+                         help="print JSON instead of text")
+    # handled before this parser runs (main): listed here for --help
+    sub.add_parser("plot", help="draw a CSV log of LoggingResource (plot --help for its options)")
+    return parser
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of ``python -m hipmr_ctypes``."""
+    """Entry point of ``python -m hipmr_ctypes``; returns the exit status."""
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["plot"]:
         from hipmr_ctypes.plot._cli import main as plot_main
         return plot_main(args_in[1:])
-    parser = argparse.ArgumentParser(prog="python -m hipmr_ctypes", description=__doc__.split("\n")[0],
-                                     epilog="python -m hipmr_ctypes plot LOG.csv draws a CSV log "
-                                            "(plot --help for its options)")
-    parser.add_argument("command", nargs="?", default="info", choices=("info", "check", "bench"))
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    args = parser.parse_args(argv)
-    if args.command == "info":
-        report = collect_info()
-        if args.json:
-            print(json.dumps(report, indent=2))
-        else:
-            print_info(report)
-        return 0
+    args = build_parser().parse_args(args_in)
+    command = args.command or "info"
+    as_json = bool(args.json or getattr(args, "json_sub", False))
+    try:
+        load_runtime()
+        if command == "info":
+            report = collect_info()
+            if as_json:
+                print(json.dumps(report, indent=2))
+            else:
+                print_info(report)
+            return 0
+    except ConfigurationError as exc:
+        if as_json:
+            print(json.dumps({"package": hmr.__version__, "loaded": False,
+                              "error": exc.message, "hint": exc.hint}, indent=2))
+        print(f"python -m hipmr_ctypes: error: {exc.message}", file=sys.stderr)
+        print(f"hint: {exc.hint}", file=sys.stderr)
+        return 2
     from hipmr_ctypes import _selftest
-    if args.command == "check":
-        return _selftest.check(as_json=args.json)
-    return _selftest.bench(as_json=args.json)
+    if command == "check":
+        return _selftest.check(as_json=as_json)
+    return _selftest.bench(as_json=as_json)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,15 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import hipmr_ctypes as hmr
+from hipmr_ctypes._hip.errors import no_device_hint
 
 PATTERN = bytes(range(256)) * 16  # 4 KiB of known data
 
 
-def _roundtrip(resource) -> str:
+def _roundtrip(resource: Any) -> str:
     buf = hmr.Buffer.from_host(PATTERN, resource=resource)
     try:
         if buf.tobytes() != PATTERN:
@@ -26,7 +27,7 @@ def _roundtrip(resource) -> str:
     return f"{len(PATTERN)} bytes written, copied and read back"
 
 
-def _stream_ordered(resource) -> str:
+def _stream_ordered(resource: Any) -> str:
     with hmr.Stream() as s:
         p = resource.allocate_async(1 << 20, 256, s)
         resource.deallocate_async(p, 1 << 20, 256, s)
@@ -34,22 +35,31 @@ def _stream_ordered(resource) -> str:
     return "allocate_async/deallocate_async on a new stream"
 
 
-def _checks() -> List[Tuple[str, Callable[[], str]]]:
-    checks: List[Tuple[str, Callable[[], str]]] = [
+#: the checks that need a device: on a machine without one they are reported, not run
+_DEVICE_CHECKS: List[Tuple[str, Callable[[], str]]] = [
+    ("DeviceMemoryResource", lambda: _roundtrip(hmr.DeviceMemoryResource())),
+    ("PinnedMemoryResource", lambda: _roundtrip(hmr.PinnedMemoryResource())),
+    ("AsyncMemoryResource", lambda: _roundtrip(hmr.AsyncMemoryResource())
+     + "; " + _stream_ordered(hmr.AsyncMemoryResource())),
+    ("PoolResource(AsyncMemoryResource)",
+     lambda: _roundtrip(hmr.PoolResource(hmr.AsyncMemoryResource()))),
+    ("ManagedMemoryResource", lambda: _roundtrip(hmr.ManagedMemoryResource())),
+    ("Event timing", lambda: _event_timing()),
+]
+
+#: check outcome -> (text column, whether it is a failure)
+_STATUS = {"passed": "yes", "failed": "no", "skipped": "skipped", "no device": "no device"}
+
+
+def _checks() -> List[Tuple[str, Optional[Callable[[], str]]]]:
+    """Every check; a device check is ``(name, None)`` when the runtime sees no device."""
+    checks: List[Tuple[str, Optional[Callable[[], str]]]] = [
         ("HostMemoryResource", lambda: _roundtrip(hmr.HostMemoryResource())),
+        ("PoolResource(HostMemoryResource)",
+         lambda: _roundtrip(hmr.PoolResource(hmr.HostMemoryResource()))),
     ]
-    if hmr.device_count() == 0:
-        return checks
-    checks += [
-        ("DeviceMemoryResource", lambda: _roundtrip(hmr.DeviceMemoryResource())),
-        ("PinnedMemoryResource", lambda: _roundtrip(hmr.PinnedMemoryResource())),
-        ("AsyncMemoryResource", lambda: _roundtrip(hmr.AsyncMemoryResource())
-         + "; " + _stream_ordered(hmr.AsyncMemoryResource())),
-        ("PoolResource(AsyncMemoryResource)",
-         lambda: _roundtrip(hmr.PoolResource(hmr.AsyncMemoryResource()))),
-        ("ManagedMemoryResource", lambda: _roundtrip(hmr.ManagedMemoryResource())),
-        ("Event timing", _event_timing),
-    ]
+    have_device = hmr.device_count() > 0
+    checks += [(name, fn if have_device else None) for name, fn in _DEVICE_CHECKS]
     return checks
 
 
@@ -66,28 +76,40 @@ def _event_timing() -> str:
 
 
 def check(as_json: bool = False) -> int:
-    """Run each check; print a line (or JSON) per check; exit status 1 if any failed."""
-    results: Dict[str, Dict[str, str]] = {}
+    """Run each check; print a line (or JSON) per check; exit status 1 if any failed.
+
+    JSON: ``{"platform", "ok", "checks": {name: {"status", "ok", "ran", "detail"}}}`` where
+    ``status`` is ``"passed"``, ``"failed"``, ``"skipped"`` (not supported here) or
+    ``"no device"``; ``ok`` is False only for a failure and ``ran`` says whether it ran.
+    """
+    results: Dict[str, Dict[str, Any]] = {}
     print_lines = not as_json
+    platform = hmr.platform()
     if print_lines:
-        print(f"platform: {hmr.platform()}")
+        print(f"platform: {platform}")
     for name, fn in _checks():
-        try:
-            detail = fn()
-            results[name] = {"ok": "yes", "detail": detail}
-        except NotImplementedError as exc:
-            results[name] = {"ok": "skipped", "detail": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - a check reports every failure
-            results[name] = {"ok": "no", "detail": f"{type(exc).__name__}: {exc}"}
+        if fn is None:
+            status, detail = "no device", no_device_hint(platform)
+        else:
+            try:
+                status, detail = "passed", fn()
+            except NotImplementedError as exc:
+                status, detail = "skipped", str(exc)
+            except Exception as exc:  # noqa: BLE001 - a check reports every failure
+                status, detail = "failed", f"{type(exc).__name__}: {exc}"
+        results[name] = {"status": status, "ok": status != "failed",
+                         "ran": status in ("passed", "failed"), "detail": detail}
         if print_lines:
-            r = results[name]
-            print(f"  {r['ok']:>7}  {name}: {r['detail']}")
+            print(f"  {_STATUS[status]:>9}  {name}" + (": " + detail if fn else ""))
+    ok = all(r["ok"] for r in results.values())
+    if print_lines and any(r["status"] == "no device" for r in results.values()):
+        print(f"hint: {no_device_hint(platform)}")
     if as_json:
-        print(json.dumps({"platform": hmr.platform(), "checks": results}, indent=2))
-    return 0 if all(r["ok"] != "no" for r in results.values()) else 1
+        print(json.dumps({"platform": platform, "ok": ok, "checks": results}, indent=2))
+    return 0 if ok else 1
 
 
-def _time_pairs(alloc, free, size: int, pairs: int = 20000, repeats: int = 5) -> float:
+def _time_pairs(alloc: Callable[..., int], free: Callable[..., None], size: int, pairs: int = 20000, repeats: int = 5) -> float:
     runs = []
     for i in range(repeats + 1):
         t0 = time.perf_counter_ns()
@@ -101,26 +123,41 @@ def _time_pairs(alloc, free, size: int, pairs: int = 20000, repeats: int = 5) ->
 
 
 def bench(as_json: bool = False) -> int:
-    """Median ns per allocate+deallocate pair of the package's own resources (no peers)."""
-    table: Dict[str, Dict[str, float]] = {}
-    candidates = [("HostMemoryResource", hmr.HostMemoryResource)]
-    if hmr.device_count():
-        candidates += [("AsyncMemoryResource", hmr.AsyncMemoryResource),
-                       ("PoolResource(AsyncMemoryResource)",
-                        lambda: hmr.PoolResource(hmr.AsyncMemoryResource()))]
-    else:
-        candidates += [("PoolResource(HostMemoryResource)",
-                        lambda: hmr.PoolResource(hmr.HostMemoryResource()))]
-    for name, make in candidates:
+    """Median ns per allocate+deallocate pair of the package's own resources (no peers).
+
+    On a machine without a device the device rows say so (JSON: ``null`` rows, listed in
+    ``"no_device"``); the host rows are measured everywhere.
+    """
+    platform = hmr.platform()
+    table: Dict[str, Optional[Dict[str, float]]] = {}
+    candidates: List[Tuple[str, Callable[[], Any]]] = [
+        ("HostMemoryResource", hmr.HostMemoryResource),
+        ("PoolResource(HostMemoryResource)", lambda: hmr.PoolResource(hmr.HostMemoryResource())),
+    ]
+    device_rows: List[Tuple[str, Callable[[], Any]]] = [
+        ("AsyncMemoryResource", hmr.AsyncMemoryResource),
+        ("PoolResource(AsyncMemoryResource)", lambda: hmr.PoolResource(hmr.AsyncMemoryResource())),
+    ]
+    have_device = hmr.device_count() > 0
+    no_device = [] if have_device else [name for name, _ in device_rows]
+    for name, make in candidates + (device_rows if have_device else []):
         r = make()
         ref = hmr.async_resource_ref[()](r)
         table[name] = {f"{s} B": _time_pairs(ref.allocate_async, ref.deallocate_async, s)
                        for s in (256, 65536)}
+    for name in no_device:
+        table[name] = None
     if as_json:
-        print(json.dumps({"platform": hmr.platform(), "ns_per_pair": table}, indent=2))
+        print(json.dumps({"platform": platform, "ns_per_pair": table, "no_device": no_device},
+                         indent=2))
     else:
-        print(f"platform: {hmr.platform()} (median ns per allocate+deallocate pair through "
+        print(f"platform: {platform} (median ns per allocate+deallocate pair through "
               f"async_resource_ref; scripts/bench_alloc.py compares with peers)")
         for name, row in table.items():
-            print(f"  {name}: " + ", ".join(f"{k}: {v:,.0f} ns" for k, v in row.items()))
+            if row is None:
+                print(f"  {name}: no device")
+            else:
+                print(f"  {name}: " + ", ".join(f"{k}: {v:,.0f} ns" for k, v in row.items()))
+        if no_device:
+            print(f"hint: {no_device_hint(platform)}")
     return 0

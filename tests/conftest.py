@@ -5,6 +5,11 @@ HIPMR_PLATFORM=nvidia).  Tests that need a real GPU are marked ``gpu`` and use `
 tests that need two real GPUs are marked ``multi_gpu`` too; tests that need the real
 libamdhip64 are marked ``amd_library`` and use ``amd_runtime``.  They skip when the thing is
 missing, and FAIL instead when HIPMR_REQUIRE_GPU=1 / HIPMR_REQUIRE_AMD_LIBRARY=1 is set.
+
+Any valid platform gives a green or skipping suite: when the selected platform cannot load or
+sees no device (``HIPMR_PLATFORM=amd`` on a machine without a GPU), every test that needs the
+process-wide runtime is skipped with the reason (an error of the run under HIPMR_REQUIRE_GPU=1);
+tests marked ``amd_library`` or ``any_platform`` (they choose their own runtime) still run.
 """
 import os
 
@@ -20,6 +25,31 @@ def _missing(what: str, variable: str) -> None:
     if os.environ.get(variable) == "1":
         pytest.fail(f"{what} is required ({variable}=1) but missing", pytrace=False)
     pytest.skip(f"{what} not available")
+
+
+def _platform_unusable():
+    """Why the process-wide platform cannot run the unit tests, or None when it can."""
+    try:
+        rt = _hip.get_runtime()
+    except ValueError as exc:  # an invalid HIPMR_PLATFORM / HIPMR_EMULATED_* value
+        raise pytest.UsageError(f"hipmr_ctypes cannot load: {exc}") from None
+    except Exception as exc:  # noqa: BLE001
+        return f"HIPMR_PLATFORM={_hip.selected_platform()}: {exc}".splitlines()[0]
+    if hipmr_ctypes.device_count() < 1:
+        return (f"HIPMR_PLATFORM={rt.platform} sees no device here; the unit tests run on a "
+                f"device or on the emulated platform (leave HIPMR_PLATFORM unset)")
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    why = _platform_unusable()
+    if why is None:
+        return
+    if os.environ.get("HIPMR_REQUIRE_GPU") == "1":
+        raise pytest.UsageError(f"a GPU is required (HIPMR_REQUIRE_GPU=1) but {why}")
+    for item in items:
+        if not (item.get_closest_marker("amd_library") or item.get_closest_marker("any_platform")):
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 @pytest.fixture(scope="session")

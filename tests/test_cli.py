@@ -3,8 +3,11 @@ import json
 import os
 import subprocess
 import sys
+import _ctypes
 
 import pytest
+
+pytestmark = pytest.mark.any_platform  # every run names its own platform
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,19 +43,38 @@ def test_info_with_no_emulated_device():
     assert "devices: none" in out.stdout and "hipErrorNoDevice" in out.stdout
 
 
-def test_info_without_library_says_why_and_exits_zero():
-    out = run(HIPMR_PLATFORM="amd", HIPMR_LIBRARY="/nonexistent/libamdhip64.so.5")
-    assert out.returncode == 0, out.stderr
-    assert "library: not loaded" in out.stdout
-    assert "/nonexistent/libamdhip64.so.5" in out.stdout
-    assert "HIPMR_PLATFORM=emulated" in out.stdout
+CONFIG_ERRORS = [
+    # (environment, words of the error line, words of the hint, words the hint must not have)
+    ({"HIPMR_PLATFORM": "amdd"}, "HIPMR_PLATFORM='amdd'", "amd, nvidia or emulated", None),
+    ({"HIPMR_PLATFORM": "amd", "HIPMR_LIBRARY": "/nonexistent/libamdhip64.so.5"},
+     "/nonexistent/libamdhip64.so.5 (no such file)", "HIPMR_PLATFORM=emulated", None),
+    ({"HIPMR_PLATFORM": "emulated", "HIPMR_EMULATED_DEVICES": "abc"},
+     "HIPMR_EMULATED_DEVICES='abc'", "fix HIPMR_EMULATED_DEVICES", "HIPMR_PLATFORM=emulated"),
+    ({"HIPMR_PLATFORM": "emulated", "HIPMR_EMULATED_MEMORY": "lots"},
+     "HIPMR_EMULATED_MEMORY: not a size", "fix HIPMR_EMULATED_MEMORY", "HIPMR_PLATFORM=emulated"),
+    ({"HIPMR_PLATFORM": "amd", "HIPMR_LIBRARY": _ctypes.__file__},  # a shared library, not HIP
+     "is not a HIP runtime library", "point HIPMR_LIBRARY at libamdhip64", "too old"),
+]
 
 
-def test_bad_platform_is_reported():
-    out = run("--json", HIPMR_PLATFORM="cuda")
-    assert out.returncode == 0
-    report = json.loads(out.stdout)
-    assert report["loaded"] is False and "HIPMR_PLATFORM" in report["error"]
+@pytest.mark.parametrize("command", [[], ["info"], ["check"], ["bench"], ["info", "--json"]])
+@pytest.mark.parametrize("env,error,hint,not_in_hint", CONFIG_ERRORS,
+                         ids=["platform", "library", "devices", "memory", "not-hip"])
+def test_configuration_errors_exit_2_with_one_line_and_a_fitting_hint(command, env, error,
+                                                                      hint, not_in_hint):
+    out = run(*command, **env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 2, out.stderr  # the error and the hint; no traceback
+    assert lines[0].startswith("python -m hipmr_ctypes: error: ") and error in lines[0]
+    assert lines[1].startswith("hint: ") and hint in lines[1]
+    if not_in_hint:
+        assert not_in_hint not in lines[1]
+    if "--json" in command:
+        report = json.loads(out.stdout)
+        assert report["loaded"] is False and error in report["error"] and hint in report["hint"]
+    else:
+        assert out.stdout == ""
 
 
 @pytest.mark.amd_library
@@ -80,7 +102,9 @@ def test_check_emulated_passes_every_check():
     names = set(report["checks"])
     assert {"HostMemoryResource", "DeviceMemoryResource", "AsyncMemoryResource",
             "PoolResource(AsyncMemoryResource)", "Event timing"} <= names
-    assert all(r["ok"] == "yes" for r in report["checks"].values())
+    assert all(r["status"] == "passed" and r["ok"] is True and r["ran"] is True
+               for r in report["checks"].values())
+    assert report["ok"] is True
 
 
 def test_check_reports_a_failure_with_exit_status_1():
@@ -96,3 +120,75 @@ def test_bench_emulated_json():
     table = json.loads(out.stdout)["ns_per_pair"]
     assert set(table) >= {"HostMemoryResource", "PoolResource(AsyncMemoryResource)"}
     assert all(v > 0 for row in table.values() for v in row.values())
+
+
+DEVICE_ROWS = {"DeviceMemoryResource", "PinnedMemoryResource", "AsyncMemoryResource",
+               "PoolResource(AsyncMemoryResource)", "ManagedMemoryResource", "Event timing"}
+NO_DEVICE_ENVS = [{"HIPMR_PLATFORM": "emulated", "HIPMR_EMULATED_DEVICES": "0"},
+                  {"HIPMR_PLATFORM": "amd", "HIPMR_LIBRARY": ""}]
+
+
+def _no_device_env(env, request):
+    if env["HIPMR_PLATFORM"] == "amd":
+        rt = request.getfixturevalue("amd_runtime")
+        if rt.sees_device():
+            pytest.skip("this machine has an AMD GPU")
+        env = dict(env, HIPMR_LIBRARY=rt.library_path)
+    return env
+
+
+@pytest.mark.parametrize("env", NO_DEVICE_ENVS, ids=["emulated-0", "amd-no-gpu"])
+def test_check_without_device_passes_host_rows_and_reports_device_rows(env, request):
+    env = _no_device_env(env, request)
+    out = run("check", "--json", **env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Warning" not in out.stderr and "Traceback" not in out.stderr
+    report = json.loads(out.stdout)
+    checks = report["checks"]
+    assert checks["HostMemoryResource"]["status"] == "passed"
+    assert checks["PoolResource(HostMemoryResource)"]["status"] == "passed"
+    assert DEVICE_ROWS <= set(checks)
+    for name in DEVICE_ROWS:
+        assert checks[name]["status"] == "no device"
+        assert checks[name]["ok"] is True and checks[name]["ran"] is False
+    assert report["ok"] is True
+    text = run("check", **env)
+    assert text.returncode == 0 and "no device  Event timing" in text.stdout
+    assert "hint: " in text.stdout
+
+
+@pytest.mark.parametrize("env", NO_DEVICE_ENVS, ids=["emulated-0", "amd-no-gpu"])
+def test_bench_without_device_measures_host_rows(env, request):
+    env = _no_device_env(env, request)
+    out = run("bench", "--json", **env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    table = report["ns_per_pair"]
+    assert all(v > 0 for v in table["HostMemoryResource"].values())
+    assert all(v > 0 for v in table["PoolResource(HostMemoryResource)"].values())
+    assert report["no_device"] == ["AsyncMemoryResource", "PoolResource(AsyncMemoryResource)"]
+    assert table["AsyncMemoryResource"] is None
+
+
+def test_help_describes_each_command():
+    out = run("--help")
+    assert out.returncode == 0
+    for name in ("info", "check", "bench"):
+        assert f"    {name} " in out.stdout
+    assert "exit status" in out.stdout and "misconfigured" in out.stdout
+    for name in ("info", "check", "bench"):
+        sub = run(name, "--help")
+        assert sub.returncode == 0 and "--json" in sub.stdout and len(sub.stdout) > 200
+
+
+def test_info_reports_the_loaded_files_own_release(tmp_path):
+    """A library file no package records gets no package's release (on a machine with
+    libamdhip64 installed, a libcudart reported 'release 5.2.3')."""
+    from hipmr_ctypes.__main__ import _package_version
+    fake = tmp_path / "lib" / "libcudart.so.13"
+    fake.parent.mkdir()
+    fake.write_bytes(b"")
+    assert _package_version(str(fake)) is None
+    (tmp_path / ".info").mkdir()
+    (tmp_path / ".info" / "version").write_text("6.2.4\n")
+    assert _package_version(str(fake)) == "6.2.4"

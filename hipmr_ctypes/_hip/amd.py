@@ -21,6 +21,12 @@ def bind_library(lib, names_to_symbols: Dict[str, str], where: str) -> Functions
             cfunc = getattr(lib, symbol)
         except AttributeError:
             if decl.required:
+                if not any(hasattr(lib, names_to_symbols.get(d.name, d.name))
+                           for d in DECLS if d.required):
+                    raise NotSupportedError(
+                        801, "hipErrorNotSupported",
+                        f"{where} is not a HIP runtime library (it exports none of the "
+                        f"required functions, {symbol} among them)", decl.name)
                 raise NotSupportedError(
                     801, "hipErrorNotSupported",
                     f"required symbol {symbol} is missing from {where}; this library is too old "

@@ -12,7 +12,7 @@ from typing import Dict, Optional, Type
 __all__ = [
     "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
     "InvalidHandleError", "NotSupportedError", "LibraryNotFoundError", "ERROR_NAMES",
-    "error_class", "make_error",
+    "error_class", "make_error", "no_device_hint", "NO_DEVICE_CODES",
 ]
 
 # hipError_t values, identical in ROCm 5.2.3 ... 7.0 (see shared/reference/hip-abi.md §3a).
@@ -133,7 +133,30 @@ class NotReadyError(HipError):
 
 
 class NoDeviceError(HipError):
-    """No usable GPU is visible (``hipErrorNoDevice``)."""
+    """No usable GPU is visible (``hipErrorNoDevice``, or a call that needs a device on a
+    runtime that sees none); the message says how to use the package without a GPU."""
+
+
+#: HIP statuses that, from a runtime that sees no device, mean "there is no device here": no
+#: device, invalid device (``hipGetDevice`` with none) and a runtime with no (or too old a)
+#: driver beneath it (``cudaErrorInsufficientDriver`` on nvidia).
+NO_DEVICE_CODES = (HIP_ERROR_NO_DEVICE, HIP_ERROR_INVALID_DEVICE, 35)
+
+
+def no_device_hint(platform: str) -> str:
+    """What to do when ``platform`` sees no device (the command line prints the same)."""
+    from . import selected_platform  # the package is loaded by the time an error is built
+    try:
+        wanted = selected_platform()
+    except ValueError:
+        wanted = platform
+    if wanted != platform:
+        return (f"HIPMR_PLATFORM now selects {wanted}, but the platform is chosen once, when "
+                f"hipmr_ctypes is first imported ({platform} is in use): set it before the "
+                f"import")
+    if platform == "emulated":
+        return "HIPMR_EMULATED_DEVICES is 0; set it to 1 or more for emulated devices"
+    return "set HIPMR_PLATFORM=emulated to use the package on host memory without a GPU"
 
 
 class InvalidValueError(HipError, ValueError):

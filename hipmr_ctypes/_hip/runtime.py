@@ -7,8 +7,8 @@ from __future__ import annotations
 import ctypes
 from typing import Callable, Optional, Tuple
 
-from .errors import (ERROR_NAMES, HIP_ERROR_NOT_READY, HipError, NotSupportedError,
-                     make_error)
+from .errors import (ERROR_NAMES, HIP_ERROR_NOT_READY, NO_DEVICE_CODES, HipError,
+                     NoDeviceError, NotSupportedError, make_error, no_device_hint)
 
 __all__ = ["Runtime", "Functions", "missing_function", "decode_hip_version"]
 
@@ -90,7 +90,25 @@ class Runtime:
         if not name or (name == "hipErrorUnknown" and code != 999):
             name = ERROR_NAMES.get(code, "hipErrorUnknown")
         self.clear_last_error()
+        if code in NO_DEVICE_CODES and call != "hipGetDeviceCount" and not self.sees_device():
+            hint = no_device_hint(self.platform)
+            return NoDeviceError(code, name, message, call,
+                                 f"{detail}; no device is visible; {hint}" if detail
+                                 else f"no device is visible; {hint}")
         return make_error(code, call, name, message, size=size, device=device, detail=detail)
+
+    def sees_device(self) -> bool:
+        """True when the runtime reports at least one device (asked each time: only error
+        paths and the no-device checks call it)."""
+        out = ctypes.c_int(0)
+        try:
+            st = self.fn.hipGetDeviceCount(out)
+        except Exception:  # noqa: BLE001 - a back end that cannot answer has no device
+            return False
+        if st:
+            self.clear_last_error()
+            return False
+        return out.value > 0
 
     def clear_last_error(self) -> None:
         """Reset the thread's last error (as RMM and CCCL do after a failure they report), so

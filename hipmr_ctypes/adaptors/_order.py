@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable
 
 # module globals, so that tests can replace them with fakes
+from ..errors import NoDeviceError
 from ..stream import DeviceWait as _DeviceWait
 from ..stream import (SPECIAL_STREAMS, device_of, event_for, handle_of, is_foreign,
                       record_or_synchronize, stream_key, track_streams, wait_event)
@@ -24,6 +25,15 @@ __all__ = ["StreamOrder", "SPECIAL", "stream_key", "handle_of", "track_streams"]
 
 #: Stream handles up to this one are keyed per device (and thread): see ``stream_key``.
 SPECIAL = SPECIAL_STREAMS
+
+
+def _event_or_none(stream: int, device: Any = None) -> Any:
+    """:func:`event_for`, or None when the runtime sees no device (a pool over host memory on
+    a machine without a GPU: no work can be queued on any stream, so none is waited for)."""
+    try:
+        return event_for(stream, device)
+    except NoDeviceError:
+        return None
 
 
 class StreamOrder:
@@ -71,7 +81,10 @@ class StreamOrder:
                 continue
             ev = events.get(s)
             if ev is None:
-                ev = events[s] = event_for(s, self.devices.get(s))
+                ev = _event_or_none(s, self.devices.get(s))
+                if ev is None:  # a runtime with no device: nothing can be queued anywhere
+                    continue
+                events[s] = ev
             if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
                 events.pop(s).close()
                 continue
@@ -92,7 +105,9 @@ class StreamOrder:
                 if is_foreign(s):
                     events.append(_DeviceWait(s[1]))
                 elif s is not SYNC:
-                    ev = event_for(s, self.devices.get(s))
+                    ev = _event_or_none(s, self.devices.get(s))
+                    if ev is None:  # a runtime with no device: nothing can be queued
+                        continue
                     events.append(ev)
                     if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
                         events.pop().close()

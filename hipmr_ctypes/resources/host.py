@@ -9,7 +9,7 @@ from ctypes import c_void_p
 from typing import Dict
 
 from .. import _hip
-from ..errors import OutOfMemoryError
+from ..errors import NoDeviceError, OutOfMemoryError
 from .._hip.native import memalign_and_free
 from ..properties import host_accessible
 from ._common import SyncResource, check_args, sync_stream
@@ -20,6 +20,8 @@ __all__ = ["HostMemoryResource"]
 # what another allocated): ptr -> bytes.  libc's free must never see a foreign pointer.
 _live: Dict[int, int] = {}
 _SIZEOF_PTR = ctypes.sizeof(c_void_p)
+# the runtime last found to see no device (no stream to wait for, ever, in this process)
+_deviceless: object = None
 
 
 def _load_libc():
@@ -35,7 +37,7 @@ class HostMemoryResource(SyncResource):
     ``free``.  Host-accessible only; works with no HIP library loaded.
 
     Not stream-ordered: ``deallocate_async`` waits for the stream first (when a HIP runtime is
-    loaded; with none, no work can be queued on any stream).  All instances are equal, and any
+    loaded and sees a device; with none, no work can be queued on any stream).  All instances are equal, and any
     of them frees what another allocated.  Freeing a pointer no HostMemoryResource handed out
     (or one already freed, or with another size than allocated) is a ValueError, never a
     crash: the live allocations are recorded.
@@ -89,11 +91,17 @@ class HostMemoryResource(SyncResource):
         self._free_fn(ptr)
 
     def _sync(self, handle: int) -> None:
+        global _deviceless
         try:
-            _hip.get_runtime()
+            rt = _hip.get_runtime()
         except Exception:  # no HIP runtime can load: nothing can be queued on any stream
             return
-        sync_stream(handle)
+        if rt is _deviceless:
+            return
+        try:
+            sync_stream(handle)
+        except NoDeviceError:  # a runtime with no device: no work can be queued either
+            _deviceless = rt
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):

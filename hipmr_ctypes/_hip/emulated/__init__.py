@@ -84,10 +84,17 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> EmulatorConfig:
         raise ValueError(f"HIPMR_EMULATED_DEVICES={devices_text!r} is not an integer") from None
     if not 0 <= devices <= 64:
         raise ValueError(f"HIPMR_EMULATED_DEVICES={devices} is not between 0 and 64")
-    memory = parse_size(get("HIPMR_EMULATED_MEMORY")) if get("HIPMR_EMULATED_MEMORY") \
-        else defaults.memory
-    host_memory = parse_size(get("HIPMR_EMULATED_HOST_MEMORY")) \
-        if get("HIPMR_EMULATED_HOST_MEMORY") else defaults.host_memory
+    def size(name: str, default: int) -> int:
+        text = get(name)
+        if not text:
+            return default
+        try:
+            return parse_size(text)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+
+    memory = size("HIPMR_EMULATED_MEMORY", defaults.memory)
+    host_memory = size("HIPMR_EMULATED_HOST_MEMORY", defaults.host_memory)
     version = _parse_version(get("HIPMR_EMULATED_VERSION")) if get("HIPMR_EMULATED_VERSION") \
         else defaults.version
     missing = frozenset(n.strip() for n in get("HIPMR_EMULATED_MISSING").split(",") if n.strip())
