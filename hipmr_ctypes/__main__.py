@@ -110,7 +110,7 @@ def configuration_error(exc: BaseException, platform: Optional[str]) -> Configur
         if variable in text:
             return ConfigurationError(first, f"fix {variable} or unset it (the README's "
                                              f"'Environment variables' lists the forms)")
-    if isinstance(exc, hmr.NotSupportedError) and "not a HIP" in text:
+    if isinstance(exc, hmr.NotSupportedError) and ("not a HIP" in text or "not a CUDA" in text):
         lib = "libcudart" if platform == "nvidia" else "libamdhip64"
         return ConfigurationError(first, f"point HIPMR_LIBRARY at {lib}, or unset it to search "
                                          f"the usual places")

@@ -5,6 +5,7 @@ HIPMR_PLATFORM=nvidia).  Tests that need a real GPU are marked ``gpu`` and use `
 tests that need two real GPUs are marked ``multi_gpu`` too; tests that need the real
 libamdhip64 are marked ``amd_library`` and use ``amd_runtime``.  They skip when the thing is
 missing, and FAIL instead when HIPMR_REQUIRE_GPU=1 / HIPMR_REQUIRE_AMD_LIBRARY=1 is set.
+HIPMR_REQUIRE_TOOLS=1 (CI) requires numpy, mypy and setuptools, whose tests otherwise skip.
 
 Any valid platform gives a green or skipping suite: when the selected platform cannot load or
 sees no device (``HIPMR_PLATFORM=amd`` on a machine without a GPU), every test that needs the
@@ -39,6 +40,20 @@ def _platform_unusable():
         return (f"HIPMR_PLATFORM={rt.platform} sees no device here; the unit tests run on a "
                 f"device or on the emulated platform (leave HIPMR_PLATFORM unset)")
     return None
+
+
+#: what CI installs beside pytest; HIPMR_REQUIRE_TOOLS=1 (set by .ci/run) makes a missing one an
+#: error of the whole run instead of silently skipped tests
+TOOLS = ("numpy", "mypy", "setuptools")
+
+
+def pytest_configure(config):
+    if os.environ.get("HIPMR_REQUIRE_TOOLS") == "1":
+        import importlib.util
+        missing = [name for name in TOOLS if importlib.util.find_spec(name) is None]
+        if missing:
+            raise pytest.UsageError(f"HIPMR_REQUIRE_TOOLS=1 but {', '.join(missing)} "
+                                    f"cannot be imported (pip install {' '.join(missing)})")
 
 
 def pytest_collection_modifyitems(config, items):
