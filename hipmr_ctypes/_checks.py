@@ -8,7 +8,7 @@ invalid one gets the precise error.  Imports only ``stream_ref`` (the model laye
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from ._limits import MAX_ADDRESS
 from .stream_ref import as_stream_handle, stream_ref
@@ -27,7 +27,7 @@ STREAM_REF = stream_ref
 #: small ints), never for a bool, a float or another integer type, which take the checked slow
 #: path instead (``KeyError`` / ``TypeError`` for anything else); ``None`` maps to False so
 #: that ``get(None)`` is not ``None``.
-FAST_ALIGNMENTS = {1 << i: 1 << i for i in range(9)}
+FAST_ALIGNMENTS: Dict[Optional[int], int] = {1 << i: 1 << i for i in range(9)}
 FAST_ALIGNMENTS[None] = False
 
 

@@ -722,7 +722,8 @@ class Buffer:
         prefetch_if_managed(ptr, self._size, target, handle)
 
     # ---- pickling: through the host, allocated again on the current device resource ----
-    def __reduce_ex__(self, protocol: int) -> Tuple[Any, ...]:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Tuple[Any, ...]:
+        protocol = operator.index(protocol)
         data = self.copy_to_host()
         if protocol >= 5:
             import pickle

@@ -71,7 +71,7 @@ def check_device(device: object, name: str = "device") -> int:
         raise TypeError(f"{name} must be an int device ordinal or a Device, not bool")
     if not isinstance(device, int):
         try:
-            device = operator.index(device)  # numpy ints and the like
+            device = operator.index(device)  # type: ignore[arg-type]  # numpy ints and the like
         except TypeError:
             raise TypeError(f"{name} must be an int device ordinal or a Device, "
                             f"not {type(device).__name__}") from None

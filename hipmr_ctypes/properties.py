@@ -21,7 +21,7 @@ A subclass inherits ``properties`` like any class attribute; to add one write
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Tuple, Type
+from typing import Any, Callable, Collection, Tuple, Type
 
 __all__ = ["DEFAULT_ALIGNMENT", "Property", "device_accessible", "host_accessible",
            "get_property", "has_property", "has_property_with", "property_with_value",
@@ -153,6 +153,8 @@ class forward_property:
     __slots__ = ()
     own_properties: Tuple[Type[Property], ...] = ()
     properties = _FORWARDED
+    #: the adaptor's upstream resource (or ref), whose properties it forwards
+    upstream_resource: Callable[[], Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

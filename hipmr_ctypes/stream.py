@@ -86,6 +86,9 @@ class _Owned:
 
     __slots__ = ()
     _what = "object"
+    _handle: int
+    _flags: int
+    _finalizer: weakref.finalize  # type: ignore[type-arg]
 
     def _own(self, handle: int, destroy) -> None:
         self._handle = handle

@@ -100,6 +100,7 @@ class stream_ref:
     """
 
     __slots__ = ("_handle",)
+    _handle: int
     value_type = int
 
     def __init__(self, handle: Any = 0) -> None:

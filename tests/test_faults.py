@@ -706,4 +706,4 @@ def test_bad_platform_variable_is_a_clear_error():
     assert proc.returncode == 0 and proc.stderr == ""
     assert "HIPMR_PLATFORM" in proc.stdout
     cli = _cli(HIPMR_PLATFORM="cuda")
-    assert cli.returncode == 0 and "HIPMR_PLATFORM" in cli.stdout + cli.stderr
+    assert cli.returncode == 2 and "HIPMR_PLATFORM='cuda'" in cli.stderr.splitlines()[0]

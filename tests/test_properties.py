@@ -1,5 +1,6 @@
 """Properties: ports of upstream get_property/{has_property,get_property,forward_property}
-(reference §5 items 1-6) plus the Python-specific rules of issue 3."""
+(libhipcxx's own property tests) plus the Python-specific rules (bad property classes, instances
+versus classes, forwarding through adaptors)."""
 import pytest
 
 from hipmr_ctypes.properties import (DEFAULT_ALIGNMENT, Property, device_accessible,

@@ -33,7 +33,7 @@ _runtime: Optional[Runtime] = None
 _error: Optional[BaseException] = None
 
 
-def selected_platform(env=None) -> str:
+def selected_platform(env: Optional[Mapping[str, str]] = None) -> str:
     """The platform named by ``HIPMR_PLATFORM`` (or HIP's ``HIP_PLATFORM=nvidia``); default ``amd``."""
     env = os.environ if env is None else env
     value = (env.get("HIPMR_PLATFORM") or "").strip().lower()

@@ -7,7 +7,7 @@ built-in table below otherwise.  This module imports nothing but the standard li
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Iterable, Optional, Tuple, Type
 
 __all__ = [
     "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
@@ -15,7 +15,7 @@ __all__ = [
     "error_class", "make_error", "no_device_hint", "NO_DEVICE_CODES",
 ]
 
-# hipError_t values, identical in ROCm 5.2.3 ... 7.0 (see shared/reference/hip-abi.md §3a).
+# hipError_t values, identical in ROCm 5.2.3 ... 7.0.
 # hipErrorTbd moved (1054 -> 1055) on 7.x-dev; the library's own hipGetErrorName wins when loaded.
 ERROR_NAMES: Dict[int, str] = {
     0: "hipSuccess", 1: "hipErrorInvalidValue", 2: "hipErrorOutOfMemory",
@@ -95,7 +95,7 @@ class HipError(RuntimeError):
             text += f" ({self.detail})"
         return text
 
-    def __reduce__(self):  # keep exceptions picklable (multiprocessing, pytest-xdist)
+    def __reduce__(self) -> Tuple[Any, ...]:  # keep exceptions picklable (multiprocessing, pytest-xdist)
         return (_rebuild, (type(self), self.__dict__.copy()))
 
 
@@ -174,7 +174,7 @@ class NotSupportedError(HipError):
 class LibraryNotFoundError(HipError, OSError):
     """No HIP (or CUDA runtime) library could be loaded; the message lists every path tried."""
 
-    def __init__(self, message: str, tried=()) -> None:
+    def __init__(self, message: str, tried: Iterable[str] = ()) -> None:
         self.tried = tuple(tried)
         HipError.__init__(self, None, "LibraryNotFound", message, None)
 

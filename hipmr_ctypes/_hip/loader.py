@@ -10,7 +10,7 @@ import glob
 import os
 import re
 import sys
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Mapping, Optional, Tuple
 
 from .errors import LibraryNotFoundError
 
@@ -25,11 +25,11 @@ def _version_key(path: str) -> Tuple[int, ...]:
     return tuple(int(n) for n in nums)
 
 
-def _in_dirs(dirs: List[str], names) -> List[str]:
+def _in_dirs(dirs: List[str], names: Iterable[str]) -> List[str]:
     return [os.path.join(d, n) for d in dirs for n in names]
 
 
-def amd_candidates(env=None) -> List[str]:
+def amd_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
     """Every path (or bare name for the system loader) tried for libamdhip64, in order."""
     env = os.environ if env is None else env
     if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
@@ -47,7 +47,7 @@ def amd_candidates(env=None) -> List[str]:
     return out
 
 
-def nvidia_candidates(env=None) -> List[str]:
+def nvidia_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
     """Every path (or bare name) tried for libcudart, in order."""
     env = os.environ if env is None else env
     if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried

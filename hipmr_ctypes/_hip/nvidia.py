@@ -1,5 +1,5 @@
 """The ``nvidia`` back end: the HIP function table through libcudart, as HIP's own
-``nvidia_detail/nvidia_hip_runtime_api.h`` maps it (see shared/reference/hip-abi.md §5).
+``nvidia_detail/nvidia_hip_runtime_api.h`` maps it (docs/internals.md, "Back ends").
 
 Most functions are the CUDA runtime function of the same shape, bound directly (no Python in
 between, so hot calls cost one ctypes call).  The few that HIP maps onto the driver API or onto
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, Structure, c_char_p, c_int, c_size_t, c_uint, c_void_p
-from typing import Dict, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .decls import DECL_BY_NAME
 from .errors import ERROR_NAMES, NotSupportedError
@@ -134,7 +134,7 @@ HINT = ("Set HIPMR_LIBRARY to the exact libcudart file, or CUDA_HOME to the CUDA
         "or choose HIPMR_PLATFORM=amd or HIPMR_PLATFORM=emulated.")
 
 
-def _bind(lib, symbol: str, decl_name: str):
+def _bind(lib: Any, symbol: str, decl_name: str) -> Any:
     cfunc = getattr(lib, symbol)
     decl = DECL_BY_NAME[decl_name]
     cfunc.restype = decl.restype
@@ -148,7 +148,7 @@ def _required_missing(symbol: str, where: str, name: str) -> NotSupportedError:
                              "CUDA runtime library, or it is too old", name)
 
 
-def _raw(lib, symbol: str, restype, argtypes):
+def _raw(lib: Any, symbol: str, restype: Any, argtypes: List[Any]) -> Any:
     try:
         cfunc = getattr(lib, symbol)
     except AttributeError:
@@ -158,7 +158,7 @@ def _raw(lib, symbol: str, restype, argtypes):
     return cfunc
 
 
-def create_nvidia_runtime(env=None) -> Runtime:
+def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
     """Load libcudart (and libcuda) and build the HIP function table over them."""
     cudart, path = load_first(nvidia_candidates(env), "libcudart (CUDA runtime)", HINT)
     where = path
@@ -190,7 +190,7 @@ def create_nvidia_runtime(env=None) -> Runtime:
 
     get_attr = _raw(cudart, "cudaDeviceGetAttribute", c_int, [POINTER(c_int), c_int, c_int])
 
-    def hipDeviceGetAttribute(out, attr, device):
+    def hipDeviceGetAttribute(out: Any, attr: int, device: int) -> int:
         if attr in ATTRIBUTE_MAP:
             return get_attr(out, ATTRIBUTE_MAP[attr], device)
         if attr in _DRIVER_ATTRIBUTES and libcuda is not None:
@@ -209,7 +209,7 @@ def create_nvidia_runtime(env=None) -> Runtime:
     cuda_ptr_attrs = _raw(cudart, "cudaPointerGetAttributes", c_int,
                           [POINTER(_cudaPointerAttributes), c_void_p])
 
-    def hipPointerGetAttributes(out, ptr):
+    def hipPointerGetAttributes(out: Any, ptr: int) -> int:
         raw = _cudaPointerAttributes()
         st = cuda_ptr_attrs(raw, ptr)
         if st:
@@ -230,14 +230,15 @@ def create_nvidia_runtime(env=None) -> Runtime:
         prefetch = _raw(cudart, "cudaMemPrefetchAsync", c_int,
                         [c_void_p, c_size_t, _cudaMemLocation, c_uint, c_void_p])
 
-        def hipMemPrefetchAsync(ptr, count, device, stream):
+        def hipMemPrefetchAsync(ptr: int, count: int, device: int, stream: int) -> int:
             loc = _cudaMemLocation(1 if device >= 0 else 2, device if device >= 0 else 0)
             return prefetch(ptr, count, loc, 0, stream)
     else:
         prefetch12 = _raw(cudart, "cudaMemPrefetchAsync", c_int,
                           [c_void_p, c_size_t, c_int, c_void_p])
 
-        def hipMemPrefetchAsync(ptr, count, device, stream):
+        def hipMemPrefetchAsync(ptr: int, count: int, device: int,
+                                stream: int) -> int:
             return prefetch12(ptr, count, device, stream)
     fn.hipMemPrefetchAsync = hipMemPrefetchAsync
 
@@ -253,7 +254,7 @@ def create_nvidia_runtime(env=None) -> Runtime:
                    extra={"libcuda": libcuda, "cuda_version": cuda_version})
 
 
-def _install_driver_shims(fn: Functions, libcuda, where: str) -> None:
+def _install_driver_shims(fn: Functions, libcuda: Any, where: str) -> None:
     """hipInit, hipDeviceGetName, hipDeviceTotalMem: driver calls in HIP's NVIDIA header."""
     if libcuda is None:
         for name in ("hipInit", "hipDeviceGetName", "hipDeviceTotalMem"):
@@ -264,10 +265,10 @@ def _install_driver_shims(fn: Functions, libcuda, where: str) -> None:
     cu_name = _raw(libcuda, "cuDeviceGetName", c_int, [c_char_p, c_int, c_int])
     cu_total = _raw(libcuda, "cuDeviceTotalMem_v2", c_int, [POINTER(c_size_t), c_int])
 
-    def hipInit(flags):
+    def hipInit(flags: int) -> int:
         return _cu_status(cu_init(flags))
 
-    def _device(ordinal):
+    def _device(ordinal: int) -> Tuple[int, Optional[int]]:
         st = _cu_status(cu_init(0))
         if st:
             return st, None
@@ -275,11 +276,11 @@ def _install_driver_shims(fn: Functions, libcuda, where: str) -> None:
         st = _cu_status(cu_device_get(dev, ordinal))
         return st, dev.value
 
-    def hipDeviceGetName(buf, length, ordinal):
+    def hipDeviceGetName(buf: Any, length: int, ordinal: int) -> int:
         st, dev = _device(ordinal)
         return st or _cu_status(cu_name(buf, length, dev))
 
-    def hipDeviceTotalMem(out, ordinal):
+    def hipDeviceTotalMem(out: Any, ordinal: int) -> int:
         st, dev = _device(ordinal)
         return st or _cu_status(cu_total(out, dev))
 

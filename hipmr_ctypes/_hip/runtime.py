@@ -5,7 +5,7 @@ What every back end (``amd``, ``nvidia``, ``emulated``) builds on; it imports no
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
 
 from .errors import (ERROR_NAMES, HIP_ERROR_NOT_READY, NO_DEVICE_CODES, HipError,
                      NoDeviceError, NotSupportedError, make_error, no_device_hint)
@@ -15,6 +15,11 @@ __all__ = ["Runtime", "Functions", "missing_function", "decode_hip_version"]
 class Functions:
     """A plain namespace of raw callables, one per row of ``decls.DECLS``."""
 
+    if TYPE_CHECKING:  # set per row when the table is bound; each returns a status code
+        def __getattr__(self, name: str) -> Callable[..., Any]: ...
+
+        def __setattr__(self, name: str, value: Callable[..., Any]) -> None: ...
+
     def __repr__(self) -> str:
         return f"<Functions {len(self.__dict__)}>"
 
@@ -22,7 +27,7 @@ class Functions:
 def missing_function(name: str, where: str) -> Callable[..., int]:
     """A stand-in for an optional symbol the library lacks: raises NotSupportedError when called."""
 
-    def _missing(*args, **kwargs):
+    def _missing(*args: Any, **kwargs: Any) -> int:
         raise NotSupportedError(801, "hipErrorNotSupported",
                                 f"{name} is not exported by {where}", name)
 
@@ -49,11 +54,12 @@ class Runtime:
     """
 
     def __init__(self, platform: str, fn: Functions, library_path: Optional[str] = None,
-                 lib=None, error_name: Optional[Callable[[int], Optional[str]]] = None,
+                 lib: Any = None, error_name: Optional[Callable[[int], Optional[str]]] = None,
                  error_string: Optional[Callable[[int], Optional[str]]] = None,
                  to_hip: Optional[Callable[[int], int]] = None,
                  version_decoder: Callable[[int], Tuple[int, int, int]] = decode_hip_version,
-                 not_ready: int = HIP_ERROR_NOT_READY, extra=None) -> None:
+                 not_ready: int = HIP_ERROR_NOT_READY,
+                 extra: Optional[Dict[str, Any]] = None) -> None:
         self.platform = platform
         self.fn = fn
         self.library_path = library_path
@@ -118,7 +124,7 @@ class Runtime:
         except Exception:  # noqa: BLE001 - never hide the error being reported
             pass
 
-    def check(self, status: int, call: Optional[str] = None, **kw) -> None:
+    def check(self, status: int, call: Optional[str] = None, **kw: Any) -> None:
         """Raise the matching HipError when ``status`` is not success."""
         if status:
             raise self.error(status, call, **kw)

@@ -1,7 +1,8 @@
 """ctypes structures, enum values and flags of the HIP runtime ABI (x86-64 Linux, LP64).
 
-Values and layouts follow ``shared/reference/hip-abi.md`` and are checked against the real
-headers by ``tests/test_abi.py`` (a C probe compiled with gcc).
+Values and layouts follow HIP's headers (``hip_runtime_api.h``, ``driver_types.h``) for every
+supported ROCm version and are checked against the real headers by ``tests/test_abi.py`` (a C
+probe compiled with gcc).
 """
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ def checked_frees(ref: resource_ref) -> Tuple[Any, Any]:
 
     def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         check_stream(stream)
-        up_dealloc_async(*check_free_args(ptr, bytes, alignment), stream)
+        up_dealloc_async(*check_free_args(ptr, bytes, alignment), stream)  # type: ignore[misc]
 
     return deallocate, deallocate_async
 
@@ -271,9 +271,9 @@ def as_upstream_ref(upstream: Any, name: str = "upstream") -> resource_ref:
                         f"{upstream!r}")
     props = tuple(getattr(upstream, "properties", ()))
     if is_async_resource(upstream):
-        return async_resource_ref[props](upstream)
+        return async_resource_ref[props](upstream)  # type: ignore[misc,valid-type]
     if is_resource(upstream):
-        return resource_ref[props](upstream)
+        return resource_ref[props](upstream)  # type: ignore[misc,valid-type]
     raise TypeError(f"{name}: {type(upstream).__name__} is not a resource (it needs "
                     "allocate(bytes, alignment), deallocate(ptr, bytes, alignment) and ==)")
 
@@ -289,7 +289,7 @@ class _AsyncMethod:
     def __init__(self, func: Callable[..., Any]) -> None:
         self._func = func
         self._name = func.__name__
-        functools.update_wrapper(self, func)
+        functools.update_wrapper(self, func)  # type: ignore[arg-type]
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._name = name

@@ -85,7 +85,7 @@ class CallbackResource(BoundMethods):
             if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
                     or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            fn_dealloc_async(ptr, bytes, alignment, check_stream(stream))
+            fn_dealloc_async(ptr, bytes, alignment, check_stream(stream))  # type: ignore[misc]
 
         self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
 

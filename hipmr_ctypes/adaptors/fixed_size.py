@@ -16,7 +16,7 @@ from ._order import SPECIAL, StreamOrder, handle_of, stream_key, track_streams
 __all__ = ["FixedSizeResource"]
 
 _GRAIN = DEFAULT_ALIGNMENT
-_NONE = object()
+_NONE: Any = object()
 
 
 class _Blocks:

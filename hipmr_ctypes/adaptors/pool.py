@@ -48,7 +48,7 @@ _GRAIN = DEFAULT_ALIGNMENT          # block sizes and starts are multiples of th
 _MIN_GROWTH = 1 << 20               # the smallest chunk the pool asks for when it grows
 _MAX_SIZES_PER_STREAM = 4096        # exact sizes remembered per stream (then forgotten)
 _CLEAN: FrozenSet[Any] = frozenset()
-_NONE = object()                    # "no such live block" (equal to no size)
+_NONE: Any = object()                    # "no such live block" (equal to no size)
 
 
 class _Arena:

@@ -31,10 +31,10 @@ def _device_pointer(ptr: int) -> Any:
     from numba.cuda.cudadrv import driver
     if getattr(driver, "USE_NV_BINDING", True):
         binding = getattr(driver, "binding", None)
-        CUdeviceptr = getattr(binding, "CUdeviceptr", None)
-        if CUdeviceptr is None:
-            from cuda.bindings.driver import CUdeviceptr  # type: ignore[no-redef]
-        return CUdeviceptr(ptr)
+        make: Any = getattr(binding, "CUdeviceptr", None)
+        if make is None:
+            from cuda.bindings.driver import CUdeviceptr as make  # type: ignore[no-redef]
+        return make(ptr)
     return ctypes.c_uint64(ptr)
 
 
@@ -70,7 +70,7 @@ def _finalizer(key: int, allocations: Dict[int, Any]) -> Callable[[], None]:
     return finalize
 
 
-class HipmrNumbaManager(HostOnlyCUDAMemoryManager):
+class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
     """Numba EMM plugin (interface version 1): on-device allocations from hipmr_ctypes; host
     allocations stay Numba's own (``HostOnlyCUDAMemoryManager``)."""
 

@@ -67,7 +67,7 @@ class DeviceMemoryResource(SyncResource):
         st = self._call(self._malloc, out, bytes) if self._switch else self._malloc(out, bytes)
         if st:
             raise self._rt.error(st, "hipMalloc", size=bytes, device=self._device)
-        return out.value
+        return out.value  # type: ignore[return-value]  # not NULL on success
 
     def _alloc(self, nbytes: int, alignment: int) -> int:
         return self.allocate(nbytes, alignment)

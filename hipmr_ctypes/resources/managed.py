@@ -50,7 +50,7 @@ class ManagedMemoryResource(FlagsEqual, SyncResource):
             device = c_int()
             self._rt.fn.hipGetDevice(device)  # managed memory counts against the current one
             raise self._rt.error(st, "hipMallocManaged", size=nbytes, device=device.value)
-        return out.value
+        return out.value  # type: ignore[return-value]  # not NULL on success
 
     def _free(self, ptr: int) -> None:
         st = self._free_fn(ptr)

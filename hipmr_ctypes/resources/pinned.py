@@ -68,7 +68,7 @@ class PinnedMemoryResource(FlagsEqual, SyncResource):
         st = self._malloc(out, nbytes, self._native_flags)
         if st:
             raise self._rt.error(st, "hipHostMalloc", size=nbytes)
-        return out.value
+        return out.value or 0
 
     def _free(self, ptr: int) -> None:
         st = self._free_fn(ptr)

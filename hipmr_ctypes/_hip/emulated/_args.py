@@ -38,8 +38,8 @@ def _int(value: Any) -> int:
         return value
     if isinstance(value, int):  # bool and int subclasses, as ctypes accepts them
         return int(value)
-    if isinstance(value, _SimpleCData) and type(value)._type_ in _INTEGER_CODES:
-        return value.value
+    if isinstance(value, _SimpleCData) and getattr(type(value), "_type_") in _INTEGER_CODES:
+        return int(value.value)  # type: ignore[attr-defined]
     raise TypeError(f"expected an integer, got {type(value).__name__}")
 
 
@@ -88,8 +88,8 @@ def extent(value: Any) -> Optional[int]:
     if isinstance(value, bytes):
         return len(value)
     if isinstance(value, _CArgObject):
-        inner = value._obj
-        return ctypes.sizeof(inner) - (ctypes.cast(value, ctypes.c_void_p).value
+        inner = getattr(value, "_obj")  # what byref() designates
+        return ctypes.sizeof(inner) - ((ctypes.cast(value, ctypes.c_void_p).value or 0)
                                        - ctypes.addressof(inner))
     return None
 
@@ -99,7 +99,7 @@ def _target(obj: Any) -> Any:
     if obj is None:
         raise Status(1)
     if isinstance(obj, _CArgObject):
-        inner = obj._obj
+        inner = getattr(obj, "_obj")  # what byref() designates
         if ctypes.cast(obj, ctypes.c_void_p).value != ctypes.addressof(inner):
             raise TypeError("byref() with an offset is not supported by the emulation")
         return inner
@@ -127,7 +127,7 @@ def out_array(obj: Any, ctype: Type[T], count: int) -> Sequence[T]:
     target = _target(obj)
     if isinstance(target, ctype):
         items: List[T] = [target]
-    elif isinstance(target, ctypes.Array) and issubclass(type(target)._type_, ctype):
+    elif isinstance(target, ctypes.Array) and issubclass(getattr(type(target), "_type_"), ctype):
         items = target  # type: ignore[assignment]
     else:
         raise TypeError(f"expected {ctype.__name__} or an array of them, "
@@ -140,7 +140,7 @@ def out_array(obj: Any, ctype: Type[T], count: int) -> Sequence[T]:
 def char_buffer(obj: Any) -> Tuple[int, int]:
     """(address, capacity) of a writable ``char*`` argument: a ctypes char array only."""
     target = _target(obj)
-    if isinstance(target, ctypes.Array) and type(target)._type_ is ctypes.c_char:
+    if isinstance(target, ctypes.Array) and getattr(type(target), "_type_") is ctypes.c_char:
         return ctypes.addressof(target), len(target)
     raise TypeError(f"expected a ctypes char buffer, got {type(target).__name__}")
 
@@ -148,9 +148,10 @@ def char_buffer(obj: Any) -> Tuple[int, int]:
 def int_cell(obj: Any, size: int) -> Any:
     """The integer ctypes instance a ``void*`` value argument points to; it must be ``size`` bytes."""
     target = _target(obj)
-    if not (isinstance(target, _SimpleCData) and type(target)._type_ in _INTEGER_CODES):
+    if not (isinstance(target, _SimpleCData) and getattr(type(target), "_type_") in _INTEGER_CODES):
         raise TypeError(f"expected byref() of an integer ctypes value, got {type(target).__name__}")
-    if ctypes.sizeof(target) != size:
+    if ctypes.sizeof(target) != size:  # type: ignore[arg-type]
         raise TypeError(f"this attribute takes a {size}-byte integer, "
-                        f"got {type(target).__name__} ({ctypes.sizeof(target)} bytes)")
+                        f"got {type(target).__name__} "
+                        f"({ctypes.sizeof(target)} bytes)")  # type: ignore[arg-type]
     return target

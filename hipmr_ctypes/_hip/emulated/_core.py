@@ -98,7 +98,7 @@ class EmulatorConfig(NamedTuple):
 
 class LiveAllocations(NamedTuple):
     """Live emulated allocations (device, pool, pinned and managed): count and requested bytes."""
-    count: int
+    count: int  # type: ignore[assignment]  # a field named like tuple.count
     bytes: int
 
 

@@ -1,0 +1,45 @@
+"""Code written the way README.md and docs/ show it, checked with ``mypy --strict`` by
+tests/test_typing.py: the public API must type-check without casts or ignores."""
+import hipmr_ctypes as hmr
+
+mr = hmr.AsyncMemoryResource()
+pool = hmr.PoolResource(mr, initial_pool_size=1 << 28)
+ref = hmr.async_resource_ref[hmr.device_accessible](pool)
+sync_ref = hmr.resource_ref[hmr.device_accessible, hmr.host_accessible](
+    hmr.PinnedMemoryResource())
+any_ref = hmr.async_resource_ref[()](pool)
+s = hmr.Stream()
+p: int = ref.allocate_async(1 << 20, 256, s)
+ref.deallocate_async(p, 1 << 20, 256, s)
+q: int = ref.allocate_async(4096, 256, s.ref)
+ref.deallocate_async(q, 4096, 256, hmr.stream_ref(s))
+h: int = sync_ref.allocate(64)
+sync_ref.deallocate(h, 64)
+same: bool = ref == any_ref
+
+typed: hmr.async_resource_ref[hmr.device_accessible] = ref
+
+buf = hmr.Buffer.from_host(b"hello", resource=pool)
+data: bytes = buf.tobytes()
+size: int = buf.size
+buf.close()
+
+host = hmr.HostMemoryResource()
+hp: int = host.allocate(128)
+host.deallocate(hp, 128)
+ok: bool = hmr.is_resource(host) and hmr.is_async_resource_with(mr, hmr.device_accessible)
+count: int = hmr.device_count()
+platform: str = hmr.platform()
+
+stats = hmr.StatisticsResource(pool)
+limit = hmr.LimitingResource(stats, 1 << 30)
+lp: int = limit.allocate_async(256, 256, s)
+limit.deallocate_async(lp, 256, 256, s)
+
+try:
+    hmr.Device(0)
+except hmr.NoDeviceError as exc:
+    message: str = str(exc)
+
+pool.release()
+s.close()
