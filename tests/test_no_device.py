@@ -19,7 +19,7 @@ def no_device(request, monkeypatch):
     """The process-wide runtime replaced by one that sees no device: zero emulated devices, or
     the real libamdhip64 on a machine without a GPU."""
     if request.param == "emulated":
-        rt = _hip.Runtime.create("emulated", env={"HIPMR_EMULATED_DEVICES": "0"})
+        rt = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "0"})
     else:
         rt = request.getfixturevalue("amd_runtime")
         if rt.sees_device():
