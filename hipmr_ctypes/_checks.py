@@ -44,35 +44,35 @@ def _as_int(value: Any, name: str, what: str) -> int:
 
 def check_size(value: Any, name: str = "bytes") -> int:
     """``value`` as a size in bytes: an int (not a bool) in ``[0, 2**63]``."""
-    value = _as_int(value, name, "number of bytes")
-    if value < 0:
-        raise ValueError(f"{name}={value} is negative")
-    if value > MAX_SIZE:
-        raise ValueError(f"{name}={value} is larger than 2**63")
-    return value
+    size = _as_int(value, name, "number of bytes")
+    if size < 0:
+        raise ValueError(f"{name}={size} is negative")
+    if size > MAX_SIZE:
+        raise ValueError(f"{name}={size} is larger than 2**63")
+    return size
 
 
 def check_alignment(value: Any, max_alignment: Optional[int] = None,
                     name: str = "alignment") -> int:
     """``value`` as an alignment: a positive power-of-two int (not a bool), at most
     ``max_alignment`` (None: at most 2**63)."""
-    value = _as_int(value, name, "power of two")
-    if value <= 0 or value & (value - 1):
-        raise ValueError(f"{name}={value} is not a power of two")
-    if max_alignment is not None and value > max_alignment:
-        raise ValueError(f"{name}={value} is larger than {max_alignment}, the most this "
+    alignment = _as_int(value, name, "power of two")
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"{name}={alignment} is not a power of two")
+    if max_alignment is not None and alignment > max_alignment:
+        raise ValueError(f"{name}={alignment} is larger than {max_alignment}, the most this "
                          "resource can guarantee")
-    if value > MAX_SIZE:
-        raise ValueError(f"{name}={value} is larger than 2**63")
-    return value
+    if alignment > MAX_SIZE:
+        raise ValueError(f"{name}={alignment} is larger than 2**63")
+    return alignment
 
 
 def check_ptr(value: Any, name: str = "ptr") -> int:
     """``value`` as a pointer: an int address in ``[0, 2**64)``."""
-    value = _as_int(value, name, "address")
-    if not 0 <= value <= MAX_PTR:
-        raise ValueError(f"{name}={value:#x} is not an address in [0, 2**64)")
-    return value
+    ptr = _as_int(value, name, "address")
+    if not 0 <= ptr <= MAX_PTR:
+        raise ValueError(f"{name}={ptr:#x} is not an address in [0, 2**64)")
+    return ptr
 
 
 def check_stream(stream: Any, name: str = "stream") -> int:

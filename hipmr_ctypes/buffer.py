@@ -732,7 +732,7 @@ class Buffer:
 
     # ---- interop ----
     @property
-    def __cuda_array_interface__(self) -> dict:
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
         """CUDA Array Interface v3: 1-D ``uint8`` over the memory (device-accessible only)."""
         if self._host_only:
             raise AttributeError("__cuda_array_interface__: this Buffer holds host-only memory")

@@ -5,7 +5,7 @@ import ctypes
 import operator
 import threading
 from contextlib import contextmanager
-from typing import Iterator, Optional, Tuple, Union
+from typing import Any, Iterator, Optional, Tuple, Union
 
 from . import _hip
 from ._hip.errors import NoDeviceError, NotSupportedError
@@ -289,7 +289,7 @@ class Device:
         stack.append(prev.value)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         prev = _tls.stack.pop()
         if prev != self._id:
             rt = _hip.get_runtime()

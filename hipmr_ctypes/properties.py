@@ -122,8 +122,9 @@ class _ForwardedProperties:
 
     def __get__(self, obj: Any, cls: Any = None) -> Tuple[Type[Property], ...]:
         if obj is None:
-            return cls.own_properties
-        own = obj.own_properties
+            props: Tuple[Type[Property], ...] = cls.own_properties
+            return props
+        own: Tuple[Type[Property], ...] = obj.own_properties
         upstream = _declared(obj.upstream_resource())
         if not upstream:
             return own

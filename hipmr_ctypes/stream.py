@@ -120,11 +120,11 @@ class _Owned:
         and they forget it."""
         self._finalizer()
 
-    def __enter__(self):
-        self._live()
+    def __enter__(self: _T) -> _T:
+        self._live()  # type: ignore[attr-defined]
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
 

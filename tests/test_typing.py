@@ -1,4 +1,4 @@
-"""Type checking: the package passes mypy (configured in pyproject.toml), code written as
+"""Type checking: the package passes mypy --strict (pyproject.toml sets it), code written as
 README.md shows passes ``mypy --strict``, every python block of README.md passes it too, and
 resource_ref.pyi matches resource_ref.py (mypy's stubtest).  Skipped without mypy, except
 under HIPMR_REQUIRE_TOOLS=1 (CI), where a missing mypy is an error of the run."""

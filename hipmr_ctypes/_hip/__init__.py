@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Mapping, Optional
 
+from . import errors
 from .errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
                      NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
 from .runtime import Runtime
@@ -43,6 +44,9 @@ def selected_platform(env: Optional[Mapping[str, str]] = None) -> str:
     if value not in PLATFORMS:
         raise ValueError(f"HIPMR_PLATFORM={value!r} is not one of {', '.join(PLATFORMS)}")
     return value
+
+
+errors.selected_platform_now = selected_platform  # a no-device hint compares it with the loaded one
 
 
 def create_runtime(platform: str, env: Optional[Mapping[str, str]] = None) -> Runtime:

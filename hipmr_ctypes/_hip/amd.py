@@ -2,7 +2,7 @@
 Python in between, so a hot call costs one ctypes call)."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from .decls import DECLS
 from .errors import NotSupportedError
@@ -12,7 +12,7 @@ from .runtime import Functions, Runtime, missing_function
 __all__ = ["create_amd_runtime", "bind_library", "AMD_HINT"]
 
 
-def bind_library(lib, names_to_symbols: Dict[str, str], where: str) -> Functions:
+def bind_library(lib: Any, names_to_symbols: Dict[str, str], where: str) -> Functions:
     """Resolve every row of the table in ``lib`` (symbol = ``names_to_symbols.get(name, name)``)."""
     fn = Functions()
     for decl in DECLS:
@@ -44,7 +44,7 @@ AMD_HINT = ("Set HIPMR_LIBRARY to the exact libamdhip64 file, or ROCM_PATH / HIP
             "HIPMR_PLATFORM=emulated (host memory, no GPU).")
 
 
-def create_amd_runtime(env=None) -> Runtime:
+def create_amd_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
     """Load libamdhip64 and bind the declaration table in it."""
     lib, path = load_first(amd_candidates(env), "libamdhip64 (HIP runtime)", AMD_HINT)
     fn = bind_library(lib, {}, path)

@@ -7,7 +7,7 @@ built-in table below otherwise.  This module imports nothing but the standard li
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Type
 
 __all__ = [
     "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
@@ -143,11 +143,15 @@ class NoDeviceError(HipError):
 NO_DEVICE_CODES = (HIP_ERROR_NO_DEVICE, HIP_ERROR_INVALID_DEVICE, 35)
 
 
+#: what HIPMR_PLATFORM selects now, read as the package reads it (``hipmr_ctypes._hip`` sets it;
+#: this module imports nothing of the package)
+selected_platform_now: Optional[Callable[[], str]] = None
+
+
 def no_device_hint(platform: str) -> str:
     """What to do when ``platform`` sees no device (the command line prints the same)."""
-    from . import selected_platform  # the package is loaded by the time an error is built
     try:
-        wanted = selected_platform()
+        wanted = selected_platform_now() if selected_platform_now is not None else platform
     except ValueError:
         wanted = platform
     if wanted != platform:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, Structure, c_char_p, c_int, c_size_t, c_uint, c_void_p
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .decls import DECL_BY_NAME
 from .errors import ERROR_NAMES, NotSupportedError
@@ -148,14 +148,16 @@ def _required_missing(symbol: str, where: str, name: str) -> NotSupportedError:
                              "CUDA runtime library, or it is too old", name)
 
 
-def _raw(lib: Any, symbol: str, restype: Any, argtypes: List[Any]) -> Any:
+def _raw(lib: Any, symbol: str, restype: Any, argtypes: List[Any]) -> Callable[..., Any]:
+    """``symbol`` of ``lib`` with this C signature."""
     try:
         cfunc = getattr(lib, symbol)
     except AttributeError:
         raise _required_missing(symbol, getattr(lib, "_name", "the library"), symbol) from None
     cfunc.restype = restype
     cfunc.argtypes = argtypes
-    return cfunc
+    bound: Callable[..., Any] = cfunc
+    return bound
 
 
 def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
@@ -188,7 +190,7 @@ def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
         libcuda = None
     _install_driver_shims(fn, libcuda, where)
 
-    get_attr = _raw(cudart, "cudaDeviceGetAttribute", c_int, [POINTER(c_int), c_int, c_int])
+    get_attr: Callable[..., int] = _raw(cudart, "cudaDeviceGetAttribute", c_int, [POINTER(c_int), c_int, c_int])
 
     def hipDeviceGetAttribute(out: Any, attr: int, device: int) -> int:
         if attr in ATTRIBUTE_MAP:
@@ -206,7 +208,7 @@ def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
         _cu_attr = _raw(libcuda, "cuDeviceGetAttribute", c_int, [POINTER(c_int), c_int, c_int])
     fn.hipDeviceGetAttribute = hipDeviceGetAttribute
 
-    cuda_ptr_attrs = _raw(cudart, "cudaPointerGetAttributes", c_int,
+    cuda_ptr_attrs: Callable[..., int] = _raw(cudart, "cudaPointerGetAttributes", c_int,
                           [POINTER(_cudaPointerAttributes), c_void_p])
 
     def hipPointerGetAttributes(out: Any, ptr: int) -> int:
@@ -227,14 +229,14 @@ def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
     fn.hipPointerGetAttributes = hipPointerGetAttributes
 
     if cuda_version >= 13000:  # CUDA 13 takes a cudaMemLocation by value and a flags word
-        prefetch = _raw(cudart, "cudaMemPrefetchAsync", c_int,
+        prefetch: Callable[..., int] = _raw(cudart, "cudaMemPrefetchAsync", c_int,
                         [c_void_p, c_size_t, _cudaMemLocation, c_uint, c_void_p])
 
         def hipMemPrefetchAsync(ptr: int, count: int, device: int, stream: int) -> int:
             loc = _cudaMemLocation(1 if device >= 0 else 2, device if device >= 0 else 0)
             return prefetch(ptr, count, loc, 0, stream)
     else:
-        prefetch12 = _raw(cudart, "cudaMemPrefetchAsync", c_int,
+        prefetch12: Callable[..., int] = _raw(cudart, "cudaMemPrefetchAsync", c_int,
                           [c_void_p, c_size_t, c_int, c_void_p])
 
         def hipMemPrefetchAsync(ptr: int, count: int, device: int,

@@ -29,6 +29,10 @@ from .._exit import finalizer
 from ..concepts import is_async_resource, is_resource
 from ..properties import DEFAULT_ALIGNMENT, forward_property
 from ..resource_ref import async_resource_ref, resource_ref
+
+if TYPE_CHECKING:  # a ref with any properties, for annotations
+    from typing_extensions import Unpack
+    AnyRef = resource_ref[Unpack[Tuple[Any, ...]]]
 from .._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, STREAM_REF, check_alignment,
                        check_ptr, check_size, check_stream)
 
@@ -241,7 +245,7 @@ def must_check_arguments(ref: resource_ref) -> bool:
     return getattr(type(ref.resource), "_checks_arguments", False) is not True
 
 
-def checked_frees(ref: resource_ref) -> Tuple[Any, Any]:
+def checked_frees(ref: AnyRef) -> Tuple[Any, Any]:
     """``deallocate`` / ``deallocate_async`` that check their arguments, then call the
     upstream's: for adaptors that do nothing of their own when memory is freed.  Over one of
     the package's own resources, which check every argument themselves, the upstream's own
@@ -261,7 +265,7 @@ def checked_frees(ref: resource_ref) -> Tuple[Any, Any]:
     return deallocate, deallocate_async
 
 
-def as_upstream_ref(upstream: Any, name: str = "upstream") -> resource_ref:
+def as_upstream_ref(upstream: Any, name: str = "upstream") -> AnyRef:
     """``upstream`` as a ref carrying all its properties: itself if it already is a ref, an
     ``async_resource_ref`` for an async resource, a ``resource_ref`` for a synchronous one."""
     if isinstance(upstream, resource_ref):
@@ -271,9 +275,9 @@ def as_upstream_ref(upstream: Any, name: str = "upstream") -> resource_ref:
                         f"{upstream!r}")
     props = tuple(getattr(upstream, "properties", ()))
     if is_async_resource(upstream):
-        return async_resource_ref[props](upstream)  # type: ignore[misc,valid-type]
+        return async_resource_ref[props](upstream)  # type: ignore[valid-type]
     if is_resource(upstream):
-        return resource_ref[props](upstream)  # type: ignore[misc,valid-type]
+        return resource_ref[props](upstream)  # type: ignore[valid-type]
     raise TypeError(f"{name}: {type(upstream).__name__} is not a resource (it needs "
                     "allocate(bytes, alignment), deallocate(ptr, bytes, alignment) and ==)")
 
@@ -317,15 +321,15 @@ class Adaptor(forward_property):
     """
 
     _async = False
-    _upstream: resource_ref
+    _upstream: AnyRef
 
-    def _set_upstream(self, upstream: Any, name: str = "upstream") -> resource_ref:
+    def _set_upstream(self, upstream: Any, name: str = "upstream") -> AnyRef:
         ref = as_upstream_ref(upstream, name)
         self._upstream = ref
         self._async = isinstance(ref, async_resource_ref)
         return ref
 
-    def upstream_resource(self) -> resource_ref:
+    def upstream_resource(self) -> AnyRef:
         """The upstream, as the ``resource_ref`` / ``async_resource_ref`` this adaptor holds."""
         return self._upstream
 
@@ -343,7 +347,7 @@ class Adaptor(forward_property):
         if type(other) is not type(self):
             return False
         return bool(self._upstream == other._upstream) and \
-            self._settings() == other._settings()  # type: ignore[attr-defined]
+            self._settings() == other._settings()
 
     def __hash__(self) -> int:
         try:
@@ -427,12 +431,13 @@ class BoundMethods:
                 deallocate_async(ptr, bytes, alignment, SYNC)  # type: ignore[misc]
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
-    def allocate(self, bytes: int,  # type: ignore[no-redef]
+    def allocate(self, bytes: int,
                  alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocate ``bytes`` bytes aligned to ``alignment``; returns the pointer."""
-        return self.__dict__["allocate"](bytes, alignment)
+        ptr: int = self.__dict__["allocate"](bytes, alignment)
+        return ptr
 
-    def deallocate(self, ptr: int, bytes: int,  # type: ignore[no-redef]
+    def deallocate(self, ptr: int, bytes: int,
                    alignment: int = DEFAULT_ALIGNMENT) -> None:
         """Free ``ptr``, obtained from ``allocate(bytes, alignment)``."""
         self.__dict__["deallocate"](ptr, bytes, alignment)
@@ -440,7 +445,8 @@ class BoundMethods:
     @async_method
     def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
         """Allocate in stream order on ``stream`` (only over an async upstream)."""
-        return self.__dict__["allocate_async"](bytes, alignment, stream)
+        ptr: int = self.__dict__["allocate_async"](bytes, alignment, stream)
+        return ptr
 
     @async_method
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:

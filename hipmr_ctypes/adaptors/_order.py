@@ -11,7 +11,7 @@ waits for the event on the host.  No HIP call is made on the hot paths.  The eve
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, List
 
 # module globals, so that tests can replace them with fakes
 from ..errors import NoDeviceError
@@ -94,7 +94,7 @@ class StreamOrder:
                 wait_event(handle_of(key), ev)
         return others
 
-    def record_for_host(self, streams: Iterable[Any]) -> list:
+    def record_for_host(self, streams: Iterable[Any]) -> List[Any]:
         """Fresh events recorded now on every stream in ``streams``: the caller waits for them
         on the host *without* holding its lock, then closes them.  Fresh (not the reusable
         ones) so that nothing can re-record or close them meanwhile.  For another thread's

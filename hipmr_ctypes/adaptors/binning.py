@@ -158,7 +158,7 @@ class BinningResource(BoundAdaptor):
                 if not bytes:
                     return 0
             target = route(bytes, alignment)
-            ptr = (target.allocate(bytes, alignment) if stream is SYNC
+            ptr: int = (target.allocate(bytes, alignment) if stream is SYNC
                    else target.allocate_async(bytes, alignment, stream))
             if ptr:
                 record = (target, bytes)

@@ -99,8 +99,8 @@ class CallbackResource(BoundMethods):
             return True
         if type(other) is not type(self):
             return False
-        return (self._functions == other._functions  # type: ignore[attr-defined]
-                and set(self.properties) == set(other.properties))  # type: ignore[attr-defined]
+        return (self._functions == other._functions
+                and set(self.properties) == set(other.properties))
 
     def __hash__(self) -> int:
         return hash((type(self), self._functions, frozenset(self.properties)))

@@ -45,7 +45,8 @@ class FailureCallbackResource(BoundAdaptor):
                 check_stream(stream)
             while True:
                 try:
-                    return up_alloc_async(bytes, alignment, stream)
+                    ptr: int = up_alloc_async(bytes, alignment, stream)
+                    return ptr
                 except MemoryError:
                     if not callback(bytes):
                         raise
@@ -58,7 +59,8 @@ class FailureCallbackResource(BoundAdaptor):
     @property
     def callback(self) -> Callable[[int], Any]:
         """The callback."""
-        return self._callback
+        fn: Callable[[int], Any] = self._callback
+        return fn
 
     def __repr__(self) -> str:
         return f"FailureCallbackResource({self._upstream.resource!r}, {self._callback!r})"

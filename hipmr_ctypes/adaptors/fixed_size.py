@@ -132,6 +132,7 @@ class _Blocks:
         if not nbytes:
             return 0
         with self.lock:
+            ptr: int
             ptr, wait = self.take(key)
             if wait is None:
                 self.live[ptr] = nbytes

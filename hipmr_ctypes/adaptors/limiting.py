@@ -96,7 +96,8 @@ class LimitingResource(BoundAdaptor):
             try:
                 if stream is SYNC:
                     return up_alloc(bytes, alignment)
-                return up_alloc_async(bytes, alignment, stream)
+                ptr: int = up_alloc_async(bytes, alignment, stream)
+                return ptr
             except BaseException:
                 freed(bytes)  # the reservation, given back
                 raise

@@ -169,7 +169,7 @@ class LoggingResource(BoundAdaptor):
             handle = handle_of(stream)
             check_open()
             try:
-                ptr = up_alloc_async(bytes, alignment, stream)
+                ptr: int = up_alloc_async(bytes, alignment, stream)
             except BaseException:
                 log("allocate failure", 0, bytes, handle)
                 raise

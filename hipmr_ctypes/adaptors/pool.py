@@ -402,6 +402,7 @@ class _Arena:
                                            detail="other threads kept taking the pool's growth")
                 self._grow(size + extra, nbytes, key)
                 found = self._take_global(size, alignment, key)
+            ptr: int
             ptr, events, tag = found
             if not events:
                 self.live[ptr] = nbytes

@@ -55,7 +55,7 @@ class PrefetchResource(BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             bytes, alignment = check_args(bytes, alignment)
             handle = check_stream(stream)
-            ptr = up_alloc_async(bytes, alignment, stream)
+            ptr: int = up_alloc_async(bytes, alignment, stream)
             if ptr and bytes:
                 try:
                     prefetch(ptr, bytes, handle)

@@ -6,7 +6,7 @@ and is freed, in stream order on that stream, when CuPy drops its memory.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Tuple
 
 import cupy
 
@@ -24,7 +24,7 @@ class _CupyStream:
     def __init__(self, stream: Any) -> None:
         self.stream = stream
 
-    def __hip_stream__(self) -> tuple:
+    def __hip_stream__(self) -> Tuple[int, int]:
         return (0, self.stream.ptr)
 
 

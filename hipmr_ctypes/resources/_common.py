@@ -9,7 +9,7 @@ pays for a few comparisons and an invalid one gets the precise error.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
 from .._checks import MAX_SIZE, check_ptr, check_size, check_stream
@@ -33,9 +33,9 @@ def check_alignment(value: Any, max_alignment: "int | None" = MAX_DEVICE_ALIGNME
 
 def check_args(nbytes: Any, alignment: Any, max_alignment: "int | None") -> int:
     """Check a (bytes, alignment) pair; return the size as an int."""
-    nbytes = check_size(nbytes)
+    size = check_size(nbytes)
     check_alignment(alignment, max_alignment)
-    return nbytes
+    return size
 
 
 def sync_stream(handle: int) -> None:
@@ -57,7 +57,7 @@ class SyncResource:
     _checks_arguments = True
 
     __slots__ = ("__weakref__",)
-    properties: tuple = ()
+    properties: Tuple[type, ...] = ()
     _max_alignment: "int | None" = MAX_DEVICE_ALIGNMENT
 
     def _alloc(self, nbytes: int, alignment: int) -> int:  # pragma: no cover - abstract
@@ -121,10 +121,11 @@ class FlagsEqual:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return other._flags == self._flags  # type: ignore[attr-defined]
+        same: bool = other._flags == self._flags  # type: ignore[attr-defined]
+        return same
 
     def __hash__(self) -> int:
         return hash((type(self), self._flags))  # type: ignore[attr-defined]
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self._flags,))  # type: ignore[attr-defined]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import weakref
 from ctypes import byref, c_int, c_uint64, c_void_p
-from typing import TYPE_CHECKING, Any, Optional, Set, Tuple
+
+from typing import TYPE_CHECKING, Any, Callable, Optional, Set, Tuple
 
 from .. import _hip
 from .._exit import finalize, finalizer
@@ -84,7 +85,7 @@ def _free_then_destroy(free: Any, pool: "MemoryPool") -> Any:
     """``hipFreeAsync`` for a resource whose owned pool was closed with allocations still out:
     after each free, the pool is destroyed if that was the last one."""
     def free_async(ptr: int, stream: int) -> int:
-        st = free(ptr, stream)
+        st: int = free(ptr, stream)
         if not st:
             pool._destroy_when_unused(stream)
         return st
@@ -432,7 +433,7 @@ class AsyncMemoryResource:
         self._free_fn = unmap_only(self._free_fn, mapped)
         return self
 
-    def _bind(self, pool: MemoryPool, rt: Any, settings: tuple) -> None:
+    def _bind(self, pool: MemoryPool, rt: Any, settings: Tuple[Any, ...]) -> None:
         self._pool = pool
         self._handle = pool._handle
         self._device = pool._device

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctypes import c_int, c_void_p
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Tuple
 
 from .. import _hip
 from ..device import check_device, device_count, get_device
@@ -42,7 +42,7 @@ class DeviceMemoryResource(SyncResource):
         """The device ordinal the memory lives on."""
         return self._device
 
-    def _call(self, fn, *args) -> int:
+    def _call(self, fn: Callable[..., int], *args: Any) -> int:
         """Run ``fn(*args)`` with this resource's device current, restoring the previous one."""
         rt = self._rt
         cur = c_int()
@@ -99,5 +99,5 @@ class DeviceMemoryResource(SyncResource):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self._device})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self._device,))

@@ -6,7 +6,7 @@ import ctypes
 import errno
 import os
 from ctypes import c_void_p
-from typing import Dict
+from typing import Any, Dict, Tuple
 
 from .. import _hip
 from ..errors import NoDeviceError, OutOfMemoryError
@@ -24,7 +24,7 @@ _SIZEOF_PTR = ctypes.sizeof(c_void_p)
 _deviceless: object = None
 
 
-def _load_libc():
+def _load_libc() -> Tuple[Any, Any]:
     """``(posix_memalign, free)`` from the C library (``hipmr_ctypes._hip.native``)."""
     found = memalign_and_free()
     if found is None:
@@ -114,5 +114,5 @@ class HostMemoryResource(SyncResource):
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), ())

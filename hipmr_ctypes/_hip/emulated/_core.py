@@ -12,7 +12,7 @@ import ctypes
 import threading
 import sys
 import weakref
-from typing import (Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
+from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
                     Tuple, Union)
 
 from ..._locks import DeferringLock
@@ -414,7 +414,7 @@ class EmulatorCore:
         emu = self
         needs_device = name not in NO_DEVICE_OK
 
-        def call(*args):
+        def call(*args: Any) -> int:
             if emu._faults:
                 status = emu._take_fault(name)
                 if status:

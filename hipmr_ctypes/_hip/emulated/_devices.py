@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import c_int, c_size_t
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from ._args import Status, char_buffer, i32, out, u32
 from ._core import (INVALID_DEVICE, INVALID_VALUE, NO_DEVICE, PEER_ACCESS_ALREADY_ENABLED,
@@ -14,7 +14,8 @@ __all__ = ["DeviceMixin", "device_attributes"]
 INT32_MAX = 2**31 - 1
 
 
-def device_attributes(ordinal: int, capacity: int, version: tuple) -> Dict[int, int]:
+def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
+                      ) -> Dict[int, int]:
     """hipDeviceAttribute_t value -> value for one emulated device (a gfx90a-like GPU)."""
     return {
         0: 0,                   # EccEnabled
@@ -97,7 +98,7 @@ class DeviceMixin(EmulatorCore):
 
     def _take_last(self, field: str) -> int:
         tls = self._tls
-        status = getattr(tls, field)
+        status: int = getattr(tls, field)
         setattr(tls, field, SUCCESS)
         if not self._sticky_errors:   # before HIP 7 both report the same per-thread value
             tls.last_error = tls.last_command = SUCCESS
