@@ -109,7 +109,8 @@ def check(as_json: bool = False) -> int:
     return 0 if ok else 1
 
 
-def _time_pairs(alloc: Callable[..., int], free: Callable[..., None], size: int, pairs: int = 20000, repeats: int = 5) -> float:
+def _time_pairs(alloc: Callable[..., int], free: Callable[..., None], size: int,
+                pairs: int = 5000, repeats: int = 5) -> float:
     runs = []
     for i in range(repeats + 1):
         t0 = time.perf_counter_ns()

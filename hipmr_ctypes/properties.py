@@ -159,6 +159,7 @@ class forward_property:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        found: Any = _FORWARDED
         for klass in cls.__mro__:
             if "properties" in klass.__dict__:
                 found = klass.__dict__["properties"]

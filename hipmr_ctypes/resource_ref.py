@@ -242,7 +242,7 @@ def _specialize(base: type, props: Any) -> type:
         if not key[1]:
             return base
         name = f"{base.__name__}[{_names(key[1])}]"
-        cls = type(base)(name, (base,), {
+        cls = type(name, (base,), {
             "__slots__": (), "properties": key[1], "__module__": __name__,
             "__qualname__": name,
             "__doc__": f"A {base.__name__} to a resource with the properties {_names(key[1])}."})

@@ -172,14 +172,15 @@ class Stream(_Owned):
         return self._ref
 
     @property
-    def device(self) -> int:
-        """The device the stream was created on."""
-        return self._device
+    def device(self) -> IntValue:
+        """The device the stream was created on (``s.device()`` reads the same value)."""
+        return IntValue(self._device)
 
     @property
-    def priority(self) -> int:
-        """The stream's priority as the runtime reports it."""
-        return stream_ref(self._live()).priority()
+    def priority(self) -> IntValue:
+        """The stream's priority as the runtime reports it (``s.priority()`` reads the same
+        value)."""
+        return stream_ref(self._live()).priority
 
     def synchronize(self) -> None:
         """Block until all work queued on the stream is done."""
@@ -233,9 +234,10 @@ class Event(_Owned):
         self._recorded = False
 
     @property
-    def device(self) -> int:
-        """The device the event was created on (it can be recorded on its streams only)."""
-        return self._device
+    def device(self) -> IntValue:
+        """The device the event was created on (it can be recorded on its streams only;
+        ``e.device()`` reads the same value)."""
+        return IntValue(self._device)
 
     def record(self, stream: object = 0) -> "Event":
         """Record the event on ``stream`` (anything :class:`stream_ref` accepts); returns self.

@@ -12,7 +12,23 @@ from typing import Any, Optional, Tuple
 
 from ._limits import MAX_ADDRESS
 
-__all__ = ["stream_ref", "stream_per_thread", "as_stream_handle", "MAX_ADDRESS"]
+__all__ = ["stream_ref", "stream_per_thread", "as_stream_handle", "MAX_ADDRESS", "IntValue"]
+
+
+class IntValue(int):
+    """An int that may also be called, returning itself as a plain int.
+
+    The package reads a stream's ``device`` and ``priority`` (and a pool's ``peak_pool_size``)
+    as attributes; libhipcxx and earlier versions of this package call them
+    (``ref.priority()``).  Both spellings give the same value, so ``s.ref.device == 0`` is
+    never silently False.
+    """
+
+    __slots__ = ()
+
+    def __call__(self) -> int:
+        return int(self)
+
 
 _set = object.__setattr__
 _binding_module: list = []  # the binding once first needed (``hipmr_ctypes.stream`` primes it)
@@ -30,7 +46,9 @@ def _runtime() -> Any:
 
 def _plain_handle(value: Any, what: str, name: str) -> int:
     """An int or ``ctypes.c_void_p`` handle as an int."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int):
+        if isinstance(value, bool):
+            raise TypeError(f"{name}{what} must be an int or ctypes.c_void_p handle, not bool")
         return _in_range(value, name)
     ctypes = sys.modules.get("ctypes")  # a c_void_p exists only if ctypes was imported
     if ctypes is not None and isinstance(value, ctypes.c_void_p):
@@ -150,19 +168,23 @@ class stream_ref:
 
     is_done = ready
 
-    def priority(self) -> int:
-        """The stream's priority (lower numbers are higher priority; ``hipStreamGetPriority``)."""
+    @property
+    def priority(self) -> IntValue:
+        """The stream's priority (lower numbers are higher priority; ``hipStreamGetPriority``).
+        ``ref.priority()`` (libhipcxx's spelling) reads the same value."""
         import ctypes
         rt = _runtime()
         out = ctypes.c_int()
         st = rt.fn.hipStreamGetPriority(self._handle, out)
         if st:
             raise rt.error(st, "hipStreamGetPriority")
-        return out.value
+        return IntValue(out.value)
 
-    def device(self) -> int:
+    @property
+    def device(self) -> IntValue:
         """The id of the device the stream belongs to (``hipStreamGetDevice``); raises
-        ``NotSupportedError`` where the runtime cannot tell."""
+        ``NotSupportedError`` where the runtime cannot tell.  ``ref.device()`` reads the same
+        value."""
         import ctypes
         rt = _runtime()
         fn = getattr(rt.fn, "hipStreamGetDevice", None)
@@ -174,7 +196,7 @@ class stream_ref:
         st = fn(self._handle, out)
         if st:
             raise rt.error(st, "hipStreamGetDevice")
-        return out.value
+        return IntValue(out.value)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, stream_ref):

@@ -3,13 +3,15 @@
 imports here, in ONE run (see docs/performance.md).
 
     HIPMR_PLATFORM=nvidia python scripts/bench_alloc.py --json out.json
+    HIPMR_PLATFORM=emulated python scripts/bench_alloc.py     # no GPU: the hot paths' own cost
 
 Sizes 256 B / 64 KiB / 16 MiB; each figure is the median over ``--repeats`` timed loops of
 ``--pairs`` pairs after a warm-up, in ns per pair.  Stream-ordered frees are synchronized
 once after each loop (outside the timing).  Peers that do not import are listed as missing.
 Also runs a fragmentation workload (random sizes 1 KiB-64 MiB, random lifetimes, fixed seeds)
 and reports peak pool size / peak live bytes for our PoolResource and RMM's pool.
-Never used as a test: timing bounds do not belong in unit tests.
+Never used as a test: timing bounds do not belong in unit tests.  If a step fails, what was
+measured until then is still printed (and saved), and the exit status is 1.
 """
 from __future__ import annotations
 
@@ -83,7 +85,9 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
             out = c_void_p()
             malloc_async(out, size, 0)
             free_async(out.value, 0)
-    loops["raw ctypes hipMallocAsync/hipFreeAsync (default pool)"] = raw_async
+    # on the emulated platform the "raw" calls are the emulator's Python functions
+    raw = "raw ctypes" if rt.platform != "emulated" else "emulator's"
+    loops[f"{raw} hipMallocAsync/hipFreeAsync (default pool)"] = raw_async
 
     amr = hmr.AsyncMemoryResource()
     a_alloc, a_free = amr.allocate_async, amr.deallocate_async
@@ -94,7 +98,7 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
             out = c_void_p()
             from_pool(out, size, pool_handle, 0)
             free_async(out.value, 0)
-    loops["raw ctypes hipMallocFromPoolAsync/hipFreeAsync (same pool)"] = raw_from_pool
+    loops[f"{raw} hipMallocFromPoolAsync/hipFreeAsync (same pool)"] = raw_from_pool
 
     dflt = hmr.AsyncMemoryResource.from_default_pool(0)
     d_alloc, d_free = dflt.allocate_async, dflt.deallocate_async
@@ -314,11 +318,15 @@ def fragmentation_workload(seed: int, ops: int, alloc, free, pool_size,
 
 
 def fragmentation(seed: int, ops: int) -> Dict[str, object]:
-    """Random sizes 1 KiB-64 MiB with random lifetimes; peak pool size / peak live bytes."""
-    out: Dict[str, object] = {"seed": seed, "ops": ops}
+    """Random sizes 1 KiB-64 MiB with random lifetimes; peak pool size / peak live bytes.
+    Live bytes stay under 6 GiB, and under a third of a smaller device's memory (the emulated
+    device has 1 GiB unless HIPMR_EMULATED_MEMORY says otherwise)."""
+    total = hmr.Device(0).memory_info()[1]
+    cap = min(6 << 30, total // 3)
+    out: Dict[str, object] = {"seed": seed, "ops": ops, "live_cap": cap}
 
     def workload(alloc, free, pool_size):
-        return fragmentation_workload(seed, ops, alloc, free, pool_size)
+        return fragmentation_workload(seed, ops, alloc, free, pool_size, cap)
 
     amr = hmr.AsyncMemoryResource()
     pool = hmr.PoolResource(amr)
@@ -341,19 +349,27 @@ def fragmentation(seed: int, ops: int) -> Dict[str, object]:
 
 
 # ------------------------------------------------------------------------------------ main
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pairs", type=int, default=20000)
-    ap.add_argument("--repeats", type=int, default=11)
-    ap.add_argument("--json", default=None, help="save results here")
-    ap.add_argument("--no-peers", action="store_true")
-    ap.add_argument("--frag-ops", type=int, default=4000)
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=20000,
+                    help="allocate+deallocate pairs per timed loop (default 20000)")
+    ap.add_argument("--repeats", type=int, default=11,
+                    help="timed loops per allocator and size; the median is reported (default 11)")
+    ap.add_argument("--json", default=None, metavar="FILE", help="also save the results here")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="time only this package's allocators (no CuPy, RMM, PyTorch, ...)")
+    ap.add_argument("--frag-ops", type=int, default=4000,
+                    help="operations of each fragmentation workload (default 4000)")
     ap.add_argument("--frag-seeds", default="1234,7,42",
-                    help="comma-separated seeds of the fragmentation workload")
+                    help="comma-separated seeds of the fragmentation workload (default 1234,7,42)")
     args = ap.parse_args(argv)
     rt = _hip.get_runtime()
     sync = (lambda: rt.fn.hipDeviceSynchronize())
     results: Dict[str, Dict[str, object]] = {}
+    errors: List[str] = []
+    frag: List[Dict[str, object]] = []
     floor_loop = floor_loops()
     get_dev = rt.fn.hipGetDevice
     dev_out = ctypes.c_int()
@@ -361,37 +377,46 @@ def main(argv=None) -> int:
     def one_ctypes(n):
         for _ in range(n):
             get_dev(dev_out)
-    # the floor rows take their turns with each size's loops too (a size column each)
-    for size in SIZES:
-        col = SIZE_NAMES[size]
-        groups = [ours(size, rt), ours_slow(size)]
-        if not args.no_peers:
-            groups.append(peers(size))
-        timed: Dict[str, Any] = {"two plain Python calls (floor)": (floor_loop, args.pairs),
-                                 "one ctypes call (hipGetDevice)": (one_ctypes, args.pairs)}
-        for gi, loops in enumerate(groups):
-            for name, loop in loops.items():
-                if name.startswith("_"):
-                    continue
-                if isinstance(loop, str):
-                    results.setdefault(name, {})[col] = loop
-                    continue
-                timed[name] = (loop, args.pairs if gi != 1 else max(200, args.pairs // 50))
-        for name, ns in measure_group(timed, args.repeats, sync).items():
-            results.setdefault(name, {})[col] = ns
-        del groups, timed
-        gc.collect()
-    frag = [fragmentation(int(seed), args.frag_ops) for seed in args.frag_seeds.split(",")]
+    try:
+        # the floor rows take their turns with each size's loops too (a size column each)
+        for size in SIZES:
+            col = SIZE_NAMES[size]
+            groups = [ours(size, rt), ours_slow(size)]
+            if not args.no_peers:
+                groups.append(peers(size))
+            timed: Dict[str, Any] = {"two plain Python calls (floor)": (floor_loop, args.pairs),
+                                     "one ctypes call (hipGetDevice)": (one_ctypes, args.pairs)}
+            for gi, loops in enumerate(groups):
+                for name, loop in loops.items():
+                    if name.startswith("_"):
+                        continue
+                    if isinstance(loop, str):
+                        results.setdefault(name, {})[col] = loop
+                        continue
+                    timed[name] = (loop, args.pairs if gi != 1 else max(200, args.pairs // 50))
+            for name, ns in measure_group(timed, args.repeats, sync).items():
+                results.setdefault(name, {})[col] = ns
+            del groups, timed
+            gc.collect()
+        for seed in args.frag_seeds.split(","):
+            frag.append(fragmentation(int(seed), args.frag_ops))
+    except Exception as exc:  # noqa: BLE001 - what was measured is still printed and saved
+        errors.append(f"{type(exc).__name__}: {exc}")
     dev_name = hmr.Device(0).name if hmr.device_count() else "none"
     meta = {"date": time.strftime("%Y-%m-%d"), "platform": rt.platform, "device": dev_name,
             "runtime_version": ".".join(map(str, rt.runtime_version())),
             "python": sys.version.split()[0], "cpu": _platform.processor() or _platform.machine(),
             "pairs": args.pairs, "repeats": args.repeats}
-    print_table(results, results["two plain Python calls (floor)"]["256 B"], meta, frag)
+    floor = results.get("two plain Python calls (floor)", {}).get("256 B")
+    print_table(results, floor, meta, frag)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "ns_per_pair": results, "fragmentation": frag}, fh, indent=2)
-    return 0
+            json.dump({"meta": meta, "ns_per_pair": results, "fragmentation": frag,
+                       "errors": errors}, fh, indent=2)
+    for err in errors:
+        print(f"\nstopped early: {err} (the figures above are what was measured)",
+              file=sys.stderr)
+    return 1 if errors else 0
 
 
 def print_table(results, floor, meta, frag) -> None:
@@ -407,7 +432,7 @@ def print_table(results, floor, meta, frag) -> None:
             v = row.get(c)
             cells.append(f"{v:,.0f}" if isinstance(v, float) else (str(v)[:40] if v else ""))
         v256 = row.get("256 B")
-        ratio = f"{v256 / floor:.1f}" if isinstance(v256, float) else ""
+        ratio = f"{v256 / floor:.1f}" if isinstance(v256, float) and floor else ""
         print(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
     ours_ref = results.get("PoolResource via async_resource_ref[device_accessible]", {})
     print("\n# Ratios: peer / our PoolResource via async_resource_ref (higher = we are faster)\n")
@@ -428,7 +453,7 @@ def print_table(results, floor, meta, frag) -> None:
             if isinstance(v, dict):
                 print(f"- {k}: {v['ratio']:.3f} (peak pool {v['peak_pool'] / 2**20:,.0f} MiB, "
                       f"peak live {v['peak_live'] / 2**20:,.0f} MiB)")
-            elif k not in ("seed", "ops"):
+            elif k not in ("seed", "ops", "live_cap"):
                 print(f"- {k}: {v}")
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ def run(*args, **env):
     full = dict(os.environ)
     full.update(env)
     return subprocess.run([sys.executable, "-m", "hipmr_ctypes", *args], cwd=REPO, env=full,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
 
 
 def test_info_emulated_shows_devices():

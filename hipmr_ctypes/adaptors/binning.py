@@ -215,7 +215,8 @@ class BinningResource(BoundAdaptor):
         for _, resource in self.bins:
             rel = getattr(resource, "release", None)
             if callable(rel):
-                given += rel() or 0
+                got: Any = rel()
+                given += got or 0
         return given
 
     def __repr__(self) -> str:

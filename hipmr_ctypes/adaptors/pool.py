@@ -586,9 +586,10 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         return self._arena.pool_size
 
     @property
-    def peak_pool_size(self) -> int:
-        """The most bytes the pool has held from the upstream at once."""
-        return self._arena.peak_pool_size
+    def peak_pool_size(self) -> IntValue:
+        """The most bytes the pool has held from the upstream at once (``peak_pool_size()``,
+        like ``pool_size()``, reads the same value)."""
+        return IntValue(self._arena.peak_pool_size)
 
     @property
     def initial_pool_size(self) -> int:
@@ -600,10 +601,15 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         """The maximum pool size (rounded down to 256), or None for no limit."""
         return self._maximum
 
-    def allocated_bytes(self) -> int:
-        """Bytes in live blocks (requested sizes rounded up to 256)."""
+    def get_allocated_bytes(self) -> int:
+        """Bytes in live blocks (requested sizes rounded up to 256); the name the tracking,
+        limiting and statistics adaptors use (RMM's)."""
         live = self._arena.live.copy()  # atomic snapshot: the fast paths take no lock
         return sum(round_up(n, _GRAIN) for n in live.values())
+
+    def allocated_bytes(self) -> int:
+        """The same as :meth:`get_allocated_bytes` (the earlier name)."""
+        return self.get_allocated_bytes()
 
     def allocation_count(self) -> int:
         """Number of live allocations."""

@@ -1,3 +1,5 @@
+# pyright: reportMissingImports=false, reportAttributeAccessIssue=false
+# (CuPy / Numba are optional: this module is imported only where they are installed)
 """CuPy allocations through hipmr_ctypes: ``cupy.cuda.set_allocator(allocator())``.
 
 Each CuPy allocation becomes a :class:`~hipmr_ctypes.Buffer` made on CuPy's current stream

@@ -1,3 +1,5 @@
+# pyright: reportMissingImports=false, reportAttributeAccessIssue=false
+# (CuPy / Numba are optional: this module is imported only where they are installed)
 """A Numba External Memory Management (EMM) plugin: device arrays allocated through
 hipmr_ctypes.
 
