@@ -24,7 +24,7 @@ __all__ = ["HipmrNumbaManager"]
 try:  # numba-cuda exports it as numba.cuda.MemoryInfo, older Numba only from the driver
     from numba.cuda import MemoryInfo as _MemoryInfo
 except ImportError:  # pragma: no cover - depends on the Numba version
-    from numba.cuda.cudadrv.driver import MemoryInfo as _MemoryInfo  # type: ignore[no-redef]
+    from numba.cuda.cudadrv.driver import MemoryInfo as _MemoryInfo
 
 
 def _device_pointer(ptr: int) -> Any:
