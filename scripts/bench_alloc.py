@@ -365,6 +365,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--frag-seeds", default="1234,7,42",
                     help="comma-separated seeds of the fragmentation workload (default 1234,7,42)")
     args = ap.parse_args(argv)
+    if hmr.device_count() == 0:  # one clear line, not a traceback from the first allocation
+        print(f"bench_alloc.py: the {hmr.platform()} platform sees no device; "
+              f"HIPMR_PLATFORM=emulated runs it on host memory", file=sys.stderr)
+        return 2
     rt = _hip.get_runtime()
     sync = (lambda: rt.fn.hipDeviceSynchronize())
     results: Dict[str, Dict[str, object]] = {}

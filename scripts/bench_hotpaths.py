@@ -163,6 +163,10 @@ def main(argv: Any = None) -> int:
                     help="operations per timed run of the everyday paths")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if hmr.device_count() == 0:  # one clear line, not a traceback from the first allocation
+        print(f"bench_hotpaths.py: the {hmr.platform()} platform sees no device; "
+              f"HIPMR_PLATFORM=emulated runs it on host memory", file=sys.stderr)
+        return 2
     runs = loops()
     samples: Dict[str, List[float]] = {name: [] for name in runs}
     everyday_names = set(everyday_keys())

@@ -9,12 +9,12 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 
 
-def _run(script, *args):
-    env = dict(os.environ, HIPMR_PLATFORM="emulated")
+def _run(script, *args, returncode=0, **env_vars):
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", **env_vars)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc.stdout
+    assert proc.returncode == returncode, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout if returncode == 0 else proc.stderr
 
 
 def test_bench_alloc(tmp_path):
@@ -29,6 +29,38 @@ def test_bench_alloc(tmp_path):
     assert [f["seed"] for f in data["fragmentation"]] == [1, 2]
     assert all(f["hipmr PoolResource"]["ratio"] >= 1 for f in data["fragmentation"])
     assert "# Ratios" in text and "seed 2" in text
+
+
+def test_bench_alloc_fits_a_small_emulated_device(tmp_path):
+    """The fragmentation workload keeps its live bytes under a third of the device's memory
+    (it once needed more than the emulated default and died printing nothing)."""
+    out = tmp_path / "bench.json"
+    text = _run("bench_alloc.py", "--no-peers", "--pairs", "100", "--repeats", "1",
+                "--frag-ops", "400", "--frag-seeds", "3", "--json", str(out),
+                HIPMR_EMULATED_MEMORY="400MiB")
+    frag = json.loads(out.read_text())["fragmentation"][0]
+    assert frag["live_cap"] == (400 << 20) // 3
+    assert frag["hipmr PoolResource"]["peak_live"] <= frag["live_cap"] + (64 << 20)
+    assert "raw ctypes" not in text and "emulator's hipMallocAsync" in text
+
+
+def test_bench_alloc_prints_what_it_measured_when_a_step_fails(tmp_path):
+    out = tmp_path / "bench.json"
+    # 330 MiB of emulated memory: the 16 MiB rows run out of it; the earlier sizes' rows are kept
+    err = _run("bench_alloc.py", "--no-peers", "--pairs", "50", "--repeats", "1",
+               "--frag-ops", "10", "--json", str(out), returncode=1,
+               HIPMR_EMULATED_MEMORY="330MiB")
+    assert "stopped early: OutOfMemoryError" in err
+    data = json.loads(out.read_text())
+    assert data["errors"] and data["ns_per_pair"]["PoolResource direct"]["256 B"] > 0
+
+
+def test_bench_scripts_without_a_device_say_so():
+    for script in ("bench_alloc.py", "bench_hotpaths.py"):
+        err = _run(script, returncode=2, HIPMR_EMULATED_DEVICES="0")
+        assert err.strip().splitlines() == [
+            f"{script}: the emulated platform sees no device; HIPMR_PLATFORM=emulated runs it "
+            "on host memory"]
 
 
 def test_bench_hotpaths(tmp_path):
