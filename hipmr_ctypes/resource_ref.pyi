@@ -13,7 +13,7 @@ __all__ = ["DEFAULT_ALIGNMENT", "resource_ref", "async_resource_ref", "try_get_p
            "resource_cast"]
 
 T = TypeVar("T")
-_Ps = TypeVarTuple("_Ps")
+_Ps = TypeVarTuple("_Ps", default=Unpack[Tuple[()]])  # a bare ref lists no property
 _V = TypeVar("_V")
 
 
