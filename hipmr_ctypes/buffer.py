@@ -17,6 +17,7 @@ from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, 
                           PyObject_GetBuffer)
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
                          hipPointerAttribute_t)
+from .concepts import AsyncResource
 from .device import Device, check_device, get_device, on_device, prefetch_if_managed
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref, resource_ref
@@ -327,7 +328,7 @@ class Buffer:
         return self._alignment
 
     @property
-    def resource(self) -> Any:
+    def resource(self) -> AsyncResource:
         """The resource the memory came from."""
         ref = self._ref
         return ref.resource if isinstance(ref, resource_ref) else ref

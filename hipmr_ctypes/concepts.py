@@ -285,11 +285,11 @@ class Resource(Protocol):
 class AsyncResource(Resource, Protocol):
     """For type checkers: what :func:`is_async_resource` checks at run time."""
 
-    def allocate_async(self, bytes: int, alignment: int, stream: "stream_ref") -> int:
-        """Allocate in stream order on ``stream``; return the pointer as an int."""
+    def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
+        """Allocate in stream order on ``stream`` (a ``stream_ref``, or anything it accepts);
+        return the pointer as an int."""
         ...
 
-    def deallocate_async(self, ptr: int, bytes: int, alignment: int,
-                         stream: "stream_ref") -> None:
+    def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         """Free ``ptr`` in stream order on ``stream``."""
         ...

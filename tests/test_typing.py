@@ -73,3 +73,10 @@ def test_stub_matches_the_module():
                            "--allowlist", os.path.join("tests", "typing", "stubtest_allowlist.txt")],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_user_code_runs_on_the_emulated_platform():
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=REPO)
+    done = subprocess.run([sys.executable, os.path.join("tests", "typing", "user_code.py")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr

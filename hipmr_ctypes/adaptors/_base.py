@@ -307,9 +307,13 @@ class _AsyncMethod:
                              f"{self._name} (its upstream is not an async resource)")
 
 
-def async_method(func: Callable[..., Any]) -> Any:
-    """Decorator: ``func`` is a method only of instances that are async resources."""
-    return _AsyncMethod(func)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def async_method(func: _F) -> _F:
+    """Decorator: ``func`` is a method only of instances that are async resources.  (Type
+    checkers see the method itself: its signature is what an async adaptor offers.)"""
+    return _AsyncMethod(func)  # type: ignore[return-value]
 
 
 class Adaptor(forward_property):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Tuple
 
-from ..concepts import is_async_resource
+from ..concepts import AsyncResource, is_async_resource
 from ..device import check_device, get_device
 from ..properties import _declared, device_accessible
 from .async_memory import AsyncMemoryResource
@@ -20,7 +20,7 @@ __all__ = ["get_current_device_resource", "set_current_device_resource",
            "get_per_device_resource", "set_per_device_resource"]
 
 _lock = threading.Lock()
-_resources: Dict[int, Any] = {}
+_resources: Dict[int, AsyncResource] = {}
 
 
 def _check_resource(resource: Any, device: int) -> None:
@@ -38,7 +38,7 @@ def _check_resource(resource: Any, device: int) -> None:
                          f"device {device}")
 
 
-def get_per_device_resource(device: Any) -> Any:
+def get_per_device_resource(device: Any) -> AsyncResource:
     """The resource of ``device`` (an ordinal or a ``Device``); a ``DeviceMemoryResource`` for it
     unless one was set."""
     ordinal = device if type(device) is int and device in _resources else check_device(device)
@@ -50,7 +50,7 @@ def get_per_device_resource(device: Any) -> Any:
         return _resources.setdefault(ordinal, made)
 
 
-def set_per_device_resource(device: Any, resource: Any) -> Any:
+def set_per_device_resource(device: Any, resource: Any) -> AsyncResource:
     """Make ``resource`` the resource of ``device``; returns the previous one.
 
     ``resource`` must be an async resource with ``device_accessible`` (TypeError otherwise,
@@ -77,7 +77,7 @@ def get_current_device_resource() -> Any:
     return get_per_device_resource(get_device())
 
 
-def set_current_device_resource(resource: Any) -> Any:
+def set_current_device_resource(resource: Any) -> AsyncResource:
     """Make ``resource`` the resource of the current device; returns the previous one."""
     return set_per_device_resource(get_device(), resource)
 

@@ -22,7 +22,17 @@ typed: hmr.async_resource_ref[hmr.device_accessible] = ref
 buf = hmr.Buffer.from_host(b"hello", resource=pool)
 data: bytes = buf.tobytes()
 size: int = buf.size
+where: hmr.AsyncResource = buf.resource
 buf.close()
+
+current: hmr.AsyncResource = hmr.get_current_device_resource()
+cp: int = current.allocate_async(256, 256, s)
+current.deallocate_async(cp, 256, 256, s)
+pp: int = pool.allocate_async(512, 256, s)
+pool.deallocate_async(pp, 512, 256, s)
+peak: int = pool.peak_pool_size
+device: int = s.device
+same_device: bool = s.ref.device == s.device()
 
 host = hmr.HostMemoryResource()
 hp: int = host.allocate(128)
