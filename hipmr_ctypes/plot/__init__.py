@@ -93,7 +93,7 @@ def _source(source: Any, pool: Any, axis: str, width: float) -> Source:
         name = source.get_file_name()
         getvalue = getattr(file, "getvalue", None)
         if callable(getvalue):
-            source = io.StringIO(getvalue())
+            source = io.StringIO(str(getvalue()))
         elif name and os.path.exists(name):
             source = name
         else:
