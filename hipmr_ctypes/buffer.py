@@ -3,10 +3,11 @@ with host / device copies, ``__cuda_array_interface__`` and DLPack export."""
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 import weakref
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, SupportsIndex, Tuple, Union
 
 from . import _hip
 from ._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, check_alignment, check_size,
@@ -21,8 +22,8 @@ from .concepts import AsyncResource
 from .device import Device, check_device, get_device, on_device, prefetch_if_managed
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref, resource_ref
-from .resources import (ManagedMemoryResource, PinnedMemoryResource,
-                        current_device_and_resource)
+from .resources import ManagedMemoryResource, PinnedMemoryResource
+from .resources.per_device import current_device_and_resource
 from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
 
@@ -152,6 +153,10 @@ class Buffer:
     # _ref: the resource or ref given; _owned: [its deallocate_async] while the buffer owns
     # memory (list.pop() is the claim that frees it exactly once), else []; _closed: False,
     # True, or the message for a buffer freed at exit.
+    _ptr: int
+    _ref: Any
+    _kind: Optional[str]
+    _closed: Union[bool, str]
 
     def __init__(self, size: int = 0, *, resource: Any = None, stream: Any = None,
                  alignment: int = DEFAULT_ALIGNMENT) -> None:
@@ -331,7 +336,8 @@ class Buffer:
     def resource(self) -> AsyncResource:
         """The resource the memory came from."""
         ref = self._ref
-        return ref.resource if isinstance(ref, resource_ref) else ref
+        resource: AsyncResource = ref.resource if isinstance(ref, resource_ref) else ref
+        return resource
 
     @property
     def stream(self) -> stream_ref:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from types import FunctionType, MethodType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from .._exit import finalizer
 from ..concepts import is_async_resource, is_resource
@@ -400,7 +400,8 @@ class BoundMethods:
         """Store the four hot paths on the instance (the async pair only when ``_async``),
         each closure named after its public method."""
         owner = type(self).__qualname__
-        methods = {"allocate": allocate, "deallocate": deallocate}
+        methods: Dict[str, Optional[Callable[..., Any]]] = {"allocate": allocate,
+                                                            "deallocate": deallocate}
         if self._async:
             methods["allocate_async"] = allocate_async
             methods["deallocate_async"] = deallocate_async
@@ -426,14 +427,18 @@ class BoundMethods:
         the checks it needs (:func:`checked_frees`).  The sub-allocators (pool, fixed size), whose
         synchronous and stream-ordered paths differ, call :meth:`_install` instead."""
         if deallocate_async is None:
-            deallocate, deallocate_async = checked_frees(self._upstream)  # type: ignore[attr-defined]
-        if allocate is None:
-            def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-                return allocate_async(bytes, alignment, SYNC)  # type: ignore[misc]
-        if deallocate is None:
-            def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-                deallocate_async(ptr, bytes, alignment, SYNC)  # type: ignore[misc]
-        self._install(allocate, deallocate, allocate_async, deallocate_async)
+            deallocate, free_async = checked_frees(self._upstream)  # type: ignore[attr-defined]
+        else:
+            free_async = deallocate_async
+
+        def allocate_sync(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_async(bytes, alignment, SYNC)
+
+        def deallocate_sync(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            free_async(ptr, bytes, alignment, SYNC)
+        # (_install names the closures after the public methods)
+        self._install(allocate or allocate_sync, deallocate or deallocate_sync, allocate_async,
+                      free_async)
 
     def allocate(self, bytes: int,
                  alignment: int = DEFAULT_ALIGNMENT) -> int:

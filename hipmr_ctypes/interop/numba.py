@@ -54,10 +54,10 @@ def _numba_ipc_handle(data: bytes) -> Any:
     from numba.cuda.cudadrv import driver
     if getattr(driver, "USE_NV_BINDING", True):
         binding = getattr(driver, "binding", None)
-        CUipcMemHandle = getattr(binding, "CUipcMemHandle", None)
-        if CUipcMemHandle is None:
-            from cuda.bindings.driver import CUipcMemHandle  # type: ignore[no-redef]
-        handle = CUipcMemHandle()
+        make: Any = getattr(binding, "CUipcMemHandle", None)
+        if make is None:
+            from cuda.bindings.driver import CUipcMemHandle as make  # type: ignore[no-redef]
+        handle = make()
         handle.reserved = data
         return handle
     from numba.cuda.cudadrv import drvapi

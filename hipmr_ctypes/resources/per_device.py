@@ -72,7 +72,7 @@ def current_device_and_resource() -> Tuple[int, Any]:
     return device, (resource if resource is not None else get_per_device_resource(device))
 
 
-def get_current_device_resource() -> Any:
+def get_current_device_resource() -> AsyncResource:
     """The resource of the calling thread's current device."""
     return get_per_device_resource(get_device())
 
