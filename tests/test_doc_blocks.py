@@ -1,8 +1,8 @@
 """Every python block of README.md and docs/*.md runs on the emulated platform, so the docs
 cannot drift from the code.  New pages are picked up automatically.
 
-A page's blocks run in order in one fresh interpreter and share one namespace, as a reader
-types them.  A block that needs a real GPU is fenced as ```` ```python gpu ````: it is left out
+A page's blocks run in order as one script in a fresh interpreter (sharing one namespace, as a
+reader types them).  A block that needs a real GPU is fenced as ```` ```python gpu ````: it is left out
 here and runs in ``test_gpu_blocks`` (marked ``gpu``) on the GPU machine, where it fails
 instead of skipping under HIPMR_REQUIRE_GPU=1.  Pseudo-code is fenced as ``text``, never
 ``python``."""
@@ -16,20 +16,6 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
-
-_RUNNER = r"""
-import json, sys, traceback
-blocks = json.load(open(sys.argv[1]))
-namespace = {"__name__": "__main__"}
-for line, code in blocks:
-    try:
-        exec(compile(code, f"{sys.argv[2]}:{line}", "exec"), namespace)
-    except BaseException:
-        traceback.print_exc()
-        print(f"the block at {sys.argv[2]}:{line} failed", file=sys.stderr)
-        sys.exit(1)
-"""
-
 
 def _pages():
     return [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
@@ -46,15 +32,25 @@ PAGES = [pytest.param(p, id=os.path.relpath(p, REPO)) for p in _pages()]
 
 
 def _run(path, blocks, tmp_path, env):
-    import json
-    data = tmp_path / "blocks.json"
-    data.write_text(json.dumps(blocks))
+    """The page's blocks, in order, as one script (what a reader who saved them would run;
+    ``multiprocessing`` with "spawn" needs a real file); a failure names the block."""
+    page = os.path.relpath(path, REPO)
+    lines, starts = [], []
+    for doc_line, code in blocks:
+        starts.append((len(lines) + 2, doc_line))      # the block's first line in the script
+        lines.append(f"# ---- {page}:{doc_line}")
+        lines.extend(code.splitlines())
+    script = tmp_path / "page.py"
+    script.write_text("\n".join(lines) + "\n")
     env = dict(env)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-c", _RUNNER, str(data),
-                           os.path.relpath(path, REPO)], cwd=str(tmp_path), env=env,
+    done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    if done.returncode:
+        hits = [int(n) for n in re.findall(r'page\.py", line (\d+)', done.stderr)]
+        where = [doc for first, doc in starts if hits and first <= hits[-1]]
+        block = f"the block at {page}:{where[-1]}" if where else page
+        pytest.fail(f"{block} failed:\n{done.stdout}{done.stderr}", pytrace=False)
 
 
 def test_the_docs_have_python_blocks():
@@ -73,11 +69,11 @@ def test_blocks_run_on_the_emulated_platform(path, tmp_path):
     _run(path, blocks, tmp_path, env)
 
 
+GPU_PAGES = [pytest.param(p, id=os.path.relpath(p, REPO)) for p in _pages() if _blocks(p, True)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", PAGES)
+@pytest.mark.parametrize("path", GPU_PAGES)  # empty (reported as skipped) while no page has one
 def test_gpu_blocks(path, tmp_path, gpu_runtime):
-    blocks = _blocks(path, gpu=False) + _blocks(path, gpu=True)
-    blocks.sort()
-    if not any(True for _ in _blocks(path, gpu=True)):
-        return
+    blocks = sorted(_blocks(path, gpu=False) + _blocks(path, gpu=True))
     _run(path, blocks, tmp_path, os.environ)
