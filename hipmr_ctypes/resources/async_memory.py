@@ -489,7 +489,7 @@ class AsyncMemoryResource:
         if st:
             raise self._rt.error(st, "hipMallocFromPoolAsync", size=bytes,
                                  device=self._device)
-        return out.value
+        return out.value  # type: ignore[return-value]  # not NULL on success
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
