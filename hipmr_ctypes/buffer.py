@@ -22,8 +22,8 @@ from .concepts import AsyncResource
 from .device import Device, check_device, get_device, on_device, prefetch_if_managed
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref, resource_ref
-from .resources import ManagedMemoryResource, PinnedMemoryResource
-from .resources.per_device import current_device_and_resource
+from .resources import (ManagedMemoryResource, PinnedMemoryResource,
+                        current_device_and_resource)
 from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
 

@@ -14,4 +14,4 @@ from .pinned import PINNED_FLAGS, PinnedMemoryResource
 __all__ = ["DeviceMemoryResource", "AsyncMemoryResource", "MemoryPool", "PinnedMemoryResource",
            "ManagedMemoryResource", "HostMemoryResource", "MAX_RELEASE_THRESHOLD",
            "PINNED_FLAGS", "get_current_device_resource", "set_current_device_resource",
-           "get_per_device_resource", "set_per_device_resource"]
+           "get_per_device_resource", "set_per_device_resource", "current_device_and_resource"]
