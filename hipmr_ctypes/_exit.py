@@ -29,7 +29,7 @@ from __future__ import annotations
 import atexit
 import weakref
 import threading
-from typing import Any, Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 __all__ = ["finalize", "Finalizer", "finalizer", "keep_at_exit", "run_at_exit"]
 
@@ -90,7 +90,7 @@ class Finalizer:
             return claimed[0](*claimed[1])
         return None
 
-    def detach(self) -> Optional[Tuple[Any, Callable[..., Any], Tuple[Any, ...], dict]]:
+    def detach(self) -> Optional[Tuple[Any, Callable[..., Any], Tuple[Any, ...], Dict[str, Any]]]:
         """``(obj, func, args, {})`` and never run, if still alive; else None."""
         obj = self._ref()
         if obj is None:

@@ -10,14 +10,15 @@ import ctypes
 import itertools
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from . import _hip
 from ._hip.errors import HipError
 from ._exit import finalize, finalizer
 from .device import Device, check_device, device_count, get_device
-from .stream_ref import _binding_module, as_stream_handle, stream_ref
+from .stream_ref import IntValue, _binding_module, as_stream_handle, stream_ref
 
+_T = TypeVar("_T")
 __all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize",
            "stream_key", "handle_of", "is_foreign", "SPECIAL_STREAMS", "DeviceWait",
            "track_streams", "device_of"]
@@ -27,7 +28,7 @@ if not _binding_module:  # stream_ref reaches the binding without an import from
 
 
 @finalizer
-def _destroy(destroy, handle: int) -> None:
+def _destroy(destroy: Callable[[int], Any], handle: int) -> None:
     try:
         destroy(handle)
     except Exception:  # interpreter exit: the runtime may already be gone
@@ -88,10 +89,10 @@ class _Owned:
     _what = "object"
     _handle: int
     _flags: int
-    _finalizer: weakref.finalize  # type: ignore[type-arg]
+    _finalizer: Any
 
-    def _own(self, handle: int, destroy) -> None:
-        self._handle = handle
+    def _own(self, handle: int, destroy: Callable[[int], Any]) -> None:
+        self._handle = handle  # type: ignore[misc]  # a slot of each subclass
         self._finalizer = finalize(self, _destroy, destroy, handle)
 
     def _live(self) -> int:

@@ -8,7 +8,7 @@ when called.
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from ._limits import MAX_ADDRESS
 
@@ -31,7 +31,7 @@ class IntValue(int):
 
 
 _set = object.__setattr__
-_binding_module: list = []  # the binding once first needed (``hipmr_ctypes.stream`` primes it)
+_binding_module: List[Any] = []  # the binding once first needed (``hipmr_ctypes.stream`` primes it)
 
 
 def _runtime() -> Any:

@@ -100,7 +100,7 @@ class HipError(RuntimeError):
         return (_rebuild, (type(self), self.__dict__.copy()))
 
 
-def _rebuild(cls, state):
+def _rebuild(cls: Type[HipError], state: Dict[str, Any]) -> HipError:
     # an OSError subclass must be made by OSError's own __new__ (its C layout is larger)
     obj = OSError.__new__(cls) if issubclass(cls, OSError) else cls.__new__(cls)
     obj.__dict__.update(state)

@@ -230,7 +230,7 @@ def duplicate(owner: str, ptr: int) -> ValueError:
                       "before and which is still live: the upstream is broken")
 
 
-def upstream_calls(ref: resource_ref) -> Tuple[Any, Any, Any, Any]:
+def upstream_calls(ref: AnyRef) -> Tuple[Callable[..., int], Callable[..., None], Any, Any]:
     """``(allocate, deallocate, allocate_async, deallocate_async)`` of an upstream ref, bound
     once (the async ones are None for a synchronous ref)."""
     return (ref.allocate, ref.deallocate, getattr(ref, "allocate_async", None),

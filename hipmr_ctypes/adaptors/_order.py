@@ -69,7 +69,7 @@ class StreamOrder:
         for key in [k for k in devices if k not in keep]:
             del devices[key]
 
-    def order(self, streams: Iterable[Any], key: Any) -> list:
+    def order(self, streams: Iterable[Any], key: Any) -> List[Any]:
         """Make ``key`` (a :func:`stream_key`, or :data:`SYNC`) wait for the work queued so far
         on every stream in ``streams`` (keys) other than itself; returns the streams waited
         for."""
@@ -99,7 +99,7 @@ class StreamOrder:
         on the host *without* holding its lock, then closes them.  Fresh (not the reusable
         ones) so that nothing can re-record or close them meanwhile.  For another thread's
         per-thread stream a device-wide wait stands in for the event."""
-        events: list = []
+        events: List[Any] = []
         try:
             for s in streams:
                 if is_foreign(s):

@@ -79,7 +79,8 @@ class CallbackResource(BoundMethods):
                     or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             handle = check_stream(stream)
-            return result(fn_alloc_async(bytes, alignment, handle), bytes, alignment, handle)
+            return result(fn_alloc_async(bytes, alignment, handle),  # type: ignore[misc]
+                          bytes, alignment, handle)
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int

@@ -227,11 +227,11 @@ class _Blocks:
             bs = self.block_size
             empty = []
             for start, size in list(self.chunks.items()):
-                blocks = range(start, start + size, bs)
-                if all(b in idle_set for b in blocks):
+                chunk_blocks = range(start, start + size, bs)
+                if all(b in idle_set for b in chunk_blocks):
                     empty.append((start, size))
                     del self.chunks[start]         # out of the resource before the lock goes
-                    idle_set.difference_update(blocks)
+                    idle_set.difference_update(chunk_blocks)
             free[SYNC].extend(sorted(idle_set, reverse=True))
             self.forget_streams()
         if not empty:
@@ -319,7 +319,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if type(stream) is not int:
-                stream = (stream._handle  # type: ignore[attr-defined]
+                stream = (stream._handle
                           if type(stream) is SR else check_stream(stream))
             if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
                     and 0 <= stream and acquire(False):
@@ -335,7 +335,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
-                stream = (stream._handle  # type: ignore[attr-defined]
+                stream = (stream._handle
                           if type(stream) is SR else check_stream(stream))
             if type(ptr) is int is type(bytes) and aligned(alignment) is alignment \
                     and 0 <= stream:

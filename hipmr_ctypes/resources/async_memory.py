@@ -69,7 +69,7 @@ def _handle_types(device: int) -> int:
 
 
 @finalizer
-def _destroy_pool(destroy, handle: int) -> None:
+def _destroy_pool(destroy: Callable[[int], Any], handle: int) -> None:
     try:
         destroy(handle)
     except Exception:  # interpreter exit: the runtime may already be gone

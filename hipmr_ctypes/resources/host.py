@@ -67,7 +67,7 @@ class HostMemoryResource(SyncResource):
                                        size=nbytes)
             raise OSError(rc, f"posix_memalign({nbytes}, {alignment}) failed: "
                               f"{os.strerror(rc)}")
-        ptr = out.value
+        ptr = out.value or 0
         _live[ptr] = nbytes  # atomic
         return ptr
 
