@@ -13,7 +13,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from . import _hip
-from ._hip.errors import HipError
+from ._hip.errors import HipError, NoDeviceError
 from ._exit import finalize, finalizer
 from .device import Device, check_device, device_count, get_device
 from .stream_ref import IntValue, _binding_module, as_stream_handle, stream_ref
@@ -325,7 +325,11 @@ def stream_key(handle: int) -> Any:
     a checked handle (an int in ``[0, 2**64)``)."""
     if handle > SPECIAL_STREAMS:
         return handle
-    return (handle, get_device(), _thread_token() if handle == _PER_THREAD else 0)
+    try:
+        device = get_device()
+    except NoDeviceError:  # host memory on a machine without a device: no stream can run work
+        device = -1
+    return (handle, device, _thread_token() if handle == _PER_THREAD else 0)
 
 
 def handle_of(key: Any) -> int:
