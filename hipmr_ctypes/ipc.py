@@ -195,6 +195,10 @@ def export_buffer(buf: "Buffer") -> IpcBufferDescriptor:
                                     "this Buffer's memory pool cannot be shared: make its "
                                     "resource with AsyncMemoryResource(enable_ipc=True)",
                                     "Buffer.export_ipc")
+        if pool._shared is None:
+            # a pointer is exported only from a pool that was exported itself (CUDA and HIP:
+            # "an already shared memory pool"); the pool keeps this handle until it closes
+            pool._shared = pool.export_handle()
         buf._wait_own()   # the allocation and the writes before it are done for importers
         export = hipMemPoolPtrExportData()
         rt.check(rt.fn.hipMemPoolExportPointer(export, ptr), "hipMemPoolExportPointer",

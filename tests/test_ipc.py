@@ -511,3 +511,27 @@ def test_many_threads_import_and_unmap(imported):
         t.join()
     assert not errors
     assert not res.pool._mapped
+
+
+def test_a_pointer_is_exported_before_its_pool_handle(emulator):
+    """The runtime exports a pointer only of a pool that was exported itself (CUDA and HIP:
+    hipErrorInvalidValue otherwise, as the emulator does too); ``export_ipc`` exports the pool
+    once on its own, so a Buffer can be exported before any ``pool.export_handle()``."""
+    from hipmr_ctypes._hip.types import hipMemPoolPtrExportData
+    rt = _hip.get_runtime()
+    mr = hmr.AsyncMemoryResource(enable_ipc=True)
+    raw = mr.allocate(256)
+    assert rt.hip_code(rt.fn.hipMemPoolExportPointer(hipMemPoolPtrExportData(), raw)) == 1
+    rt.clear_last_error()
+    mr.deallocate(raw, 256)
+    buf = hmr.Buffer.from_host(_pattern(4096, 9), resource=mr)
+    descriptor = buf.export_ipc()          # no handle was exported yet
+    assert descriptor.kind == "pool"
+    assert buf.export_ipc() == descriptor  # the pool is exported once, not per buffer
+    with mr.pool.export_handle() as handle:
+        report = _run_child(child_map_check_write, handle, descriptor, 0, 9)
+    assert report["ok"]
+    _check_written_back(buf, 9)
+    buf.close()
+    mr.pool.close()
+    assert mr.pool._shared is None         # its own handle is closed with the pool

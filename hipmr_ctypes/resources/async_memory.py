@@ -101,7 +101,7 @@ class MemoryPool:
     """
 
     __slots__ = ("_handle", "_device", "_owned", "_rt", "_finalizer", "_users", "_closed",
-                 "_ipc_id", "_mapped", "__weakref__")
+                 "_ipc_id", "_mapped", "_shared", "__weakref__")
 
     def __init__(self, handle: int, device: int, owned: bool, rt: Any = None) -> None:
         rt = _hip.get_runtime() if rt is None else rt
@@ -112,6 +112,9 @@ class MemoryPool:
         self._closed = False
         self._ipc_id: Optional[bytes] = None        # an exportable or imported pool's identity
         self._mapped: Optional[Set[int]] = None     # an imported pool: the pointers mapped
+        # an exportable pool's own handle, made by the first Buffer.export_ipc: HIP and CUDA
+        # export pointers only of a pool exported already (hipErrorInvalidValue otherwise)
+        self._shared: Optional["IpcPoolHandle"] = None
         # by identity: resources on one pool are equal, and a set would keep only one of them
         self._users: "weakref.WeakValueDictionary[int, AsyncMemoryResource]" = \
             weakref.WeakValueDictionary()
@@ -267,6 +270,9 @@ class MemoryPool:
         if self._closed:
             return
         self._closed = True
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.close()
         for user in list(self._users.values()):
             user._malloc = _pool_closed
             if self._finalizer is not None:

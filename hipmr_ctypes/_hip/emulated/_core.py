@@ -167,7 +167,7 @@ class Pool:
     """A stream-ordered memory pool: reserved blocks, either in use or cached for reuse."""
     __slots__ = ("handle", "device", "is_default", "handle_types", "max_size", "threshold",
                  "reuse", "used", "used_high", "reserved", "reserved_high", "cache", "live",
-                 "access", "alive", "arena", "imported")
+                 "access", "alive", "arena", "imported", "shared")
 
     def __init__(self, handle: int, device: int, is_default: bool, handle_types: int = 0,
                  max_size: int = 0) -> None:
@@ -182,6 +182,7 @@ class Pool:
         self.alive = True
         self.arena: Optional[SharedArena] = None  # shared memory of an IPC-enabled pool
         self.imported = False                    # mapped from another process's pool
+        self.shared = False                      # exported to a shareable handle once
 
 
 class Stream:

@@ -54,6 +54,7 @@ class IpcMixin(EmulatorCore):
                 target.value = pool.arena.export_fd()
             except OSError:
                 raise Status(INVALID_VALUE) from None
+            pool.shared = True
 
     def hipMemPoolImportFromShareableHandle(self, mem_pool: Any, shared_handle: Any,
                                             handle_type: Any, flags: Any) -> None:
@@ -82,13 +83,14 @@ class IpcMixin(EmulatorCore):
 
     def hipMemPoolExportPointer(self, export_data: Any, ptr: Any) -> None:
         """hipMemPoolExportPointer(hipMemPoolPtrExportData*, void*): the start of a live
-        allocation of a pool made for export."""
+        allocation of a pool made for export and exported already (as in CUDA: a pointer of
+        a pool never passed to hipMemPoolExportToShareableHandle is an invalid value)."""
         target = out(export_data, hipMemPoolPtrExportData)
         with self._lock:
             alloc = self._allocs.get(addr(ptr))
             pool = alloc.pool if alloc is not None else None
             if alloc is None or alloc.kind != DEVICE or pool is None or pool.arena is None \
-                    or pool.imported:
+                    or pool.imported or not pool.shared:
                 raise Status(INVALID_VALUE)
             data = _POINTER.pack(_POINTER_TAG, pool.arena.ident,
                                  pool.arena.offset_of(alloc.ptr), alloc.size, alloc.device)
