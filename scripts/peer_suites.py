@@ -2,11 +2,17 @@
 """Run other projects' own memory tests with and without hipmr_ctypes underneath, and print
 the pass counts side by side (GPU machine, HIPMR_PLATFORM=nvidia).
 
-numba-cuda: its driver / array / memory test modules (``numba.cuda.tests.cudadrv...``, run as
-numba-cuda's CI runs them: ``python -m pytest --pyargs``) twice: with Numba's own memory
-manager, then with ours (``NUMBA_CUDA_MEMORY_MANAGER=hipmr_ctypes.interop.numba``).  Every test
-that passes with Numba's manager must pass with ours: those that do not are listed, and the
-exit status is 1.  The test modules need the ``filecheck`` package; when it is missing it is
+numba-cuda: its driver / array / memory test modules (``numba.cuda.tests.cudadrv...``) twice:
+with Numba's own memory manager, then with ours
+(``NUMBA_CUDA_MEMORY_MANAGER=hipmr_ctypes.interop.numba``).  They are unittest test cases,
+imported by name through the normal import system (numba-cuda installs ``numba.cuda`` as a
+redirect to its own package, which ``pytest --pyargs`` cannot collect: it derives the module
+name ``cuda.tests...`` from the file's path and finds another ``cuda`` package), and run by a
+small unittest driver that prints every test's result.  When that collects nothing, pytest runs
+the modules' files with ``--import-mode=importlib`` instead; a run that collects nothing prints
+its first error lines.  Every test that passes with Numba's manager must pass with ours: those
+that do not are listed, and the exit status is 1; so is a run where nothing passes with Numba's
+own manager (the comparison would then mean nothing).  The test modules need the ``filecheck`` package; when it is missing it is
 installed from ``.whl/filecheck-*.whl`` into a scratch folder.
 
 CuPy: its memory tests when a CuPy source tree is found (``--cupy-tests DIR`` or
@@ -19,7 +25,8 @@ plugin; otherwise our own CuPy interop tests (``tests/test_interop.py -k cupy``)
 
 Writes ``<out>/peer_suites.json`` (counts, and the tests passing with the library's own
 memory management but not with ours); the JUnit files of the four runs go to a scratch
-folder (``--xml-dir``).  Exit status 1 when some test passes only without hipmr_ctypes.
+folder (``--xml-dir``).  Exit status 1 when some test passes only without hipmr_ctypes, or
+when no numba-cuda test passes with Numba's own manager.
 """
 from __future__ import annotations
 
@@ -114,21 +121,118 @@ def _outcomes(xml_path: str) -> Dict[str, str]:
     return result
 
 
-def _run(label: str, args: List[str], env: Dict[str, str], xml_path: str, timeout: float,
-         cwd: str) -> Tuple[Dict[str, str], int, str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rN",
-           f"--junitxml={xml_path}"] + args
-    print(f"== {label}: {' '.join(cmd[3:])}", flush=True)
+def _subprocess(cmd: List[str], env: Dict[str, str], cwd: str,
+                timeout: float) -> Tuple[int, str, str]:
+    """Run ``cmd``: its exit status, the head and the tail of its output."""
     try:
         proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True,
                               timeout=timeout)
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
+        text = proc.stdout + proc.stderr
+        return proc.returncode, text[:3000], text[-1500:]
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout or b""
         text = out.decode(errors="replace") if isinstance(out, bytes) else out
-        rc, tail = 124, f"timed out after {timeout:.0f} s\n" + text[-1500:]
+        return 124, text[:3000], f"timed out after {timeout:.0f} s\n" + text[-1500:]
+
+
+def _say_why_empty(label: str, head: str) -> None:
+    """A run that collected nothing: print its first error lines (or its first lines)."""
+    lines = head.strip().splitlines()
+    first = next((i for i, line in enumerate(lines)
+                  if "Error" in line or "error" in line or "Traceback" in line), 0)
+    print(f"!! {label} collected no test; its first error lines:", flush=True)
+    for line in lines[max(0, first - 2):first + 14] or ["(no output)"]:
+        print(f"   {line}", flush=True)
+
+
+def _run(label: str, args: List[str], env: Dict[str, str], xml_path: str, timeout: float,
+         cwd: str) -> Tuple[Dict[str, str], int, str]:
+    """pytest on ``args``: ``{test id: outcome}`` (from its JUnit file), rc, output tail."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rN",
+           f"--junitxml={xml_path}"] + args
+    print(f"== {label}: {' '.join(cmd[3:])}", flush=True)
+    rc, head, tail = _subprocess(cmd, env, cwd, timeout)
     print(tail.strip().splitlines()[-1] if tail.strip() else "(no output)", flush=True)
-    return _outcomes(xml_path), rc, tail
+    outcomes = _outcomes(xml_path)
+    if not any(o != "error" for o in outcomes.values()):
+        _say_why_empty(label, head)
+    return outcomes, rc, tail
+
+
+#: the unittest driver: imports each module by name, runs its test cases, prints one line per
+#: test (verbosity 2) and writes ``{test id: outcome}`` as JSON; a module that cannot be
+#: imported is one error, ``<module>::import``, with its traceback printed.
+_UNITTEST_DRIVER = textwrap.dedent('''
+    import importlib, json, sys, traceback, unittest
+
+    out_path, modules = sys.argv[1], sys.argv[2:]
+    outcomes = {}
+
+    class Result(unittest.TextTestResult):
+        def _put(self, test, outcome):
+            outcomes[f"{type(test).__module__}.{type(test).__qualname__}::"
+                     f"{getattr(test, '_testMethodName', str(test))}"] = outcome
+        def addSuccess(self, test):
+            super().addSuccess(test); self._put(test, "passed")
+        def addFailure(self, test, err):
+            super().addFailure(test, err); self._put(test, "failed")
+        def addError(self, test, err):
+            super().addError(test, err); self._put(test, "error")
+        def addSkip(self, test, reason):
+            super().addSkip(test, reason); self._put(test, "skipped")
+        def addExpectedFailure(self, test, err):
+            super().addExpectedFailure(test, err); self._put(test, "skipped")
+        def addUnexpectedSuccess(self, test):
+            super().addUnexpectedSuccess(test); self._put(test, "failed")
+
+    suite = unittest.TestSuite()
+    for name in modules:
+        try:
+            suite.addTests(unittest.defaultTestLoader.loadTestsFromModule(
+                importlib.import_module(name)))
+        except Exception:
+            print(f"cannot import {name}:", flush=True)
+            traceback.print_exc(file=sys.stdout)
+            outcomes[f"{name}::import"] = "error"
+    print(f"collected {suite.countTestCases()} tests", flush=True)
+    runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=2, resultclass=Result)
+    try:
+        runner.run(suite)
+    finally:
+        with open(out_path, "w") as f:
+            json.dump(outcomes, f)
+    sys.exit(1 if {"failed", "error"} & set(outcomes.values()) else 0)
+''')
+
+
+def _run_unittest(label: str, modules: List[str], env: Dict[str, str], json_path: str,
+                  timeout: float, cwd: str) -> Tuple[Dict[str, str], int, str]:
+    """The unittest driver on ``modules``: ``{test id: outcome}``, rc, output tail."""
+    cmd = [sys.executable, "-c", _UNITTEST_DRIVER, json_path] + modules
+    print(f"== {label}: unittest {' '.join(modules)}", flush=True)
+    rc, head, tail = _subprocess(cmd, env, cwd, timeout)
+    try:
+        with open(json_path) as f:
+            outcomes: Dict[str, str] = json.load(f)
+    except (OSError, ValueError):
+        outcomes = {}
+    counts = _count(outcomes)
+    print(", ".join(f"{n} {k}" for k, n in counts.items()) + f" (rc={rc})", flush=True)
+    if not any(o != "error" for o in outcomes.values()):
+        _say_why_empty(label, head)
+    return outcomes, rc, tail
+
+
+def _module_file(module: str) -> Optional[str]:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None else None
+
+
+def _collected(outcomes: Dict[str, str]) -> bool:
+    return any(o != "error" for o in outcomes.values())
 
 
 def _count(outcomes: Dict[str, str]) -> Dict[str, int]:
@@ -174,13 +278,35 @@ def run_numba(out: str, timeout: float, modules: List[str], env: Dict[str, str])
     base = dict(env)
     base.pop("NUMBA_CUDA_MEMORY_MANAGER", None)
     ours = dict(base, NUMBA_CUDA_MEMORY_MANAGER="hipmr_ctypes.interop.numba")
-    args = ["--pyargs"] + found
-    theirs_out, rc1, _ = _run("numba-cuda, Numba's memory manager", args, base,
-                              os.path.join(out, "peer-numba-numba.xml"), timeout, out)
-    ours_out, rc2, _ = _run("numba-cuda, hipmr_ctypes as memory manager", args, ours,
-                            os.path.join(out, "peer-numba-hipmr.xml"), timeout, out)
+    theirs_label, ours_label = ("numba-cuda, Numba's memory manager",
+                                "numba-cuda, hipmr_ctypes as memory manager")
+    runner = "unittest"
+    theirs_out, rc1, _ = _run_unittest(theirs_label, found, base,
+                                       os.path.join(out, "peer-numba-numba.json"), timeout, out)
+    if not _collected(theirs_out):
+        # pytest on the files themselves, imported by path (not as ``cuda.tests...``)
+        files = [f for f in (_module_file(m) for m in found) if f]
+        root = os.path.commonpath([os.path.dirname(f) for f in files]) if files else out
+        runner = "pytest --import-mode=importlib"
+        args = ["--import-mode=importlib", f"--rootdir={root}"] + files
+        print("numba-cuda: falling back to " + runner, flush=True)
+        theirs_out, rc1, _ = _run(theirs_label, args, base,
+                                  os.path.join(out, "peer-numba-numba.xml"), timeout, root)
+        ours_out, rc2, _ = _run(ours_label, args, ours,
+                                os.path.join(out, "peer-numba-hipmr.xml"), timeout, root)
+    else:
+        ours_out, rc2, _ = _run_unittest(ours_label, found, ours,
+                                         os.path.join(out, "peer-numba-hipmr.json"), timeout,
+                                         out)
     result = _compare("numba", theirs_out, ours_out, ("numba's manager", "hipmr_ctypes"))
-    result.update(modules=found, filecheck=filecheck, rc=[rc1, rc2])
+    baseline = _count(theirs_out)["passed"]
+    print(f"numba-cuda ({runner}): {baseline} passed with Numba's own memory manager, "
+          f"{_count(ours_out)['passed']} with hipmr_ctypes", flush=True)
+    if not baseline:
+        print("!! no test passed with Numba's own memory manager: the comparison means "
+              "nothing (see the error lines above)", flush=True)
+    result.update(modules=found, filecheck=filecheck, rc=[rc1, rc2], runner=runner,
+                  baseline_passed=baseline)
     return result
 
 
@@ -242,7 +368,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         report["cupy"] = run_cupy(out, args.timeout, args.cupy_tests, env)
     with open(os.path.join(report_dir, "peer_suites.json"), "w") as f:
         json.dump(report, f, indent=1)
-    bad = any(isinstance(r, dict) and r.get("regressions") for r in report.values())
+    bad = any(isinstance(r, dict) and (r.get("regressions") or r.get("baseline_passed") == 0)
+              for r in report.values())
     return 1 if bad else 0
 
 

@@ -75,3 +75,59 @@ def test_script_without_numba_or_cupy(tmp_path):
     assert "numba-cuda: not installed" in proc.stdout and "cupy: not installed" in proc.stdout
     report = json.loads((tmp_path / "peer_suites.json").read_text())
     assert set(report) == {"numba", "cupy"} and all("skipped" in r for r in report.values())
+
+
+UNITTEST_SUITE = '''
+import os
+import unittest
+
+class Cases(unittest.TestCase):
+    def test_always(self):
+        pass
+    def test_only_without_the_plugin(self):
+        self.assertNotEqual(os.environ.get("PEER_PLUGIN"), "1")
+    def test_error(self):
+        raise RuntimeError("boom")
+    @unittest.skip("never")
+    def test_skipped(self):
+        pass
+'''
+
+
+def test_unittest_driver_imports_by_name_and_reports_each_test(tmp_path, capsys):
+    """numba-cuda's modules are imported by name (the import system resolves its redirect),
+    not collected from paths; each test's outcome is kept, an unimportable module is one error
+    whose first lines are printed."""
+    pkg = tmp_path / "pkg_peer" / "tests"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pkg_peer" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "test_cases.py").write_text(UNITTEST_SUITE)
+    (pkg / "test_broken.py").write_text("import no_such_module_here\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    outcomes, rc, tail = peer_suites._run_unittest(
+        "tiny", ["pkg_peer.tests.test_cases", "pkg_peer.tests.test_broken"], env,
+        str(tmp_path / "u.json"), 120, str(tmp_path))
+    assert outcomes == {"pkg_peer.tests.test_cases.Cases::test_always": "passed",
+                        "pkg_peer.tests.test_cases.Cases::test_only_without_the_plugin": "passed",
+                        "pkg_peer.tests.test_cases.Cases::test_error": "error",
+                        "pkg_peer.tests.test_cases.Cases::test_skipped": "skipped",
+                        "pkg_peer.tests.test_broken::import": "error"}
+    assert rc == 1 and "test_always" in tail
+    capsys.readouterr()
+    outcomes, _, _ = peer_suites._run_unittest("broken", ["pkg_peer.tests.test_broken"], env,
+                                               str(tmp_path / "b.json"), 120, str(tmp_path))
+    assert outcomes == {"pkg_peer.tests.test_broken::import": "error"}
+    text = capsys.readouterr().out
+    assert "collected no test" in text and "no_such_module_here" in text
+
+
+def test_pytest_fallback_imports_files_by_path(tmp_path, capsys):
+    """The fallback: pytest on the files with --import-mode=importlib, from their folder."""
+    (tmp_path / "test_tiny.py").write_text(SUITE)
+    outcomes, _, _ = peer_suites._run(
+        "fallback", ["--import-mode=importlib", f"--rootdir={tmp_path}",
+                     str(tmp_path / "test_tiny.py")], dict(os.environ),
+        str(tmp_path / "f.xml"), 120, str(tmp_path))
+    assert outcomes.get("test_tiny::test_always") == "passed"
+    assert "collected no test" not in capsys.readouterr().out
