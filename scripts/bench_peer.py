@@ -3,10 +3,14 @@
 
 Two buffers of ``--size`` bytes, one per device (``AsyncMemoryResource``), are copied both
 ways: with ``Buffer.copy_from_device(src, stream=s)`` (``hipMemcpyPeerAsync``), with CuPy's
-``MemoryPointer.copy_from_device_async`` over the same pointers, and with PyTorch's
-``Tensor.copy_`` of the same memory (``torch.from_dlpack``).  The methods take turns within
-each round (interleaved); the table gives the median GB/s over ``--rounds`` rounds of
-``--copies`` copies each.  Peers that are missing are skipped.  ``--json`` saves everything.
+``cupy.cuda.runtime.memcpyPeerAsync`` over the same pointers, and with PyTorch's
+``Tensor.copy_`` of the same memory (``torch.from_dlpack``; PyTorch picks its own copy call).
+A plain ``memcpyAsync`` of pool memory between devices is an invalid value unless the pool
+granted the other device access, so each pool grants the other device access when the two are
+peers (what a PyTorch user must do too).  Before timing, every method's copy is checked to
+have moved every byte across.  The methods take turns within each round (interleaved); the
+table gives the median GB/s over ``--rounds`` rounds of ``--copies`` copies each.  Peers
+that are missing are skipped.  ``--json`` saves everything.
 
     HIPMR_PLATFORM=nvidia python3 scripts/bench_peer.py --size 256MiB --json peer.json
 """
@@ -37,14 +41,11 @@ def _cupy(dst: hmr.Buffer, src: hmr.Buffer, stream: hmr.Stream) -> Any:
         import cupy
     except ImportError:
         return None
-    s = cupy.cuda.ExternalStream(stream.handle)
-    d = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(dst.ptr, dst.size, dst,
-                                                        device_id=dst.device), 0)
-    p = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(src.ptr, src.size, src,
-                                                        device_id=src.device), 0)
+    copy_peer = cupy.cuda.runtime.memcpyPeerAsync
+    args = (dst.ptr, dst.device, src.ptr, src.device, src.size, stream.handle)
 
     def copy() -> None:
-        d.copy_from_device_async(p, src.size, s)
+        copy_peer(*args)
     return copy
 
 
@@ -79,8 +80,11 @@ def main(argv: List[str]) -> int:
     if peer:   # PyTorch and CuPy enable it on first use anyway: measure all alike
         d0.enable_peer_access(1)
         d1.enable_peer_access(0)
-    bufs = [hmr.Buffer.from_host(bytes([i + 1]) * size, resource=hmr.AsyncMemoryResource(i))
-            for i in (0, 1)]
+    pools = [hmr.AsyncMemoryResource(i) for i in (0, 1)]
+    if peer:   # plain (not peer) copies of pool memory need the pool's grant
+        pools[0].pool.set_access(1)
+        pools[1].pool.set_access(0)
+    bufs = [hmr.Buffer.from_host(bytes([i + 1]) * size, resource=pools[i]) for i in (0, 1)]
     results: Dict[str, Dict[str, float]] = {}
     for src_i, dst_i in ((0, 1), (1, 0)):
         src, dst = bufs[src_i], bufs[dst_i]
@@ -92,9 +96,15 @@ def main(argv: List[str]) -> int:
                    (("ours", _ours), ("cupy", _cupy), ("torch", _torch))}
         methods = {k: v for k, v in methods.items() if v is not None}
         samples: Dict[str, List[float]] = {k: [] for k in methods}
-        for fn in methods.values():   # warm up
+        for name, fn in methods.items():   # warm up, and check each copies every byte across
+            dst.memset(0)
+            hmr.Device(dst_i).synchronize()
             fn()
-        stream.synchronize()
+            stream.synchronize()
+            hmr.Device(dst_i).synchronize()
+            if dst.tobytes().count(src_i + 1) != size:
+                print(f"bench_peer: {name}'s copy {src_i}->{dst_i} did not copy the buffer")
+                return 1
         for _ in range(args.rounds):
             for name, fn in methods.items():
                 t0 = time.perf_counter()
