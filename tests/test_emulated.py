@@ -388,6 +388,7 @@ def test_pointer_attributes(rt):
 
 
 def test_ipc_handle_and_pool_export(rt):
+    import os
     dev = malloc(rt, 1024)
     h1, h2 = hipIpcMemHandle_t(), hipIpcMemHandle_t()
     rt.check(rt.fn.hipIpcGetMemHandle(h1, dev))
@@ -401,6 +402,11 @@ def test_ipc_handle_and_pool_export(rt):
     assert rt.fn.hipMemPoolExportPointer(export, dev) == INVALID
     fd_pool = make_pool(rt, handle_types=1)
     shared = malloc(rt, 64, "hipMallocFromPoolAsync", fd_pool, 0)
+    # as in CUDA: only a pointer of a pool that was itself exported ("already shared")
+    assert rt.fn.hipMemPoolExportPointer(export, shared) == INVALID
+    fd = c_int(-1)
+    rt.check(rt.fn.hipMemPoolExportToShareableHandle(byref(fd), fd_pool, 1, 0))
+    os.close(fd.value)   # the pool stays shared once exported
     rt.check(rt.fn.hipMemPoolExportPointer(export, shared))
     assert bytes(export)[:8] == b"HMRPTR01"
 

@@ -639,7 +639,11 @@ def test_async_ipc(emulator):
         p = a.allocate(256)
         data = _hip.types.hipMemPoolPtrExportData()
         rt = _hip.get_runtime()
-        rt.check(rt.fn.hipMemPoolExportPointer(data, p), "hipMemPoolExportPointer")
+        # a pointer is exported only from a pool exported already
+        assert rt.hip_code(rt.fn.hipMemPoolExportPointer(data, p)) == 1
+        rt.clear_last_error()
+        with a.pool.export_handle():
+            rt.check(rt.fn.hipMemPoolExportPointer(data, p), "hipMemPoolExportPointer")
         a.deallocate(p, 256)
         assert "enable_ipc=True" in repr(a)
 
