@@ -195,6 +195,9 @@ class AddressSpaceResource:
         self.calls = 0
         self.streams = streams
         self.freed = freed
+        # a sub-allocator calls its upstream from several threads at once (it lets its own
+        # lock go during the call): the bookkeeping below is a read-modify-write each
+        self._lock = threading.Lock()
 
     def allocate(self, bytes: int, alignment: int = 256) -> int:
         return self._allocate(bytes, alignment, HOST)
@@ -216,6 +219,14 @@ class AddressSpaceResource:
             stream_ref(stream)  # TypeError / ValueError for anything that is not a stream
 
     def _allocate(self, nbytes: int, alignment: int, stream: Any) -> int:
+        with self._lock:
+            return self._allocate_locked(nbytes, alignment, stream)
+
+    def _deallocate(self, ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
+        with self._lock:
+            self._deallocate_locked(ptr, nbytes, alignment, stream)
+
+    def _allocate_locked(self, nbytes: int, alignment: int, stream: Any) -> int:
         if type(nbytes) is not int or nbytes < 0 or alignment & (alignment - 1):
             raise ValueError(f"bad arguments ({nbytes!r}, {alignment!r})")
         self.calls += 1
@@ -232,7 +243,7 @@ class AddressSpaceResource:
             self.freed.add(ptr, ptr + nbytes, stream, self.streams.tick(stream))
         return ptr
 
-    def _deallocate(self, ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
+    def _deallocate_locked(self, ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
         self.calls += 1
         if not ptr and not nbytes:
             return

@@ -21,11 +21,12 @@ OPS = 1500
 JOIN_TIMEOUT = 120.0
 
 
-def hammer(resource, streams, ranges, writable, seed, counts, errors, expect_oom):
+def hammer(resource, streams, ranges, writable, seed, counts, errors, expect_oom, start):
     rng = random.Random(seed)
     mine = []
     allocated = failed = 0
     try:
+        start.wait(JOIN_TIMEOUT)   # every thread starts at once: the most contention
         for _ in range(OPS):
             if mine and (len(mine) > 24 or rng.random() < 0.45):
                 ptr, size, stream, fill = mine.pop(rng.randrange(len(mine)))
@@ -66,9 +67,10 @@ def hammer(resource, streams, ranges, writable, seed, counts, errors, expect_oom
 def run_threads(resource, streams, writable, expect_oom=False):
     ranges = LiveRanges()
     counts, errors = [], []
+    start = threading.Barrier(THREADS)
     threads = [threading.Thread(target=hammer, daemon=True,
                                 args=(resource, streams, ranges, writable, seed, counts, errors,
-                                      expect_oom))
+                                      expect_oom, start))
                for seed in range(THREADS)]
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)  # switch threads often: more interleavings per run
