@@ -19,6 +19,7 @@ import argparse
 import ctypes
 import gc
 import json
+import signal
 import os
 import platform as _platform
 import random
@@ -46,19 +47,28 @@ def measure_group(loops: Dict[str, Any], repeats: int,
         if sync:
             sync()
     samples: Dict[str, List[float]] = {name: [] for name in loops}
+    failed: Dict[str, str] = {}
     gc.disable()
     try:
         for _ in range(repeats):
             for name, (loop, pairs) in loops.items():
-                t0 = time.perf_counter_ns()
-                loop(pairs)
-                t1 = time.perf_counter_ns()
-                if sync:
-                    sync()
+                if name in failed:
+                    continue
+                try:
+                    t0 = time.perf_counter_ns()
+                    loop(pairs)
+                    t1 = time.perf_counter_ns()
+                    if sync:
+                        sync()
+                except Exception as exc:  # noqa: BLE001 - one row fails, the others go on
+                    failed[name] = f"failed: {type(exc).__name__}: {exc}"
+                    continue
                 samples[name].append((t1 - t0) / pairs)
     finally:
         gc.enable()
-    return {name: statistics.median(v) for name, v in samples.items()}
+    out: Dict[str, Any] = {name: statistics.median(v) for name, v in samples.items() if v}
+    out.update(failed)
+    return out
 
 
 # ---------------------------------------------------------------------------------- loops
@@ -179,6 +189,92 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
     return loops
 
 
+_EVERYDAY: List[Any] = []
+
+
+def everyday(size: int) -> Dict[str, Any]:
+    """What users write: Buffer made and closed (or dropped) over a pool passed directly,
+    through a ref and as the current device resource; at 256 B also the concept check and ref
+    construction; the CuPy allocator and the Numba EMM plugin over the current resource."""
+    loops: Dict[str, Any] = {}
+    if not _EVERYDAY:  # one pool for every size, the current device resource from now on
+        _EVERYDAY.append(hmr.PoolResource(hmr.AsyncMemoryResource()))
+        hmr.set_current_device_resource(_EVERYDAY[0])
+    pool = _EVERYDAY[0]
+    ref = hmr.async_resource_ref[hmr.device_accessible](pool)
+    Buffer = hmr.Buffer
+
+    def closing(resource):
+        def run(n):
+            for _ in range(n):
+                Buffer(size, resource=resource).close()
+        return run
+
+    def dropping(resource):
+        def run(n):
+            for _ in range(n):
+                Buffer(size, resource=resource)
+        return run
+    loops["Buffer over PoolResource, create + close"] = closing(pool)
+    loops["Buffer over PoolResource, create + drop"] = dropping(pool)
+    loops["Buffer via async_resource_ref, create + close"] = closing(ref)
+    loops["Buffer via async_resource_ref, create + drop"] = dropping(ref)
+    loops["Buffer over the current device resource (pool), create + close"] = closing(None)
+    loops["Buffer over the current device resource (pool), create + drop"] = dropping(None)
+    if size == SIZES[0]:
+        stats = hmr.StatisticsResource(pool)
+        iar = hmr.is_async_resource
+        ARef = hmr.async_resource_ref[hmr.device_accessible]
+
+        def check(obj):
+            def run(n):
+                for _ in range(n):
+                    iar(obj)
+            return run
+
+        def make_ref(obj):
+            def run(n):
+                for _ in range(n):
+                    ARef(obj)
+            return run
+        loops["is_async_resource(PoolResource) (one call)"] = check(pool)
+        loops["is_async_resource(StatisticsResource) (one call)"] = check(stats)
+        loops["async_resource_ref[device_accessible](PoolResource) (one ref)"] = make_ref(pool)
+        loops["async_resource_ref[device_accessible](StatisticsResource) (one ref)"] = \
+            make_ref(stats)
+        loops["_keep_stats"] = stats
+    try:
+        import cupy
+        from hipmr_ctypes.interop.cupy import allocator
+        ours_alloc = allocator()
+
+        def cupy_ours(n):
+            for _ in range(n):
+                m = ours_alloc(size)
+                del m
+        loops["CuPy allocator of ours (current resource = pool)"] = cupy_ours
+        loops["_cupy"] = cupy
+    except Exception as exc:  # noqa: BLE001
+        loops["CuPy allocator of ours (current resource = pool)"] = f"missing: {exc}"
+    try:
+        from numba import cuda as ncuda
+        from hipmr_ctypes.interop.numba import HipmrNumbaManager
+        ctx = ncuda.current_context()
+        plugin = HipmrNumbaManager(context=ctx)
+        plugin.initialize()
+
+        def numba_ours(n):
+            for _ in range(n):
+                m = plugin.memalloc(size)
+                m.free()
+        loops["Numba EMM plugin of ours, memalloc + free (current resource = pool)"] = \
+            numba_ours
+    except Exception as exc:  # noqa: BLE001
+        loops["Numba EMM plugin of ours, memalloc + free (current resource = pool)"] = \
+            f"missing: {exc}"
+    return loops
+
+
 def ours_slow(size: int) -> Dict[str, Callable[[int], None]]:
     loops = {}
     dmr = hmr.DeviceMemoryResource()
@@ -243,7 +339,25 @@ def peers(size: int) -> Dict[str, Callable[[int], None]]:
                 p = aa(size)
                 ad(p, size)
         loops["RMM CudaAsyncMemoryResource"] = rmm_async
-        loops["_rmm_keep"] = (pool, amr)  # type: ignore[assignment]
+        adaptors = {}
+        for label, make in (("StatisticsResourceAdaptor",
+                             lambda: rmm.mr.StatisticsResourceAdaptor(pool)),
+                            ("LimitingResourceAdaptor",
+                             lambda: rmm.mr.LimitingResourceAdaptor(pool, 1 << 40)),
+                            ("TrackingResourceAdaptor",
+                             lambda: rmm.mr.TrackingResourceAdaptor(pool))):
+            name = f"RMM {label} over its pool"
+            try:
+                mr = adaptors[label] = make()
+
+                def rmm_adaptor(n, a=mr.allocate, d=mr.deallocate):
+                    for _ in range(n):
+                        p = a(size)
+                        d(p, size)
+                loops[name] = rmm_adaptor
+            except Exception as exc:  # noqa: BLE001
+                loops[name] = f"missing: {exc}"  # type: ignore[assignment]
+        loops["_rmm_keep"] = (pool, amr, adaptors)  # type: ignore[assignment]
     except Exception as exc:  # noqa: BLE001
         loops["RMM PoolMemoryResource"] = f"missing: {exc}"  # type: ignore[assignment]
     try:
@@ -381,11 +495,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     def one_ctypes(n):
         for _ in range(n):
             get_dev(dev_out)
+    def stop(signum: int, frame: Any) -> None:  # a timeout's SIGTERM ends the run early
+        raise SystemExit(124)
+    signal.signal(signal.SIGTERM, stop)
     try:
         # the floor rows take their turns with each size's loops too (a size column each)
         for size in SIZES:
             col = SIZE_NAMES[size]
-            groups = [ours(size, rt), ours_slow(size)]
+            groups = [ours(size, rt), ours_slow(size), everyday(size)]
             if not args.no_peers:
                 groups.append(peers(size))
             timed: Dict[str, Any] = {"two plain Python calls (floor)": (floor_loop, args.pairs),
@@ -397,15 +514,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                     if isinstance(loop, str):
                         results.setdefault(name, {})[col] = loop
                         continue
-                    timed[name] = (loop, args.pairs if gi != 1 else max(200, args.pairs // 50))
+                    count = args.pairs if gi != 1 else max(200, args.pairs // 50)
+                    if gi == 2 and name.startswith(("is_async", "async_resource_ref")):
+                        count = max(20, args.pairs // 20)
+                    timed[name] = (loop, count)
             for name, ns in measure_group(timed, args.repeats, sync).items():
                 results.setdefault(name, {})[col] = ns
             del groups, timed
             gc.collect()
         for seed in args.frag_seeds.split(","):
             frag.append(fragmentation(int(seed), args.frag_ops))
-    except Exception as exc:  # noqa: BLE001 - what was measured is still printed and saved
-        errors.append(f"{type(exc).__name__}: {exc}")
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - what was measured is still
+        errors.append(f"{type(exc).__name__}: {exc}")  # printed and saved
     dev_name = hmr.Device(0).name if hmr.device_count() else "none"
     meta = {"date": time.strftime("%Y-%m-%d"), "platform": rt.platform, "device": dev_name,
             "runtime_version": ".".join(map(str, rt.runtime_version())),
@@ -450,6 +570,24 @@ def print_table(results, floor, meta, frag) -> None:
             a, b = row.get(c), ours_ref.get(c)
             cells.append(f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) else "")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    stacks = (("StatisticsResource over PoolResource", "RMM StatisticsResourceAdaptor over its pool"),
+              ("LimitingResource over PoolResource", "RMM LimitingResourceAdaptor over its pool"),
+              ("TrackingResource over PoolResource", "RMM TrackingResourceAdaptor over its pool"),
+              ("Buffer over PoolResource, create + close", "RMM DeviceBuffer on the pool"),
+              ("CuPy allocator of ours (current resource = pool)",
+               "CuPy MemoryPool (cupy.cuda.alloc)"),
+              ("Numba EMM plugin of ours, memalloc + free (current resource = pool)",
+               "CuPy MemoryPool (cupy.cuda.alloc)"))
+    print("\n# Ours / the peer's equivalent (lower = we are faster)\n")
+    print("| ours | peer | " + " | ".join(cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
+    for mine, theirs in stacks:
+        a_row, b_row = results.get(mine, {}), results.get(theirs, {})
+        cells = []
+        for c in cols:
+            a, b = a_row.get(c), b_row.get(c)
+            cells.append(f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) else "")
+        print(f"| {mine} | {theirs} | " + " | ".join(cells) + " |")
     for one in frag:
         print("\n# Fragmentation (random sizes 1 KiB-64 MiB, random lifetimes, seed "
               f"{one['seed']}, {one['ops']} ops): peak pool size / peak live bytes\n")

@@ -69,7 +69,7 @@ PY
 fi
 if [ "${SCALE_ONLY:-0}" = 1 ]; then exit 0; fi
 echo "== bench"; date
-HIPMR_PLATFORM=nvidia timeout ${BENCH_TIMEOUT:-400} python3 scripts/bench_alloc.py --pairs ${PAIRS:-20000} --json "$OUT/bench.json" | tee "$OUT/bench.txt"
+HIPMR_PLATFORM=nvidia timeout ${BENCH_TIMEOUT:-560} python3 scripts/bench_alloc.py --pairs ${PAIRS:-20000} --json "$OUT/bench.json" | tee "$OUT/bench.txt"
 echo "== ref overhead"; HIPMR_PLATFORM=nvidia timeout 120 python3 scripts/bench_ref.py --json "$OUT/bench_ref.json" | tail -15
 if [ "${RELIABILITY:-1}" = 1 ]; then
   echo "== reliability report (nvidia)"

@@ -25,7 +25,15 @@ def test_bench_alloc(tmp_path):
     rows = data["ns_per_pair"]
     pool = rows["PoolResource via async_resource_ref[device_accessible]"]
     assert set(pool) == {"256 B", "64 KiB", "16 MiB"}
-    assert all(isinstance(v, float) and v > 0 for row in rows.values() for v in row.values())
+    assert "(run stopped)" not in rows
+    assert all((isinstance(v, float) and v > 0) or (isinstance(v, str) and v.startswith("missing:"))
+               for row in rows.values() for v in row.values())  # peers absent here
+    for name in ("Buffer over PoolResource, create + close",
+                 "Buffer via async_resource_ref, create + drop",
+                 "Buffer over the current device resource (pool), create + close"):
+        assert set(rows[name]) == {"256 B", "64 KiB", "16 MiB"}
+    assert isinstance(rows["is_async_resource(StatisticsResource) (one call)"]["256 B"], float)
+    assert "# Ours / the peer's equivalent" in text
     assert [f["seed"] for f in data["fragmentation"]] == [1, 2]
     assert all(f["hipmr PoolResource"]["ratio"] >= 1 for f in data["fragmentation"])
     assert "# Ratios" in text and "seed 2" in text
