@@ -7,11 +7,10 @@ may still read a ``Buffer``, write into memory a pool handed out, or free on a `
 So the rule, for every object of the package that owns something native (streams, events,
 buffers, memory pools, pool chunks):
 
-* memory, streams, events and pools stay valid until nothing can reach them;
-* a ``Buffer`` is the one exception, and says so: at exit (with no daemon thread running) a
-  hook registered with :func:`run_at_exit` frees every live buffer and marks it closed, so
-  that code running later gets ``ValueError("... freed at interpreter exit")`` from it, never
-  freed memory;
+* memory, streams, events and pools stay valid until nothing can reach them, buffers
+  included: a buffer's memory may also be reached through views the package cannot see (a
+  NumPy or CuPy array over it through DLPack, a raw pointer), so marking the ``Buffer``
+  closed would not protect them;
 * once the exit hook below has run (:func:`keep_at_exit` is true), an object the garbage
   collector finalizes frees or destroys nothing: during teardown, "unreachable" no longer
   means "unused" (a user ``__del__`` in the same garbage cycle may run after the package's
@@ -28,14 +27,12 @@ from __future__ import annotations
 
 import atexit
 import weakref
-import threading
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
-__all__ = ["finalize", "Finalizer", "finalizer", "keep_at_exit", "run_at_exit"]
+__all__ = ["finalize", "Finalizer", "finalizer", "keep_at_exit"]
 
 #: "keep": true once the exit hook has run (finalizers then free and destroy nothing)
 _state = {"keep": False}
-_hooks: List[Callable[[], None]] = []
 #: every live Finalizer: claimed (removed) exactly once, by the collector, a call or detach()
 _registry: Set["Finalizer"] = set()
 
@@ -112,19 +109,7 @@ def finalize(obj: Any, func: Callable[..., Any], *args: Any) -> Finalizer:
     return Finalizer(obj, func, *args)
 
 
-def run_at_exit(func: Callable[[], None]) -> None:
-    """Call ``func()`` from the exit hook, before any finalizer, unless daemon threads are
-    still running then (they may be using what it would free); errors are ignored."""
-    _hooks.append(func)
-
-
 def _at_exit() -> None:
-    if threading.active_count() <= 1:
-        for func in list(_hooks):
-            try:
-                func()
-            except Exception:  # noqa: BLE001 - the runtime may be going away
-                pass
     _state["keep"] = True
     registry = getattr(weakref.finalize, "_registry", None)  # CPython's table of finalizers
     if not isinstance(registry, dict):

@@ -13,7 +13,6 @@ from . import _hip
 from ._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, check_alignment, check_size,
                       check_stream)
 from ._exit import _state as _exit_state
-from ._exit import run_at_exit
 from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
                           PyObject_GetBuffer)
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
@@ -106,21 +105,7 @@ def _plan(resource: Any, target: Any) -> Tuple[Any, bool, Optional[int]]:
 
 # ---- freeing ------------------------------------------------------------------------------------
 
-def _free_at_exit() -> None:
-    """Interpreter exit, before any finalizer (not when daemon threads still run, see
-    ``hipmr_ctypes._exit``): every live buffer frees its memory and becomes closed, so that
-    code running later in the exit (a ``__del__`` during module teardown) gets ValueError
-    from a buffer, never freed memory."""
-    import gc
-    for obj in gc.get_objects():
-        if isinstance(obj, Buffer):
-            obj._release_at_exit()
-
-
-run_at_exit(_free_at_exit)
-
 _CLOSED = "buffer: this Buffer is closed"
-_FREED_AT_EXIT = "buffer: this Buffer was freed at interpreter exit"
 _MAX_SIZE = MAX_SIZE
 _MAX_PTR = MAX_PTR
 _FAST = FAST_ALIGNMENTS
@@ -243,18 +228,6 @@ class Buffer:
                 Device(keep.device).synchronize()
                 handle = 0
         free(self._ptr, self._capacity, self._alignment, handle)
-
-    def _release_at_exit(self) -> None:
-        if self._closed is False:
-            self._closed = _FREED_AT_EXIT
-        try:
-            free = self._owned.pop()
-        except (IndexError, AttributeError):
-            return
-        try:
-            self._free_now(free, None)
-        except Exception:  # noqa: BLE001 - the runtime may be going away
-            pass
 
     @classmethod
     def _adopt(cls, ptr: int, size: int, resource: Any, device: int) -> "Buffer":

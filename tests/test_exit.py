@@ -27,17 +27,11 @@ USE = textwrap.dedent("""
     def use(h):
         if h.__dict__.pop("pending", None) is None:
             return
-        try:
-            data = h.buf.tobytes()                   # 64 MiB copied in from host data
-            assert len(data) == 64 << 20 and data[:3] == b"xyz", data[:3]
-        except ValueError as exc:                    # or freed at exit, and it says so
-            assert "interpreter exit" in str(exc), exc
+        data = h.buf.tobytes()                       # 64 MiB copied in from host data
+        assert len(data) == 64 << 20 and data[:3] == b"xyz", data[:3]
         ctypes.memset(h.raw, 7, 1 << 20)             # into pool.allocate(1 << 20)
         assert ctypes.string_at(h.raw + 4096, 2) == b"\\x07\\x07"
-        try:
-            h.dev.copy_from_host(b"abc" * 1000 + bytes(1096))
-        except ValueError as exc:
-            assert "interpreter exit" in str(exc), exc
+        h.dev.copy_from_host(b"abc" * 1000 + bytes(1096))
         h.pool.deallocate(h.raw, 1 << 20)
         p = h.pool.allocate_async(4096, 256, h.stream)
         h.pool.deallocate_async(p, 4096, 256, h.stream)   # frees on a live Stream
@@ -137,9 +131,9 @@ AFTER_THE_HOOK = textwrap.dedent("""
     from hipmr_ctypes import _exit, _hip
     rt = _hip.get_runtime()
     destroyed = []
-    # (buffers use the default resource, hipFree: those live at the hook are freed there;
-    # the pools' chunks come from AsyncMemoryResources, hipFreeAsync)
-    for name in ("hipStreamDestroy", "hipEventDestroy", "hipFreeAsync", "hipMemPoolDestroy"):
+    # (the pools' chunks come from AsyncMemoryResources, hipFreeAsync)
+    for name in ("hipStreamDestroy", "hipEventDestroy", "hipFree", "hipFreeAsync",
+                 "hipMemPoolDestroy"):
         real = getattr(rt.fn, name)
         setattr(rt.fn, name, lambda *a, _r=real, _n=name: destroyed.append(_n) or _r(*a))
     def make():
@@ -156,14 +150,7 @@ AFTER_THE_HOOK = textwrap.dedent("""
         assert not s.closed and not e.closed and not a.pool.closed
         e.record(s)
         e.synchronize()
-        if objs is late:                  # made after the hook: a buffer like any other
-            assert b.tobytes() == bytes(100)
-        else:                             # live at the hook: freed, and it says so
-            try:
-                b.tobytes()
-                raise AssertionError("a buffer live at exit was not closed")
-            except ValueError as exc:
-                assert "interpreter exit" in str(exc), exc
+        assert b.tobytes() == bytes(100)  # live at the hook or made after it: still valid
         ctypes.memset(raw, 1, 1000)       # the pool's memory is still there
         pool.deallocate(raw, 1000)
         pool.deallocate(pool.allocate(1000), 1000)
