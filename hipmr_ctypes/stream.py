@@ -317,14 +317,28 @@ def _thread_token() -> int:
         return token
 
 
+_multi: list = []  # [True] when more than one device is visible (fixed for the process)
+
+
+def _several_devices() -> bool:
+    if not _multi:
+        try:
+            _multi.append(device_count() > 1)
+        except Exception:  # noqa: BLE001 - no runtime: no device, no null stream to tell apart
+            _multi.append(False)
+    return _multi[0]
+
+
 def stream_key(handle: int) -> Any:
     """The identity of the stream ``handle`` names for the calling thread (a key for
     stream-ordered free lists): the handle itself for a created stream; for the special
     handles a tuple ``(handle, device, thread)``: the null and legacy streams are one per
-    device (thread 0), the per-thread stream one per thread and device.  ``handle`` must be
-    a checked handle (an int in ``[0, 2**64)``)."""
+    device (thread 0; with one device visible, the handle itself), the per-thread stream one
+    per thread and device.  ``handle`` must be a checked handle (an int in ``[0, 2**64)``)."""
     if handle > SPECIAL_STREAMS:
         return handle
+    if not _several_devices():
+        return (handle, 0, _thread_token()) if handle == _PER_THREAD else handle
     try:
         device = get_device()
     except NoDeviceError:  # host memory on a machine without a device: no stream can run work

@@ -11,7 +11,7 @@ from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, return_chunks, round_up)
-from ._order import SPECIAL, StreamOrder, handle_of, stream_key, track_streams
+from ._order import StreamOrder, handle_of, stream_key, track_streams
 
 __all__ = ["FixedSizeResource"]
 
@@ -293,6 +293,9 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         allocate_slow = state.allocate_slow
         deallocate_slow = state.deallocate_slow
         SR = STREAM_REF
+        # free lists are keyed by stream_key: a handle whose key is not itself (the per-thread
+        # stream; the null streams with several devices) has no list of its own, so the fast
+        # paths miss and the slow paths use its key
         key = stream_key
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
@@ -324,7 +327,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
                     and 0 <= stream and acquire(False):
                 try:
-                    lst = free_get(stream if stream > SPECIAL else key(stream))
+                    lst = free_get(stream)
                     if lst:
                         ptr = lst.pop()
                         live[ptr] = bytes
@@ -341,7 +344,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                     and 0 <= stream:
                 known = live_pop(ptr, _NONE)
                 if known == bytes:
-                    lst = free_get(stream if stream > SPECIAL else key(stream))
+                    lst = free_get(stream)
                     if lst is not None:  # only checked streams have an entry
                         lst.append(ptr)
                         return
