@@ -317,7 +317,7 @@ def _thread_token() -> int:
         return token
 
 
-_multi: list = []  # [True] when more than one device is visible (fixed for the process)
+_multi: List[bool] = []  # [True] when several devices are visible (fixed for the process)
 
 
 def _several_devices() -> bool:

@@ -51,8 +51,8 @@ class StreamOrder:
     def note(self, key: Any) -> None:
         """Remember the device of ``key``'s stream (a created one), which the caller is using
         now: before any block is kept for it."""
-        if type(key) is int and key not in self.devices:
-            self.devices[key] = device_of(key)
+        if type(key) is int and key > SPECIAL and key not in self.devices:
+            self.devices[key] = device_of(key)  # (a null stream's key is 0 with one device)
 
     def holds(self, handle: int) -> bool:
         """True when blocks may be kept for the created stream ``handle``."""
