@@ -41,7 +41,7 @@ from ..stream_ref import IntValue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, return_chunks, round_up)
-from ._order import StreamOrder, handle_of, stream_key, track_streams
+from ._order import SPECIAL as SPECIAL_STREAMS, StreamOrder, handle_of, stream_key, track_streams
 
 __all__ = ["PoolResource"]
 
@@ -524,10 +524,12 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         allocate_slow = arena.allocate_slow
         deallocate_slow = arena.deallocate_slow
         SR = STREAM_REF
-        # the free lists are keyed by stream_key; a handle whose key is not the handle itself
-        # (the per-thread stream; the null streams with several devices) has no entry of its
-        # own in ``free``, so the fast paths miss and the slow paths use its key
+        # the free lists are keyed by stream_key (only checked streams have an entry): a
+        # created stream's key is its handle; the special handles (null, legacy, per-thread)
+        # are keyed per device / thread, so the fast paths look their key up too (else, with
+        # several devices, every call on the null stream would take the slow path)
         key = stream_key
+        SPECIAL = SPECIAL_STREAMS
         MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
@@ -558,7 +560,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 stream = stream._handle if type(stream) is SR else check_stream(stream)
             try:
                 if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                    ptr = free[stream][bytes].pop()  # only checked streams have an entry
+                    ptr = free[stream if stream > SPECIAL else key(stream)][bytes].pop()
                     live[ptr] = bytes
                     return ptr
             except MISS:
@@ -574,7 +576,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                                                          or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
-                        free[stream][bytes].append(ptr)
+                        free[stream if stream > SPECIAL else key(stream)][bytes].append(ptr)
                         return
             except MISS:
                 pass
