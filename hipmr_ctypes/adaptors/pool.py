@@ -175,15 +175,21 @@ class _Arena:
         concurrently stays on a list that later allocations and flushes still see."""
         if tag is None:
             tag = _CLEAN if key is SYNC else frozenset((key,))
-        insert = self._insert
         for size, lst in list(self.classes[key].items()):
-            pop = lst.pop
-            while True:
-                try:
-                    ptr = pop()
-                except IndexError:
-                    break
-                insert(ptr, size, tag)
+            self._drain(lst, size, tag)
+
+    def _drain(self, lst: List[int], size: int, tag: FrozenSet[Any]) -> None:
+        """Move every block of the free list ``lst`` (blocks of ``size``) into the best-fit
+        structure with ``tag``; ``pop`` is the claim, so a fast path appending meanwhile loses
+        nothing."""
+        insert = self._insert
+        pop = lst.pop
+        while True:
+            try:
+                ptr = pop()
+            except IndexError:
+                return
+            insert(ptr, size, tag)
 
     def _flush_all(self) -> None:
         """Flush every free list into the best-fit structure, and forget the streams (other
@@ -213,17 +219,10 @@ class _Arena:
 
     def _drain_graveyard(self) -> None:
         keep = []
-        insert = self._insert
+        drain = self._drain
         for entry in self.graveyard:
             tag, size, lst = entry
-            pop = lst.pop
-            while True:
-                try:
-                    ptr = pop()
-                except IndexError:
-                    break
-                insert(ptr, size, tag)
-            del pop
+            drain(lst, size, tag)
             # references: the entry, `lst`, getrefcount's argument; more: a fast path (or a
             # forgotten map it fetched) that may still append to it
             if getrefcount(lst) > 3:
