@@ -395,3 +395,22 @@ def no_native_call(emulator: Any) -> Iterator[None]:
             gc.enable()
     assert pending == 1, "a native call was made"
     assert emulator.live_allocations() == before
+
+
+@contextlib.contextmanager
+def process_runtime(rt: Any = None) -> Iterator[Any]:
+    """Make ``rt`` the process-wide runtime (``None``: keep the current one) with an empty
+    per-device resource table for the block; the previous runtime and table come back after.
+    Yields the runtime in use."""
+    from hipmr_ctypes import _hip
+    from hipmr_ctypes.resources import per_device
+    saved = dict(per_device._resources)
+    previous = _hip.set_runtime(rt) if rt is not None else None
+    per_device._resources.clear()
+    try:
+        yield _hip.get_runtime() if rt is None else rt
+    finally:
+        if rt is not None:
+            _hip.set_runtime(previous)
+        per_device._resources.clear()
+        per_device._resources.update(saved)

@@ -14,7 +14,8 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.types import hipMemcpyDefault
 from hipmr_ctypes.buffer import memory_device
-from hipmr_ctypes.resources import per_device
+
+from support import process_runtime
 
 REAL = pytest.param("real", marks=[pytest.mark.gpu, pytest.mark.multi_gpu])
 
@@ -23,24 +24,14 @@ REAL = pytest.param("real", marks=[pytest.mark.gpu, pytest.mark.multi_gpu])
 def rt(request):
     """The runtime of the test: a fresh two-device emulated one (made process-wide for the
     test), or the real one (two GPUs, checked by the ``multi_gpu`` marker)."""
-    saved = dict(per_device._resources)
     if request.param == "real":
-        try:
-            yield _hip.get_runtime()
-        finally:
-            per_device._resources.clear()
-            per_device._resources.update(saved)
+        with process_runtime() as real:
+            yield real
         return
     emulated = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
                                                     "HIPMR_EMULATED_MEMORY": "256MiB"})
-    previous = _hip.set_runtime(emulated)
-    per_device._resources.clear()
-    try:
+    with process_runtime(emulated):
         yield emulated
-    finally:
-        _hip.set_runtime(previous)
-        per_device._resources.clear()
-        per_device._resources.update(saved)
 
 
 def _resource(kind, device):

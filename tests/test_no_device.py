@@ -9,7 +9,8 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes.resources import per_device
+
+from support import process_runtime
 
 pytestmark = pytest.mark.any_platform  # each test chooses its runtime
 
@@ -25,15 +26,8 @@ def no_device(request, monkeypatch):
         if rt.sees_device():
             pytest.skip("this machine has an AMD GPU")
     monkeypatch.setenv("HIPMR_PLATFORM", rt.platform)  # as if chosen at import
-    previous = _hip.set_runtime(rt)
-    saved = dict(per_device._resources)
-    per_device._resources.clear()
-    try:
+    with process_runtime(rt):
         yield rt
-    finally:
-        _hip.set_runtime(previous)
-        per_device._resources.clear()
-        per_device._resources.update(saved)
 
 
 def test_runtime_reports_no_device(no_device):

@@ -19,10 +19,9 @@ from hipmr_ctypes._hip.errors import (HipError, InvalidValueError, NotSupportedE
                                       OutOfMemoryError)
 from hipmr_ctypes.resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource,
                                     DeviceMemoryResource, HostMemoryResource,
-                                    ManagedMemoryResource, MemoryPool, PinnedMemoryResource,
-                                    per_device)
+                                    ManagedMemoryResource, MemoryPool, PinnedMemoryResource)
 
-from support import no_native_call
+from support import no_native_call, process_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,15 +98,8 @@ def two_devices(emulator):
     table); the previous runtime and table come back after."""
     rt = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
                                               "HIPMR_EMULATED_MEMORY": "64MiB"})
-    previous = _hip.set_runtime(rt)
-    saved = dict(per_device._resources)
-    per_device._resources.clear()
-    try:
+    with process_runtime(rt):
         yield rt
-    finally:
-        _hip.set_runtime(previous)
-        per_device._resources.clear()
-        per_device._resources.update(saved)
 
 
 # ---- concepts, properties ------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hipmr_ctypes import _hip
-from hipmr_ctypes.resources import per_device
+
+from support import process_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "scale.md"
@@ -30,15 +31,8 @@ def test_doc_has_examples():
 def two_devices(emulator):
     rt = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
                                                "HIPMR_EMULATED_MEMORY": "256MiB"})
-    previous = _hip.set_runtime(rt)
-    saved = dict(per_device._resources)
-    per_device._resources.clear()
-    try:
+    with process_runtime(rt):
         yield rt
-    finally:
-        _hip.set_runtime(previous)
-        per_device._resources.clear()
-        per_device._resources.update(saved)
 
 
 def test_doc_examples_run(two_devices):
