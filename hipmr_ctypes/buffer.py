@@ -113,6 +113,9 @@ _FAST = FAST_ALIGNMENTS
 
 # ---- the buffer ---------------------------------------------------------------------------------
 
+_OWN: Any = object()   # _copy's default device: the buffer's own
+
+
 class Buffer:
     """One allocation of ``size`` bytes made through ``resource`` (an async resource or an
     ``async_resource_ref``; default: the current device's resource) on ``stream`` (default: the
@@ -390,15 +393,14 @@ class Buffer:
 
     # ---- copies ----
     def _sync_copy(self, dst: int, src: int, n: int, host: bool,
-                   peer: Optional[Tuple[int, int]]) -> None:
-        """A synchronous copy ordered after the work on the buffer's stream, made with the
-        buffer's device current (the null stream is per device)."""
+                   peer: Optional[Tuple[int, int]], device: Optional[int]) -> None:
+        """A synchronous copy ordered after the work on the buffer's stream, made with
+        ``device`` current (the null stream is per device)."""
         if host:
             ctypes.memmove(dst, src, n)
             return
         rt = _hip.get_runtime()
         own = self._handle
-        device = self._device
         with on_device(device) if device is not None else _NO_SWITCH:
             if peer is not None:
                 rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
@@ -412,24 +414,30 @@ class Buffer:
             rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
 
     def _copy(self, dst: int, src: int, n: int, stream: Any, host: bool,
-              peer: Optional[Tuple[int, int]] = None) -> None:
+              peer: Optional[Tuple[int, int]] = None, device: Any = _OWN) -> None:
         """Copy ``n`` bytes; ``peer`` = (destination device, source device) for a copy between
-        two devices' memory, which only the peer copy calls accept."""
+        two devices' memory, which only the peer copy calls accept.  ``device``: the device
+        made current for the copy (default: the buffer's own).  The runtime accepts a plain
+        copy of memory-pool memory only while the pool's device is current, whatever the
+        stream's device; the other side may be any memory."""
         if not n:
             return
+        if device is _OWN:
+            device = self._device
         if stream is None:
-            self._sync_copy(dst, src, n, host, peer)
+            self._sync_copy(dst, src, n, host, peer, device)
         elif host:
             ctypes.memmove(dst, src, n)
         else:
             handle = check_stream(stream)
             rt = _hip.get_runtime()
-            if peer is not None:
-                rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
-                         "hipMemcpyPeerAsync", size=n, device=peer[0])
-                return
-            rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
-                     "hipMemcpyAsync", size=n)
+            with on_device(device) if device is not None else _NO_SWITCH:
+                if peer is not None:
+                    rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
+                             "hipMemcpyPeerAsync", size=n, device=peer[0])
+                    return
+                rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
+                         "hipMemcpyAsync", size=n)
 
     def _check_size(self, n: int, what: str) -> None:
         if n > self._size:
@@ -488,15 +496,23 @@ class Buffer:
         if not n:
             return
         peer = None
-        if not host and self._memory_kind() == "device":
+        device = self._device
+        if not host:
             if src_device is None and not isinstance(other, Buffer):
                 src_device = _pointer_device(src)
-            dst_device = self._device
+            dst_device = self._device if self._memory_kind() == "device" else None
             if src_device is not None and dst_device is not None and src_device != dst_device:
                 peer = (dst_device, src_device)
                 if stream is None and isinstance(other, Buffer):
                     other._wait_own()   # its work on its own device's stream comes first
-        self._copy(ptr, src, n, stream, host, peer)
+            elif dst_device is None and src_device is not None and src_device != device:
+                # host-accessible memory filled from device memory of another device: the
+                # copy runs with the source's device current (pool memory is refused
+                # otherwise), after the work on this buffer's own stream
+                if stream is None:
+                    self._wait_own()
+                device = src_device
+        self._copy(ptr, src, n, stream, host, peer, device)
 
     def _wait_own(self) -> None:
         """Wait for the work on this buffer's stream (on its device: null streams are per
@@ -554,8 +570,10 @@ class Buffer:
                          "hipMemsetAsync", size=self._size)
                 rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
         else:
-            rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
-                     size=self._size)
+            device = self._device   # pool memory is set with its own device current
+            with on_device(device) if device is not None else _NO_SWITCH:
+                rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle),
+                         "hipMemsetAsync", size=self._size)
 
     def tobytes(self, stream: Any = None) -> bytes:
         """A copy of the contents as ``bytes`` (with ``stream``: copied on it, and waited for)."""

@@ -151,17 +151,40 @@ def test_copy_from_device_on_a_stream(rt, kind):
 
 
 @pytest.mark.parametrize("host_kind", ["pinned", "managed"])
-def test_copies_between_host_accessible_memory_and_another_device(rt, host_kind):
+@pytest.mark.parametrize("current", [0, 1])
+@pytest.mark.parametrize("kind", KINDS)
+def test_copies_between_host_accessible_memory_and_another_device(rt, host_kind, current, kind):
+    """Pinned / managed memory (made with device 0 current) to and from memory of device 1,
+    synchronous and on streams of either device, whichever device is current: the copies of
+    pool memory must run with the pool's device current."""
     n = 8192
     host_res = (hmr.PinnedMemoryResource() if host_kind == "pinned"
                 else hmr.ManagedMemoryResource())
     host = hmr.Buffer.from_host(_pattern(n, 9), resource=host_res)
-    dev1 = hmr.Buffer(n, resource=hmr.AsyncMemoryResource(1))
-    dev1.copy_from_device(host)
-    assert dev1.tobytes() == _pattern(n, 9)
-    host.memset(0)
-    host.copy_from_device(dev1)
-    assert host.tobytes() == _pattern(n, 9)
+    dev1 = hmr.Buffer(n, resource=_resource(kind, 1))
+    with hmr.Device(current):
+        dev1.copy_from_device(host)
+        assert dev1.tobytes() == _pattern(n, 9)
+        host.memset(0)
+        host.copy_from_device(dev1)
+        assert host.tobytes() == _pattern(n, 9)
+        for stream_device in (0, 1):
+            with hmr.Device(stream_device):
+                s = hmr.Stream()
+            with s:
+                dev1.memset(0)
+                dev1.copy_from_device(host, stream=s)
+                out = bytearray(n)
+                dev1.copy_to_host(out, stream=s)
+                s.synchronize()
+                assert out == _pattern(n, 9)
+                host.memset(0)
+                host.copy_from_device(dev1, stream=s)
+                s.synchronize()
+                assert host.tobytes() == _pattern(n, 9)
+                dev1.copy_from_host(bytes(n), stream=s)
+                s.synchronize()
+                assert dev1.tobytes() == bytes(n)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -328,35 +351,69 @@ def test_dlpack_tells_torch_the_device_behind_adaptors():
     assert int(t.to(torch.int64).sum()) == sum(range(256)) * 4
 
 
-def test_emulated_plain_copy_rules():
-    """The emulated rule in full: hipMalloc memory of two devices copies with a plain
-    hipMemcpy; pool memory only once each pool grants the other device access."""
-    from hipmr_ctypes._hip import create_runtime
-    rt = create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
-                                          "HIPMR_EMULATED_MEMORY": "64MiB"})
-    emu = rt.emulator
+def _plain_copy_matrix(rt, mem, streams):
+    """{(current device, how, dst, src): refused?} for every plain copy between two kinds."""
+    result = {}
+    for current in (0, 1):
+        for how in ("sync", "null", "s0", "s1"):
+            for dst in mem:
+                for src in mem:
+                    if dst == src:
+                        continue
+                    rt.check(rt.fn.hipSetDevice(current))
+                    if how == "sync":
+                        st = rt.fn.hipMemcpy(mem[dst], mem[src], 256, hipMemcpyDefault)
+                    else:
+                        handle = 0 if how == "null" else streams[int(how[1])]
+                        st = rt.fn.hipMemcpyAsync(mem[dst], mem[src], 256, hipMemcpyDefault,
+                                                  handle)
+                        if not st:
+                            rt.check(rt.fn.hipStreamSynchronize(handle))
+                    if st:
+                        assert rt.hip_code(st) == 1, (current, how, dst, src, st)
+                        rt.clear_last_error()
+                    result[(current, how, dst, src)] = bool(st)
+    rt.check(rt.fn.hipSetDevice(0))
+    return result
 
-    def malloc(device, call="hipMalloc"):
-        out = ctypes.c_void_p()
-        rt.check(rt.fn.hipSetDevice(device))
-        if call == "hipMalloc":
-            rt.check(rt.fn.hipMalloc(out, 512))
-        else:
-            rt.check(rt.fn.hipMallocAsync(out, 512, 0))
-        return out.value
 
-    a, b = malloc(0), malloc(1)
-    assert rt.fn.hipMemcpy(b, a, 512, hipMemcpyDefault) == 0
-    p0, p1 = malloc(0, "async"), malloc(1, "async")
-    assert rt.fn.hipMemcpy(p1, p0, 512, hipMemcpyDefault) == 1
-    assert rt.fn.hipMemcpy(b, p0, 512, hipMemcpyDefault) == 1
+def test_plain_copy_rules(rt):
+    """The rule the runtime applies to hipMemcpy / hipMemcpyAsync (measured on two H200s, and
+    what the emulation enforces): memory-pool memory may be copied only while its pool's device
+    is current, or a device its pool grants access; the stream's device does not matter, nor
+    does the other side (hipMalloc memory of either device, pinned, managed or pageable host
+    memory).  hipMalloc, pinned and managed memory copy with any device current."""
     from hipmr_ctypes._hip.types import hipMemAccessDesc
-    for owner, other in ((0, 1), (1, 0)):
-        pool = ctypes.c_void_p()
-        rt.check(rt.fn.hipDeviceGetMemPool(pool, owner))
+    mem, keep = {}, []
+    for d in (0, 1):
+        res = hmr.AsyncMemoryResource(d)
+        keep.append(hmr.Buffer(256, resource=res))
+        mem[f"pool{d}"] = keep[-1].ptr
+        keep.append(hmr.Buffer(256, resource=hmr.DeviceMemoryResource(d)))
+        mem[f"malloc{d}"] = keep[-1].ptr
+    keep.append(hmr.Buffer(256, resource=hmr.PinnedMemoryResource()))
+    mem["pinned"] = keep[-1].ptr
+    keep.append(hmr.Buffer(256, resource=hmr.ManagedMemoryResource()))
+    mem["managed"] = keep[-1].ptr
+    host = ctypes.create_string_buffer(256)
+    mem["pageable"] = ctypes.addressof(host)
+    streams = {}
+    for d in (0, 1):
+        with hmr.Device(d):
+            s = hmr.Stream()
+        keep.append(s)
+        streams[d] = s.handle
+    refused = _plain_copy_matrix(rt, mem, streams)
+    expected = {key: any(side.startswith("pool") and int(side[4:]) != key[0]
+                         for side in key[2:])
+                for key in refused}
+    assert refused == expected
+    assert sum(refused.values()) == 96   # of 336 copies
+    for owner, other in ((0, 1), (1, 0)):   # grant each device access to the other's pool
         desc = hipMemAccessDesc()
         desc.location.type, desc.location.id, desc.flags = 1, other, 3
+        pool = keep[0 if owner == 0 else 2].resource.pool.handle
         rt.check(rt.fn.hipMemPoolSetAccess(pool, desc, 1))
-    assert rt.fn.hipMemcpy(p1, p0, 512, hipMemcpyDefault) == 0
-    assert rt.fn.hipMemcpy(b, p0, 512, hipMemcpyDefault) == 0
-    emu.reset()
+    assert not any(_plain_copy_matrix(rt, mem, streams).values())
+    for buf in keep:
+        buf.close()

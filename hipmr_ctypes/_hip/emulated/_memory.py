@@ -30,10 +30,12 @@ _KINDS_NO_CU = _KINDS | {hipMemcpyDeviceToDeviceNoCU}
 
 
 def _reaches(alloc: Alloc, device: int) -> bool:
-    """Whether a plain copy run for ``device`` may touch ``alloc``: hipMalloc memory always (a
-    unified address space), pool memory only when its pool grants ``device`` access."""
+    """Whether a plain copy made while ``device`` is current may touch ``alloc``: hipMalloc,
+    pinned and managed memory always (a unified address space), pool memory only on its own
+    device or one its pool grants access (CUDA refuses the rest with invalid value, whatever
+    the stream's device and the other side of the copy)."""
     pool = alloc.pool
-    return pool is None or pool.access.get(device, 0) != 0
+    return pool is None or device == pool.device or pool.access.get(device, 0) != 0
 
 
 class MemoryMixin(EmulatorCore):
@@ -105,12 +107,10 @@ class MemoryMixin(EmulatorCore):
                                 hipMemcpyDeviceToDeviceNoCU)
             self._check_range(d, n, to_device, k in (hipMemcpyHostToHost, hipMemcpyDeviceToHost))
             self._check_range(s, n, from_device, k in (hipMemcpyHostToHost, hipMemcpyHostToDevice))
-            dst_alloc, src_alloc = self._find(d), self._find(s)
-            if (dst_alloc is not None and src_alloc is not None and dst_alloc.kind == DEVICE
-                    and src_alloc.kind == DEVICE and dst_alloc.device != src_alloc.device
-                    and not (_reaches(dst_alloc, src_alloc.device)
-                             and _reaches(src_alloc, dst_alloc.device))):
-                raise Status(INVALID_VALUE)   # pool memory of two devices: only peer copies
+            current = self._tls.device
+            for alloc in (self._find(d), self._find(s)):
+                if alloc is not None and not _reaches(alloc, current):
+                    raise Status(INVALID_VALUE)   # pool memory of a device that is not current
             ctypes.memmove(d, s, n)
 
     def _peer_copy(self, dst: Any, dst_device: Any, src: Any, src_device: Any, size_bytes: Any,
