@@ -143,3 +143,27 @@ def test_per_thread_streams_on_a_gpu(gpu_runtime, monkeypatch):
     pb, ok = _in_thread(b)
     assert ok and (pb != pa or seen)
     r.release()
+
+
+def test_the_key_function_follows_the_loaded_runtime():
+    """``stream_keys()`` is made again for another runtime: with two devices visible the null
+    stream's key names the current device (read in each thread on its own), with one it is
+    the handle."""
+    from hipmr_ctypes import _hip
+    from hipmr_ctypes.stream import stream_key, stream_keys
+    from support import process_runtime
+    two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    with process_runtime(two):
+        keys = stream_keys()
+        assert stream_keys() is keys
+        assert keys(0) == stream_key(0) == (0, 0, 0) and keys(1) == (1, 0, 0)
+        assert keys(77) == 77
+        with hmr.Device(1):
+            assert keys(0) == (0, 1, 0)
+            assert _in_thread(lambda: keys(0)) == (0, 0, 0)   # a new thread starts on device 0
+            mine = keys(PER_THREAD)
+            assert mine[:2] == (PER_THREAD, 1) and _in_thread(lambda: keys(PER_THREAD)) != mine
+    one = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "1"})
+    with process_runtime(one):
+        assert stream_keys() is not keys
+        assert stream_key(0) == 0 and stream_key(1) == 1

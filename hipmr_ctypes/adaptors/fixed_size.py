@@ -11,7 +11,7 @@ from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, return_chunks, round_up)
-from ._order import StreamOrder, handle_of, stream_key, track_streams
+from ._order import StreamOrder, handle_of, stream_keys, track_streams
 
 __all__ = ["FixedSizeResource"]
 
@@ -296,7 +296,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         # free lists are keyed by stream_key: a handle whose key is not itself (the per-thread
         # stream; the null streams with several devices) has no list of its own, so the fast
         # paths miss and the slow paths use its key
-        key = stream_key
+        key = stream_keys()   # bound to the runtime: one call per special handle's key
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \

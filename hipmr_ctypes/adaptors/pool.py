@@ -41,7 +41,7 @@ from ..stream_ref import IntValue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, return_chunks, round_up)
-from ._order import SPECIAL as SPECIAL_STREAMS, StreamOrder, handle_of, stream_key, track_streams
+from ._order import SPECIAL as SPECIAL_STREAMS, StreamOrder, handle_of, stream_keys, track_streams
 
 __all__ = ["PoolResource"]
 
@@ -527,7 +527,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         # created stream's key is its handle; the special handles (null, legacy, per-thread)
         # are keyed per device / thread, so the fast paths look their key up too (else, with
         # several devices, every call on the null stream would take the slow path)
-        key = stream_key
+        key = stream_keys()   # bound to the runtime: one call per special handle's key
         SPECIAL = SPECIAL_STREAMS
         MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
