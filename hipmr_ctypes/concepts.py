@@ -19,12 +19,9 @@ follow its upstream.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol, Tuple, Type
+from typing import Any, Dict, Optional, Protocol, Tuple, Type
 
 from .properties import DEFAULT_ALIGNMENT, Property, _check_property, _declared
-
-if TYPE_CHECKING:
-    from .stream_ref import stream_ref
 
 __all__ = ["is_resource", "is_async_resource", "is_resource_with", "is_async_resource_with",
            "Resource", "AsyncResource"]

@@ -5,7 +5,7 @@ import ctypes
 import operator
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Tuple, Union
+from typing import Any, Generator, Optional, Tuple, Union
 
 from . import _hip
 from ._hip.errors import NoDeviceError, NotSupportedError
@@ -92,7 +92,7 @@ def set_device(device: Union[int, "Device"]) -> None:
 
 
 @contextmanager
-def on_device(ordinal: int) -> Iterator[None]:
+def on_device(ordinal: int) -> Generator[None, None, None]:
     """``with on_device(i):`` makes the (already validated) ordinal ``i`` current for the
     block and restores the previous device; asks the runtime nothing more when it is current
     already.  The light form of ``with Device(i):`` for the package's own calls."""

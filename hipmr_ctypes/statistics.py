@@ -23,7 +23,7 @@ import contextlib
 import functools
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, cast
+from typing import Any, Callable, Dict, Generator, Optional, TypeVar, cast
 
 from .adaptors.statistics import Statistics, StatisticsResource
 from .resources import per_device
@@ -74,7 +74,7 @@ _switch_lock = threading.RLock()
 
 
 @contextlib.contextmanager
-def statistics() -> Iterator[None]:
+def statistics() -> Generator[None, None, None]:
     """``with statistics():`` counts the allocations of the block.
 
     If statistics are enabled, a fresh set of counters is pushed on entry and popped on exit;

@@ -5,7 +5,7 @@ What every back end (``amd``, ``nvidia``, ``emulated``) builds on; it imports no
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from .errors import (ERROR_NAMES, HIP_ERROR_NOT_READY, NO_DEVICE_CODES, HipError,
                      NoDeviceError, NotSupportedError, make_error, no_device_hint)

@@ -1,4 +1,4 @@
-# pyright: reportMissingImports=false, reportAttributeAccessIssue=false
+# pyright: reportMissingImports=false, reportAttributeAccessIssue=false, reportUnknownParameterType=false
 # (CuPy / Numba are optional: this module is imported only where they are installed)
 """A Numba External Memory Management (EMM) plugin: device arrays allocated through
 hipmr_ctypes.

@@ -230,7 +230,7 @@ def build_view(source: Source, name: str, selected: Optional[List[bool]] = None,
         notes.append(f"{2 * limit} bands need more than {max_points} corners; drawing "
                      f"{limit}")
     bands, top_steps, points = stacked
-    failures = [i for i, (event, size, stream, thread) in enumerate(source.failures)
+    failures = [i for i, (_event, _size, stream, thread) in enumerate(source.failures)
                 if keep_failure is None or keep_failure(stream, thread)]
     stats: Dict[str, Any] = {
         "events": len(order) + len(failures), "allocations": ntotal, "frees": frees,

@@ -14,7 +14,7 @@ import os
 import socket
 import struct
 import threading
-from ctypes import c_int, c_void_p
+from ctypes import c_void_p
 from multiprocessing.reduction import DupFd, ForkingPickler
 from typing import Any, Callable, Optional, Set
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ctypes import c_void_p
+from functools import reduce
+from operator import or_
 
 from .. import _hip
 from .._hip.types import (hipHostMallocMapped, hipHostMallocPortable,
@@ -18,9 +20,7 @@ _AMD_ONLY = {"hipHostMallocNumaUser": 0x20000000, "hipHostMallocCoherent": 0x400
 PINNED_FLAGS = {"hipHostMallocDefault": 0, "hipHostMallocPortable": hipHostMallocPortable,
                 "hipHostMallocMapped": hipHostMallocMapped,
                 "hipHostMallocWriteCombined": hipHostMallocWriteCombined, **_AMD_ONLY}
-_MASK = 0
-for _v in PINNED_FLAGS.values():
-    _MASK |= _v
+_MASK = reduce(or_, PINNED_FLAGS.values(), 0)
 _COHERENT_BOTH = _AMD_ONLY["hipHostMallocCoherent"] | _AMD_ONLY["hipHostMallocNonCoherent"]
 
 

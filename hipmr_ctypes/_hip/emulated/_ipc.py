@@ -101,7 +101,7 @@ class IpcMixin(EmulatorCore):
         of that pool, not mapped yet in this process."""
         target = out(dev_ptr, c_void_p)
         data = bytes(out(export_data, hipMemPoolPtrExportData))
-        tag, ident, offset, size, device = _POINTER.unpack(data[:_POINTER.size])
+        tag, ident, offset, size, _device = _POINTER.unpack(data[:_POINTER.size])
         with self._lock:
             pool = self._pools.get(addr(mem_pool))
             if pool is None or not pool.imported or pool.arena is None or tag != _POINTER_TAG \
