@@ -18,10 +18,29 @@ property comes from the object's method ``get_property(self, P)``::
 
 A subclass inherits ``properties`` like any class attribute; to add one write
 ``properties = Base.properties + (extra,)``.  Imports nothing but the standard library.
+
+Type checkers see ``get_property(r, memory_kind)`` as ``int`` (the class ``value_type`` names):
+its overloads match a property class against the protocol ``_Stateful`` (instances with a
+``value_type`` attribute), which exists only for type checkers.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Tuple, Type
+from typing import TYPE_CHECKING, Any, Callable, Collection, Tuple, Type, overload
+
+if TYPE_CHECKING:
+    from typing import Protocol, TypeVar, Union
+
+    _V = TypeVar("_V", covariant=True)
+
+    class _Stateful(Protocol[_V]):
+        """What a type checker sees of a stateful property class: a ``value_type`` attribute,
+        the class of the values ``get_property`` returns."""
+
+        @property
+        def value_type(self) -> Type[_V]: ...
+
+    #: the library's stateless properties, whose get_property value is None
+    _Tag = Union[Type["device_accessible"], Type["host_accessible"]]
 
 __all__ = ["DEFAULT_ALIGNMENT", "Property", "device_accessible", "host_accessible",
            "get_property", "has_property", "has_property_with", "property_with_value",
@@ -93,12 +112,22 @@ def has_property_with(obj: Any, prop: Type[Property], value_type: Any) -> bool:
             and prop in _declared(obj))
 
 
-def get_property(obj: Any, prop: Type[Property]) -> Any:
+@overload
+def get_property(obj: object, prop: Type[_Stateful[_V]]) -> _V: ...
+@overload
+def get_property(obj: object, prop: _Tag) -> None: ...
+@overload
+def get_property(obj: object, prop: Type[Property]) -> Any: ...
+def get_property(obj: Any, prop: Any) -> Any:
     """The value of ``prop`` on ``obj``: ``None`` for a stateless property, the current value
     (``obj.get_property(prop)``, read on every call) for a stateful one.
 
     Raises ``TypeError`` when ``obj`` does not declare ``prop``.  For a :class:`forward_property`
     adaptor, a stateful property it does not answer itself is read from its upstream.
+
+    Typed by the property: a class with ``value_type = int`` gives ``int``; the library's
+    stateless ``device_accessible`` / ``host_accessible`` give ``None``; any other property
+    class (a user's stateless tag, or one known only as ``Type[Property]``) gives ``Any``.
     """
     _check_property(prop)
     if prop not in _declared(obj):

@@ -1,6 +1,37 @@
-"""Code written the way README.md and docs/ show it, checked with ``mypy --strict`` by
-tests/test_typing.py: the public API must type-check without casts or ignores."""
+"""Code written the way README.md and docs/ show it, checked with ``mypy --strict`` and strict
+pyright by tests/test_typing.py: the public API must type-check without casts or ignores."""
+from typing import Optional, Type
+
 import hipmr_ctypes as hmr
+
+
+class memory_kind(hmr.Property):
+    """A stateful property: its values are str."""
+    value_type = str
+
+
+class KindResource:
+    """A user's resource over host memory with a stateful property."""
+    properties = (hmr.host_accessible, memory_kind)
+
+    def __init__(self) -> None:
+        self.upstream = hmr.HostMemoryResource()
+
+    def allocate(self, bytes: int, alignment: int = 256) -> int:
+        return self.upstream.allocate(bytes, alignment)
+
+    def deallocate(self, ptr: int, bytes: int, alignment: int = 256) -> None:
+        self.upstream.deallocate(ptr, bytes, alignment)
+
+    def get_property(self, prop: Type[hmr.Property]) -> str:
+        return "host"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KindResource)
+
+    def __hash__(self) -> int:
+        return 0
+
 
 mr = hmr.AsyncMemoryResource()
 pool = hmr.PoolResource(mr, initial_pool_size=1 << 28)
@@ -45,6 +76,17 @@ stats = hmr.StatisticsResource(pool)
 limit = hmr.LimitingResource(stats, 1 << 30)
 lp: int = limit.allocate_async(256, 256, s)
 limit.deallocate_async(lp, 256, 256, s)
+
+kind_res = KindResource()
+kind: str = hmr.get_property(kind_res, memory_kind)
+kind_ref = hmr.resource_ref[hmr.host_accessible, memory_kind](kind_res)
+via_ref: str = kind_ref.get_property(memory_kind)
+maybe: Optional[str] = hmr.try_get_property(kind_ref, memory_kind)
+host_too: bool = hmr.try_get_property(kind_ref, hmr.host_accessible)
+assert (kind, via_ref, maybe, host_too) == ("host", "host", "host", True)
+hmr.get_property(kind_res, hmr.host_accessible)  # TypeError unless declared; the value is None
+kp: int = kind_ref.allocate(64)
+kind_ref.deallocate(kp, 64)
 
 try:
     hmr.Device(0)
