@@ -49,8 +49,11 @@ def _expectations(path):
 
 
 def _plain(type_text):
-    """A revealed type without module prefixes: ``builtins.int`` -> ``int``."""
-    return re.sub(r"\b(?:\w+\.)+(\w+)", r"\1", type_text)
+    """A revealed type as pyright and current mypy spell it: no module prefixes
+    (``builtins.int`` -> ``int``), unions with ``|`` (older mypy: ``Union[int, None]``)."""
+    text = re.sub(r"\b(?:\w+\.)+(\w+)", r"\1", type_text)
+    text = re.sub(r"\bOptional\[([^\[\]]*)\]", r"\1 | None", text)
+    return re.sub(r"\bUnion\[([^\[\]]*)\]", lambda m: " | ".join(m.group(1).split(", ")), text)
 
 
 @pytest.fixture(scope="module")

@@ -348,7 +348,8 @@ class Adaptor(forward_property):
     def __eq__(self, other: object) -> bool:
         if other is self:
             return True
-        if type(other) is not type(self):
+        # isinstance as well: mypy before 2.0 (Python 3.9's) narrows only through it
+        if type(other) is not type(self) or not isinstance(other, type(self)):
             return False
         return bool(self._upstream == other._upstream) and \
             self._settings() == other._settings()

@@ -98,7 +98,8 @@ class CallbackResource(BoundMethods):
     def __eq__(self, other: object) -> bool:
         if other is self:
             return True
-        if type(other) is not type(self):
+        # isinstance as well: mypy before 2.0 (Python 3.9's) narrows only through it
+        if type(other) is not type(self) or not isinstance(other, type(self)):
             return False
         return (self._functions == other._functions
                 and set(self.properties) == set(other.properties))

@@ -36,7 +36,7 @@ def _int_option(name: str, value: Any, low: int) -> int:
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < low:
         raise ValueError(f"{name} must be at least {low}, not {value}")
-    return value
+    return int(value)
 
 
 def _find_pool(resource: Any) -> Any:

@@ -89,7 +89,8 @@ class DeviceMemoryResource(SyncResource):
         self._free(ptr)
 
     def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
+        # isinstance as well: mypy before 2.0 (Python 3.9's) narrows only through it
+        if type(other) is not type(self) or not isinstance(other, type(self)):
             return NotImplemented
         return other._device == self._device
 

@@ -278,7 +278,7 @@ class EmulatorCore:
         # memory goes back to libc when the emulator is collected (not at exit: the OS does it,
         # and a daemon thread may still be using it then)
         self._finalizer = weakref.finalize(self, self._heap.release_all)
-        self._finalizer.atexit = False
+        setattr(self._finalizer, "atexit", False)  # (Python 3.9's typeshed has no .atexit)
         self._handle_seq = 0
         self._allocs: Dict[int, Alloc] = {}
         self._bases: List[int] = []        # sorted keys of _allocs, for interior-pointer lookups
