@@ -328,7 +328,7 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
         several = rt is not None and device_count() > 1
     except Exception:  # noqa: BLE001 - no device: no null streams to tell apart
         several = False
-    if not several:
+    if rt is None or not several:
         def one_device(handle: int) -> Any:
             return (handle, 0, token()) if handle == _PER_THREAD else handle
         return one_device
