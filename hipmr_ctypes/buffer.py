@@ -570,10 +570,8 @@ class Buffer:
                          "hipMemsetAsync", size=self._size)
                 rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
         else:
-            device = self._device   # pool memory is set with its own device current
-            with on_device(device) if device is not None else _NO_SWITCH:
-                rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle),
-                         "hipMemsetAsync", size=self._size)
+            rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
+                     size=self._size)
 
     def tobytes(self, stream: Any = None) -> bytes:
         """A copy of the contents as ``bytes`` (with ``stream``: copied on it, and waited for)."""

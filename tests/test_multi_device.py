@@ -377,6 +377,39 @@ def _plain_copy_matrix(rt, mem, streams):
     return result
 
 
+def test_memset_rules(rt):
+    """hipMemset(Async) of memory-pool memory is refused (invalid value) unless the stream's
+    device is the pool's (the current device for the null stream and the synchronous call):
+    measured on two H200s, and what the emulation enforces."""
+    bufs = [hmr.Buffer(4096, resource=hmr.AsyncMemoryResource(d)) for d in (0, 1)]
+    streams = {}
+    for d in (0, 1):
+        with hmr.Device(d):
+            streams[d] = hmr.Stream()
+    for current in (0, 1):
+        for how in ("sync", "null", "s0", "s1"):
+            for d, buf in enumerate(bufs):
+                rt.check(rt.fn.hipSetDevice(current))
+                if how == "sync":
+                    st = rt.fn.hipMemset(buf.ptr, 1, 4096)
+                else:
+                    handle = 0 if how == "null" else streams[int(how[1])].handle
+                    st = rt.fn.hipMemsetAsync(buf.ptr, 1, 4096, handle)
+                    if not st:
+                        rt.check(rt.fn.hipStreamSynchronize(handle))
+                stream_device = current if how in ("sync", "null") else int(how[1])
+                assert rt.hip_code(st) == (0 if stream_device == d else 1), (current, how, d)
+                rt.clear_last_error()
+    rt.check(rt.fn.hipSetDevice(0))
+    with hmr.Device(1):   # Buffer.memset sets its pool memory with its own device current
+        bufs[0].memset(7)
+        bufs[0].memset(9, stream=streams[0])
+        streams[0].synchronize()
+    assert bufs[0].tobytes() == bytes([9]) * 4096
+    for obj in bufs + list(streams.values()):
+        obj.close()
+
+
 def test_plain_copy_rules(rt):
     """The rule the runtime applies to hipMemcpy / hipMemcpyAsync (measured on two H200s, and
     what the emulation enforces): memory-pool memory may be copied only while its pool's device

@@ -130,11 +130,14 @@ class MemoryMixin(EmulatorCore):
     def _set(self, dst: Any, value: Any, size_bytes: Any, stream: Any) -> None:
         d, v, n = addr(dst), i32(value), u64(size_bytes)
         with self._lock:
-            if stream is not _SYNC:
-                self._stream_or(addr(stream))
+            device = (self._tls.device if stream is _SYNC
+                      else self._stream_or(addr(stream)).device)
             if not n:
                 return
             self._check_range(d, n, True, False)
+            alloc = self._find(d)
+            if alloc is not None and not _reaches(alloc, device):
+                raise Status(INVALID_VALUE)   # pool memory set by another device's stream
             ctypes.memset(d, v & 0xFF, n)
 
     def _live(self, ptr: Any, kind: Optional[str] = None) -> Alloc:
