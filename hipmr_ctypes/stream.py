@@ -317,6 +317,22 @@ def _thread_token() -> int:
         return token
 
 
+_C_FUNCTION: Any = getattr(ctypes, "_CFuncPtr")   # the type of every foreign function
+
+
+def _device_reader(fn: Any) -> Callable[[Any], int]:
+    """``hipGetDevice`` as cheap as ctypes makes it: a native function is called through a
+    prototype without argument conversion that keeps the GIL (it only reads the thread's
+    current device: giving the GIL away and taking it back would cost more than the call,
+    and much more when other threads are waiting for it); the emulated one as it is."""
+    if isinstance(fn, _C_FUNCTION):
+        address: int = ctypes.cast(fn, ctypes.c_void_p).value or 0
+        reader: Callable[[Any], int] = ctypes.PYFUNCTYPE(ctypes.c_int)(address)
+        return reader
+    native: Callable[[Any], int] = fn
+    return native
+
+
 def _key_function(rt: Any) -> Callable[[int], Any]:
     """The :func:`stream_key` function for the runtime ``rt`` (None: none loaded).  With one
     device visible the null and legacy streams are the handle itself.  With several, the
@@ -332,17 +348,18 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
         def one_device(handle: int) -> Any:
             return (handle, 0, token()) if handle == _PER_THREAD else handle
         return one_device
-    read = rt.fn.hipGetDevice
+    read = _device_reader(rt.fn.hipGetDevice)
     local = threading.local()
 
     def several_devices(handle: int) -> Any:
         if handle > SPECIAL_STREAMS:
             return handle
         try:
-            out = local.out
+            ref, out = local.slot
         except AttributeError:
-            out = local.out = ctypes.c_int()
-        if read(out):
+            out = ctypes.c_int()
+            ref, out = local.slot = (ctypes.byref(out), out)
+        if read(ref):
             try:
                 device = get_device()   # the status as the package's error
             except NoDeviceError:  # host memory with no device: no stream can run work

@@ -167,3 +167,29 @@ def test_the_key_function_follows_the_loaded_runtime():
     with process_runtime(one):
         assert stream_keys() is not keys
         assert stream_key(0) == 0 and stream_key(1) == 1
+
+
+@pytest.mark.amd_library
+def test_the_device_reader_calls_the_real_library_as_declared(amd_runtime):
+    """The key function's cheap ``hipGetDevice`` (a prototype without argument conversion
+    that keeps the GIL) gives what the declared function gives: with no AMD GPU, the same
+    status; on a GPU machine, the same device."""
+    import ctypes
+    from hipmr_ctypes.stream import _device_reader
+    fn = amd_runtime.fn.hipGetDevice
+    read = _device_reader(fn)
+    assert read is not fn
+    a, b = ctypes.c_int(-7), ctypes.c_int(-7)
+    assert read(ctypes.byref(a)) == fn(b)
+    assert a.value == b.value
+
+
+@pytest.mark.gpu
+def test_the_device_reader_on_a_gpu(gpu_runtime):
+    import ctypes
+    from hipmr_ctypes.stream import _device_reader
+    read = _device_reader(gpu_runtime.fn.hipGetDevice)
+    out = ctypes.c_int(-1)
+    for device in range(hmr.device_count()):
+        with hmr.Device(device):
+            assert read(ctypes.byref(out)) == 0 and out.value == device
