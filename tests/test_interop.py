@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,367 @@ class Counting:
 
 def pattern(n: int, seed: int = 1) -> bytes:
     return bytes((i * 31 + seed) & 0xFF for i in range(n))
+
+
+# ---- the hooks' own logic, over stand-ins for CuPy and Numba (tests/interop_doubles.py) ----------
+class Recording(Counting):
+    """A Counting resource that also records each call's stream and every free, and whose
+    memory lives on ``device`` (None: it names no device)."""
+
+    def __init__(self, upstream, device=None):
+        super().__init__(upstream)
+        if device is not None:
+            self.device = device
+        self.allocs = []
+        self.frees = []
+
+    def allocate_async(self, bytes, alignment, stream):
+        ptr = super().allocate_async(bytes, alignment, stream)
+        self.allocs.append((ptr, bytes, alignment, stream))
+        return ptr
+
+    def deallocate_async(self, ptr, bytes, alignment, stream):
+        self.frees.append((ptr, bytes, alignment, stream))
+        super().deallocate_async(ptr, bytes, alignment, stream)
+
+
+@pytest.fixture
+def per_device_table():
+    from support import process_runtime
+    with process_runtime() as rt:
+        yield rt
+
+
+@pytest.fixture(params=["new", "old"])
+def fake_cupy(request, monkeypatch, per_device_table):
+    """The CuPy double (both forms of ``get_current_stream``) and the allocator module built
+    over it."""
+    from interop_doubles import install, make_cupy
+    cupy = make_cupy(takes_device=request.param == "new")
+    install(monkeypatch, cupy)
+    import hipmr_ctypes.interop.cupy as hook
+    return cupy, hook
+
+
+def test_cupy_allocator_current_resource(fake_cupy):
+    cupy, hook = fake_cupy
+    res = Recording(DeviceMemoryResource())
+    set_current_device_resource(res)
+    allocate = hook.allocator()
+    cupy.cuda.set_allocator(allocate)
+    a = cupy.cuda.alloc(1000)
+    b = cupy.cuda.alloc(24)
+    assert res.live == {a.ptr: 1000, b.ptr: 24} and a.device_id == 0
+    assert res.allocs == [(a.ptr, 1000, 256, 0), (b.ptr, 24, 256, 0)]
+    view = cupy.cuda.MemoryPointer(a.mem, 8)  # CuPy's views hold the memory object
+    del a
+    assert res.frees == []
+    del view
+    assert res.frees == [(res.allocs[0][0], 1000, 256, 0)]
+    del b
+    assert not res.live and len(res.frees) == 2
+    # the stream asked for is the current device's (the new form is given the device)
+    assert cupy.state.stream_calls[0] in ((0,), ())
+    assert len(set(cupy.state.stream_calls)) == 1
+
+
+def test_cupy_allocator_follows_the_current_resource_and_stream(fake_cupy):
+    cupy, hook = fake_cupy
+    first, second = Recording(DeviceMemoryResource()), Recording(DeviceMemoryResource())
+    allocate = hook.allocator()
+    set_current_device_resource(first)
+    a = allocate(256)
+    set_current_device_resource(second)
+    ours = hmr.Stream()
+    stream = cupy.cuda.Stream(ours.handle)
+    cupy.state.streams[0] = stream
+    b = allocate(512)
+    assert list(first.live.values()) == [256] and list(second.live.values()) == [512]
+    assert second.allocs[0][3] == ours.handle
+    watch = weakref.ref(stream)
+    cupy.state.streams.clear()
+    del stream
+    assert watch() is not None          # the memory holds CuPy's stream until it is freed
+    del a, b
+    assert first.frees[0][3] == 0 and second.frees[0][3] == ours.handle  # freed where made
+    assert not first.live and not second.live
+    gc.collect()
+    assert watch() is None
+    # a resource replaced is not kept alive by the allocator
+    third = Recording(DeviceMemoryResource())
+    set_current_device_resource(third)
+    allocate(64)
+    gone = weakref.ref(second)
+    del second
+    gc.collect()
+    assert gone() is None
+
+
+def test_cupy_allocator_gives_cupy_the_memory_device(fake_cupy):
+    """CuPy is always told the device (else it would ask the runtime about every pointer): the
+    device the resource names, else CuPy's current device; an empty allocation allocates
+    nothing."""
+    cupy, hook = fake_cupy
+    on_one = Recording(DeviceMemoryResource(), device=1)
+    m = hook.allocator(on_one)(64)
+    assert m.device_id == 1 and on_one.live
+    del m
+    assert not on_one.live
+    set_current_device_resource(Recording(DeviceMemoryResource(), device=1))
+    assert hook.allocator()(32).device_id == 1
+    res = Recording(DeviceMemoryResource())
+    set_current_device_resource(res)
+    for allocate in (hook.allocator(), hook.allocator(res)):
+        empty = allocate(0)
+        assert empty.ptr == 0 and empty.device_id == 0 and not res.allocs
+
+
+def test_cupy_allocator_pinned_resource_is_checked_once(fake_cupy):
+    cupy, hook = fake_cupy
+    from hipmr_ctypes.resources import HostMemoryResource
+    with pytest.raises(TypeError, match="device_accessible"):
+        hook.allocator(HostMemoryResource())
+    with pytest.raises(TypeError):
+        hook.allocator(object())
+    res = Recording(DeviceMemoryResource())
+    allocate = hook.allocator(hmr.async_resource_ref[hmr.device_accessible](res))
+    ms = [allocate(n) for n in (1, 300, 4096)]
+    assert sorted(res.live.values()) == [1, 300, 4096]
+    del ms
+    assert not res.live and len(res.frees) == 3
+
+
+def test_cupy_allocator_frees_once_from_many_threads(fake_cupy):
+    cupy, hook = fake_cupy
+    res = Recording(DeviceMemoryResource())
+    allocate = hook.allocator(res)
+
+    def work():
+        for _ in range(300):
+            m = allocate(128)
+            del m
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not res.live and res.total == 1200 and len(res.frees) == 1200
+
+
+def test_cupy_allocator_free_failure_is_a_warning(fake_cupy):
+    cupy, hook = fake_cupy
+    res = Recording(DeviceMemoryResource())
+    m = hook.allocator(res)(64)
+    real_free = res.deallocate_async
+
+    def failing(*args):
+        raise RuntimeError("boom")
+    res.deallocate_async = failing  # the bound method taken at allocation still frees
+    del m
+    assert not res.live
+    m = hook.allocator(res)(64)
+    with pytest.warns(RuntimeWarning, match="freeing .* failed: boom"):
+        del m
+    ptr = next(iter(res.live))
+    real_free(ptr, 64, 256, 0)
+
+
+def test_interop_hooks_free_nothing_at_exit():
+    """Memory still reachable at interpreter exit stays valid: neither the CuPy allocator's
+    nor the Numba plugin's memory is freed by the collector after the exit hook (a module
+    __del__ still reads it)."""
+    out = run_python("""
+        import sys
+        sys.path.insert(0, "tests")
+        from interop_doubles import make_cupy, make_numba, Context
+        for package in (make_cupy(), make_numba()):
+            sys.modules.update(package.modules)
+        import hipmr_ctypes as hmr
+        from hipmr_ctypes.interop.cupy import allocator
+        from hipmr_ctypes.interop.numba import HipmrNumbaManager
+
+        class Loud(hmr.DeviceMemoryResource):
+            def deallocate_async(self, ptr, bytes, alignment, stream):
+                print("freed", bytes, flush=True)
+                super().deallocate_async(ptr, bytes, alignment, stream)
+
+        hmr.set_current_device_resource(Loud())
+        kept = allocator()(100)
+        plugin = HipmrNumbaManager(context=Context())
+        numba_kept = plugin.memalloc(200)
+        allocator()(300)                      # dropped now: freed now
+        plugin.memalloc(400)
+
+        class Reader:
+            def __del__(self):
+                import ctypes
+                ctypes.memset(kept.ptr, 1, 100)
+                ctypes.memset(int(numba_kept.device_pointer), 2, 200)
+                print("read at exit", flush=True)
+        reader = Reader()
+        print("end", flush=True)
+    """, HIPMR_PLATFORM="emulated")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["freed 300", "freed 400", "end"], out.stdout
+    assert "freed 100" not in out.stdout and "freed 200" not in out.stdout
+
+
+@pytest.fixture
+def fake_numba(monkeypatch, per_device_table):
+    from interop_doubles import install, make_numba
+    install(monkeypatch, make_numba())
+    import hipmr_ctypes.interop.numba as hook
+    return hook
+
+
+def test_numba_plugin_memalloc_and_free(fake_numba):
+    from interop_doubles import Context
+    res = Recording(DeviceMemoryResource())
+    set_current_device_resource(res)
+    plugin = fake_numba.HipmrNumbaManager(context=Context())
+    plugin.initialize()
+    m = plugin.memalloc(1000)
+    assert isinstance(m, sys.modules["numba.cuda"].MemoryPointer)
+    assert res.live == {int(m.device_pointer): 1000} and m.size == 1000 and m.is_managed
+    assert m.device_pointer_value == res.allocs[0][0] and res.allocs[0][3] == 0
+    m.free()
+    assert not res.live and len(res.frees) == 1
+    with pytest.raises(RuntimeError, match="Freeing dead memory"):
+        m.free()
+    del m
+    assert len(res.frees) == 1                # never twice
+    m = plugin.memalloc(64)
+    del m                                     # dropped: freed by the collector's refcount
+    assert not res.live and len(res.frees) == 2
+    empty = plugin.memalloc(0)
+    assert empty.device_pointer_value is None and res.total == 2
+    assert not plugin.allocations             # nothing kept in Numba's table
+
+
+def test_numba_plugin_uses_the_context_device(fake_numba):
+    from interop_doubles import Context
+    from hipmr_ctypes.resources import set_per_device_resource
+    emulated = hmr._hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
+                                                        "HIPMR_EMULATED_MEMORY": "64MiB"})
+    from support import process_runtime
+    with process_runtime(emulated):
+        zero, one = Recording(DeviceMemoryResource(0)), Recording(DeviceMemoryResource(1))
+        set_per_device_resource(0, zero)
+        set_per_device_resource(1, one)
+        plugin = fake_numba.HipmrNumbaManager(context=Context(device=1))
+        m = plugin.memalloc(128)
+        assert one.live and not zero.live
+        assert plugin.get_memory_info().total == hmr.Device(1).memory_info()[1]
+        del m
+        assert not one.live
+        # set_memory_manager makes a dummy without a context: that works too
+        dummy = fake_numba.HipmrNumbaManager(context=None)
+        assert dummy.interface_version == 1
+
+
+def test_numba_plugin_ipc_handle(fake_numba):
+    from interop_doubles import Context, CUipcMemHandle
+    from hipmr_ctypes.errors import NotSupportedError
+    ctx = Context()
+    plugin = fake_numba.HipmrNumbaManager(context=ctx)
+    res = hmr.StatisticsResource(DeviceMemoryResource())  # legacy IPC through an adaptor
+    set_current_device_resource(res)
+    m = plugin.memalloc(4096)
+    view = m.view(100)
+    handle = plugin.get_ipc_handle(view)
+    assert isinstance(handle.handle, CUipcMemHandle) and handle.offset == 100
+    assert handle.handle.reserved != bytes(64)
+    assert handle.size == 4096 - 100 and handle.source_info == {"device": 0}
+    assert plugin.get_ipc_handle(m).offset == 0       # the same Buffer, made once
+    del view, handle
+    assert res.allocation_counts.current_count == 1
+    m.free()                                           # closes the Buffer that owns it now
+    counts = res.allocation_counts
+    assert counts.current_count == 0 and counts.total_count == 1
+    with pytest.raises(RuntimeError, match="Freeing dead memory"):
+        m.free()
+    m = plugin.memalloc(512)
+    plugin.get_ipc_handle(m)
+    del m                                              # dropped: the Buffer goes with it
+    gc.collect()
+    counts = res.allocation_counts
+    assert counts.current_count == 0 and counts.total_count == 2
+    with pytest.raises(ValueError, match="not memory this plugin allocated"):
+        plugin.get_ipc_handle(sys.modules["numba.cuda"].MemoryPointer(ctx, 0x1000, 8))
+    pool = Recording(AsyncMemoryResource())
+    set_current_device_resource(pool)
+    p = plugin.memalloc(256)
+    with pytest.raises(NotSupportedError, match="legacy IPC"):
+        plugin.get_ipc_handle(p)
+    del p
+    assert not pool.live
+
+
+def test_numba_plugin_free_failure_is_a_warning(fake_numba):
+    from interop_doubles import Context
+    plugin = fake_numba.HipmrNumbaManager(context=Context())
+    res = Recording(DeviceMemoryResource())
+    set_current_device_resource(res)
+    calls = []
+
+    def failing(*args):
+        calls.append(args)
+        raise RuntimeError("boom")
+    res.deallocate_async = failing
+    m = plugin.memalloc(64)
+    with pytest.raises(RuntimeError, match="boom"):
+        m.free()                                  # an explicit free raises, memory still owned
+    with pytest.warns(RuntimeWarning, match="freeing .* failed: boom"):
+        del m
+    assert len(calls) == 2
+
+
+def test_real_cupy_objects_without_a_device(monkeypatch, per_device_table):
+    """Where CuPy is installed: the allocator builds CuPy's own objects (only CuPy's device and
+    stream queries, which need a driver, are stood in for)."""
+    cupy = pytest.importorskip("cupy")
+    import hipmr_ctypes.interop.cupy as hook
+    null = cupy.cuda.Stream.null
+    monkeypatch.setattr(hook, "_device_id", lambda: 0)
+    monkeypatch.setattr(hook, "_get_current_stream", lambda device=-1: null)
+    monkeypatch.setattr(hook, "_current_stream", hook._first_stream)
+    res = Recording(DeviceMemoryResource())
+    set_current_device_resource(res)
+    m = hook.allocator()(4096)
+    assert isinstance(m, cupy.cuda.MemoryPointer) and m.device_id == 0
+    assert isinstance(m.mem, cupy.cuda.UnownedMemory) and m.mem.size == 4096
+    assert res.live == {m.ptr: 4096}
+    view = m + 100
+    del m
+    assert res.live
+    del view
+    assert not res.live and len(res.frees) == 1
+
+
+def test_real_numba_pointer_without_a_device(per_device_table):
+    """Where numba-cuda is installed: the plugin's pointers are Numba's ``MemoryPointer`` with
+    Numba's view and reference-count behaviour (views hold the memory)."""
+    pytest.importorskip("numba.cuda")
+    from numba.cuda import MemoryPointer
+    from interop_doubles import Context
+    from hipmr_ctypes.interop.numba import HipmrNumbaManager
+    res = hmr.StatisticsResource(DeviceMemoryResource())
+    set_current_device_resource(res)
+    plugin = HipmrNumbaManager(context=Context())
+    m = plugin.memalloc(1024)
+    assert isinstance(m, MemoryPointer) and m.owner is m and m.device_pointer_value
+    v = m.view(16)
+    assert m.refct == 2 and int(v.owner.handle) == int(m.handle)
+    del m
+    assert res.allocation_counts.current_count == 1      # the view holds the memory
+    del v
+    gc.collect()
+    assert res.allocation_counts.current_count == 0
+    m = plugin.memalloc(64)
+    m.free()
+    with pytest.raises(RuntimeError, match="Freeing dead memory"):
+        m.free()
+    assert res.allocation_counts.total_count == 2
 
 
 # ---- CuPy ----------------------------------------------------------------------------------------

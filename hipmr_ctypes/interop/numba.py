@@ -5,19 +5,32 @@ hipmr_ctypes.
 
 Enable it before Numba creates its CUDA context, either with the environment variable
 ``NUMBA_CUDA_MEMORY_MANAGER=hipmr_ctypes.interop.numba`` or with
-``numba.cuda.set_memory_manager(HipmrNumbaManager)``.  Each ``memalloc`` is a
-:class:`~hipmr_ctypes.Buffer` on the current device's resource
-(``get_current_device_resource()``), freed when Numba finalizes the memory.
+``numba.cuda.set_memory_manager(HipmrNumbaManager)``.  Each ``memalloc`` comes from the resource
+of the context's device (``get_per_device_resource``) on the null stream, and is freed exactly
+once: by ``free()`` or when Numba drops the memory pointer (and every view of it).  At
+interpreter exit, memory still reachable is not freed (see ``hipmr_ctypes._exit``).
+
+The pointer is Numba's own ``MemoryPointer`` (views, reference counts and ``free()`` behave as
+Numba's), in a subclass that frees in ``__del__`` instead of through the ``weakref.finalize``
+Numba's base class would make for each allocation.
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Dict
+import sys
+import threading
+import warnings
+from typing import Any, Callable, Dict, Optional
 
 from numba.cuda import HostOnlyCUDAMemoryManager, MemoryPointer
+from numba.cuda.cudadrv import driver as _driver
 
+from .._exit import _state as _exit_state
 from ..buffer import Buffer
-from ..device import Device
+from ..device import Device, get_device
+from ..properties import DEFAULT_ALIGNMENT
+from ..resources import per_device as _per_device
+from ._current import learn as _learn, seen as _seen
 
 __all__ = ["HipmrNumbaManager"]
 
@@ -27,17 +40,18 @@ except ImportError:  # pragma: no cover - depends on the Numba version
     from numba.cuda.cudadrv.driver import MemoryInfo as _MemoryInfo
 
 
-def _device_pointer(ptr: int) -> Any:
-    """``ptr`` as Numba's driver expects it: a ``CUdeviceptr`` with the NVIDIA binding (the
-    default in numba-cuda), a ``c_uint64`` with Numba's older ctypes binding."""
-    from numba.cuda.cudadrv import driver
-    if getattr(driver, "USE_NV_BINDING", True):
-        binding = getattr(driver, "binding", None)
-        make: Any = getattr(binding, "CUdeviceptr", None)
-        if make is None:
+def _pointer_type() -> Callable[[int], Any]:
+    """What makes a device pointer for Numba's driver: ``CUdeviceptr`` of the NVIDIA binding
+    (numba-cuda's only binding), ``c_uint64`` with older Numba's ctypes binding."""
+    if getattr(_driver, "USE_NV_BINDING", True):
+        make: Any = getattr(getattr(_driver, "binding", None), "CUdeviceptr", None)
+        if make is None:  # pragma: no cover - depends on the Numba version
             from cuda.bindings.driver import CUdeviceptr as make  # type: ignore[no-redef]
-        return make(ptr)
-    return ctypes.c_uint64(ptr)
+        return make  # type: ignore[no-any-return]
+    return ctypes.c_uint64  # pragma: no cover - older Numba
+
+
+_device_pointer = _pointer_type()
 
 
 def _address(memory: Any) -> int:
@@ -51,10 +65,8 @@ def _address(memory: Any) -> int:
 
 def _numba_ipc_handle(data: bytes) -> Any:
     """The 64 bytes of a legacy handle as the handle type of Numba's driver binding."""
-    from numba.cuda.cudadrv import driver
-    if getattr(driver, "USE_NV_BINDING", True):
-        binding = getattr(driver, "binding", None)
-        make: Any = getattr(binding, "CUipcMemHandle", None)
+    if getattr(_driver, "USE_NV_BINDING", True):
+        make: Any = getattr(getattr(_driver, "binding", None), "CUipcMemHandle", None)
         if make is None:
             from cuda.bindings.driver import CUipcMemHandle as make  # type: ignore[no-redef]
         handle = make()
@@ -64,53 +76,156 @@ def _numba_ipc_handle(data: bytes) -> Any:
     return drvapi.cu_ipc_mem_handle.from_buffer_copy(data)
 
 
-def _finalizer(key: int, allocations: Dict[int, Any]) -> Callable[[], None]:
-    def finalize() -> None:
-        # Context.reset() may have emptied `allocations` before Numba's atexit finalizers run.
-        if allocations:
-            allocations.pop(key, None)
-    return finalize
+_adopting = threading.Lock()
+
+
+class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
+    """Numba's ``MemoryPointer`` over one allocation of this plugin, built by Numba's own
+    ``__init__`` (without a finalizer); ``memalloc`` then sets ``is_managed`` (``free()``
+    frees, as with Numba's own memory) and ``_hipmr``.
+
+    ``_hipmr`` is ``(deallocate_async, ptr, size, resource, device)`` while the pointer owns
+    the memory: ``__dict__.pop`` of it is the claim that frees exactly once (``free()``, the
+    collector, or handing the memory to a :class:`Buffer` for IPC).  After such a hand-over,
+    ``_hipmr_buffer`` owns the memory and lives as long as the pointer."""
+
+    def free(self) -> None:
+        """Free the memory now (Numba's ``MemoryPointer.free``); RuntimeError if it was freed
+        already."""
+        owned = self.__dict__.pop("_hipmr", None)
+        if owned is None:
+            buf = self.__dict__.pop("_hipmr_buffer", None)
+            if buf is None or buf.closed:
+                raise RuntimeError("Freeing dead memory")
+            buf.close()
+            return
+        try:
+            owned[0](owned[1], owned[2], DEFAULT_ALIGNMENT, 0)
+        except BaseException:
+            self._hipmr = owned  # still ours
+            raise
+
+    def __del__(self, _state: Dict[str, bool] = _exit_state,
+                _finalizing: Callable[[], bool] = sys.is_finalizing,
+                _warn: Callable[..., None] = warnings.warn) -> None:
+        if _state["keep"]:  # exiting: memory that may still be reachable stays valid
+            return
+        try:
+            owned = self.__dict__.pop("_hipmr", None)
+        except AttributeError:  # __init__ did not get that far
+            return
+        if owned is None:
+            return
+        try:
+            owned[0](owned[1], owned[2], DEFAULT_ALIGNMENT, 0)
+        except Exception as exc:  # noqa: BLE001 - nobody to raise to
+            try:
+                if not _finalizing():
+                    _warn(f"Numba memory manager: freeing {owned[1]:#x} ({owned[2]} bytes) "
+                          f"failed: {exc}", RuntimeWarning, stacklevel=2)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _hipmr_as_buffer(self) -> Buffer:
+        """The memory as a :class:`Buffer` (made once, which then owns it)."""
+        with _adopting:
+            buf: Optional[Buffer] = self.__dict__.get("_hipmr_buffer")
+            if buf is None:
+                owned = self.__dict__.pop("_hipmr", None)
+                if owned is None:
+                    raise ValueError("this memory was freed")
+                try:
+                    buf = Buffer._adopt(owned[1], owned[2], owned[3], owned[4])
+                except BaseException:
+                    self._hipmr = owned
+                    raise
+                self._hipmr_buffer = buf
+        return buf
 
 
 class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
     """Numba EMM plugin (interface version 1): on-device allocations from hipmr_ctypes; host
     allocations stay Numba's own (``HostOnlyCUDAMemoryManager``)."""
 
+    _hipmr_device: Optional[int] = None  # the context's device, read once
+
     def initialize(self) -> None:
         """Nothing to set up: the per-device resource is made on first use."""
 
+    def _device(self) -> int:
+        """The device of this manager's context (read once), else the current device."""
+        device = self._hipmr_device
+        if device is None:
+            try:
+                device = self._hipmr_device = int(self.context.device.id)
+            except (AttributeError, TypeError, ValueError):  # no context: the current device
+                return get_device()
+        return device
+
     def memalloc(self, size: int) -> MemoryPointer:
-        """A ``MemoryPointer`` over a new :class:`Buffer` of ``size`` bytes, which the
-        plugin's ``allocations`` table keeps alive until Numba finalizes the pointer."""
-        buf = Buffer(size)
-        key = buf.ptr or id(buf)
-        self.allocations[key] = buf
-        return MemoryPointer(self.context, _device_pointer(buf.ptr), size,
-                             finalizer=_finalizer(key, self.allocations))
+        """A Numba ``MemoryPointer`` over ``size`` new bytes from the resource of the context's
+        device, on the null stream; freed by ``free()`` or when Numba drops the pointer."""
+        device = self._hipmr_device
+        if device is None:
+            device = self._device()
+        resource = _per_device._resources.get(device)
+        if resource is None:
+            resource = _per_device.get_per_device_resource(device)
+        seen = _seen.get(device)
+        if seen is None or seen[0]() is not resource:
+            seen = _learn(device, resource)
+        if not size:
+            return MemoryPointer(self.context, _device_pointer(0), 0)
+        ptr = resource.allocate_async(size, DEFAULT_ALIGNMENT, 0)
+        dealloc = resource.deallocate_async
+        try:
+            memory = _HipmrMemoryPointer(self.context, _device_pointer(ptr), size)
+        except BaseException:
+            dealloc(ptr, size, DEFAULT_ALIGNMENT, 0)
+            raise
+        memory.is_managed = True
+        memory._hipmr = (dealloc, ptr, size, resource, seen[1])
+        return memory
 
     def get_memory_info(self) -> Any:
-        """Numba's ``MemoryInfo(free, total)``: the bytes of the current device (what the
+        """Numba's ``MemoryInfo(free, total)``: the bytes of the context's device (what the
         device has, whatever part of it a pooling resource holds)."""
-        free, total = Device().memory_info()
+        free, total = Device(self._device()).memory_info()
         return _MemoryInfo(free=free, total=total)
 
     def get_ipc_handle(self, memory: Any) -> Any:
         """A ``numba.cuda.IpcHandle`` of ``memory`` (an allocation of this plugin, or a view of
         one), built on :meth:`Buffer.export_ipc`: Numba's other process opens its legacy
         handle (``cuIpcOpenMemHandle``).  The memory must come from a
-        ``DeviceMemoryResource`` (the default per-device resource): Numba opens legacy
-        handles only, so pool memory raises NotSupportedError."""
+        ``DeviceMemoryResource`` (the default per-device resource), directly or through
+        adaptors that hand its pointers out unchanged: Numba opens legacy handles only, so
+        other memory (a pool's) raises NotSupportedError."""
         from numba.cuda.cudadrv.driver import IpcHandle
+        from ..errors import NotSupportedError
+        from ..ipc import _source
+        from ..resources import DeviceMemoryResource
+        base = getattr(memory, "owner", None)
+        if not isinstance(base, _HipmrMemoryPointer):
+            raise ValueError(f"{_address(memory):#x} is not memory this plugin allocated")
         ptr = _address(memory)
-        buf = self._buffer_at(ptr)
-        descriptor = buf.export_ipc()
-        if descriptor.kind != "legacy":
-            from ..errors import NotSupportedError
+        owned = base.__dict__.get("_hipmr")
+        buf = base.__dict__.get("_hipmr_buffer")
+        resource = owned[3] if owned is not None else (buf.resource if buf is not None else None)
+        if resource is None:
+            raise ValueError(f"{ptr:#x}: this memory was freed")
+        try:
+            source = _source(resource)
+        except NotSupportedError:
+            source = None
+        if not isinstance(source, DeviceMemoryResource):
             raise NotSupportedError(801, "hipErrorNotSupported",
-                                    "Numba shares memory through legacy IPC handles, which "
-                                    "pool memory does not have: use DeviceMemoryResource as "
-                                    "the per-device resource for arrays Numba shares",
-                                    "HipmrNumbaManager.get_ipc_handle")
+                                    "Numba shares memory through legacy IPC handles "
+                                    "(hipIpcGetMemHandle), which only memory of a "
+                                    "DeviceMemoryResource has (pool memory does not): use "
+                                    "DeviceMemoryResource as the per-device resource for "
+                                    "arrays Numba shares", "HipmrNumbaManager.get_ipc_handle")
+        buf = base._hipmr_as_buffer()
+        descriptor = buf.export_ipc()
         try:
             handle = _numba_ipc_handle(descriptor.data)
         except (AttributeError, TypeError, ValueError):
@@ -121,16 +236,6 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
         source_info = self.context.device.get_device_identity()
         return IpcHandle(memory, handle, memory.size, source_info,
                          offset=ptr - buf.ptr + descriptor.offset)
-
-    def _buffer_at(self, ptr: int) -> Buffer:
-        """The Buffer of this plugin whose memory holds ``ptr``."""
-        found = self.allocations.get(ptr)
-        if isinstance(found, Buffer):
-            return found
-        for buf in list(self.allocations.values()):
-            if isinstance(buf, Buffer) and not buf.closed and buf.ptr <= ptr < buf.ptr + buf.size:
-                return buf
-        raise ValueError(f"{ptr:#x} is not memory this plugin allocated")
 
     @property
     def interface_version(self) -> int:
