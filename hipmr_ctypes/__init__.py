@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys as _sys
 from types import ModuleType as _ModuleType
-from typing import TYPE_CHECKING
 
 from ._hip import preload as _preload
 from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
                           NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:  # what type checkers see; at run time these load on first use (below)
     from .properties import (Property, device_accessible, forward_property, get_property,
                              has_property, has_property_with, host_accessible,

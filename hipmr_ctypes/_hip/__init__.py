@@ -11,13 +11,16 @@ remembered and raised again, unchanged, by every later call that needs the runti
 from __future__ import annotations
 
 import os
-import threading
-from typing import Mapping, Optional
+from _thread import allocate_lock
 
 from . import errors
 from .errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
                      NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
 from .runtime import Runtime
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Mapping, Optional
 
 __all__ = [
     "get_runtime", "set_runtime", "selected_platform", "create_runtime", "preload", "load_error",
@@ -29,7 +32,7 @@ __all__ = [
 #: Every value ``HIPMR_PLATFORM`` may take.
 PLATFORMS = ("amd", "nvidia", "emulated")
 
-_lock = threading.Lock()
+_lock = allocate_lock()
 _runtime: Optional[Runtime] = None
 _error: Optional[BaseException] = None
 

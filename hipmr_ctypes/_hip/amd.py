@@ -2,7 +2,9 @@
 Python in between, so a hot call costs one ctypes call)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, Mapping, Optional
 
 from .decls import DECLS
 from .errors import NotSupportedError

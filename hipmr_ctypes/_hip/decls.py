@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from ctypes import (POINTER, c_char_p, c_float, c_int, c_size_t, c_uint,
                     c_ulonglong, c_void_p)
-from typing import NamedTuple, Tuple
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Tuple
 
 from .types import (hipIpcMemHandle_t, hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
                     hipMemPoolPtrExportData, hipPointerAttribute_t)
@@ -32,13 +34,37 @@ hipEvent_t = c_void_p
 hipMemPool_t = c_void_p
 
 
-class Decl(NamedTuple):
+class Decl(tuple):  # type: ignore[type-arg]  # a NamedTuple, without importing typing
     """One C function: ``name``, ``restype``, ``argtypes``, ``since`` (HIP version), ``required``."""
-    name: str
-    restype: object
-    argtypes: Tuple[object, ...]
-    since: str
-    required: bool = True
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, restype: object, argtypes: Tuple[object, ...], since: str,
+                required: bool = True) -> "Decl":
+        return tuple.__new__(cls, (name, restype, argtypes, since, required))
+
+    @property
+    def name(self) -> str:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def restype(self) -> object:
+        return self[1]
+
+    @property
+    def argtypes(self) -> Tuple[object, ...]:
+        return self[2]  # type: ignore[no-any-return]
+
+    @property
+    def since(self) -> str:
+        return self[3]  # type: ignore[no-any-return]
+
+    @property
+    def required(self) -> bool:
+        return self[4]  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return "Decl(name=%r, restype=%r, argtypes=%r, since=%r, required=%r)" % self
 
 
 R = True   # required

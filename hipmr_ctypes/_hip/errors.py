@@ -7,7 +7,9 @@ built-in table below otherwise.  This module imports nothing but the standard li
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Type
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Type
 
 __all__ = [
     "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",

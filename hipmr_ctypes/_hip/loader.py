@@ -6,11 +6,11 @@ then the system loader.  Nothing else on the file system is scanned.
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
-import re
 import sys
-from typing import Iterable, List, Mapping, Optional, Tuple
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Iterable, List, Mapping, Optional, Tuple
 
 from .errors import LibraryNotFoundError
 
@@ -21,8 +21,35 @@ CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart
 
 
 def _version_key(path: str) -> Tuple[int, ...]:
-    nums = re.findall(r"\d+", os.path.basename(os.path.dirname(path.rstrip("/"))) or path)
-    return tuple(int(n) for n in nums)
+    """The numbers in the name of the folder holding ``path``'s last part: a sort key."""
+    text = os.path.basename(os.path.dirname(path.rstrip("/"))) or path
+    nums: List[int] = []
+    digits = ""
+    for ch in text + " ":
+        if ch.isdecimal():
+            digits += ch
+        elif digits:
+            nums.append(int(digits))
+            digits = ""
+    return tuple(nums)
+
+
+def _matching(parent: str, prefix: str, rest: str) -> List[str]:
+    """``glob(parent/prefix*/rest)`` without the glob module (kept off the import path): the
+    existing ``parent/<name>/rest`` for each folder ``name`` in ``parent`` starting with
+    ``prefix`` (not hidden), in directory order."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name.startswith(prefix) and not name.startswith("."):
+            folder = os.path.join(parent, name)
+            path = os.path.join(folder, rest)
+            if os.path.isdir(folder) and os.path.lexists(path):
+                found.append(path)
+    return found
 
 
 def _in_dirs(dirs: List[str], names: Iterable[str]) -> List[str]:
@@ -40,7 +67,7 @@ def amd_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
         if env.get(var):
             dirs.append(os.path.join(env[var], "lib"))
     dirs.append("/opt/rocm/lib")
-    versioned = sorted(glob.glob("/opt/rocm-*/lib"), key=_version_key, reverse=True)
+    versioned = sorted(_matching("/opt", "rocm-", "lib"), key=_version_key, reverse=True)
     dirs.extend(versioned)
     out.extend(_in_dirs(dirs, AMD_NAMES))
     out.extend(AMD_NAMES)  # the system loader (LD_LIBRARY_PATH, ld.so.cache)
@@ -56,11 +83,14 @@ def nvidia_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
     dirs = []
     if env.get("CUDA_HOME"):
         dirs.append(os.path.join(env["CUDA_HOME"], "lib64"))
-    dirs.extend(sorted(glob.glob("/usr/local/cuda*/lib64"), key=_version_key, reverse=True))
+    dirs.extend(sorted(_matching("/usr/local", "cuda", "lib64"), key=_version_key, reverse=True))
     for entry in sys.path:  # the nvidia-cuda-runtime wheels: site-packages/nvidia/cu*/lib
         if entry and os.path.isdir(os.path.join(entry, "nvidia")):
-            dirs.extend(sorted(glob.glob(os.path.join(entry, "nvidia", "cu*", "lib")), reverse=True))
-            dirs.extend(sorted(glob.glob(os.path.join(entry, "nvidia", "cuda_runtime", "lib"))))
+            dirs.extend(sorted(_matching(os.path.join(entry, "nvidia"), "cu", "lib"),
+                               reverse=True))
+            runtime_lib = os.path.join(entry, "nvidia", "cuda_runtime", "lib")
+            if os.path.lexists(runtime_lib):
+                dirs.append(runtime_lib)
     out.extend(_in_dirs(dirs, CUDART_NAMES))
     out.extend(CUDART_NAMES)
     return out
@@ -101,5 +131,7 @@ def library_version_from_path(path: Optional[str]) -> Optional[str]:
     """The version suffix of a library file name (``libamdhip64.so.5.2.21153`` -> ``5.2.21153``)."""
     if not path:
         return None
-    m = re.search(r"\.so\.([\d.]+)$", path)
-    return m.group(1) if m else None
+    tail = path.rpartition(".so.")[2] if ".so." in path else ""
+    if not tail or not all(ch == "." or ch.isdecimal() for ch in tail):
+        return None
+    return tail

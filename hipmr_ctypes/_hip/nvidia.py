@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, Structure, c_char_p, c_int, c_size_t, c_uint, c_void_p
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .decls import DECL_BY_NAME
 from .errors import ERROR_NAMES, NotSupportedError

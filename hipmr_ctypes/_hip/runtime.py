@@ -5,7 +5,9 @@ What every back end (``amd``, ``nvidia``, ``emulated``) builds on; it imports no
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, Tuple
 
 from .errors import (ERROR_NAMES, HIP_ERROR_NOT_READY, NO_DEVICE_CODES, HipError,
                      NoDeviceError, NotSupportedError, make_error, no_device_hint)
