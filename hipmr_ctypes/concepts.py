@@ -43,12 +43,17 @@ MISSING, CALLABLE, DEFAULTABLE, CANONICAL = 0, 1, 2, 3
 class _Info:
     """What the concepts know about the objects of one shape."""
 
-    __slots__ = ("kind", "methods", "why")
+    __slots__ = ("kind", "methods", "why", "ref", "bind")
 
-    def __init__(self, kind: int, methods: Tuple[int, ...], why: str) -> None:
+    def __init__(self, kind: int, methods: Tuple[int, ...], why: str, ref: bool = False) -> None:
         self.kind = kind        # 0 not a resource, 1 resource, 2 async resource
         self.methods = methods  # a status per entry of _METHODS
         self.why = why          # why it is not a (async) resource, for error messages
+        self.ref = ref          # the class is a resource_ref class (marked _hipmr_ref_kind)
+        bind = 0                # how many methods, from the first, a ref binds as they are
+        while bind < len(methods) and methods[bind] == CANONICAL:
+            bind += 1
+        self.bind = bind
 
 
 _NOT_A_RESOURCE = _Info(0, (MISSING,) * 4, "a class is not a resource (pass an instance)")
@@ -105,7 +110,8 @@ def _new_entry(cls: type) -> _Entry:
             entry = _Entry(attrs, _Info(
                 marker, (CANONICAL,) * (2 * marker) + (MISSING,) * (4 - 2 * marker),
                 "" if marker == 2 else
-                f"{cls.__name__} is a synchronous ref: it has no allocate_async"), True, False)
+                f"{cls.__name__} is a synchronous ref: it has no allocate_async", True),
+                True, False)
         else:
             # an adaptor of the package: its per-instance closures have the signatures the
             # class declares, and the async pair exists exactly when instance._async
@@ -217,9 +223,12 @@ def _info(obj: Any) -> _Info:
         return info
     if not entry.cacheable:
         return _classify(obj)
-    shape = _shape(obj, entry)
-    if shape is None:
-        return _classify(obj)
+    if entry.bound:  # the package's adaptors: one shape per class and _async (see _shape)
+        shape: Any = getattr(obj, "_async", False) is True
+    else:
+        shape = _shape(obj, entry)
+        if shape is None:
+            return _classify(obj)
     shapes = entry.shapes
     info = shapes.get(shape)
     if info is None:

@@ -155,6 +155,8 @@ class _ForwardedProperties:
             return props
         own: Tuple[Type[Property], ...] = obj.own_properties
         upstream = _declared(obj.upstream_resource())
+        if not own:  # most adaptors: the upstream's, as they are (the common, cheap case)
+            return upstream if type(upstream) is tuple else tuple(upstream)
         if not upstream:
             return own
         return own + tuple(p for p in upstream if p not in own)

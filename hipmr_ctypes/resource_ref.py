@@ -60,7 +60,6 @@ def _wrap_deallocate_async(fn: Callable[..., Any]) -> Callable[..., Any]:
     return deallocate_async
 
 
-_ALL_CANONICAL = (CANONICAL,) * 4
 _WRAPPERS = (_wrap_allocate, _wrap_deallocate, _wrap_allocate_async, _wrap_deallocate_async)
 
 
@@ -125,40 +124,35 @@ class resource_ref:
 
     def __init__(self, source: Any) -> None:
         cls = type(self)
-        count = 2 * cls._hipmr_ref_kind
-        if isinstance(source, resource_ref):
-            if type(source)._hipmr_ref_kind < cls._hipmr_ref_kind:
-                raise TypeError(f"cannot build {cls.__name__} from the synchronous "
-                                f"{type(source).__name__}: it has no allocate_async")
-            missing = cls.properties - type(source).properties
-            if missing:
-                raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
-                                f"it lacks {_names(missing)} (build from ref.resource to "
-                                "check the resource itself)")
-            _set(self, "resource", source.resource)
-            for name in _NAMES[:count]:
-                _set(self, name, getattr(source, name))
+        want = cls._hipmr_ref_kind
+        info = _info(source)  # cached per class and shape of instance (concepts)
+        if info.ref and isinstance(source, resource_ref):
+            _from_ref(self, cls, want, source)
             return
-        if source is None or isinstance(source, type):
-            raise TypeError(f"{cls.__name__} needs a resource instance, not {source!r}")
-        info = _info(source)
-        if info.kind < cls._hipmr_ref_kind:
+        if info.kind < want:
+            if source is None or isinstance(source, type):
+                raise TypeError(f"{cls.__name__} needs a resource instance, not {source!r}")
             raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
                             f"{info.why or f'{type(source).__name__} is not a resource'}")
         props = cls.properties
         if props:
             declared = _declared(source)
-            missing = [p for p in props if p not in declared]
-            if missing:
-                raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
-                                f"it lacks the properties {_names(missing)}")
-        _set(self, "resource", source)
-        statuses = info.methods
-        if statuses[:count] == _ALL_CANONICAL[:count]:  # the resource's own bound methods
-            for name in _NAMES[:count]:
-                _set(self, name, getattr(source, name))
+            for prop in props:
+                if prop not in declared:
+                    missing = [p for p in props if p not in declared]
+                    raise TypeError(f"cannot build {cls.__name__} from "
+                                    f"{type(source).__name__}: it lacks the properties "
+                                    f"{_names(missing)}")
+        _set_resource(self, source)
+        if info.bind >= 2 * want:  # the resource's own bound methods
+            _set_allocate(self, source.allocate)
+            _set_deallocate(self, source.deallocate)
+            if want == 2:
+                _set_allocate_async(self, source.allocate_async)
+                _set_deallocate_async(self, source.deallocate_async)
             return
-        for i, (name, status, wrap) in enumerate(zip(_NAMES[:count], statuses, _WRAPPERS)):
+        statuses = info.methods
+        for i, (name, status, wrap) in enumerate(zip(_NAMES[:2 * want], statuses, _WRAPPERS)):
             fn = getattr(source, name)
             if status == DEFAULTABLE:
                 fn = _with_default_alignment(fn, i + 1) or wrap(fn)
@@ -223,6 +217,33 @@ class async_resource_ref(resource_ref):
     allocate_async: Callable[..., int]
     deallocate_async: Callable[..., Any]
     _hipmr_ref_kind = 2
+
+
+# the slots' own setters: the refs' __setattr__ refuses every write
+_set_resource = resource_ref.__dict__["resource"].__set__
+_set_allocate = resource_ref.__dict__["allocate"].__set__
+_set_deallocate = resource_ref.__dict__["deallocate"].__set__
+_set_allocate_async = async_resource_ref.__dict__["allocate_async"].__set__
+_set_deallocate_async = async_resource_ref.__dict__["deallocate_async"].__set__
+
+
+def _from_ref(self: resource_ref, cls: Type[resource_ref], want: int,
+              source: resource_ref) -> None:
+    """Fill the ref ``self`` (of class ``cls``, kind ``want``) from the ref ``source``."""
+    if type(source)._hipmr_ref_kind < want:
+        raise TypeError(f"cannot build {cls.__name__} from the synchronous "
+                        f"{type(source).__name__}: it has no allocate_async")
+    missing = cls.properties - type(source).properties
+    if missing:
+        raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
+                        f"it lacks {_names(missing)} (build from ref.resource to "
+                        "check the resource itself)")
+    _set_resource(self, source.resource)
+    _set_allocate(self, source.allocate)
+    _set_deallocate(self, source.deallocate)
+    if want == 2:
+        _set_allocate_async(self, source.allocate_async)  # type: ignore[attr-defined]
+        _set_deallocate_async(self, source.deallocate_async)  # type: ignore[attr-defined]
 
 
 _CLASSES: Dict[Tuple[type, FrozenSet[Type[Property]]], type] = {}
