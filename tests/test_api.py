@@ -90,6 +90,25 @@ def test_import_loads_the_library_and_nothing_else():
         assert heavy not in new
 
 
+def test_import_in_a_bare_interpreter_loads_no_heavy_standard_module():
+    """Without site (nothing else imported first), ``import hipmr_ctypes`` brings in ctypes
+    (the library needs it) and the binding, not typing, threading, glob, re and what they
+    pull in: they are what made the import slow in a fresh process."""
+    code = ("import sys, json\n"
+            "before = set(sys.modules)\n"
+            "import hipmr_ctypes\n"
+            "print(json.dumps(sorted(set(sys.modules) - before)))")
+    env = dict(os.environ, HIPMR_PLATFORM="amd")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    new = json.loads(out.stdout.splitlines()[-1])
+    assert "hipmr_ctypes._hip.decls" in new
+    for heavy in ("typing", "threading", "glob", "fnmatch", "re", "enum", "collections",
+                  "functools", "contextlib", "weakref", "inspect"):
+        assert heavy not in new, new
+
+
 def test_import_without_the_library_still_works_and_is_lazy():
     code = ("import os, json, sys\n"
             "os.environ['HIPMR_LIBRARY'] = '/nonexistent/libamdhip64.so'\n"

@@ -45,6 +45,33 @@ def test_amd_search_order_env_first():
     assert c[-4:] == list(loader.AMD_NAMES)
 
 
+def test_versioned_folders_are_found_and_ordered_as_glob_would(tmp_path):
+    """The search lists ``parent/prefix*/rest`` itself (glob stays off the import path): every
+    existing match, hidden names and plain files left out, newest version first."""
+    import glob
+    for name in ("rocm-5.7.1", "rocm-6.2.0", "rocm-6.10.0", "rocm-notes", ".rocm-9", "other"):
+        (tmp_path / name / "lib").mkdir(parents=True)
+    (tmp_path / "rocm-7.0.0").mkdir()          # no lib folder
+    (tmp_path / "rocm-file").write_text("x")    # a file, not a folder
+    found = loader._matching(str(tmp_path), "rocm-", "lib")
+    assert sorted(found) == sorted(glob.glob(str(tmp_path / "rocm-*" / "lib")))
+    ordered = sorted(found, key=loader._version_key, reverse=True)
+    assert [os.path.basename(os.path.dirname(p)) for p in ordered] == \
+        ["rocm-6.10.0", "rocm-6.2.0", "rocm-5.7.1", "rocm-notes"]
+    assert loader._matching(str(tmp_path / "missing"), "rocm-", "lib") == []
+    assert loader._version_key("/usr/local/cuda-12.4/lib64") == (12, 4)
+    assert loader._version_key("/usr/local/cuda/lib64") == ()
+
+
+def test_library_version_from_a_file_name():
+    f = loader.library_version_from_path
+    assert f("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5.2.21153") == "5.2.21153"
+    assert f("libcudart.so.13") == "13"
+    assert f("/lib/libcudart.so.1.so.12.4") == "12.4"
+    for path in ("libcudart.so", "libx.so.5a", "libx.so.", None, ""):
+        assert f(path) is None
+
+
 def test_library_not_found_lists_every_path(tmp_path):
     missing = str(tmp_path / "nope.so")
     with pytest.raises(errors.LibraryNotFoundError) as info:

@@ -318,3 +318,26 @@ def test_forward_property_adaptor_with_slots():
     assert not hasattr(s, "__dict__")
     assert set(s.properties) == {host_accessible, prop_with_value}
     assert get_property(s, prop_with_value) == 42
+
+
+def test_forward_property_without_own_properties_is_its_upstreams_as_a_tuple():
+    """Without properties of its own an adaptor has exactly its upstream's, in their order, as
+    a tuple (whatever collection the upstream declares), following the upstream live."""
+    class listing:
+        properties = [prop, prop_with_value]
+    up = listing()
+    d = derived_plain(up)
+    assert d.properties == (prop, prop_with_value) and type(d.properties) is tuple
+    up.properties = [prop_with_value]
+    assert d.properties == (prop_with_value,)
+    d = derived_plain(upstream_with_both())
+    assert d.properties == (prop, prop_with_value)
+    assert derived_plain(object()).properties == ()
+    # a ref upstream (a frozenset of properties) and an adaptor over an adaptor
+    res = counting_resource()
+    res.properties = (device_accessible, prop_with_value, prop)
+    ref = resource_ref[prop_with_value, prop](res)
+    assert set(derived_plain(ref).properties) == {prop_with_value, prop}
+    assert set(derived_plain(derived_plain(ref)).properties) == {prop_with_value, prop}
+    # own properties come first, the upstream's follow without repeats
+    assert derived_override(upstream_with_both()).properties == (prop_with_value, prop)

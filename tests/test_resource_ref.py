@@ -158,6 +158,29 @@ def test_rejection_names_what_is_missing():
         async_resource_ref(resource())
 
 
+def test_rejection_messages_of_every_kind_of_source():
+    """Each wrong source gets its own message (checked from the cached concept facts)."""
+    ARef = async_resource_ref[with_short]
+    for bad in (None, resource, ARef):
+        with pytest.raises(TypeError, match="needs a resource instance"):
+            ARef(bad)
+    with pytest.raises(TypeError, match="allocate_async"):
+        ARef(resource())
+    with pytest.raises(TypeError, match="from the synchronous"):
+        ARef(resource_ref[with_short](async_resource()))
+    with pytest.raises(TypeError, match=r"it lacks with_double \(build from ref.resource"):
+        async_resource_ref[with_double](ARef(async_resource()))
+    with pytest.raises(TypeError, match="it lacks the properties with_double, with_size_t"):
+        async_resource_ref[with_size_t, with_int, with_double](async_resource())
+    # a ref of a ref refers to the same resource and the same methods
+    inner = ARef(async_resource())
+    outer = async_resource_ref[with_short](inner)
+    assert outer.resource is inner.resource
+    assert outer.allocate_async == inner.allocate_async
+    assert resource_ref(inner).deallocate == inner.deallocate
+    assert not hasattr(resource_ref(inner), "allocate_async")
+
+
 # 11 (no rvalue / const refs) has no Python meaning.
 
 # 12 / 33. copy and assignment
