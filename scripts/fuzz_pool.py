@@ -3,6 +3,7 @@
 
     python scripts/fuzz_pool.py --seed 1 --ops 1000000            # every target, 1M ops each
     python scripts/fuzz_pool.py --target pool --seeds 20 --ops 50000
+    python scripts/fuzz_pool.py --ops 1000000 --deadline "$(($(date +%s) + 60))"  # stop by then
 
 Random sequences of allocate / deallocate (synchronous and stream-ordered, on several fake
 streams) / release, plus invalid calls (double free, wrong size, foreign pointer), run over
@@ -269,11 +270,16 @@ class Fuzzer:
         self.r.deallocate(ptr, size, alignment)
         self.forget(ptr, HOST)
 
-    def run(self, ops: int, check_every: int = 500) -> None:
+    def run(self, ops: int, check_every: int = 500, deadline: Optional[float] = None) -> int:
+        """Run ``ops`` operations, or fewer if ``deadline`` (seconds since the epoch) passes
+        first; then check everything and free it all.  Returns the operations run."""
         saved = self.streams.install()
         try:
             rng = self.rng
             for self.step in range(ops):
+                if deadline is not None and not self.step % 64 and time.time() > deadline:
+                    ops = self.step
+                    break
                 roll = rng.random()
                 if roll < 0.5 + (0.1 if len(self.live) < self.target_live else -0.1):
                     self.do_allocate()
@@ -291,13 +297,16 @@ class Fuzzer:
             self.finish()
         finally:
             StreamModel.uninstall(saved)
+        return ops
 
 
-def run(seed: int, ops: int, target: str = "pool", check_every: int = 500) -> None:
-    """One reproducible run; raises FuzzFailure (naming the seed) on a broken invariant."""
+def run(seed: int, ops: int, target: str = "pool", check_every: int = 500,
+        deadline: Optional[float] = None) -> int:
+    """One reproducible run; raises FuzzFailure (naming the seed) on a broken invariant.
+    Returns the operations run (fewer than ``ops`` when ``deadline`` passed first)."""
     fuzzer = Fuzzer(target, seed)
     try:
-        fuzzer.run(ops, check_every)
+        return fuzzer.run(ops, check_every, deadline)
     except FuzzFailure:
         raise
     except Exception as exc:
@@ -314,21 +323,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--target", choices=TARGETS + ("all",), default="all")
     parser.add_argument("--check-every", type=int, default=500,
                         help="steps between full structure checks")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="seconds since the epoch: every run stops there (checked and "
+                             "freed as at its end) and the runs not started are skipped")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     targets = TARGETS if args.target == "all" else (args.target,)
     failures = 0
     for s in range(seed, seed + args.seeds):
         for target in targets:
+            if args.deadline is not None and time.time() > args.deadline:
+                print(f"skip seed={s} target={target}: the deadline passed", flush=True)
+                continue
             started = time.perf_counter()
             try:
-                run(s, args.ops, target, args.check_every)
+                done = run(s, args.ops, target, args.check_every, args.deadline)
             except FuzzFailure as exc:
                 failures += 1
                 print(f"FAIL {exc}", flush=True)
                 continue
-            print(f"ok   seed={s} target={target} ops={args.ops} "
-                  f"({time.perf_counter() - started:.1f}s)", flush=True)
+            note = "" if done == args.ops else f"; stopped at the deadline, of {args.ops}"
+            print(f"ok   seed={s} target={target} ops={done} "
+                  f"({time.perf_counter() - started:.1f}s{note})", flush=True)
     return 1 if failures else 0
 
 
