@@ -9,13 +9,17 @@ this folder on ``sys.path``).  ``scripts/fuzz_pool.py`` uses them too.
 * :func:`check_pool_tiles`: a PoolResource's blocks tile its chunks exactly.
 * :class:`LiveRanges`: live allocations of many threads, checked for overlap.
 * :func:`no_native_call`: a block that must make no HIP call and change no allocation.
+* :func:`past_deadline`: whether long loops must stop (``scripts/reliability_report.py
+  --budget`` sets ``HIPMR_TEST_DEADLINE``).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import gc
+import os
 import threading
+import time
 from bisect import bisect_left, insort
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -26,12 +30,22 @@ from hipmr_ctypes.errors import OutOfMemoryError
 
 __all__ = ["HOST", "STREAMS", "StreamModel", "recording_events", "FreedRanges",
            "AddressSpaceResource", "HostBufferResource", "check_pool_tiles", "LiveRanges",
-           "NATIVE", "no_native_call"]
+           "NATIVE", "no_native_call", "past_deadline", "process_runtime"]
 
 HOST = None          # the "stream" of synchronous calls, in the models below
 # created streams' handles: the special handles 0, 1 and 2 name one stream per device (and
 # thread), which the pools ask the runtime about; tests/test_stream_identity.py covers them
 STREAMS = (HOST, 3, 4, 5, 6)
+
+#: seconds since the epoch at which the long loops of the thread tests stop early (and count
+#: what they ran): ``HIPMR_TEST_DEADLINE``, set by ``scripts/reliability_report.py --budget``
+#: so that a report sized to its budget still runs every test; unset: no deadline
+DEADLINE = float(os.environ.get("HIPMR_TEST_DEADLINE") or "inf")
+
+
+def past_deadline() -> bool:
+    """True once :data:`DEADLINE` has passed (a long loop stops there)."""
+    return time.time() > DEADLINE
 
 
 # --------------------------------------------------------------------------- fake streams

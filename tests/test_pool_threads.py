@@ -1,7 +1,8 @@
 """16 threads hammering one PoolResource, and a statistics + limiting + pool stack, with mixed
 sizes and streams for a fixed number of operations: no deadlock (join with a timeout), no two
 live allocations ever overlap (checked in a shared interval map and by writing each block's
-bytes), and every count balances exactly at the end."""
+bytes), and every count balances exactly at the end.  Under ``scripts/reliability_report.py
+--budget`` the threads stop at its deadline (``support.past_deadline``) and count what ran."""
 import ctypes
 import random
 import sys
@@ -14,20 +15,31 @@ from hipmr_ctypes import OutOfMemoryError
 from hipmr_ctypes.adaptors import LimitingResource, PoolResource, StatisticsResource
 from hipmr_ctypes.resources import HostMemoryResource
 
-from support import AddressSpaceResource, LiveRanges, check_pool_tiles
+from support import AddressSpaceResource, LiveRanges, check_pool_tiles, past_deadline
 
 THREADS = 16
 OPS = 1500
 JOIN_TIMEOUT = 120.0
 
+#: operations the threads ran and were to run, and the threads stopped by the deadline
+#: (read by scripts/reliability_report.py)
+THREAD_OPS = [0]
+THREAD_OPS_PLANNED = [0]
+THREADS_CUT = [0]
+
 
 def hammer(resource, streams, ranges, writable, seed, counts, errors, expect_oom, start):
     rng = random.Random(seed)
     mine = []
-    allocated = failed = 0
+    allocated = failed = done = 0
+    cut = False
     try:
         start.wait(JOIN_TIMEOUT)   # every thread starts at once: the most contention
         for _ in range(OPS):
+            if past_deadline():
+                cut = True
+                break
+            done += 1
             if mine and (len(mine) > 24 or rng.random() < 0.45):
                 ptr, size, stream, fill = mine.pop(rng.randrange(len(mine)))
                 if writable and ctypes.string_at(ptr, size) != fill * size:
@@ -61,7 +73,7 @@ def hammer(resource, streams, ranges, writable, seed, counts, errors, expect_oom
             resource.deallocate(ptr, size)
     except BaseException as exc:  # noqa: BLE001 - reported by the main thread
         errors.append(f"{type(exc).__name__}: {exc}")
-    counts.append((allocated, failed))
+    counts.append((allocated, failed, done, cut))
 
 
 def run_threads(resource, streams, writable, expect_oom=False):
@@ -84,7 +96,11 @@ def run_threads(resource, streams, writable, expect_oom=False):
     assert not any(t.is_alive() for t in threads), "deadlock: threads still running"
     assert errors == [] and ranges.errors == []
     assert len(counts) == THREADS and ranges.starts == []
-    return sum(a for a, _ in counts), sum(f for _, f in counts)
+    THREAD_OPS[0] += sum(c[2] for c in counts)
+    THREAD_OPS_PLANNED[0] += THREADS * OPS
+    cut = sum(c[3] for c in counts)
+    THREADS_CUT[0] += cut
+    return sum(c[0] for c in counts), sum(c[1] for c in counts), sum(c[2] for c in counts), cut
 
 
 @pytest.fixture
@@ -97,8 +113,8 @@ def streams():
 
 def test_sixteen_threads_on_one_pool_over_host_memory(streams):
     pool = PoolResource(HostMemoryResource())
-    allocated, _ = run_threads(pool, streams, writable=True)
-    assert allocated > THREADS * OPS // 3
+    allocated, _, done, _ = run_threads(pool, streams, writable=True)
+    assert allocated >= done // 3  # a third of the operations at least are allocations
     assert pool.allocation_count() == 0
     check_pool_tiles(pool)
     pool.release()
@@ -112,13 +128,14 @@ def test_sixteen_threads_on_statistics_limiting_pool(streams):
     # so the limit refuses some allocations in every run
     limiting = LimitingResource(pool, 1 << 23)
     stats = StatisticsResource(limiting)
-    allocated, failed = run_threads(stats, streams, writable=False, expect_oom=True)
+    allocated, failed, done, cut = run_threads(stats, streams, writable=False, expect_oom=True)
     st = stats.statistics
     assert st.total_count == allocated and st.current_count == 0 and st.current_bytes == 0
-    assert 0 < st.peak_bytes <= 1 << 23
+    assert st.peak_bytes <= 1 << 23 and (st.peak_bytes > 0 or not done)
     assert limiting.get_allocated_bytes() == 0
     assert pool.allocation_count() == 0
     check_pool_tiles(pool)
     pool.release()
     assert up.outstanding == 0 and pool.pool_size() == 0
-    assert failed > 0 and allocated > 0  # the limit was reached, and refused cleanly
+    if not cut:  # a whole run: the limit was reached, and refused cleanly
+        assert failed > 0 and allocated > 0
