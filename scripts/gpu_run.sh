@@ -12,6 +12,13 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== info (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes
 echo "== check (nvidia)"; HIPMR_PLATFORM=nvidia python3 -m hipmr_ctypes check
+reliability() {  # the report ends within its budget (sections still running then are named)
+  echo "== reliability report (nvidia), budget ${RELIABILITY_BUDGET:-200} s"
+  HIPMR_PLATFORM=nvidia timeout $(( ${RELIABILITY_BUDGET:-200} + 60 )) python3 \
+    scripts/reliability_report.py --budget "${RELIABILITY_BUDGET:-200}" \
+    --fuzz-ops "${FUZZ_OPS:-200000}" --json "$OUT/reliability.json" | tee "$OUT/reliability.txt"
+}
+if [ "${RELIABILITY_ONLY:-0}" = 1 ]; then reliability; exit 0; fi  # only this step
 if [ "${PEERS:-0}" = 1 ]; then  # PEERS=1 PEERS_ONLY=1 bash scripts/gpu_run.sh: only this step
   echo "== numba-cuda's and CuPy's memory tests with their own memory management, then ours"
   HIPMR_PLATFORM=nvidia timeout ${PEERS_TIMEOUT:-560} python3 scripts/peer_suites.py --out "$OUT" \
@@ -71,7 +78,4 @@ if [ "${SCALE_ONLY:-0}" = 1 ]; then exit 0; fi
 echo "== bench"; date
 HIPMR_PLATFORM=nvidia timeout ${BENCH_TIMEOUT:-560} python3 scripts/bench_alloc.py --pairs ${PAIRS:-20000} --json "$OUT/bench.json" | tee "$OUT/bench.txt"
 echo "== ref overhead"; HIPMR_PLATFORM=nvidia timeout 120 python3 scripts/bench_ref.py --json "$OUT/bench_ref.json" | tail -15
-if [ "${RELIABILITY:-1}" = 1 ]; then
-  echo "== reliability report (nvidia)"
-  HIPMR_PLATFORM=nvidia timeout ${RELIABILITY_TIMEOUT:-300} python3 scripts/reliability_report.py --fuzz-ops 200000 --json "$OUT/reliability.json" | tee "$OUT/reliability.txt"
-fi
+if [ "${RELIABILITY:-1}" = 1 ]; then reliability; fi

@@ -4,25 +4,36 @@ operations run, fuzz operations run, exit scenarios, collections inside locks, s
 misbehaving upstream and size cases; crashes, hangs, leaks, corruptions (all four must be 0).
 
     python scripts/reliability_report.py                       # emulated unless HIPMR_PLATFORM says
-    HIPMR_PLATFORM=nvidia python scripts/reliability_report.py # also the gpu tests
-    python scripts/reliability_report.py --fuzz-ops 200000 --json report.json
+    python scripts/reliability_report.py --budget 200          # ends within 200 s, says what it cut
+    HIPMR_PLATFORM=nvidia python scripts/reliability_report.py --budget 200 --fuzz-ops 200000
+    python scripts/reliability_report.py --only test_threads --only fuzz_pool.py  # some only
 
-What runs, each in a child process (so that a crash of the interpreter is seen and counted,
-not fatal to the report):
+What runs: one *section* per test file (tests/test_bad_input.py, test_faults.py,
+test_threads.py, test_shutdown.py, test_exit.py, ..., plus test_pool_fuzz.py and
+test_pool_threads.py when present) and one per target of scripts/fuzz_pool.py, which shares
+``--fuzz-ops`` (default 1,000,000) among its targets.  Each section is a child process of its
+own (so that a crash of the interpreter is seen and counted, not fatal to the report), in a
+process group of its own; ``--jobs`` of them run at once (default: one per CPU, at most 16),
+the longest first.  A pytest section runs with a plugin that records every test's outcome and
+duration as it ends and reads the counters the test modules keep (cases, junk calls, injected
+faults, thread operations); each section's line is printed as it finishes.
 
-* pytest on tests/test_bad_input.py, test_faults.py, test_threads.py, test_shutdown.py, plus
-  test_pool_fuzz.py and test_pool_threads.py when present, with a plugin that records every
-  test's outcome and reads the counters the test modules keep (cases, junk calls, injected
-  faults, thread operations);
-* scripts/fuzz_pool.py for ``--fuzz-ops`` operations in all (default 1,000,000, spread over
-  its targets; about 25 s on one core of a laptop), at the same time as pytest.
+``--budget SECONDS`` bounds the whole run.  The fuzzer and the thread tests' long loops stop at
+the budget's deadline (a few seconds before its end) and count the operations they ran: the
+report names them as *shortened*.  A section still running at the deadline is stopped (its
+threads' stacks are dumped first, to name where it was) and sections not yet started are not
+run: the report names them as *cut*, keeps every test that had finished, and its result is
+INCOMPLETE, never OK.  SIGTERM or SIGINT (an outer ``timeout``) ends the run the same way,
+with the table printed.
 
 ``HIPMR_PLATFORM`` is passed through (default ``emulated``): on ``nvidia`` or ``amd`` the gpu
 tests run too, and the tests that need the emulator's hooks skip.  A failure is classified
 from its message: a child process that died or a signal is a crash; memory left allocated is
-a leak; a hung child or thread (a deadlock) is a hang; overlapping or overwritten blocks and fuzz-model mismatches are corruptions; anything
-else is "other failures".  Exit status: 0 when no test failed and crashes, leaks and
-corruptions are all 0.
+a leak; a hung child or thread (a deadlock) is a hang; overlapping or overwritten blocks and
+fuzz-model mismatches are corruptions; anything else is "other failures".  Exit status: 0
+when no test failed and crashes, leaks and corruptions are all 0 (OK, possibly with shortened
+sections); 1 when something failed (NOT OK); 2 when nothing failed but sections were cut
+(INCOMPLETE).
 """
 from __future__ import annotations
 
@@ -32,19 +43,20 @@ import json
 import os
 import platform as _platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["test_bad_input.py", "test_faults.py", "test_threads.py", "test_shutdown.py",
-         "test_exit.py", "test_gc_locks.py", "test_stream_identity.py",
-         "test_misbehaving_upstreams.py", "test_logging_failures.py",
-         "test_sizes_growth_pickle.py"]
-OPTIONAL_TESTS = ["test_pool_fuzz.py", "test_pool_threads.py"]
+#: the suite's test files, longest first (so that ``--jobs`` sections end together)
+TESTS = ["test_shutdown.py", "test_bad_input.py", "test_faults.py", "test_threads.py",
+         "test_exit.py", "test_sizes_growth_pickle.py", "test_gc_locks.py",
+         "test_stream_identity.py", "test_misbehaving_upstreams.py", "test_logging_failures.py"]
+OPTIONAL_TESTS = ["test_pool_threads.py", "test_pool_fuzz.py"]
 
 CRASH = re.compile(r"child process died|rc=-\d|signal|Segmentation|core dumped|Fatal Python",
                    re.I)
@@ -53,20 +65,47 @@ LEAK = re.compile(r"leak|left live|still allocated|live allocations changed|was 
 HANG = re.compile(r"\bhung\b|\bhangs?\b|deadlock|TimeoutExpired|timed out", re.I)
 CORRUPTION = re.compile(r"overlap|overwritten|corrupt|FuzzFailure|tiles|model", re.I)
 
+#: counters the test modules keep: (module, attribute) -> report counter.  A list's first
+#: element is the count (JUNK_TRIED: every element).
+MODULE_COUNTERS = {
+    ("test_bad_input", "JUNK_TRIED"): "junk_calls",
+    ("test_faults", "FAULTS_INJECTED"): "faults_injected",
+    ("test_threads", "THREAD_OPS"): "thread_ops",
+    ("test_threads", "THREAD_OPS_PLANNED"): "thread_ops_planned",
+    ("test_threads", "THREADS_CUT"): "threads_cut",
+    ("test_pool_threads", "THREAD_OPS"): "thread_ops",
+    ("test_pool_threads", "THREAD_OPS_PLANNED"): "thread_ops_planned",
+    ("test_pool_threads", "THREADS_CUT"): "threads_cut",
+}
+#: seconds before the end of the budget at which the long loops stop (the section still has
+#: to finish its tests) and the report itself stops every section (it still has to report)
+LOOP_MARGIN = 0.12
+REPORT_MARGIN = 0.04
+
 
 # ------------------------------------------------------------------ the pytest child process
 class Collector:
-    """pytest plugin: every test's outcome, and the counters of the reliability modules."""
+    """pytest plugin: every test's outcome and duration, and the counters of the reliability
+    modules, appended to a JSON-lines file as each test ends (a section stopped or crashed
+    midway keeps what had finished)."""
 
-    def __init__(self, progress_path: Optional[str] = None) -> None:
+    def __init__(self, path: Optional[str] = None) -> None:
         self.tests: List[Dict[str, Any]] = []
-        self.progress_path = progress_path
+        self.path = path
+        self._fh = open(path, "a") if path else None
+        self._counters: Dict[str, int] = {}
+
+    def _write(self, record: Dict[str, Any]) -> None:
+        if self._fh is not None:
+            self._fh.write(json.dumps(record) + "\n")
+            self._fh.flush()
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self._write({"collected": len(session.items)})
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        """Name the test now running, so that a crash of this process can say which."""
-        if self.progress_path:
-            with open(self.progress_path, "w") as fh:
-                fh.write(nodeid)
+        """Name the test now running, so that a crash or a stop can say which."""
+        self._write({"running": nodeid, "at": time.time()})
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed") or (
@@ -81,56 +120,89 @@ class Collector:
             if report.outcome == "failed":
                 entry["message"] = str(report.longrepr)[-4000:]
             self.tests.append(entry)
+            self._write({"test": entry})
 
-    def counters(self) -> Dict[str, int]:
-        def module(name: str) -> Any:
-            return sys.modules.get(name) or sys.modules.get(f"tests.{name}")
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        counters = self.counters()
+        if counters != self._counters:
+            self._counters = counters
+            self._write({"counters": counters})
 
-        def ran(prefix: str) -> int:
-            return sum(1 for t in self.tests if t["id"].startswith(prefix)
-                       and t["outcome"] in ("passed", "failed", "xfailed", "xpassed"))
-
-        out = {"bad_input_cases": ran("tests/test_bad_input.py::test_bad_input["),
-               "junk_calls": 0, "faults_injected": 0, "thread_ops": 0, "fuzz_ops_in_suite": 0,
-               "exit_scenarios": ran("tests/test_shutdown.py::test_exit_with_everything_alive")
-               + ran("tests/test_shutdown.py::test_everything_dropped_before_exit")
-               + ran("tests/test_exit.py::"),
-               "gc_lock_cases": ran("tests/test_gc_locks.py::"),
-               "stream_identity_cases": ran("tests/test_stream_identity.py::"),
-               "misbehaving_cases": ran("tests/test_misbehaving_upstreams.py::")
-               + ran("tests/test_logging_failures.py::"),
-               "size_growth_pickle_cases": ran("tests/test_sizes_growth_pickle.py::")}
-        bad = module("test_bad_input")
-        if bad is not None:
-            out["junk_calls"] = sum(getattr(bad, "JUNK_TRIED", []))
-        faults = module("test_faults")
-        if faults is not None:
-            out["faults_injected"] = getattr(faults, "FAULTS_INJECTED", [0])[0]
-        threads = module("test_threads")
-        if threads is not None:
-            out["thread_ops"] += getattr(threads, "THREAD_OPS", [0])[0]
-        pool_threads = module("test_pool_threads")
-        if pool_threads is not None:
-            per_test = getattr(pool_threads, "THREADS", 0) * getattr(pool_threads, "OPS", 0)
-            out["thread_ops"] += per_test * sum(
-                1 for t in self.tests if t["id"].startswith("tests/test_pool_threads.py::")
-                and "sixteen_threads" in t["id"] and t["outcome"] == "passed")
-        fuzz = module("test_pool_fuzz")
-        if fuzz is not None:
-            out["fuzz_ops_in_suite"] = 3000 * sum(
-                1 for t in self.tests if "test_pool_fuzz.py::test_fuzz_short" in t["id"]
-                and t["outcome"] == "passed")
+    @staticmethod
+    def counters() -> Dict[str, int]:
+        """The module counters (MODULE_COUNTERS) as they stand now."""
+        out: Dict[str, int] = {}
+        for (name, attr), key in MODULE_COUNTERS.items():
+            module = sys.modules.get(name) or sys.modules.get(f"tests.{name}")
+            value = getattr(module, attr, None) if module is not None else None
+            if value is None:
+                continue
+            count = sum(value) if attr == "JUNK_TRIED" else value[0]
+            out[key] = out.get(key, 0) + int(count)
         return out
 
 
 def pytest_child(out_path: str, args: List[str]) -> int:
+    import faulthandler
     import pytest
-    collector = Collector(out_path + ".running")
+    # the report asks for every thread's stack (SIGUSR1) before it stops a section; to a
+    # file of its own (pytest captures file descriptor 2 while a test runs)
+    stacks = open(out_path + ".stacks", "w")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    collector = Collector(out_path)
     rc = pytest.main(args, plugins=[collector])
-    with open(out_path, "w") as fh:
-        json.dump({"rc": int(rc), "tests": collector.tests, "counters": collector.counters()},
-                  fh)
+    collector._write({"done": int(rc)})
+    stacks.close()
     return 0
+
+
+def _die_with_parent() -> None:
+    """In a section's process before it runs (Linux): be killed if the report dies, so that
+    no section outlives a report killed with SIGKILL."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def read_section(path: str) -> Dict[str, Any]:
+    """What a pytest section's JSON-lines file says (a torn last line is ignored)."""
+    result: Dict[str, Any] = {"tests": [], "counters": {}, "collected": None, "running": "",
+                              "done": None}
+    try:
+        with open(path) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return result
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "test" in record:
+            result["tests"].append(record["test"])
+            result["running"] = ""
+        elif "running" in record:
+            result["running"] = record["running"]
+        elif "counters" in record:
+            result["counters"] = record["counters"]
+        elif "collected" in record:
+            result["collected"] = record["collected"]
+        elif "done" in record:
+            result["done"] = record["done"]
+            result["running"] = ""
+    return result
 
 
 # ------------------------------------------------------------------ the parent
@@ -146,6 +218,18 @@ def _crash_excerpt(stderr: str, head: int = 25) -> str:
     return "\n".join(first + (["..."] + rest[-5:] if rest else []))
 
 
+def _where(stacks: str) -> str:
+    """The innermost frame of user code (a test, the package) in the thread that took the signal
+    (faulthandler's "Current thread"; else the first thread) of a stack dump."""
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", "\n" + stacks)
+    block = next((b for b in blocks if b.startswith("Current thread")), None) or \
+        next((b for b in blocks if b.strip()), "")
+    frames = [ln.strip() for ln in block.splitlines() if ln.strip().startswith("File ")]
+    ours = [f for f in frames  # not the standard library's, pytest's, or this script's
+            if not re.search(r"/lib/python|site-packages|<frozen|reliability_report\.py", f)]
+    return (ours or frames or ["(no stack was dumped)"])[0]
+
+
 def classify(message: str) -> str:
     if CRASH.search(message):
         return "crash"
@@ -158,100 +242,344 @@ def classify(message: str) -> str:
     return "other"
 
 
-def run(args: argparse.Namespace) -> Dict[str, Any]:
-    env = dict(os.environ)
-    env.setdefault("HIPMR_PLATFORM", "emulated")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    files = [f"tests/{t}" for t in TESTS] + [f"tests/{t}" for t in OPTIONAL_TESTS
-                                             if (ROOT / "tests" / t).exists()]
-    started = time.perf_counter()
+class Section:
+    """One child process of the report: a test file under pytest, or a fuzz target."""
 
-    fuzz_proc = None
-    targets = _fuzz_targets()
-    per_target = max(1, args.fuzz_ops // len(targets)) if args.fuzz_ops else 0
-    if per_target:
-        fuzz_proc = subprocess.Popen(
-            [sys.executable, "-X", "faulthandler", str(ROOT / "scripts" / "fuzz_pool.py"),
-             "--seed", str(args.seed), "--ops", str(per_target), "--target", "all"],
-            cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, name: str, kind: str, cmd: List[str], workdir: str,
+                 planned_ops: int = 0) -> None:
+        self.name = name
+        self.kind = kind            # "pytest" or "fuzz"
+        self.cmd = cmd
+        self.planned_ops = planned_ops
+        self.out = os.path.join(workdir, "out.txt")
+        self.err = os.path.join(workdir, "err.txt")
+        self.jsonl = os.path.join(workdir, "tests.jsonl")
+        self.proc: Optional[subprocess.Popen] = None
+        self.started = self.ended = 0.0
+        self.status = "not run"     # complete / shortened / cut / not run / crashed / failed
+        self.stopped = False        # stopped by the report at the deadline
+        self.result: Dict[str, Any] = {}
 
-    with tempfile.TemporaryDirectory(prefix="hipmr-reliability-") as tmp:
-        out_path = os.path.join(tmp, "pytest.json")
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--pytest-child", out_path, "--",
-               "-q", "-p", "no:cacheprovider", *files, *args.pytest_args]
-        proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True)
+    @property
+    def seconds(self) -> float:
+        return round(self.ended - self.started, 1) if self.started else 0.0
+
+    def start(self, env: Dict[str, str]) -> None:
+        self.started = time.time()
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen(self.cmd, cwd=str(ROOT), env=env, stdout=out,
+                                         stderr=err, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
+
+    def ask_for_stacks(self) -> None:
+        """The deadline, first step: a pytest section dumps its threads' stacks."""
+        assert self.proc is not None
+        self.stopped = True
+        if self.kind == "pytest" and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        """The deadline, second step: end the process group (the test's own child processes
+        too)."""
+        assert self.proc is not None
         try:
-            with open(out_path + ".running") as fh:
-                running = fh.read().strip()
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
-            running = ""
-        try:
-            with open(out_path) as fh:
-                suite = json.load(fh)
-        except (OSError, ValueError):
-            suite = {"rc": None, "tests": [], "counters": {}}
-    suite_seconds = time.perf_counter() - started
+            pass
+        self.proc.wait()
 
-    fuzz: Dict[str, Any] = {"ops": 0, "runs": 0, "failures": [], "crashed": False}
-    if fuzz_proc is not None:
-        fout, ferr = fuzz_proc.communicate()
-        for line in fout.splitlines():
+    def read(self, stderr: str) -> None:
+        """Fill ``result`` and ``status`` once the process has ended."""
+        assert self.proc is not None
+        rc = self.proc.returncode
+        if self.kind == "pytest":
+            res = read_section(self.jsonl)
+            res["rc"] = rc
+            crashed = not self.stopped and (rc != 0 or res["done"] is None)
+            if crashed:
+                res["crash"] = f"rc={rc}: {_crash_excerpt(stderr)}"
+            if self.stopped:
+                try:
+                    with open(self.jsonl + ".stacks", errors="replace") as fh:
+                        stacks = fh.read()
+                except OSError:
+                    stacks = ""
+                res["stack"] = stacks[-20000:]
+                res["where"] = _where(stacks)
+            self.result = res
+            cut = res["counters"].get("threads_cut", 0)
+            self.status = ("crashed" if crashed else "cut" if self.stopped
+                           else "shortened" if cut else "complete")
+            return
+        fuzz: Dict[str, Any] = {"ops": 0, "runs": 0, "failures": [], "returncode": rc,
+                                "stopped_early": 0, "skipped": 0}
+        try:
+            with open(self.out) as fh:
+                out = fh.read()
+        except OSError:
+            out = ""
+        for line in out.splitlines():
             m = re.match(r"ok\s+seed=\d+ target=\S+ ops=(\d+)", line)
             if m:
                 fuzz["ops"] += int(m.group(1))
                 fuzz["runs"] += 1
+                fuzz["stopped_early"] += "stopped at the deadline" in line
             elif line.startswith("FAIL"):
                 fuzz["failures"].append(line)
-        fuzz["returncode"] = fuzz_proc.returncode
-        fuzz["crashed"] = fuzz_proc.returncode not in (0, 1)
+            elif line.startswith("skip"):
+                fuzz["skipped"] += 1
+        fuzz["crashed"] = not self.stopped and rc not in (0, 1)
         if fuzz["crashed"]:
-            fuzz["stderr"] = _crash_excerpt(ferr)
+            fuzz["stderr"] = _crash_excerpt(stderr)
+        self.result = fuzz
+        self.status = ("crashed" if fuzz["crashed"] else "cut" if self.stopped
+                       else "failed" if fuzz["failures"]
+                       else "shortened" if fuzz["ops"] < self.planned_ops else "complete")
 
-    tests = suite["tests"]
-    counts = {k: sum(1 for t in tests if t["outcome"] == k)
-              for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")}
+    def line(self) -> str:
+        """The one line printed when the section ends."""
+        res = self.result
+        if self.status == "not run":
+            return f"{self.name}: not run (the budget was spent)"
+        if self.kind == "fuzz":
+            what = f"{res.get('ops', 0):,} of {self.planned_ops:,} ops"
+            if res.get("failures"):
+                what += f", {len(res['failures'])} FAILED"
+        else:
+            tests = res.get("tests", [])
+            counts = _counts(tests)
+            what = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no tests"
+            if res.get("collected") is not None and self.status == "cut":
+                what += f" ({len(tests)} of {res['collected']} tests ended)"
+        status = {"complete": "", "failed": ""}.get(self.status, self.status.upper() + ": ")
+        if self.status == "cut" and self.kind == "pytest" and res.get("running"):
+            what += f"; stopped in {res['running']}"
+        if self.status == "shortened" and self.kind == "pytest":
+            what += (f"; thread loops stopped at the deadline "
+                     f"({res['counters'].get('threads_cut', 0)} threads)")
+        return f"{self.name}: {status}{what} in {self.seconds} s"
+
+
+def _counts(tests: List[Dict[str, Any]]) -> Dict[str, int]:
+    return {k: sum(1 for t in tests if t["outcome"] == k)
+            for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")}
+
+
+def _split_pytest_args(args: List[str]) -> Tuple[List[str], List[str]]:
+    """(paths, options): extra arguments naming files or folders become sections of their
+    own; the others (``-k EXPR``, ``-x``...) go to every pytest section."""
+    paths, options = [], []
+    for arg in args:
+        if not arg.startswith("-") and os.path.exists(arg.split("::")[0]) and (
+                not options or options[-1] not in ("-k", "-m", "-p", "-o", "--deselect")):
+            paths.append(os.path.abspath(arg))  # the sections run in the repository root
+        else:
+            options.append(arg)
+    return paths, options
+
+
+def plan(args: argparse.Namespace, tmp: str) -> List[Section]:
+    """Every section, in the order they start."""
+    paths, options = _split_pytest_args(args.pytest_args)
+    files = [str(Path("tests") / t) for t in TESTS] + [
+        str(Path("tests") / t) for t in OPTIONAL_TESTS if (ROOT / "tests" / t).exists()]
+    sections = []
+    script = str(Path(__file__).resolve())
+    for i, path in enumerate(files + paths):
+        work = os.path.join(tmp, f"section{i}")
+        os.mkdir(work)
+        jsonl = os.path.join(work, "tests.jsonl")
+        cmd = [sys.executable, "-X", "faulthandler", script, "--pytest-child", jsonl, "--",
+               "-q", "-p", "no:cacheprovider", "--basetemp", os.path.join(work, "tmp"),
+               path, *options]
+        sections.append(Section(path, "pytest", cmd, work))
+    targets = _fuzz_targets()
+    per_target = args.fuzz_ops // len(targets) if args.fuzz_ops else 0
+    if per_target:
+        for i, target in enumerate(targets):
+            work = os.path.join(tmp, f"fuzz{i}")
+            os.mkdir(work)
+            cmd = [sys.executable, "-X", "faulthandler", str(ROOT / "scripts" / "fuzz_pool.py"),
+                   "--seed", str(args.seed), "--ops", str(per_target), "--target", target]
+            sections.append(Section(f"scripts/fuzz_pool.py {target}", "fuzz", cmd, work,
+                                    per_target))
+    if args.only:
+        sections = [s for s in sections if any(o in s.name for o in args.only)]
+    return sections
+
+
+def _say(started: float, text: str) -> None:
+    print(f"[{time.time() - started:6.1f} s] {text}", flush=True)
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    env = dict(os.environ)
+    env.setdefault("HIPMR_PLATFORM", "emulated")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    started = time.time()
+    deadline = loop_deadline = None
+    if args.budget is not None:
+        deadline = started + args.budget * (1 - REPORT_MARGIN) - 1.0
+        loop_deadline = started + args.budget * (1 - LOOP_MARGIN) - 3.0
+        env["HIPMR_TEST_DEADLINE"] = repr(loop_deadline)
+    jobs = args.jobs or max(1, min(os.cpu_count() or 1, 16))
+    interrupted: List[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with tempfile.TemporaryDirectory(prefix="hipmr-reliability-") as tmp:
+        sections = plan(args, tmp)
+        for s in sections:
+            if s.kind == "fuzz" and loop_deadline is not None:
+                s.cmd += ["--deadline", repr(loop_deadline)]
+        budget = f"budget {args.budget:g} s" if args.budget is not None else "no budget"
+        _say(started, f"{len(sections)} sections, {jobs} at a time, {budget}; "
+                      f"HIPMR_PLATFORM={env['HIPMR_PLATFORM']}")
+        try:
+            _schedule(sections, jobs, env, started, deadline, interrupted)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        result = _summarize(args, env, sections, started, interrupted)
+    return result
+
+
+def _schedule(sections: List[Section], jobs: int, env: Dict[str, str], started: float,
+              deadline: Optional[float], interrupted: List[int]) -> None:
+    """Run the sections, ``jobs`` at a time, until all ended or the deadline passed (or a
+    signal came): then stop the running ones and leave the rest not run."""
+    waiting = list(sections)
+    running: List[Section] = []
+    while waiting or running:
+        over = bool(interrupted) or (deadline is not None and time.time() > deadline)
+        if over:
+            for s in running:
+                s.ask_for_stacks()
+            if running:
+                time.sleep(0.5)
+            for s in running:
+                s.kill()
+                _finish(s, started)
+            running = []
+            for s in waiting:
+                _say(started, s.line())
+            return
+        while waiting and len(running) < jobs:
+            s = waiting.pop(0)
+            s.start(env)
+            running.append(s)
+        for s in list(running):
+            assert s.proc is not None
+            if s.proc.poll() is not None:
+                running.remove(s)
+                _finish(s, started)
+        time.sleep(0.05)
+
+
+def _finish(s: Section, started: float) -> None:
+    s.ended = time.time()
+    try:
+        with open(s.err, errors="replace") as fh:
+            stderr = fh.read()
+    except OSError:
+        stderr = ""
+    s.read(stderr)
+    _say(started, s.line())
+
+
+def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Section],
+               started: float, interrupted: List[int]) -> Dict[str, Any]:
+    tests: List[Dict[str, Any]] = []
+    counters: Dict[str, int] = {}
+    fuzz: Dict[str, Any] = {"ops": 0, "runs": 0, "failures": [], "crashed": False,
+                            "planned": 0}
+    failures: List[Dict[str, Any]] = []
     kinds = {"crash": 0, "hang": 0, "leak": 0, "corruption": 0, "other": 0}
-    failures = []
+    for s in sections:
+        res = s.result
+        if s.kind == "pytest":
+            tests += res.get("tests", [])
+            for k, v in res.get("counters", {}).items():
+                counters[k] = counters.get(k, 0) + v
+            if s.status == "crashed":
+                kinds["crash"] += 1
+                failures.append({"id": f"pytest child process of {s.name}, in "
+                                       f"{res.get('running') or 'no test'}",
+                                 "kind": "crash", "message": res.get("crash", "")})
+        else:
+            fuzz["planned"] += s.planned_ops
+            fuzz["ops"] += res.get("ops", 0)
+            fuzz["runs"] += res.get("runs", 0)
+            fuzz["failures"] += res.get("failures", [])
+            if res.get("crashed"):
+                fuzz["crashed"] = True
+                kinds["crash"] += 1
+                failures.append({"id": f"fuzz_pool child process ({s.name})", "kind": "crash",
+                                 "message": f"rc={res.get('returncode')}: "
+                                            f"{res.get('stderr', '')}"})
+    counts = _counts(tests)
     for t in tests:
         if t["outcome"] in ("failed", "error"):
             kind = classify(t.get("message", ""))
             kinds[kind] += 1
             failures.append({"id": t["id"], "kind": kind,
                              "message": t.get("message", "")[-600:]})
-    suite_crashed = proc.returncode != 0 or suite["rc"] is None
-    if suite_crashed:
-        kinds["crash"] += 1
-        failures.append({"id": f"pytest child process, in {running or 'no test'}",
-                         "kind": "crash",
-                         "message": f"rc={proc.returncode}: {_crash_excerpt(proc.stderr)}"})
-    if fuzz["crashed"]:
-        kinds["crash"] += 1
-        failures.append({"id": "fuzz_pool child process", "kind": "crash",
-                         "message": f"rc={fuzz.get('returncode')}: {fuzz.get('stderr', '')}"})
     kinds["corruption"] += len(fuzz["failures"])
     failures += [{"id": "fuzz_pool", "kind": "corruption", "message": f}
                  for f in fuzz["failures"]]
 
-    c = suite.get("counters", {})
+    def ran(prefix: str) -> int:
+        return sum(1 for t in tests if t["id"].startswith(prefix)
+                   and t["outcome"] in ("passed", "failed", "xfailed", "xpassed"))
+
+    c = dict(counters)
+    c.update(bad_input_cases=ran("tests/test_bad_input.py::test_bad_input["),
+             exit_scenarios=ran("tests/test_shutdown.py::test_exit_with_everything_alive")
+             + ran("tests/test_shutdown.py::test_everything_dropped_before_exit")
+             + ran("tests/test_exit.py::"),
+             gc_lock_cases=ran("tests/test_gc_locks.py::"),
+             stream_identity_cases=ran("tests/test_stream_identity.py::"),
+             misbehaving_cases=ran("tests/test_misbehaving_upstreams.py::")
+             + ran("tests/test_logging_failures.py::"),
+             size_growth_pickle_cases=ran("tests/test_sizes_growth_pickle.py::"),
+             fuzz_ops_in_suite=3000 * sum(1 for t in tests if "test_pool_fuzz.py::test_fuzz_short"
+                                          in t["id"] and t["outcome"] == "passed"))
+    for key in ("junk_calls", "faults_injected", "thread_ops", "thread_ops_planned",
+                "threads_cut"):
+        c.setdefault(key, 0)
+
+    shortened = [s for s in sections if s.status == "shortened"]
+    cut = [s for s in sections if s.status in ("cut", "not run")]
+    thread_note = "16 threads per test"
+    if c["threads_cut"]:
+        thread_note += (f"; SHORTENED at the deadline: {c['thread_ops']:,} of "
+                        f"{c['thread_ops_planned']:,} planned")
+    fuzz_note = (f"{fuzz['ops']:,} by fuzz_pool.py ({fuzz['runs']} runs) + "
+                 f"{c['fuzz_ops_in_suite']:,} in test_pool_fuzz")
+    if fuzz["ops"] < fuzz["planned"]:
+        fuzz_note += f"; SHORTENED: {fuzz['ops']:,} of {fuzz['planned']:,} asked"
     rows = [
-        ("bad inputs tried", c.get("bad_input_cases", 0) + c.get("junk_calls", 0),
-         f"{c.get('bad_input_cases', 0):,} table cases + {c.get('junk_calls', 0):,} junk calls"),
-        ("faults injected", c.get("faults_injected", 0),
+        ("bad inputs tried", c["bad_input_cases"] + c["junk_calls"],
+         f"{c['bad_input_cases']:,} table cases + {c['junk_calls']:,} junk calls"),
+        ("faults injected", c["faults_injected"],
          "injected runtime failures, out-of-memory, missing or unusable libraries"),
-        ("thread operations run", c.get("thread_ops", 0), "16 threads per test"),
-        ("fuzz operations run", fuzz["ops"] + c.get("fuzz_ops_in_suite", 0),
-         f"{fuzz['ops']:,} by fuzz_pool.py ({fuzz['runs']} runs) + "
-         f"{c.get('fuzz_ops_in_suite', 0):,} in test_pool_fuzz"),
-        ("exit scenarios run", c.get("exit_scenarios", 0),
+        ("thread operations run", c["thread_ops"], thread_note),
+        ("fuzz operations run", fuzz["ops"] + c["fuzz_ops_in_suite"], fuzz_note),
+        ("exit scenarios run", c["exit_scenarios"],
          "child processes exiting with everything alive (or dropped first), user finalizers "
          "and daemon threads at exit"),
-        ("garbage collections inside locks", c.get("gc_lock_cases", 0),
+        ("garbage collections inside locks", c["gc_lock_cases"],
          "a finalizer frees through the resource inside its own section; child processes"),
-        ("stream identity cases", c.get("stream_identity_cases", 0),
+        ("stream identity cases", c["stream_identity_cases"],
          "per-thread and per-device null streams kept apart"),
-        ("misbehaving upstream cases", c.get("misbehaving_cases", 0),
+        ("misbehaving upstream cases", c["misbehaving_cases"],
          "duplicate, unaligned, out-of-range results; failing log files"),
-        ("size, growth and pickle cases", c.get("size_growth_pickle_cases", 0),
+        ("size, growth and pickle cases", c["size_growth_pickle_cases"],
          "integer-like sizes, sizes near 2**63, bounded state, picklable errors"),
         ("tests passed / failed / skipped", None,
          f"{counts['passed']} / {counts['failed'] + counts['error']} / {counts['skipped']}"
@@ -262,6 +590,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         ("corruptions", kinds["corruption"], "must be 0"),
         ("other failures", kinds["other"], ""),
     ]
+    failed = bool(failures) or counts["failed"] + counts["error"] > 0
+    complete = not cut
     now = datetime.datetime.now(datetime.timezone.utc)
     return {
         "date": now.strftime("%Y-%m-%d %H:%M UTC"),
@@ -269,13 +599,26 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "platform": env["HIPMR_PLATFORM"],
         "python": _platform.python_version(),
         "machine": f"{_platform.system()} {_platform.machine()}, {os.cpu_count()} CPUs",
-        "seconds": round(time.perf_counter() - started, 1),
-        "suite_seconds": round(suite_seconds, 1),
+        "budget": args.budget,
+        "interrupted_by": [signal.Signals(s).name for s in interrupted],
+        "seconds": round(time.time() - started, 1),
         "rows": [{"measure": m, "count": n, "note": note} for m, n, note in rows],
+        "sections": [{"name": s.name, "status": s.status, "seconds": s.seconds,
+                      "tests": len(s.result.get("tests", [])),
+                      "collected": s.result.get("collected"),
+                      "running": s.result.get("running") or None,
+                      "where": s.result.get("where"), "stack": s.result.get("stack"),
+                      "ops": s.result.get("ops"), "planned_ops": s.planned_ops or None}
+                     for s in sections],
+        "slowest": sorted(({"id": t["id"], "seconds": t["seconds"]} for t in tests),
+                          key=lambda t: -t["seconds"])[:10],
+        "shortened": [s.name for s in shortened],
+        "cut": [s.name for s in cut],
         "tests": counts, "failure_kinds": kinds, "failures": failures,
-        "counters": c, "fuzz": {k: v for k, v in fuzz.items() if k != "stderr"},
-        "ok": kinds["crash"] == kinds["hang"] == kinds["leak"] == kinds["corruption"] == 0
-        and counts["failed"] + counts["error"] == 0 and not suite_crashed,
+        "counters": c, "fuzz": fuzz,
+        "failed": failed,
+        "complete": complete,
+        "ok": not failed and complete,
     }
 
 
@@ -291,16 +634,36 @@ def _fuzz_targets() -> tuple:
 
 
 def format_table(result: Dict[str, Any]) -> str:
+    budget = "" if result["budget"] is None else f" (budget {result['budget']:g} s)"
     lines = [f"hipmr_ctypes reliability report, {result['date']}",
              f"command: {result['command']}",
              f"platform: HIPMR_PLATFORM={result['platform']}, Python {result['python']}, "
-             f"{result['machine']}; {result['seconds']} s",
+             f"{result['machine']}; {result['seconds']} s{budget}",
              "",
              "| measure | count | note |",
              "|---|---:|---|"]
     for row in result["rows"]:
         count = "" if row["count"] is None else f"{row['count']:,}"
         lines.append(f"| {row['measure']} | {count} | {row['note']} |")
+    lines.append("")
+    lines.append("sections (seconds): " + ", ".join(
+        f"{s['name'].replace('tests/', '')} {s['seconds']}"
+        + ("" if s["status"] == "complete" else f" [{s['status']}]")
+        for s in sorted(result["sections"], key=lambda s: -s["seconds"])))
+    if result["slowest"]:
+        lines.append("slowest tests: " + ", ".join(
+            f"{t['id'].replace('tests/', '')} {t['seconds']:.1f} s"
+            for t in result["slowest"][:5]))
+    if result["shortened"]:
+        lines.append("shortened to fit the budget: " + ", ".join(result["shortened"]))
+    if result["cut"]:
+        lines.append("CUT (not run to the end): " + ", ".join(result["cut"]))
+        for s in result["sections"]:
+            if s["status"] == "cut" and s["where"]:
+                lines.append(f"  {s['name']} was in {s['running'] or 'no test'}, at "
+                             f"{s['where'][:200]}")
+    if result["interrupted_by"]:
+        lines.append(f"interrupted by {', '.join(result['interrupted_by'])}")
     if result["failures"]:
         lines.append("")
         lines.append("failures:")
@@ -313,7 +676,16 @@ def format_table(result: Dict[str, Any]) -> str:
             first = (frames or msg[-1:] or [""])[0].strip()
             lines.append(f"  [{f['kind']}] {f['id']}: {first[:200]}")
     lines.append("")
-    lines.append("result: " + ("OK" if result["ok"] else "NOT OK"))
+    if result["failed"]:
+        verdict = "NOT OK"
+    elif not result["complete"]:
+        verdict = (f"INCOMPLETE ({len(result['cut'])} sections cut at the budget; nothing "
+                   "failed in what ran)")
+    elif result["shortened"]:
+        verdict = "OK (shortened to fit the budget: " + ", ".join(result["shortened"]) + ")"
+    else:
+        verdict = "OK"
+    lines.append("result: " + verdict)
     return "\n".join(lines)
 
 
@@ -326,16 +698,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--fuzz-ops", type=int, default=1_000_000,
                         help="fuzz operations in all, spread over fuzz_pool.py's targets "
                              "(default 1,000,000; 0 skips the fuzzer)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="end within SECONDS: the fuzzer and the thread loops stop in "
+                             "time, sections still running at the end are stopped and named")
+    parser.add_argument("--jobs", type=int, default=0,
+                        help="sections run at once (default: one per CPU, at most 16)")
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="run only the sections whose name contains TEXT (repeatable)")
     parser.add_argument("--seed", type=int, default=1, help="first fuzz seed (default 1)")
     parser.add_argument("--json", metavar="PATH", help="also save the full result as JSON")
-    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    parser.add_argument("pytest_args", nargs="*",
+                        help="extra pytest arguments (after --): paths become sections of "
+                             "their own, options go to every test section")
     args = parser.parse_args(argv)
+    if args.budget is not None and args.budget <= 0:
+        parser.error("--budget must be positive")
     result = run(args)
-    print(format_table(result))
+    print(format_table(result), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)
-    return 0 if result["ok"] else 1
+    return 1 if result["failed"] else 0 if result["ok"] else 2
 
 
 if __name__ == "__main__":

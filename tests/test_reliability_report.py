@@ -1,9 +1,12 @@
-"""scripts/reliability_report.py: its counts, and what it says when a child process crashes
-(the process that dies must be named, with the test it was running and its innermost frame)."""
+"""scripts/reliability_report.py: its counts, what it says when a child process crashes (the
+process that dies must be named, with the test it was running and its innermost frame), and
+how it keeps to a budget (it ends in time, stops what still runs, and says so)."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -22,21 +25,28 @@ def _report(tmp_path, *args):
 
 
 def test_counts_fuzz_operations_and_is_ok(tmp_path):
-    proc, result = _report(tmp_path, "--fuzz-ops", "700", "--", "-k", "no_test_has_this_name")
+    proc, result = _report(tmp_path, "--fuzz-ops", "700", "--only", "fuzz_pool.py", "--only",
+                           "test_gc_locks", "--", "-k", "no_test_has_this_name")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     targets = reliability_report._fuzz_targets()
-    assert result["ok"] and not result["fuzz"]["crashed"]
+    assert result["ok"] and result["complete"] and not result["fuzz"]["crashed"]
     assert result["fuzz"]["ops"] == 700 // len(targets) * len(targets)
     assert result["fuzz"]["runs"] == len(targets)
+    assert [s["name"] for s in result["sections"]] == ["tests/test_gc_locks.py"] + [
+        f"scripts/fuzz_pool.py {t}" for t in targets]
+    assert {s["status"] for s in result["sections"]} == {"complete"}
     assert "result: OK" in proc.stdout and "| crashes | 0 |" in proc.stdout
+    # each section's line is printed as it ends, before the table
+    assert proc.stdout.index("fuzz_pool.py pool: 116 of 116 ops") < proc.stdout.index(
+        "| measure |")
 
 
 def test_a_crash_names_the_test_and_its_frame(tmp_path):
     crash = tmp_path / "test_crashes_here.py"
     crash.write_text("import ctypes\n\n\ndef test_crashes_here():\n"
                      "    ctypes.string_at(0)\n")
-    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--", str(crash), "-k",
-                           "crashes_here")
+    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--only", "test_crashes_here", "--",
+                           str(crash), "-k", "crashes_here")
     assert proc.returncode == 1
     assert not result["ok"] and result["failure_kinds"]["crash"] == 1
     (failure,) = result["failures"]
@@ -65,3 +75,89 @@ def test_crash_excerpt_keeps_the_innermost_frames(stderr, expect):
 ])
 def test_classify(message, kind):
     assert reliability_report.classify(message) == kind
+
+
+SLOW = """import time
+
+
+def test_a_fast_one():
+    pass
+
+
+def test_b_slow_one():
+    time.sleep(600)
+"""
+
+
+def test_a_budget_ends_the_run_in_time_and_names_what_it_cut(tmp_path):
+    """A section still running at the end of the budget is stopped (named, with the test it
+    was in and where), the fuzzer stops in time and says so, and the report is INCOMPLETE."""
+    slow = tmp_path / "test_slow_section.py"
+    slow.write_text(SLOW)
+    started = time.monotonic()
+    proc, result = _report(tmp_path, "--budget", "30", "--jobs", "3", "--fuzz-ops",
+                           str(10 ** 9), "--only", "test_slow_section", "--only",
+                           "fuzz_pool.py",
+                           "--", str(slow))
+    elapsed = time.monotonic() - started
+    assert elapsed < 30 + 30, elapsed  # bounded: far below the sleeping test's 600 s
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert not result["ok"] and not result["complete"] and not result["failed"]
+    section = result["sections"][0]
+    assert section["status"] == "cut" and section["name"] == str(slow)
+    assert section["running"].endswith("test_slow_section.py::test_b_slow_one")
+    assert "test_slow_section.py" in section["where"] and "line 9" in section["where"]
+    assert result["tests"]["passed"] == 1  # the test that had ended is kept
+    assert str(slow) in result["cut"]
+    fuzz = result["fuzz"]
+    assert 0 <= fuzz["ops"] < fuzz["planned"] and not fuzz["failures"]
+    assert "SHORTENED" in proc.stdout and "CUT (not run to the end)" in proc.stdout
+    assert "result: INCOMPLETE" in proc.stdout
+    assert f"{slow} was in" in proc.stdout and "test_b_slow_one" in proc.stdout
+
+
+def test_sigterm_still_prints_the_report(tmp_path):
+    """An outer timeout's SIGTERM: the running sections are stopped, the table printed."""
+    slow = tmp_path / "test_slow_section.py"
+    slow.write_text(SLOW)
+    out = tmp_path / "report.json"
+    env = dict(os.environ, HIPMR_PLATFORM="emulated")
+    proc = subprocess.Popen([sys.executable, SCRIPT, "--json", str(out), "--fuzz-ops", "0",
+                             "--only", "test_slow_section", "--", str(slow)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()  # the plan: the sections have started
+    assert "1 sections" in first
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2, stdout + stderr
+    result = json.loads(out.read_text())
+    assert result["interrupted_by"] == ["SIGTERM"] and result["cut"] == [str(slow)]
+    assert "interrupted by SIGTERM" in stdout and "result: INCOMPLETE" in stdout
+
+
+def test_thread_loops_stop_at_the_deadline_and_count_what_ran(tmp_path):
+    """HIPMR_TEST_DEADLINE (set by --budget) stops the hammering threads; the tests still
+    check everything, and the counters say how much ran of what was planned."""
+    out = tmp_path / "section.jsonl"
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_TEST_DEADLINE="1",
+               PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, SCRIPT, "--pytest-child", str(out), "--", "-q",
+                           "-p", "no:cacheprovider", "tests/test_pool_threads.py",
+                           "tests/test_threads.py", "-k",
+                           "sixteen_threads_on_one_pool or sixteen_threads_on_statistics"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    section = reliability_report.read_section(str(out))
+    assert section["done"] == 0 and section["collected"] == 4
+    assert [t["outcome"] for t in section["tests"]] == ["passed"] * 4
+    counters = section["counters"]
+    assert counters["threads_cut"] == 4 * 16 and counters["thread_ops"] == 0
+    assert counters["thread_ops_planned"] == 2 * 16 * 1500 + 2 * 16 * 600
+
+
+def test_extra_paths_become_sections_and_options_go_to_every_section(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    # "tests" after -k is the expression, not a path
+    assert reliability_report._split_pytest_args(["tests", "-k", "tests", "-x"]) == (
+        [os.path.abspath(os.path.join(ROOT, "tests"))], ["-k", "tests", "-x"])
