@@ -20,7 +20,8 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.errors import HipError, OutOfMemoryError
-from hipmr_ctypes.resources import per_device
+
+from support import process_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -42,16 +43,13 @@ def provoked(n=1):
 @pytest.fixture
 def clean(emulator):
     """The emulator, with a fresh per-device table; checks that the test leaked nothing."""
-    saved = dict(per_device._resources)
-    per_device._resources.clear()
-    gc.collect()
-    before = emulator.live_allocations()
-    try:
-        yield emulator
-    finally:
-        emulator.clear_faults()
-        per_device._resources.clear()
-        per_device._resources.update(saved)
+    with process_runtime():
+        gc.collect()
+        before = emulator.live_allocations()
+        try:
+            yield emulator
+        finally:
+            emulator.clear_faults()
     gc.collect()
     assert emulator.live_allocations() == before, "the test leaked device memory"
 

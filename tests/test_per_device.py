@@ -13,15 +13,14 @@ from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
                                     per_device, set_current_device_resource,
                                     set_per_device_resource)
 
+from support import process_runtime
+
 
 @pytest.fixture(autouse=True)
 def clean_table():
     """Each test starts from an empty table and leaves the previous one as it was."""
-    saved = dict(per_device._resources)
-    per_device._resources.clear()
-    yield
-    per_device._resources.clear()
-    per_device._resources.update(saved)
+    with process_runtime():
+        yield
 
 
 class SyncOnly:
@@ -153,11 +152,8 @@ def test_lock_not_held_while_making_the_default(monkeypatch):
 @pytest.fixture
 def two_devices(emulator):
     rt = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
-    previous = _hip.set_runtime(rt)
-    try:
+    with process_runtime(rt):
         yield rt
-    finally:
-        _hip.set_runtime(previous)
 
 
 def test_per_device_with_two_devices(two_devices):

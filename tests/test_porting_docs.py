@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from hipmr_ctypes import initialization
-from hipmr_ctypes.resources import per_device
 from hipmr_ctypes.statistics import default_profiler_records
+
+from support import process_runtime
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "porting.md"
 
@@ -20,10 +21,9 @@ def blocks():
 
 @pytest.fixture
 def restored():
-    saved, hooks = dict(per_device._resources), list(initialization._hooks)
-    yield
-    per_device._resources.clear()
-    per_device._resources.update(saved)
+    hooks = list(initialization._hooks)
+    with process_runtime():
+        yield
     initialization._hooks[:] = hooks
     default_profiler_records.clear()
 

@@ -15,6 +15,8 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import initialization
 from hipmr_ctypes.resources import per_device
 
+from support import process_runtime
+
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 MiB = 1 << 20
 
@@ -24,16 +26,13 @@ def clean_state(monkeypatch):
     """Each test starts with no per-device resource and no hook, and leaves things as found."""
     for variable in initialization.LOG_FILE_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    saved = dict(per_device._resources)
     hooks = list(initialization._hooks)
-    per_device._resources.clear()
     initialization._hooks.clear()
-    yield
-    for mr in per_device._resources.values():
-        if isinstance(mr, hmr.LoggingResource):
-            mr.close()
-    per_device._resources.clear()
-    per_device._resources.update(saved)
+    with process_runtime():
+        yield
+        for mr in per_device._resources.values():
+            if isinstance(mr, hmr.LoggingResource):
+                mr.close()
     initialization._hooks[:] = hooks
 
 

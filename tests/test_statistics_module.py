@@ -14,6 +14,8 @@ from hipmr_ctypes.statistics import (ProfilerRecords, Statistics, default_profil
                                      get_statistics, pop_statistics, profiler, push_statistics,
                                      statistics)
 
+from support import process_runtime
+
 pytestmark = pytest.mark.gpu   # every test allocates: run them on the GPU too
 
 
@@ -25,13 +27,10 @@ def S(cb, cn, pb, pn, tb, tn):
 @pytest.fixture(autouse=True)
 def fresh_resource():
     """The current device's resource is a plain DeviceMemoryResource during each test."""
-    saved = dict(per_device._resources)
-    per_device._resources.clear()
-    hmr.set_current_device_resource(hmr.DeviceMemoryResource())
-    default_profiler_records.clear()
-    yield
-    per_device._resources.clear()
-    per_device._resources.update(saved)
+    with process_runtime():
+        hmr.set_current_device_resource(hmr.DeviceMemoryResource())
+        default_profiler_records.clear()
+        yield
     default_profiler_records.clear()
 
 

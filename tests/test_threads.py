@@ -23,9 +23,8 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.errors import OutOfMemoryError
-from hipmr_ctypes.resources import per_device
 
-from support import LiveRanges, past_deadline
+from support import LiveRanges, past_deadline, process_runtime
 
 THREADS = 16
 OPS = 600                 # per thread and test
@@ -239,10 +238,8 @@ def test_buffers_created_and_closed_from_many_threads(emu, streams):
 
 
 def test_per_device_resource_from_many_threads(emu):
-    saved = dict(per_device._resources)
-    per_device._resources.clear()
     made = [hmr.AsyncMemoryResource() for _ in range(4)]
-    try:
+    with process_runtime():
         # allocate / free through whatever resource is current, with the right size
         def churn_sized(i):
             rng = random.Random(i)
@@ -263,9 +260,6 @@ def test_per_device_resource_from_many_threads(emu):
         assert isinstance(results[0], hmr.DeviceMemoryResource)
         assert run_threads(churn_sized) == []
         assert hmr.get_current_device_resource() in made
-    finally:
-        per_device._resources.clear()
-        per_device._resources.update(saved)
 
 
 def _handles():
