@@ -15,7 +15,6 @@ the same machine); ``scripts/bench_alloc.py`` on the GPU machine is the number t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,8 @@ from typing import Any, Callable, Dict, List
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes._hip import get_runtime  # noqa: E402
+
+from bench_output import print_and_save  # noqa: E402
 
 
 def loops() -> Dict[str, Callable[[int], None]]:
@@ -179,13 +180,9 @@ def main(argv: Any = None) -> int:
             run(n)
             samples[name].append((time.perf_counter_ns() - t0) / n)
     result = {name: statistics.median(v) for name, v in samples.items()}
-    print(f"median ns per pair (per operation below the pairs), {args.rounds} rounds, Python {sys.version.split()[0]}, "
-          f"platform {get_runtime().platform}")
-    for name, ns in result.items():
-        print(f"  {name:44s} {ns:9.0f}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
+    print_and_save(f"median ns per pair (per operation below the pairs), {args.rounds} rounds, "
+                   f"Python {sys.version.split()[0]}, platform {get_runtime().platform}",
+                   result, args.json, result)
     return 0
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import json
 import os
 import shutil
 import statistics
@@ -26,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 from typing import Any, Dict, List
+
+from bench_output import print_and_save
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
@@ -83,15 +84,11 @@ def main(argv: Any = None) -> int:
                               - med["floor (import ctypes + CDLL)"],
                               "beyond_library_no_pyc_ms": med["import hipmr_ctypes, no .pyc"]
                               - med["floor (import ctypes + CDLL)"]}
-    print(f"median ms over {args.rounds} interleaved rounds, Python {sys.version.split()[0]}, "
-          f"library {result['library']}")
-    for name, ms in med.items():
-        print(f"  {name:32s} {ms:8.2f}")
-    print(f"  {'beyond the library':32s} {result['beyond_library_ms']:8.2f}")
-    print(f"  {'beyond the library, no .pyc':32s} {result['beyond_library_no_pyc_ms']:8.2f}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
+    rows = dict(med, **{"beyond the library": result["beyond_library_ms"],
+                        "beyond the library, no .pyc": result["beyond_library_no_pyc_ms"]})
+    print_and_save(f"median ms over {args.rounds} interleaved rounds, Python "
+                   f"{sys.version.split()[0]}, library {result['library']}", rows, args.json,
+                   result, width=32, fmt="8.2f")
     return 0
 
 
