@@ -123,10 +123,11 @@ class Collector:
             self._write({"test": entry})
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        record: Dict[str, Any] = {"finished": nodeid}
         counters = self.counters()
         if counters != self._counters:
-            self._counters = counters
-            self._write({"counters": counters})
+            self._counters = record["counters"] = counters
+        self._write(record)
 
     @staticmethod
     def counters() -> Dict[str, int]:
@@ -179,7 +180,7 @@ _PRCTL = _prctl()
 def read_section(path: str) -> Dict[str, Any]:
     """What a pytest section's JSON-lines file says (a torn last line is ignored)."""
     result: Dict[str, Any] = {"tests": [], "counters": {}, "collected": None, "running": "",
-                              "done": None}
+                              "since": None, "done": None}
     try:
         with open(path) as fh:
             lines = fh.read().splitlines()
@@ -192,11 +193,11 @@ def read_section(path: str) -> Dict[str, Any]:
             continue
         if "test" in record:
             result["tests"].append(record["test"])
-            result["running"] = ""
         elif "running" in record:
-            result["running"] = record["running"]
-        elif "counters" in record:
-            result["counters"] = record["counters"]
+            result["running"], result["since"] = record["running"], record.get("at")
+        elif "finished" in record:
+            result["running"] = ""
+            result["counters"] = record.get("counters", result["counters"])
         elif "collected" in record:
             result["collected"] = record["collected"]
         elif "done" in record:
@@ -357,6 +358,8 @@ class Section:
         status = {"complete": "", "failed": ""}.get(self.status, self.status.upper() + ": ")
         if self.status == "cut" and self.kind == "pytest" and res.get("running"):
             what += f"; stopped in {res['running']}"
+            if res.get("since"):
+                what += f" after {self.ended - res['since']:.1f} s in it"
         if self.status == "shortened" and self.kind == "pytest":
             what += (f"; thread loops stopped at the deadline "
                      f"({res['counters'].get('threads_cut', 0)} threads)")
