@@ -613,6 +613,55 @@ def test_async_construction_failure_destroys_the_pool(emulator, monkeypatch, fai
     assert emulator.live_allocations() == before
 
 
+def test_async_hot_path_passes_exactly_what_it_checked(emulator):
+    """The native calls receive the checked size, pool and stream handle, whether the call
+    takes the inline test (an int size, alignment 256, the stream validated last time, passed
+    again) or the checked path (any other stream, alignment or size); a stream validated once
+    does not let a bad one through afterwards."""
+    a = AsyncMemoryResource()
+    calls = []
+    a._malloc = lambda out, n, pool, stream: calls.append(("malloc", n, pool, stream)) or 0
+    a._free_fn = lambda ptr, stream: calls.append(("free", ptr, stream)) or 0
+    pool = a.pool.handle
+    with hmr.Stream() as s:
+        h = s.handle
+        big = (1 << 63) + 4096  # a valid address above 2**63
+        for stream in (0, h, h, s, hmr.stream_ref(s), h, 0):
+            for size, alignment in ((256, 256), (7, 1), (1 << 30, 256), (1 << 40, 64)):
+                calls.clear()
+                a.allocate_async(size, alignment, stream)
+                a.deallocate_async(big, size, alignment, stream)
+                a.deallocate_async(4096, size, alignment, stream)
+                handle = hmr.stream_ref(stream).handle
+                assert calls == [("malloc", size, pool, handle), ("free", big, handle),
+                                 ("free", 4096, handle)]
+        calls.clear()
+        for bad in (-1, 1 << 64, True, 1.0, None, "0"):
+            with pytest.raises((TypeError, ValueError), match="stream"):
+                a.allocate_async(256, 256, bad)
+            with pytest.raises((TypeError, ValueError), match="stream"):
+                a.deallocate_async(4096, 256, 256, bad)
+            a.allocate_async(256, 256, h)  # the last good one, again
+        for size in (-1, 1.0, True, (1 << 63) + 1):
+            with pytest.raises((TypeError, ValueError), match="bytes"):
+                a.allocate_async(size, 256, h)
+            with pytest.raises((TypeError, ValueError), match="bytes"):
+                a.deallocate_async(4096, size, 256, h)
+        for alignment in (256.0, True, 512, 3, None):
+            with pytest.raises((TypeError, ValueError), match="alignment"):
+                a.allocate_async(256, alignment, h)
+            with pytest.raises((TypeError, ValueError), match="alignment"):
+                a.deallocate_async(4096, 256, alignment, h)
+        for ptr in (-1, 1 << 64, 4096.0, True):
+            with pytest.raises((TypeError, ValueError), match="ptr"):
+                a.deallocate_async(ptr, 256, 256, h)
+        assert calls == [("malloc", 256, pool, h)] * 6
+        calls.clear()
+        assert a.allocate_async(0, 256, h) == 0 and a.deallocate_async(0, 256, 256, h) is None
+        assert calls == []
+    a.close()
+
+
 def test_async_needs_memory_pool_support(emulator):
     old = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_VERSION": "6.1.0"})
     previous = _hip.set_runtime(old)

@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 
+#: The default alignment: ``alignment is _A256`` holds for the int 256 only (CPython keeps one
+#: object for each small int), never for ``256.0`` or a numpy integer.
+_A256 = DEFAULT_ALIGNMENT
+#: The largest size the hot paths test inline (``2**30 - 1``): CPython compares such ints in
+#: one machine word; larger sizes (up to ``2**63``) take the checked path.
+_COMPACT = (1 << 30) - 1
+
 #: Bytes of the random identity of an exportable pool (``resources.ipc.POOL_ID_BYTES``)
 POOL_ID_BYTES = 16
 #: The largest release threshold (``UINT64_MAX``): freed memory stays in the pool (RMM's default).
@@ -347,7 +354,7 @@ class AsyncMemoryResource:
     _checks_arguments = True
 
     __slots__ = ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
-                 "__weakref__")
+                 "_stream", "__weakref__")
     properties = (device_accessible,)
 
     def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[Size] = None,
@@ -446,6 +453,7 @@ class AsyncMemoryResource:
         self._settings = settings
         self._malloc = rt.fn.hipMallocFromPoolAsync
         self._free_fn = rt.fn.hipFreeAsync
+        self._stream = 0  # the stream handle last validated (see _stream_arg)
         pool._users[id(self)] = self
 
     def __copy__(self) -> "AsyncMemoryResource":
@@ -453,7 +461,8 @@ class AsyncMemoryResource:
         the slots alone would not be known to the pool, and go on allocating from it)."""
         cls = type(self)
         new = cls.__new__(cls)
-        for name in ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings"):
+        for name in ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
+                     "_stream"):
             setattr(new, name, getattr(self, name))
         self._pool._users[id(new)] = new
         new._malloc, new._free_fn = self._malloc, self._free_fn  # if closed meanwhile
@@ -472,26 +481,23 @@ class AsyncMemoryResource:
         """The device ordinal the memory lives on."""
         return self._device
 
-    # ---- hot path: one inlined test for the common case (int size, int stream handle, an
-    # alignment in 1..256); anything else takes the slow path, which converts what it may
-    # (Stream, stream_ref, numpy integers, handles above 2**63) and names what it rejects.
-    # The test is kept out of the native call's try, so no error of the call is swallowed.
+    # ---- hot path: one inlined test for the usual call (an int size, the default alignment,
+    # the stream last validated here, passed again: the same object) and the native call;
+    # anything else takes the checked path, which tests the other fast cases, converts what it
+    # may (Stream, stream_ref, numpy integers, handles above 2**63), names what it rejects and
+    # remembers a validated int handle.  The test is kept out of the native call's error
+    # handling, so no error of the call is swallowed.
     def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
         """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
         returns the pointer as an int (0 for ``bytes == 0``)."""
-        try:  # the usual call, tested inline (1 << 63 is folded into a constant): ints in
-            # range (a size is at most 2**63; a larger handle takes the checked path)
-            fast = (type(bytes) is int is type(stream)
-                    and 0 < bytes <= 1 << 63 and 0 <= stream <= 1 << 63
-                    and _FAST[alignment] is alignment)
-        except (KeyError, TypeError):  # an alignment that is no key / not hashable
-            fast = False
-        if not fast:
-            bytes, stream = _checked_alloc(bytes, alignment, stream)
+        if not (stream is self._stream and type(bytes) is int and 0 < bytes <= _COMPACT
+                and alignment is _A256):
+            bytes, stream = self._alloc_args(bytes, alignment, stream)
             if not bytes:
                 return 0
         out = c_void_p()
-        st = self._malloc(out, bytes, self._handle, stream)
+        malloc = self._malloc
+        st = malloc(out, bytes, self._handle, stream)
         if st:
             raise self._rt.error(st, "hipMallocFromPoolAsync", size=bytes,
                                  device=self._device)
@@ -499,20 +505,50 @@ class AsyncMemoryResource:
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
-        try:
-            fast = (type(ptr) is int is type(bytes) is type(stream)   # as in allocate_async
-                    and 0 < ptr <= 1 << 63 and 0 <= bytes <= 1 << 63 and 0 <= stream <= 1 << 63
-                    and _FAST[alignment] is alignment)
-        except (KeyError, TypeError):
-            fast = False
-        if not fast:
-            ptr, stream = _checked_free(ptr, bytes, alignment, stream)
+        if not (stream is self._stream and type(ptr) is int is type(bytes)
+                and 0 < ptr <= 1 << 63 and 0 <= bytes <= _COMPACT and alignment is _A256):
+            ptr, stream = self._free_args(ptr, bytes, alignment, stream)
             if not ptr:
                 return
-        st = self._free_fn(ptr, stream)
+        free = self._free_fn
+        st = free(ptr, stream)
         if st:
             raise self._rt.error(st, "hipFreeAsync", device=self._device,
                                  detail=f"ptr={ptr:#x}")
+
+    def _alloc_args(self, nbytes: Any, alignment: Any, stream: Any) -> Tuple[int, int]:
+        """The checked path of ``allocate_async``'s test: (size, stream handle), or the
+        precise TypeError / ValueError."""
+        try:
+            fast = (type(nbytes) is int and 0 <= nbytes <= 1 << 63
+                    and _FAST[alignment] is alignment)
+        except (KeyError, TypeError):  # an alignment that is no key / not hashable
+            fast = False
+        if not fast:
+            nbytes = check_args(nbytes, alignment, 256)
+        return nbytes, self._stream_arg(stream)
+
+    def _free_args(self, ptr: Any, nbytes: Any, alignment: Any, stream: Any
+                   ) -> Tuple[int, int]:
+        """The checked path of ``deallocate_async``'s test: (pointer, stream handle)."""
+        try:
+            fast = (type(ptr) is int is type(nbytes) and 0 <= ptr <= MAX_ADDRESS
+                    and 0 <= nbytes <= 1 << 63 and _FAST[alignment] is alignment)
+        except (KeyError, TypeError):
+            fast = False
+        if not fast:
+            ptr = check_ptr(ptr)
+            check_args(nbytes, alignment, 256)
+        return ptr, self._stream_arg(stream)
+
+    def _stream_arg(self, stream: Any) -> int:
+        """The handle of ``stream``; a valid int handle is remembered, so that the hot paths
+        know it by identity next time (any value in ``[0, 2**64)`` is a valid handle, so an
+        int once validated is valid for ever; the slot is one atomic store)."""
+        handle = check_stream(stream)
+        if stream is handle:
+            self._stream = handle
+        return handle
 
     def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """Allocate on the null stream and wait for it."""
@@ -555,20 +591,6 @@ class AsyncMemoryResource:
         settings = "".join(f", {k}={v}" for k, v in self._settings if v is not None)
         state = "closed" if self._pool._closed else f"{self._handle:#x}"
         return f"{type(self).__name__}(device={self._device}{settings}) [pool {state}]"
-
-
-def _checked_alloc(nbytes: Any, alignment: Any, stream: Any) -> Tuple[int, int]:
-    """The slow path of ``allocate_async``'s test: (size, stream handle), or the precise
-    TypeError / ValueError."""
-    nbytes = check_args(nbytes, alignment, 256)
-    return nbytes, check_stream(stream)
-
-
-def _checked_free(ptr: Any, nbytes: Any, alignment: Any, stream: Any) -> Tuple[int, int]:
-    """The slow path of ``deallocate_async``'s test: (pointer, stream handle)."""
-    ptr = check_ptr(ptr)
-    check_args(nbytes, alignment, 256)
-    return ptr, check_stream(stream)
 
 
 def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:
