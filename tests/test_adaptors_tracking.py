@@ -68,3 +68,77 @@ def test_tracking_restores_its_record_when_the_upstream_refuses():
     with pytest.raises(RuntimeError):
         tr.deallocate(p, 32)
     assert p in tr.outstanding()
+
+
+class _Uncomparable:
+    def __eq__(self, other):
+        raise ValueError("cannot compare")
+
+    __hash__ = None
+
+
+@pytest.fixture
+def pool():
+    import hipmr_ctypes as hmr
+    with hmr.AsyncMemoryResource() as a:
+        p = hmr.PoolResource(a, initial_pool_size=1 << 20)
+        yield p
+        p.release()
+
+
+def test_tracking_over_a_package_pool_records_streams_and_stacks(pool):
+    import hipmr_ctypes as hmr
+    tr = TrackingResource(pool, capture_stacks=True)
+    with hmr.Stream() as s:
+        ptrs = [tr.allocate(100), tr.allocate_async(200, 64, 0), tr.allocate_async(300, 256, s),
+                tr.allocate_async(400, 256, hmr.stream_ref(s))]
+        out = tr.outstanding()
+        assert [out[p].stream for p in ptrs] == [None, 0, s.handle, s.handle]
+        assert [out[p].size for p in ptrs] == [100, 200, 300, 400]
+        for p in ptrs:    # the innermost frame is the caller's, none of ours
+            assert out[p].stack[-1].name == \
+                "test_tracking_over_a_package_pool_records_streams_and_stacks"
+        tr.deallocate(ptrs[0], 100)
+        tr.deallocate_async(ptrs[1], 200, 64, 0)
+        tr.deallocate_async(ptrs[2], 300, 256, s)
+        tr.deallocate_async(ptrs[3], 400, 256, s.handle)
+        assert tr.outstanding() == {} and pool.allocation_count() == 0
+
+
+def test_tracking_over_a_package_pool_keeps_its_record_when_a_free_is_refused(pool):
+    """Over the package's own resources the fast path claims the record, lets the upstream
+    check the arguments and puts the record back when it refuses: a refused free changes
+    nothing, whatever the argument."""
+    np = pytest.importorskip("numpy")
+    tr = TrackingResource(pool)
+    p = tr.allocate_async(64, 256, 0)
+    q = tr.allocate(1)
+    bad_frees = [
+        (p, 64.0, 256, 0), (p, 64, 256.0, 0), (p, np.array([64, 64]), 256, 0),
+        (p, _Uncomparable(), 256, 0), (p, 64, _Uncomparable(), 0), (p, 64, 256, -1),
+        (p, 64, 256, 1 << 64), (p, 64, 256, "0"), (p, 64, 256, True), (p, 65, 256, 0),
+        (p, 64, 128, 0), (p + 1, 64, 256, 0), (float(p), 64, 256, 0), (q, True, 256, 0),
+    ]
+    for args in bad_frees:
+        with pytest.raises((TypeError, ValueError)):
+            tr.deallocate_async(*args)
+        assert set(tr.outstanding()) == {p, q}, args
+        assert pool.allocation_count() == 2, args
+    with pytest.raises(TypeError):
+        tr.deallocate(q, True)
+    tr.deallocate_async(p, np.int64(64), 256, 0)  # equal by value and an index: accepted
+    tr.deallocate(q, 1)
+    assert tr.outstanding() == {} and pool.allocation_count() == 0
+
+
+def test_tracking_records_an_address_its_package_upstream_hands_out_again(pool):
+    """An allocation freed behind the adaptor's back (straight to the pool) and handed out
+    again is recorded anew: the package's resources never hand out a live address twice, so
+    the address is not live any more."""
+    tr = TrackingResource(pool)
+    p = tr.allocate(64)
+    pool.deallocate(p, 64)
+    assert tr.allocate_async(64, 256, 0) == p
+    assert tr.outstanding()[p].stream == 0
+    tr.deallocate_async(p, 64, 256, 0)
+    assert tr.outstanding() == {} and pool.allocation_count() == 0

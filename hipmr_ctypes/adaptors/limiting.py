@@ -1,10 +1,11 @@
 """``LimitingResource``: refuses allocations that would pass a byte limit."""
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from collections import deque
+from typing import Any, Deque, Tuple
 
 from ..errors import OutOfMemoryError
-from .._locks import TokenMutex
+from .._locks import TokenMutex, wait_token
 from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
@@ -12,6 +13,13 @@ from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, chec
 
 __all__ = ["LimitingResource"]
 
+
+def _refused(nbytes: int, in_use: int, limit: int) -> OutOfMemoryError:
+    """The error of an allocation of ``nbytes`` that would pass ``limit`` with ``in_use``
+    bytes outstanding."""
+    check_size(nbytes)  # a size above 2**63 is a bad argument, not a lack of memory
+    return OutOfMemoryError(call="LimitingResource.allocate", size=nbytes,
+                            detail=f"{in_use} of the limit {limit} bytes are in use")
 
 
 class LimitingResource(BoundAdaptor):
@@ -35,80 +43,72 @@ class LimitingResource(BoundAdaptor):
         gives them back if it fails).  A deallocation only appends its size to ``returned``
         (atomic) after the upstream freed; the next allocation or reader subtracts it.  So a
         finalizer that frees through this resource never waits for the mutex, and ``used``
-        never shows less than what is really outstanding."""
+        never shows less than what is really outstanding.  The closures keep in their cells
+        only what every call uses; the checks' constants and slow paths are module globals."""
         mutex = TokenMutex()
         take = mutex.take_nowait
-        wait = mutex.take
         put = mutex.put
-        aligned = FAST_ALIGNMENTS.get
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
-        returned: List[int] = []   # sizes freed (or reserved in vain), not yet subtracted
-        freed = returned.append
-        pop_returned = returned.pop
+        returned: Deque[int] = deque()  # sizes freed (or reserved in vain), not yet subtracted
 
         def current() -> int:
             nonlocal used
-            wait()
+            wait_token(take)
             try:
                 while returned:
-                    used -= pop_returned()
+                    used -= returned.pop()
                 in_use = used
             finally:
                 put(True)
             return in_use
 
-        def refuse(nbytes: int, in_use: int) -> OutOfMemoryError:
-            check_size(nbytes)  # a size above 2**63 is a bad argument, not a lack of memory
-            return OutOfMemoryError(call="LimitingResource.allocate", size=nbytes,
-                                    detail=f"{in_use} of the limit {limit} bytes are in use")
-
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if type(bytes) is not int or must_check and (
                     type(ptr) is not int or not 0 <= ptr <= MAX_PTR or not 0 <= bytes <= MAX_SIZE
-                    or aligned(alignment) is not alignment):
+                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)  # index-able: int
             up_dealloc(ptr, bytes, alignment)
-            freed(bytes)  # atomic; the next allocation or reader subtracts it
+            returned.append(bytes)  # atomic; the next allocation or reader subtracts it
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
             nonlocal used
-            if type(bytes) is not int or must_check and (not 0 <= bytes <= MAX_SIZE
-                                                         or aligned(alignment) is not alignment):
+            if type(bytes) is not int or must_check and (
+                    not 0 <= bytes <= MAX_SIZE
+                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             try:
                 take()
             except IndexError:
-                wait()
+                wait_token(take)
             try:  # int operations only: nothing here allocates or calls out
                 while returned:  # usually one size: the last free
-                    used -= pop_returned()
-                in_use = used
-                fits = in_use + bytes <= limit
-                if fits:
-                    used = in_use + bytes
+                    used -= returned.pop()
+                in_use = used + bytes
+                if in_use <= limit:
+                    used = in_use
             finally:
                 put(True)
-            if not fits:
-                raise refuse(bytes, in_use)
+            if in_use > limit:
+                raise _refused(bytes, in_use - bytes, limit)
             try:
                 if stream is SYNC:
                     return up_alloc(bytes, alignment)
                 ptr: int = up_alloc_async(bytes, alignment, stream)
                 return ptr
             except BaseException:
-                freed(bytes)  # the reservation, given back
+                returned.append(bytes)  # the reservation, given back
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(bytes) is not int or must_check and (
                     type(ptr) is not int or not 0 <= ptr <= MAX_PTR or not 0 <= bytes <= MAX_SIZE
-                    or aligned(alignment) is not alignment):
+                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)  # index-able: int
             up_dealloc_async(ptr, bytes, alignment, stream)
-            freed(bytes)
+            returned.append(bytes)
 
         self._used = current
         self._mutex = mutex

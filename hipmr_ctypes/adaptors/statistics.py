@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, List, Tuple
+from typing import Any, Deque, List, Tuple
 
-from .._locks import TokenMutex
+from .._locks import TokenMutex, wait_token
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
                     check_free_args, must_check_arguments, upstream_calls)
@@ -56,39 +57,38 @@ class StatisticsResource(BoundAdaptor):
         allocation, which sees every deallocation logged before it, so current and peak are
         exact for that order and never show more than is really outstanding; and a finalizer
         that frees through this resource never waits for the mutex.  A deallocation the
-        upstream refuses is counted back (``undone``), not as a new allocation."""
+        upstream refuses is counted back (``undone``), not as a new allocation; the holder
+        takes the refusals before the frees, so it never counts one back without its free.
+
+        The closures keep in their cells only what every call uses (each cell is copied into
+        every call's frame); the checks' constants and slow paths are module globals."""
         mutex = TokenMutex()
         take = mutex.take_nowait
-        wait = mutex.take                # waits for the token (hot paths try take() first)
         put = mutex.put
         stack_lock = threading.Lock()   # push / pop: the stack and the counters together
-        returned: List[int] = []        # sizes freed, not yet subtracted
-        freed = returned.append
-        pop_returned = returned.pop
-        undone: List[int] = []          # sizes whose free the upstream refused
-        undo = undone.append
-        aligned = FAST_ALIGNMENTS.get
+        returned: Deque[int] = deque()  # sizes freed, not yet subtracted
+        undone: Deque[int] = deque()    # sizes whose free the upstream refused
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         stack: List[Tuple[int, ...]] = []
         cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
 
         def settle() -> None:
-            """Subtract the logged frees, count back the refused ones (mutex held)."""
+            """Count back the refused frees, subtract the logged ones (mutex held)."""
             nonlocal cb, cn, pb, pn
-            while returned:
-                cb -= pop_returned()
-                cn -= 1
             while undone:
                 cb += undone.pop()
                 cn += 1
-                if cb > pb:
-                    pb = cb
-                if cn > pn:
-                    pn = cn
+            while returned:
+                cb -= returned.pop()
+                cn -= 1
+            if cb > pb:
+                pb = cb
+            if cn > pn:
+                pn = cn
 
         def read() -> Tuple[int, ...]:
-            wait()
+            wait_token(take)
             try:
                 settle()
                 values = cb, cn, pb, pn, tb, tn
@@ -99,21 +99,24 @@ class StatisticsResource(BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             """(``stream`` SYNC: the synchronous ``allocate``.)"""
             nonlocal cb, cn, pb, pn, tb, tn
-            if type(bytes) is not int or must_check and (not 0 <= bytes <= MAX_SIZE
-                                                         or aligned(alignment) is not alignment):
+            if type(bytes) is not int or must_check and (
+                    not 0 <= bytes <= MAX_SIZE
+                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)  # also an index-able size: int
             ptr = (up_alloc(bytes, alignment) if stream is SYNC
                    else up_alloc_async(bytes, alignment, stream))
             try:
                 take()
             except IndexError:
-                wait()
+                wait_token(take)
             try:  # int operations only
-                while returned:  # usually one size: the last free
-                    cb -= pop_returned()
-                    cn -= 1
                 if undone:
-                    settle()
+                    while undone:
+                        cb += undone.pop()
+                        cn += 1
+                while returned:  # usually one size: the last free
+                    cb -= returned.pop()
+                    cn -= 1
                 cb += bytes
                 cn += 1
                 tb += bytes
@@ -129,25 +132,25 @@ class StatisticsResource(BoundAdaptor):
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if type(bytes) is not int or bytes < 0 or must_check and (
                     type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
-                    or aligned(alignment) is not alignment):
+                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            freed(bytes)
+            returned.append(bytes)
             try:
                 up_dealloc(ptr, bytes, alignment)
             except BaseException:
-                undo(bytes)
+                undone.append(bytes)
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(bytes) is not int or bytes < 0 or must_check and (
                     type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
-                    or aligned(alignment) is not alignment):
+                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            freed(bytes)
+            returned.append(bytes)
             try:
                 up_dealloc_async(ptr, bytes, alignment, stream)
             except BaseException:
-                undo(bytes)
+                undone.append(bytes)
                 raise
 
         def snapshot() -> Statistics:
@@ -156,7 +159,7 @@ class StatisticsResource(BoundAdaptor):
         def push() -> Statistics:
             nonlocal cb, cn, pb, pn, tb, tn
             with stack_lock:
-                wait()
+                wait_token(take)
                 try:
                     settle()
                     before = cb, cn, pb, pn, tb, tn
@@ -172,7 +175,7 @@ class StatisticsResource(BoundAdaptor):
                 if not stack:
                     raise IndexError("pop_counters: no counters were pushed")
                 lcb, lcn, lpb, lpn, ltb, ltn = stack.pop()
-                wait()
+                wait_token(take)
                 try:
                     settle()
                     popped = cb, cn, pb, pn, tb, tn

@@ -6,7 +6,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from ._base import (MAX_PTR, SYNC, BoundAdaptor, check_args, check_free_args, check_stream,
+from ..properties import DEFAULT_ALIGNMENT
+from ._base import (SYNC, BoundAdaptor, check_args, check_free_args, check_stream,
                     check_upstream_ptr, claim, duplicate, must_check_arguments, upstream_calls)
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
@@ -46,10 +47,16 @@ class TrackingResource(BoundAdaptor):
         """The hot paths take no lock: ``live[ptr] = record`` records an allocation and
         ``live.pop(ptr)`` claims one for its free, each one atomic operation on a dict, so
         two threads can never both free a pointer.  A free whose size or alignment does not
-        match is put back before the precise error is raised."""
-        live = self._live                 # ptr -> (size, alignment, stream handle, stack)
+        match is put back before the precise error is raised.
+
+        Over the package's own resources, which check every argument before they change
+        anything and never hand out a live address twice, the hot paths leave the checks of
+        sizes, alignments and int streams to the upstream: a record is claimed before the
+        upstream frees and put back if it refuses, so a refused call changes nothing.  Over a
+        user-written upstream every argument is checked first, every returned address too,
+        and an address handed out twice is refused."""
+        live: Dict[int, Any] = self._live  # ptr -> (size, alignment, stream handle, stack)
         live_pop = live.pop
-        setdefault = live.setdefault
         capture = self._capture
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
@@ -63,44 +70,42 @@ class TrackingResource(BoundAdaptor):
                 return up_dealloc
             return lambda p, n, a: up_dealloc_async(p, n, a, stream)
 
-        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            """(``stream`` SYNC: the synchronous ``allocate``.)"""
-            if must_check or type(bytes) is not int or type(alignment) is not int:
-                bytes, alignment = check_args(bytes, alignment)
-            if stream is SYNC:
-                ptr = up_alloc(bytes, alignment)
-                handle = None
-            else:
-                handle = (stream if type(stream) is int and 0 <= stream <= MAX_PTR
-                          else check_stream(stream))
-                ptr = up_alloc_async(bytes, alignment, stream)
-            if must_check:  # a user-written upstream: check what it returned
+        def allocate_checked(bytes: Any, alignment: Any, stream: Any) -> int:
+            """The checked allocation: every call over a user-written upstream (whose address
+            is checked too, and refused if it is live already), and the calls whose size or
+            alignment is not an int."""
+            bytes, alignment = check_args(bytes, alignment)
+            handle = None if stream is SYNC else check_stream(stream)
+            ptr = (up_alloc(bytes, alignment) if stream is SYNC
+                   else up_alloc_async(bytes, alignment, stream))
+            if must_check:
                 ptr = check_upstream_ptr(ptr, bytes, alignment, give_back(stream),
                                          "TrackingResource")
             if ptr:
                 record = (bytes, alignment, handle,
-                          stack(3 if stream is SYNC else 2) if capture else None)
-                if setdefault(ptr, record) is not record:  # handed out twice: keep the record
-                    raise duplicate("TrackingResource", ptr)
+                          stack(4 if stream is SYNC else 3) if capture else None)
+                if not must_check:
+                    live[ptr] = record
+                elif live.setdefault(ptr, record) is not record:
+                    raise duplicate("TrackingResource", ptr)  # handed out twice: keep it
             return ptr
 
-        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            """(``stream`` SYNC: the synchronous ``deallocate``.)"""
-            if stream is not SYNC and (type(stream) is not int or not 0 <= stream <= MAX_PTR):
+        def free_checked(ptr: Any, bytes: Any, alignment: Any, stream: Any,
+                         found: Any) -> None:
+            """The checked free, for what the fast test did not pass (``found``: what it
+            popped, or None): put back, check every argument, claim, then free."""
+            if found is not None:  # put it back: the checked path decides
+                live[ptr] = found
+            if stream is not SYNC:
                 check_stream(stream)  # before anything is claimed
-            found = live_pop(ptr, None) if type(ptr) is int else None
-            if (found is None or found[0] != bytes or found[1] != alignment
-                    or type(bytes) is not int or type(alignment) is not int):
-                if found is not None:  # put it back: the checked path decides
-                    live[ptr] = found
-                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-                found = claim(live, ptr, bytes, 0, "TrackingResource")
-                if found is None:
-                    return
-                if found[1] != alignment:
-                    live[ptr] = found
-                    raise ValueError(f"ptr={ptr:#x} was allocated with alignment={found[1]}, "
-                                     f"not alignment={alignment}")
+            ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+            found = claim(live, ptr, bytes, 0, "TrackingResource")
+            if found is None:
+                return
+            if found[1] != alignment:
+                live[ptr] = found
+                raise ValueError(f"ptr={ptr:#x} was allocated with alignment={found[1]}, "
+                                 f"not alignment={alignment}")
             try:
                 if stream is SYNC:
                     up_dealloc(ptr, bytes, alignment)
@@ -109,6 +114,38 @@ class TrackingResource(BoundAdaptor):
             except BaseException:
                 live[ptr] = found
                 raise
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            """(``stream`` SYNC: the synchronous ``allocate``.)"""
+            if (must_check or type(bytes) is not int
+                    or alignment is not DEFAULT_ALIGNMENT and type(alignment) is not int):
+                return allocate_checked(bytes, alignment, stream)
+            if stream is SYNC:
+                ptr = up_alloc(bytes, alignment)
+                handle = None
+            else:  # the package's upstream checks an int; anything else is converted here
+                handle = stream if type(stream) is int else check_stream(stream)
+                ptr = up_alloc_async(bytes, alignment, stream)
+            if ptr:
+                live[ptr] = (bytes, alignment, handle,
+                             stack(3 if stream is SYNC else 2) if capture else None)
+            return ptr
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            """(``stream`` SYNC: the synchronous ``deallocate``.)"""
+            found = live_pop(ptr, None) if type(ptr) is int else None
+            try:  # the record matches by value; the package's upstream checks the types
+                if (found is not None and found[0] == bytes and found[1] == alignment
+                        and not must_check):
+                    if stream is SYNC:
+                        up_dealloc(ptr, bytes, alignment)
+                    else:
+                        up_dealloc_async(ptr, bytes, alignment, stream)
+                    return
+            except BaseException:  # refused, or not even comparable: put it back
+                live[ptr] = found
+                raise
+            free_checked(ptr, bytes, alignment, stream, found)
 
         self._build(allocate_async, deallocate_async)
 
