@@ -5,12 +5,15 @@ with a clear error, and what was taken is given back.
 of a fake address space and records what is live; its ``bad`` hook makes it misbehave."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Dict, Optional
 
 import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import CallbackResource, device_accessible
+
+from support import check_pool_tiles
 
 
 class AddressSpace:
@@ -102,6 +105,54 @@ def test_a_sub_allocator_refuses_an_address_handed_out_twice(kind):
         r.allocate(1 << 20)                # the upstream hands out the same chunk again
     assert len(set(first)) == 1 and r.allocation_count() == 1
     r.deallocate(first[0], 1 << 20)
+
+
+@pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
+def test_two_threads_growing_at_once_get_one_address_once(kind):
+    """A sub-allocator lets its lock go while its upstream grows it, so two threads can be in
+    the upstream at once.  An upstream that gives both the same address (as a test upstream
+    whose address cursor had no lock once did, so that one pool block went to two threads)
+    gets one of them refused, and no address is handed to two allocations."""
+    meeting = threading.Barrier(2)
+    armed: list = []
+
+    def both_inside(ptr: int, nbytes: int) -> Any:
+        if not armed:
+            return None
+        meeting.wait(30)        # both threads are in the upstream now
+        armed.append(ptr)
+        return armed[1]         # the first to get here: one address for both
+
+    space = AddressSpace(both_inside)
+    r = (hmr.PoolResource(Plain(space)) if kind == "PoolResource"
+         else hmr.FixedSizeResource(Plain(space), 1 << 20, 1))
+    held = [r.allocate(1 << 20)] if kind == "FixedSizeResource" else []  # its first chunk
+    armed.append(None)
+    outcomes: list = []
+
+    def grow() -> None:
+        try:
+            outcomes.append(r.allocate(1 << 20))
+        except ValueError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=grow) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    ptrs = [o for o in outcomes if type(o) is int]
+    errors = [o for o in outcomes if isinstance(o, ValueError)]
+    assert len(ptrs) == len(errors) == 1, outcomes
+    assert "overlaps memory the upstream handed out before" in str(errors[0])
+    assert ptrs[0] == armed[1] and r.allocation_count() == len(held) + 1
+    if kind == "PoolResource":
+        check_pool_tiles(r)
+    for p in ptrs + held:
+        r.deallocate(p, 1 << 20)
+    r.release()
+    assert space.live == {}  # the chunk it kept went back once; the refused one was its twin
 
 
 @pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
