@@ -8,6 +8,13 @@ imports here, in ONE run (see docs/performance.md).
 Sizes 256 B / 64 KiB / 16 MiB; each figure is the median over ``--repeats`` timed loops of
 ``--pairs`` pairs after a warm-up, in ns per pair.  Stream-ordered frees are synchronized
 once after each loop (outside the timing).  Peers that do not import are listed as missing.
+The interop rows are timed as CuPy's own pool is: ``cupy.cuda.alloc(size)`` (CuPy's call of
+the allocator set: our ``allocator()`` over the current device resource, our
+``allocator(pool)``, or ``MemoryPool().malloc``) and the ``MemoryPointer`` dropped, which frees
+it; Numba's plugin row is ``memalloc(size)`` and the pointer dropped (what a device array's
+lifetime does).  The current device resource there is a ``PoolResource`` over
+``AsyncMemoryResource``, so the pool pair itself is in each of them (its own row is
+``PoolResource direct``).
 Also runs a fragmentation workload (random sizes 1 KiB-64 MiB, random lifetimes, fixed seeds)
 and reports peak pool size / peak live bytes for our PoolResource and RMM's pool.
 Never used as a test: timing bounds do not belong in unit tests.  If a step fails, what was
@@ -190,6 +197,11 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
 
 
 _EVERYDAY: List[Any] = []
+#: the rows of the interop hooks and of CuPy's own pool they are compared with
+CUPY_OURS = "CuPy allocator of ours: cupy.cuda.alloc + drop (current resource = pool)"
+CUPY_OURS_PINNED = "CuPy allocator of ours: cupy.cuda.alloc + drop (allocator(pool))"
+NUMBA_OURS = "Numba EMM plugin of ours: memalloc + drop (current resource = pool)"
+CUPY_POOL = "CuPy MemoryPool (cupy.cuda.alloc)"
 
 
 def everyday(size: int) -> Dict[str, Any]:
@@ -243,19 +255,26 @@ def everyday(size: int) -> Dict[str, Any]:
         loops["async_resource_ref[device_accessible](StatisticsResource) (one ref)"] = \
             make_ref(stats)
         loops["_keep_stats"] = stats
+    # The hooks, timed exactly as CuPy's own pool is in peers(): an allocation as CuPy makes
+    # it (cupy.cuda.alloc, which calls the allocator set) and the MemoryPointer dropped (freed
+    # when CuPy lets it go); each loop sets its allocator first (the loops take turns).
     try:
         import cupy
         from hipmr_ctypes.interop.cupy import allocator
-        ours_alloc = allocator()
+        set_allocator, alloc = cupy.cuda.set_allocator, cupy.cuda.alloc
 
-        def cupy_ours(n):
-            for _ in range(n):
-                m = ours_alloc(size)
-                del m
-        loops["CuPy allocator of ours (current resource = pool)"] = cupy_ours
+        def cupy_ours(fn):
+            def run(n):
+                set_allocator(fn)
+                for _ in range(n):
+                    m = alloc(size)
+                    del m
+            return run
+        loops[CUPY_OURS] = cupy_ours(allocator())
+        loops[CUPY_OURS_PINNED] = cupy_ours(allocator(pool))
         loops["_cupy"] = cupy
     except Exception as exc:  # noqa: BLE001
-        loops["CuPy allocator of ours (current resource = pool)"] = f"missing: {exc}"
+        loops[CUPY_OURS] = f"missing: {exc}"
     try:
         from numba import cuda as ncuda
         from hipmr_ctypes.interop.numba import HipmrNumbaManager
@@ -264,14 +283,13 @@ def everyday(size: int) -> Dict[str, Any]:
         plugin.initialize()
 
         def numba_ours(n):
+            memalloc = plugin.memalloc
             for _ in range(n):
-                m = plugin.memalloc(size)
-                m.free()
-        loops["Numba EMM plugin of ours, memalloc + free (current resource = pool)"] = \
-            numba_ours
+                m = memalloc(size)
+                del m
+        loops[NUMBA_OURS] = numba_ours
     except Exception as exc:  # noqa: BLE001
-        loops["Numba EMM plugin of ours, memalloc + free (current resource = pool)"] = \
-            f"missing: {exc}"
+        loops[NUMBA_OURS] = f"missing: {exc}"
     return loops
 
 
@@ -292,14 +310,14 @@ def peers(size: int) -> Dict[str, Callable[[int], None]]:
     try:
         import cupy
         mp = cupy.cuda.MemoryPool()
-        cupy.cuda.set_allocator(mp.malloc)
-        alloc = cupy.cuda.alloc
+        set_allocator, alloc, malloc = cupy.cuda.set_allocator, cupy.cuda.alloc, mp.malloc
 
-        def cupy_pool(n):
+        def cupy_pool(n):  # as our hooks' rows: through cupy.cuda.alloc, dropped
+            set_allocator(malloc)
             for _ in range(n):
                 m = alloc(size)
                 del m
-        loops["CuPy MemoryPool (cupy.cuda.alloc)"] = cupy_pool
+        loops[CUPY_POOL] = cupy_pool
         try:
             amp = cupy.cuda.MemoryAsyncPool()
             amalloc = amp.malloc
@@ -312,7 +330,7 @@ def peers(size: int) -> Dict[str, Callable[[int], None]]:
         except Exception as exc:  # noqa: BLE001
             loops["CuPy MemoryAsyncPool"] = f"missing: {exc}"  # type: ignore[assignment]
     except Exception as exc:  # noqa: BLE001
-        loops["CuPy MemoryPool (cupy.cuda.alloc)"] = f"missing: {exc}"  # type: ignore[assignment]
+        loops[CUPY_POOL] = f"missing: {exc}"  # type: ignore[assignment]
     try:
         import rmm
         import rmm.mr
@@ -474,10 +492,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", default=None, metavar="FILE", help="also save the results here")
     ap.add_argument("--no-peers", action="store_true",
                     help="time only this package's allocators (no CuPy, RMM, PyTorch, ...)")
+    ap.add_argument("--rows", default=None, metavar="TEXT[,TEXT...]",
+                    help="time only the rows whose name contains one of these (the floor rows "
+                         "always), e.g. --rows 'CuPy,Numba,PoolResource direct'")
     ap.add_argument("--frag-ops", type=int, default=4000,
                     help="operations of each fragmentation workload (default 4000)")
     ap.add_argument("--frag-seeds", default="1234,7,42",
-                    help="comma-separated seeds of the fragmentation workload (default 1234,7,42)")
+                    help="comma-separated seeds of the fragmentation workload (default "
+                         "1234,7,42; empty: no fragmentation workload)")
     args = ap.parse_args(argv)
     if hmr.device_count() == 0:  # one clear line, not a traceback from the first allocation
         print(f"bench_alloc.py: the {hmr.platform()} platform sees no device; "
@@ -485,6 +507,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     rt = _hip.get_runtime()
     sync = (lambda: rt.fn.hipDeviceSynchronize())
+    wanted = [w for w in (args.rows or "").split(",") if w]
     results: Dict[str, Dict[str, object]] = {}
     errors: List[str] = []
     frag: List[Dict[str, object]] = []
@@ -509,7 +532,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                      "one ctypes call (hipGetDevice)": (one_ctypes, args.pairs)}
             for gi, loops in enumerate(groups):
                 for name, loop in loops.items():
-                    if name.startswith("_"):
+                    if name.startswith("_") or (wanted and not any(w in name for w in wanted)):
                         continue
                     if isinstance(loop, str):
                         results.setdefault(name, {})[col] = loop
@@ -522,7 +545,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 results.setdefault(name, {})[col] = ns
             del groups, timed
             gc.collect()
-        for seed in args.frag_seeds.split(","):
+        for seed in filter(None, args.frag_seeds.split(",")):
             frag.append(fragmentation(int(seed), args.frag_ops))
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - what was measured is still
         errors.append(f"{type(exc).__name__}: {exc}")  # printed and saved
@@ -574,10 +597,7 @@ def print_table(results, floor, meta, frag) -> None:
               ("LimitingResource over PoolResource", "RMM LimitingResourceAdaptor over its pool"),
               ("TrackingResource over PoolResource", "RMM TrackingResourceAdaptor over its pool"),
               ("Buffer over PoolResource, create + close", "RMM DeviceBuffer on the pool"),
-              ("CuPy allocator of ours (current resource = pool)",
-               "CuPy MemoryPool (cupy.cuda.alloc)"),
-              ("Numba EMM plugin of ours, memalloc + free (current resource = pool)",
-               "CuPy MemoryPool (cupy.cuda.alloc)"))
+              (CUPY_OURS, CUPY_POOL), (CUPY_OURS_PINNED, CUPY_POOL), (NUMBA_OURS, CUPY_POOL))
     print("\n# Ours / the peer's equivalent (lower = we are faster)\n")
     print("| ours | peer | " + " | ".join(cols) + " |")
     print("|---|---|" + "---|" * len(cols))

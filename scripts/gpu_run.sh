@@ -26,6 +26,15 @@ if [ "${PEERS:-0}" = 1 ]; then  # PEERS=1 PEERS_ONLY=1 bash scripts/gpu_run.sh: 
   echo "peers rc=$?"; tail -40 "$OUT/peers.txt"
   if [ "${PEERS_ONLY:-0}" = 1 ]; then exit 0; fi
 fi
+if [ "${INTEROP:-0}" = 1 ]; then  # INTEROP=1 INTEROP_ONLY=1 bash scripts/gpu_run.sh: only this step
+  echo "== CuPy allocator and Numba plugin of ours beside CuPy's pool (interop.txt, interop.json)"
+  HIPMR_PLATFORM=nvidia timeout ${INTEROP_TIMEOUT:-300} python3 scripts/bench_alloc.py \
+    --pairs ${PAIRS:-20000} --repeats 7 --frag-seeds "" \
+    --rows "CuPy,Numba,PoolResource direct,Buffer over the current" \
+    --json "$OUT/interop.json" > "$OUT/interop.txt" 2>&1
+  echo "interop rc=$?"; grep -E "CuPy|Numba|PoolResource direct|floor" "$OUT/interop.txt" | head -30
+  if [ "${INTEROP_ONLY:-0}" = 1 ]; then exit 0; fi
+fi
 echo "== GPU tests"
 HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 timeout ${GPU_TEST_TIMEOUT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider \
   tests > "$OUT/gpu-tests.txt" 2>&1
