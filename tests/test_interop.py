@@ -576,28 +576,33 @@ def test_gpu_numba_memory_manager(gpu_runtime):
         import gc
         import numpy as np
         from numba import cuda
-        from hipmr_ctypes.interop.numba import HipmrNumbaManager
+        import hipmr_ctypes as hmr
+        from hipmr_ctypes.interop.numba import HipmrNumbaManager, _HipmrMemoryPointer
+        stats = hmr.StatisticsResource(hmr.get_current_device_resource())
+        hmr.set_current_device_resource(stats)
         ctx = cuda.current_context()
         mm = ctx.memory_manager
         assert type(mm) is HipmrNumbaManager, type(mm)
         host = np.arange(100_000, dtype=np.float64)
         dev = cuda.to_device(host)
-        assert len(mm.allocations) >= 1
+        assert isinstance(dev.gpu_data, _HipmrMemoryPointer)
+        assert stats.allocation_counts.current_count >= 1
         assert (dev.copy_to_host() == host).all()
         other = cuda.device_array_like(dev)
         other.copy_to_device(dev)
+        assert (other[10:].copy_to_host() == host[10:]).all()   # a view of the memory
         assert (other.copy_to_host() == host).all()
         free, total = ctx.get_memory_info()
         assert 0 < free <= total
         info = ctx.get_memory_info()            # Numba's MemoryInfo, read by field name
         assert type(info).__name__ == "MemoryInfo" and info.total == total and info.free > 0
         assert mm.get_memory_info().total == total
-        from hipmr_ctypes.buffer import Buffer
-        assert all(isinstance(b, Buffer) for b in mm.allocations.values())
+        assert stats.allocation_counts.current_count >= 2
         del dev, other
         gc.collect()
-        ctx.deallocations.clear()
-        assert not mm.allocations, mm.allocations
+        counts = stats.allocation_counts
+        assert counts.current_count == 0 and counts.total_count >= 2, counts  # all freed
+        assert not mm.allocations               # Numba's table is left to Numba's own memory
         empty = cuda.device_array(0)
         print("ok")
     """, NUMBA_CUDA_MEMORY_MANAGER="hipmr_ctypes.interop.numba")
