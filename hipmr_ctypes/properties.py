@@ -184,7 +184,10 @@ class forward_property:
 
     __slots__ = ()
     own_properties: Tuple[Type[Property], ...] = ()
-    properties = _FORWARDED
+    if TYPE_CHECKING:  # what reading it gives; subclasses assign tuples
+        properties: Tuple[Type[Property], ...]
+    else:
+        properties = _FORWARDED
     #: the adaptor's upstream resource (or ref), whose properties it forwards
     upstream_resource: Callable[[], Any]
 
@@ -202,7 +205,7 @@ class forward_property:
         for prop in found:
             _check_property(prop)
         cls.own_properties = tuple(dict.fromkeys(found))
-        cls.properties = _FORWARDED
+        setattr(cls, "properties", _FORWARDED)  # the descriptor (typed as the tuple it gives)
 
     def get_property(self, prop: Type[Property]) -> Any:
         """The upstream's value of the stateful property ``prop``."""

@@ -185,7 +185,7 @@ class ProfilerRecords:
 
 
 #: The records :func:`profiler` writes to when given none.
-default_profiler_records = ProfilerRecords()
+default_profiler_records: ProfilerRecords = ProfilerRecords()
 
 
 def get_descriptive_name_of_object(obj: Any) -> str:

@@ -417,7 +417,7 @@ class DeviceWait:
     __slots__ = ("device",)
 
     def __init__(self, device: int) -> None:
-        self.device = device
+        self.device: int = device
 
     def synchronize(self) -> None:
         Device(self.device).synchronize()

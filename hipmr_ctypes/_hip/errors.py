@@ -77,7 +77,7 @@ class HipError(RuntimeError):
     def __init__(self, code: Optional[int] = None, name: Optional[str] = None,
                  message: str = "", call: Optional[str] = None, detail: str = "") -> None:
         self.code = code
-        self.name = name if name is not None else (ERROR_NAMES.get(code, "hipErrorUnknown")
+        self.name: Optional[str] = name if name is not None else (ERROR_NAMES.get(code, "hipErrorUnknown")
                                                     if code is not None else None)
         self.message = message
         self.call = call
@@ -182,7 +182,7 @@ class LibraryNotFoundError(HipError, OSError):
     """No HIP (or CUDA runtime) library could be loaded; the message lists every path tried."""
 
     def __init__(self, message: str, tried: Iterable[str] = ()) -> None:
-        self.tried = tuple(tried)
+        self.tried: Tuple[str, ...] = tuple(tried)
         HipError.__init__(self, None, "LibraryNotFound", message, None)
 
     def _format(self) -> str:

@@ -371,7 +371,11 @@ class IdentityEqual:
     def __eq__(self, other: object) -> bool:
         return other is self
 
-    __hash__ = object.__hash__
+    if TYPE_CHECKING:
+        def __hash__(self) -> int:
+            return object.__hash__(self)
+    else:  # object's own slot: no Python-level call
+        __hash__ = object.__hash__
 
 
 class BoundMethods:

@@ -40,7 +40,7 @@ class CallbackResource(BoundMethods):
         for prop in properties:
             if not (isinstance(prop, type) and issubclass(prop, Property)) or prop is Property:
                 raise TypeError(f"properties: {prop!r} is not a property class")
-        self.properties = tuple(dict.fromkeys(properties))
+        self.properties: Tuple[type, ...] = tuple(dict.fromkeys(properties))
         self._functions = (allocate, deallocate, allocate_async, deallocate_async)
         self._async = allocate_async is not None
         self._bind()

@@ -355,7 +355,7 @@ class AsyncMemoryResource:
 
     __slots__ = ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
                  "_stream", "__weakref__")
-    properties = (device_accessible,)
+    properties: Tuple[type, ...] = (device_accessible,)
 
     def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[Size] = None,
                  release_threshold: Optional[Size] = None, enable_ipc: bool = False) -> None:

@@ -26,7 +26,7 @@ class DeviceMemoryResource(SyncResource):
     """
 
     __slots__ = ("_device", "_rt", "_malloc", "_free_fn", "_switch")
-    properties = (device_accessible,)
+    properties: Tuple[type, ...] = (device_accessible,)
 
     def __init__(self, device: Optional[Any] = None) -> None:
         rt = _hip.get_runtime()

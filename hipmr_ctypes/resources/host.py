@@ -44,7 +44,7 @@ class HostMemoryResource(SyncResource):
     """
 
     __slots__ = ("_memalign", "_free_fn")
-    properties = (host_accessible,)
+    properties: Tuple[type, ...] = (host_accessible,)
     _max_alignment = None
 
     def __init__(self) -> None:

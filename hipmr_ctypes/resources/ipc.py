@@ -16,7 +16,7 @@ import struct
 import threading
 from ctypes import c_void_p
 from multiprocessing.reduction import DupFd, ForkingPickler
-from typing import Any, Callable, Optional, Set
+from typing import Any, Callable, Optional, Set, Tuple
 
 from .. import _hip
 from .._exit import finalize
@@ -217,7 +217,7 @@ class LegacyIpcMapping:
 
     _checks_arguments = True
     __slots__ = ("_base", "_ptr", "_device", "_closed", "_lock", "__weakref__")
-    properties = (device_accessible,)
+    properties: Tuple[type, ...] = (device_accessible,)
 
     def __init__(self, base: int, ptr: int, device: int) -> None:
         self._base = base

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ctypes import c_int, c_void_p
+from typing import Tuple
 
 from .. import _hip
 from .._hip.types import hipMemAttachGlobal, hipMemAttachHost
@@ -24,7 +25,7 @@ class ManagedMemoryResource(FlagsEqual, SyncResource):
     """
 
     __slots__ = ("_flags", "_rt", "_malloc", "_free_fn")
-    properties = (device_accessible, host_accessible)
+    properties: Tuple[type, ...] = (device_accessible, host_accessible)
 
     def __init__(self, flags: int = hipMemAttachGlobal) -> None:
         if isinstance(flags, bool) or not isinstance(flags, int):

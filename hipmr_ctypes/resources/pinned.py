@@ -5,6 +5,7 @@ from __future__ import annotations
 from ctypes import c_void_p
 from functools import reduce
 from operator import or_
+from typing import Tuple
 
 from .. import _hip
 from .._hip.types import (hipHostMallocMapped, hipHostMallocPortable,
@@ -47,7 +48,7 @@ class PinnedMemoryResource(FlagsEqual, SyncResource):
     """
 
     __slots__ = ("_flags", "_native_flags", "_rt", "_malloc", "_free_fn")
-    properties = (device_accessible, host_accessible)
+    properties: Tuple[type, ...] = (device_accessible, host_accessible)
 
     def __init__(self, flags: int = 0) -> None:
         flags = _check_flags(flags)
