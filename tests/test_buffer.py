@@ -940,3 +940,34 @@ def test_a_ref_and_its_resource_give_the_same_buffer_facts():
     b.close()
     with pytest.raises(TypeError, match="synchronous"):
         Buffer(64, resource=hmr.resource_ref[hmr.device_accessible](pool))
+
+
+def test_buffer_of_the_current_device_follows_the_device_and_the_runtime():
+    """``Buffer(n)`` takes the resource of the calling thread's current device: with one
+    device visible without asking the runtime (no other device can be current), with several
+    by asking it on every buffer; a runtime loaded later is asked afresh; a failure of the
+    question is the package's error and allocates nothing."""
+    from support import process_runtime
+    from hipmr_ctypes import buffer as buffer_module
+    one = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "1"})
+    with process_runtime(one):
+        one.emulator.inject_failure(code=999, count=1, calls="hipGetDevice")
+        with Buffer(64) as buf:  # one device: the failure planted above is never reached
+            assert buf.device == 0 and buf.resource is hmr.get_per_device_resource(0)
+        assert one.fn.hipGetDevice(ctypes.c_int()) == 999  # still pending: it was not asked
+    two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    with process_runtime(two):
+        pools = [hmr.AsyncMemoryResource(d) for d in (0, 1)]
+        for d in (0, 1):
+            hmr.set_per_device_resource(d, pools[d])
+        for d in (1, 0, 1):
+            with hmr.device.on_device(d):
+                with Buffer(64) as buf:
+                    assert buf.device == d and buf.resource is pools[d]
+        live = two.emulator.live_allocations()
+        # (asked again through the package's get_device to raise its error: fail both)
+        two.emulator.inject_failure(code=101, count=2, calls="hipGetDevice")
+        with pytest.raises(HipError):
+            Buffer(64)
+        assert two.emulator.live_allocations() == live
+        assert buffer_module._devices[0] is two
