@@ -185,3 +185,74 @@ def test_library_error_names_match_table(amd_runtime):
 def test_library_path_is_real_file(amd_runtime):
     assert os.path.isfile(amd_runtime.library_path)
     assert "libamdhip64" in amd_runtime.library_path
+
+
+class _FakeLibrary:
+    """A stand-in for a C library: every symbol is a Python function recording its calls
+    and returning ``results.get(symbol, 0)`` (ctypes' restype / argtypes land on it)."""
+
+    def __init__(self, results=None, lacks=()):
+        self.calls = []
+        self.results = dict(results or {})
+        self.lacks = set(lacks)
+
+    def __getattr__(self, symbol):
+        if symbol.startswith("_") or symbol in self.lacks:
+            raise AttributeError(symbol)
+
+        def function(*args):
+            self.calls.append((symbol,) + args)
+            if symbol == "cudaRuntimeGetVersion":
+                args[0].value = 13000
+            return self.results.get(symbol, 0)
+        setattr(self, symbol, function)
+        return function
+
+
+def test_nvidia_runtime_opens_the_driver_on_first_use_only(monkeypatch):
+    """Building the nvidia runtime opens libcudart, not libcuda: the driver is opened by the
+    first call that needs it (once, whatever the threads), and its functions answer from
+    then on; without libcuda those calls raise NotSupportedError naming it."""
+    import threading
+    cudart, libcuda, opened = _FakeLibrary(), _FakeLibrary({"cuInit": 0}), []
+
+    def open_libcuda():
+        opened.append(1)
+        return libcuda
+    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
+    monkeypatch.setattr(nvidia, "_open_libcuda", open_libcuda)
+    rt = nvidia.create_nvidia_runtime({})
+    assert opened == [] and rt.runtime_version() == (13, 0, 0)
+    threads = [threading.Thread(target=rt.fn.hipInit, args=(0,)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert opened == [1] and libcuda.calls.count(("cuInit", 0)) == 8
+    total = ctypes.c_size_t()
+    assert rt.fn.hipDeviceTotalMem(total, 0) == 0
+    assert [c[0] for c in libcuda.calls[-3:]] == ["cuInit", "cuDeviceGet",
+                                                  "cuDeviceTotalMem_v2"]
+    assert rt.fn.hipDeviceGetAttribute(ctypes.c_int(), 89, 0) == 0  # through the driver
+    assert libcuda.calls[-1][0] == "cuDeviceGetAttribute" and libcuda.calls[-1][2] == 102
+    libcuda.results["cuInit"] = 100  # no device: the status comes back as HIP's
+    assert rt.fn.hipDeviceGetName(ctypes.create_string_buffer(8), 8, 0) == 100
+    assert opened == [1]
+
+    def no_libcuda():
+        opened.append(2)
+        raise OSError("libcuda.so.1: cannot open shared object file")
+    monkeypatch.setattr(nvidia, "_open_libcuda", no_libcuda)
+    rt = nvidia.create_nvidia_runtime({})
+    for _ in range(2):
+        with pytest.raises(errors.NotSupportedError, match="libcuda.so.1 not found"):
+            rt.fn.hipInit(0)
+    assert rt.fn.hipDeviceGetAttribute(ctypes.c_int(), 89, 0) == 1  # unmapped without it
+    assert opened == [1, 2]  # tried once
+
+    partial = _FakeLibrary(lacks={"cuDeviceTotalMem_v2"})
+    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: partial)
+    rt = nvidia.create_nvidia_runtime({})
+    for _ in range(2):
+        with pytest.raises(errors.NotSupportedError, match="cuDeviceTotalMem_v2"):
+            rt.fn.hipDeviceTotalMem(total, 0)

@@ -9,6 +9,7 @@ path; ``Runtime.error`` translates a failure with :func:`cuda_to_hip`.
 from __future__ import annotations
 
 import ctypes
+from _thread import allocate_lock
 from ctypes import POINTER, Structure, c_char_p, c_int, c_size_t, c_uint, c_void_p
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -185,29 +186,26 @@ def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
     fn.hipGetErrorString = lambda code: cuda_get_string(hip_to_cuda(code))
     fn.hipExtGetLastError = missing_function("hipExtGetLastError", "the CUDA runtime (AMD only)")
 
-    # --- driver API pieces (libcuda), as HIP's header uses them ---
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        libcuda = None
-    _install_driver_shims(fn, libcuda, where)
+    # --- driver API pieces (libcuda), as HIP's header uses them, opened on first use ---
+    driver = _Driver(_open_libcuda)
+    _install_driver_shims(fn, driver)
 
     get_attr: Callable[..., int] = _raw(cudart, "cudaDeviceGetAttribute", c_int, [POINTER(c_int), c_int, c_int])
 
     def hipDeviceGetAttribute(out: Any, attr: int, device: int) -> int:
         if attr in ATTRIBUTE_MAP:
             return get_attr(out, ATTRIBUTE_MAP[attr], device)
-        if attr in _DRIVER_ATTRIBUTES and libcuda is not None:
-            dev = c_int()
-            st = _cu_status(_cu_device_get(dev, device))
-            if st:
-                return st
-            return _cu_status(_cu_attr(out, _DRIVER_ATTRIBUTES[attr], dev.value))
+        if attr in _DRIVER_ATTRIBUTES:
+            cu = driver.functions()
+            if cu is not None:
+                dev = c_int()
+                st = _cu_status(cu["cuDeviceGet"](dev, device))
+                if st:
+                    return st
+                return _cu_status(cu["cuDeviceGetAttribute"](out, _DRIVER_ATTRIBUTES[attr],
+                                                             dev.value))
         return 1  # unmapped attribute: hipErrorInvalidValue, as HIP's header does
 
-    if libcuda is not None:
-        _cu_device_get = _raw(libcuda, "cuDeviceGet", c_int, [POINTER(c_int), c_int])
-        _cu_attr = _raw(libcuda, "cuDeviceGetAttribute", c_int, [POINTER(c_int), c_int, c_int])
     fn.hipDeviceGetAttribute = hipDeviceGetAttribute
 
     cuda_ptr_attrs: Callable[..., int] = _raw(cudart, "cudaPointerGetAttributes", c_int,
@@ -255,38 +253,85 @@ def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
 
     return Runtime("nvidia", fn, path, cudart, error_name, error_string, to_hip=cuda_to_hip,
                    version_decoder=decode_cuda_version, not_ready=600,
-                   extra={"libcuda": libcuda, "cuda_version": cuda_version})
+                   extra={"driver": driver, "cuda_version": cuda_version})
 
 
-def _install_driver_shims(fn: Functions, libcuda: Any, where: str) -> None:
+def _open_libcuda() -> Any:
+    return ctypes.CDLL("libcuda.so.1")
+
+
+#: where the driver shims say a missing libcuda is
+_NO_DRIVER = "this system (libcuda.so.1 not found)"
+
+
+class _Driver:
+    """libcuda.so.1 (the driver API), opened by the first call that needs it: hipInit,
+    hipDeviceGetName, hipDeviceTotalMem and the device attributes HIP's NVIDIA header reads
+    through the driver.  libcudart opens the driver itself when it first needs it, so opening
+    it at import only made the import slower (a large library whose symbols ctypes binds all
+    at once).  ``functions()``: the driver functions by name, or None without libcuda."""
+
+    _SIGNATURES: Dict[str, List[Any]] = {
+        "cuInit": [c_uint],
+        "cuDeviceGet": [POINTER(c_int), c_int],
+        "cuDeviceGetName": [c_char_p, c_int, c_int],
+        "cuDeviceTotalMem_v2": [POINTER(c_size_t), c_int],
+        "cuDeviceGetAttribute": [POINTER(c_int), c_int, c_int],
+    }
+
+    def __init__(self, opener: Callable[[], Any]) -> None:
+        self._opener = opener
+        self._lock = allocate_lock()
+        self._functions: Optional[Dict[str, Callable[..., int]]] = None  # {} without libcuda
+
+    def functions(self) -> Optional[Dict[str, Callable[..., int]]]:
+        found = self._functions
+        if found is None:
+            with self._lock:
+                found = self._functions
+                if found is None:
+                    try:
+                        lib = self._opener()
+                    except OSError:
+                        lib = None
+                    # a libcuda without one of these raises NotSupportedError, every time
+                    found = {} if lib is None else {
+                        name: _raw(lib, name, c_int, argtypes)
+                        for name, argtypes in self._SIGNATURES.items()}
+                    self._functions = found
+        return found or None
+
+
+def _install_driver_shims(fn: Functions, driver: _Driver) -> None:
     """hipInit, hipDeviceGetName, hipDeviceTotalMem: driver calls in HIP's NVIDIA header."""
-    if libcuda is None:
-        for name in ("hipInit", "hipDeviceGetName", "hipDeviceTotalMem"):
-            setattr(fn, name, missing_function(name, "this system (libcuda.so.1 not found)"))
-        return
-    cu_init = _raw(libcuda, "cuInit", c_int, [c_uint])
-    cu_device_get = _raw(libcuda, "cuDeviceGet", c_int, [POINTER(c_int), c_int])
-    cu_name = _raw(libcuda, "cuDeviceGetName", c_int, [c_char_p, c_int, c_int])
-    cu_total = _raw(libcuda, "cuDeviceTotalMem_v2", c_int, [POINTER(c_size_t), c_int])
+
+    def functions(name: str) -> Dict[str, Callable[..., int]]:
+        cu = driver.functions()
+        if cu is None:  # what an optional symbol the library lacks raises (missing_function)
+            raise NotSupportedError(801, "hipErrorNotSupported",
+                                    f"{name} is not exported by {_NO_DRIVER}", name)
+        return cu
 
     def hipInit(flags: int) -> int:
-        return _cu_status(cu_init(flags))
+        return _cu_status(functions("hipInit")["cuInit"](flags))
 
-    def _device(ordinal: int) -> Tuple[int, Optional[int]]:
-        st = _cu_status(cu_init(0))
+    def _device(cu: Dict[str, Callable[..., int]], ordinal: int) -> Tuple[int, Optional[int]]:
+        st = _cu_status(cu["cuInit"](0))
         if st:
             return st, None
         dev = c_int()
-        st = _cu_status(cu_device_get(dev, ordinal))
+        st = _cu_status(cu["cuDeviceGet"](dev, ordinal))
         return st, dev.value
 
     def hipDeviceGetName(buf: Any, length: int, ordinal: int) -> int:
-        st, dev = _device(ordinal)
-        return st or _cu_status(cu_name(buf, length, dev))
+        cu = functions("hipDeviceGetName")
+        st, dev = _device(cu, ordinal)
+        return st or _cu_status(cu["cuDeviceGetName"](buf, length, dev))
 
     def hipDeviceTotalMem(out: Any, ordinal: int) -> int:
-        st, dev = _device(ordinal)
-        return st or _cu_status(cu_total(out, dev))
+        cu = functions("hipDeviceTotalMem")
+        st, dev = _device(cu, ordinal)
+        return st or _cu_status(cu["cuDeviceTotalMem_v2"](out, dev))
 
     fn.hipInit = hipInit
     fn.hipDeviceGetName = hipDeviceGetName
