@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Deque, List, Optional
 
 __all__ = ["DeferringLock", "TokenMutex", "wait_token"]
 
@@ -100,17 +100,21 @@ class TokenMutex:
     such a re-entry (or a token lost to an asynchronous exception between take and ``try``)
     and raises RuntimeError instead of hanging.
 
-    Hot paths bind the primitives once (``take = m.take_nowait``, ``put = m.put``) and call
-    :func:`wait_token` ``(take)`` only when ``take()`` raises IndexError.
+    Hot paths keep the deque itself (``tokens = m.tokens``) and call ``tokens.pop()`` /
+    ``tokens.append(True)``: CPython specializes those calls of a method named at the call
+    site (a bound method of a deque, like ``take_nowait``, goes the generic way).  They call
+    :func:`wait_token` ``(tokens.pop)`` only when ``tokens.pop()`` raises IndexError.
     """
 
-    __slots__ = ("take_nowait", "put")
+    __slots__ = ("tokens", "take_nowait", "put")
 
     #: seconds a waiter yields before it gives up
     TIMEOUT = 5.0
 
     def __init__(self) -> None:
-        tokens = deque([True])
+        #: the token, when no thread holds the mutex
+        self.tokens: Deque[bool] = deque([True])
+        tokens = self.tokens
         #: pop the token; IndexError when another thread holds it
         self.take_nowait: Callable[[], Any] = tokens.pop
         #: give the token back (exactly once per successful take)

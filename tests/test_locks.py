@@ -10,9 +10,19 @@ from hipmr_ctypes.adaptors import LimitingResource, StatisticsResource
 from hipmr_ctypes.resources import HostMemoryResource
 
 
-def test_token_mutex_excludes_threads():
+@pytest.mark.parametrize("form", ["bound", "tokens"])
+def test_token_mutex_excludes_threads(form):
     mutex = TokenMutex()
-    take, put = mutex.take_nowait, mutex.put
+    if form == "bound":
+        take, put = mutex.take_nowait, mutex.put
+    else:   # what the hot paths use: the deque's own methods, named at the call site
+        tokens = mutex.tokens
+
+        def take():
+            tokens.pop()
+
+        def put(token):
+            tokens.append(token)
     total = [0]
 
     def work():
@@ -38,6 +48,9 @@ def test_token_mutex_excludes_threads():
     take()        # exactly one token is left
     with pytest.raises(IndexError):
         take()
+    assert len(mutex.tokens) == 0
+    put(True)
+    assert list(mutex.tokens) == [True]
 
 
 def test_token_mutex_gives_up_instead_of_hanging(monkeypatch):

@@ -46,8 +46,7 @@ class LimitingResource(BoundAdaptor):
         never shows less than what is really outstanding.  The closures keep in their cells
         only what every call uses; the checks' constants and slow paths are module globals."""
         mutex = TokenMutex()
-        take = mutex.take_nowait
-        put = mutex.put
+        tokens = mutex.tokens            # pop(): take the token; append(True): give it back
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
@@ -55,13 +54,13 @@ class LimitingResource(BoundAdaptor):
 
         def current() -> int:
             nonlocal used
-            wait_token(take)
+            wait_token(tokens.pop)
             try:
                 while returned:
                     used -= returned.pop()
                 in_use = used
             finally:
-                put(True)
+                tokens.append(True)
             return in_use
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
@@ -80,18 +79,19 @@ class LimitingResource(BoundAdaptor):
                     or FAST_ALIGNMENTS.get(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             try:
-                take()
+                tokens.pop()
             except IndexError:
-                wait_token(take)
+                wait_token(tokens.pop)
             try:  # int operations only: nothing here allocates or calls out
                 while returned:  # usually one size: the last free
                     used -= returned.pop()
                 in_use = used + bytes
-                if in_use <= limit:
+                fits = in_use <= limit
+                if fits:
                     used = in_use
             finally:
-                put(True)
-            if in_use > limit:
+                tokens.append(True)
+            if not fits:
                 raise _refused(bytes, in_use - bytes, limit)
             try:
                 if stream is SYNC:

@@ -63,8 +63,7 @@ class StatisticsResource(BoundAdaptor):
         The closures keep in their cells only what every call uses (each cell is copied into
         every call's frame); the checks' constants and slow paths are module globals."""
         mutex = TokenMutex()
-        take = mutex.take_nowait
-        put = mutex.put
+        tokens = mutex.tokens            # pop(): take the token; append(True): give it back
         stack_lock = threading.Lock()   # push / pop: the stack and the counters together
         returned: Deque[int] = deque()  # sizes freed, not yet subtracted
         undone: Deque[int] = deque()    # sizes whose free the upstream refused
@@ -88,12 +87,12 @@ class StatisticsResource(BoundAdaptor):
                 pn = cn
 
         def read() -> Tuple[int, ...]:
-            wait_token(take)
+            wait_token(tokens.pop)
             try:
                 settle()
                 values = cb, cn, pb, pn, tb, tn
             finally:
-                put(True)
+                tokens.append(True)
             return values
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
@@ -106,9 +105,9 @@ class StatisticsResource(BoundAdaptor):
             ptr = (up_alloc(bytes, alignment) if stream is SYNC
                    else up_alloc_async(bytes, alignment, stream))
             try:
-                take()
+                tokens.pop()
             except IndexError:
-                wait_token(take)
+                wait_token(tokens.pop)
             try:  # int operations only
                 if undone:
                     while undone:
@@ -126,7 +125,7 @@ class StatisticsResource(BoundAdaptor):
                 if cn > pn:
                     pn = cn
             finally:
-                put(True)
+                tokens.append(True)
             return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
@@ -159,13 +158,13 @@ class StatisticsResource(BoundAdaptor):
         def push() -> Statistics:
             nonlocal cb, cn, pb, pn, tb, tn
             with stack_lock:
-                wait_token(take)
+                wait_token(tokens.pop)
                 try:
                     settle()
                     before = cb, cn, pb, pn, tb, tn
                     cb = cn = pb = pn = tb = tn = 0
                 finally:
-                    put(True)
+                    tokens.append(True)
                 stack.append(before)
             return Statistics(*before)
 
@@ -175,7 +174,7 @@ class StatisticsResource(BoundAdaptor):
                 if not stack:
                     raise IndexError("pop_counters: no counters were pushed")
                 lcb, lcn, lpb, lpn, ltb, ltn = stack.pop()
-                wait_token(take)
+                wait_token(tokens.pop)
                 try:
                     settle()
                     popped = cb, cn, pb, pn, tb, tn
@@ -184,7 +183,7 @@ class StatisticsResource(BoundAdaptor):
                     cb, cn = lcb + cb, lcn + cn
                     tb, tn = ltb + tb, ltn + tn
                 finally:
-                    put(True)
+                    tokens.append(True)
             return Statistics(*popped)
 
         self._snapshot = snapshot
