@@ -122,6 +122,15 @@ class Collector:
             self.tests.append(entry)
             self._write({"test": entry})
 
+    def pytest_collectreport(self, report: Any) -> None:
+        """A file that cannot be collected (an import or syntax error) is an error, not a
+        section with no tests."""
+        if report.failed:
+            entry = {"id": report.nodeid or "collection", "outcome": "error", "seconds": 0.0,
+                     "message": str(report.longrepr)[-4000:]}
+            self.tests.append(entry)
+            self._write({"test": entry})
+
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         record: Dict[str, Any] = {"finished": nodeid}
         counters = self.counters()
@@ -302,6 +311,17 @@ class Section:
             crashed = not self.stopped and (rc != 0 or res["done"] is None)
             if crashed:
                 res["crash"] = f"rc={rc}: {_crash_excerpt(stderr)}"
+            elif res["done"] in (2, 3, 4) and not any(
+                    t["outcome"] in ("failed", "error") for t in res["tests"]):
+                # interrupted, an internal error or a usage error, with no test to blame
+                try:
+                    with open(self.out, errors="replace") as fh:
+                        out = fh.read()
+                except OSError:
+                    out = ""
+                res["tests"].append({"id": self.name, "outcome": "error", "seconds": 0.0,
+                                     "message": f"pytest exited with status {res['done']}: "
+                                                f"{(out + stderr)[-2000:]}"})
             if self.stopped:
                 try:
                     with open(self.jsonl + ".stacks", errors="replace") as fh:

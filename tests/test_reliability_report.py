@@ -55,6 +55,28 @@ def test_a_crash_names_the_test_and_its_frame(tmp_path):
     assert "result: NOT OK" in proc.stdout and "test_crashes_here.py\", line 5" in proc.stdout
 
 
+def test_a_file_that_cannot_be_collected_is_an_error(tmp_path):
+    broken = tmp_path / "test_broken_file.py"
+    broken.write_text("import no_such_module_here\n\n\ndef test_never():\n    pass\n")
+    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--only", "test_broken_file", "--",
+                           str(broken))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert result["failed"] and result["tests"]["error"] == 1
+    (failure,) = result["failures"]
+    assert "test_broken_file.py" in failure["id"]
+    assert "no_such_module_here" in failure["message"] and "result: NOT OK" in proc.stdout
+
+
+def test_a_usage_error_of_pytest_is_an_error(tmp_path):
+    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--only", "test_gc_locks", "--",
+                           "--no-such-pytest-option")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (failure,) = result["failures"]
+    assert failure["id"] == "tests/test_gc_locks.py"
+    assert "pytest exited with status 4" in failure["message"]
+    assert "no-such-pytest-option" in failure["message"]
+
+
 @pytest.mark.parametrize("stderr, expect", [
     ("noise\nFatal Python error: Segmentation fault\n\n  File \"a.py\", line 1 in f\n",
      "File \"a.py\""),
