@@ -683,8 +683,9 @@ def format_table(result: Dict[str, Any]) -> str:
         lines.append("CUT (not run to the end): " + ", ".join(result["cut"]))
         for s in result["sections"]:
             if s["status"] == "cut" and s["where"]:
-                lines.append(f"  {s['name']} was in {s['running'] or 'no test'}, at "
-                             f"{s['where'][:200]}")
+                doing = (s["running"] or "its collection" if s["collected"] is None
+                         else s["running"] or "between two tests")
+                lines.append(f"  {s['name']} was in {doing}, at {s['where'][:200]}")
     if result["interrupted_by"]:
         lines.append(f"interrupted by {', '.join(result['interrupted_by'])}")
     if result["failures"]:
