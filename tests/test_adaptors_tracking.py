@@ -142,3 +142,43 @@ def test_tracking_records_an_address_its_package_upstream_hands_out_again(pool):
     assert tr.outstanding()[p].stream == 0
     tr.deallocate_async(p, 64, 256, 0)
     assert tr.outstanding() == {} and pool.allocation_count() == 0
+
+
+def test_tracking_over_a_pool_frees_each_pointer_once_when_threads_race(pool):
+    """Two threads free the same pointers through the fast path (claim by value, then the
+    pool): every pointer is freed exactly once, the loser of each race gets ValueError."""
+    import random
+    import threading
+    tr = TrackingResource(pool)
+    ptrs = [tr.allocate_async(64 + i % 3, 256, 0) for i in range(2000)]
+    sizes = {p: 64 + i % 3 for i, p in enumerate(ptrs)}
+    freed, refused, errors = [], [], []
+    start = threading.Barrier(2)
+
+    def race(seed):
+        order = ptrs[:]
+        random.Random(seed).shuffle(order)
+        start.wait()
+        for p in order:
+            try:
+                tr.deallocate_async(p, sizes[p], 256, 0)
+                freed.append(p)
+            except ValueError:
+                refused.append(p)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+    import sys
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: many races
+    try:
+        threads = [threading.Thread(target=race, args=(seed,)) for seed in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert sorted(freed) == sorted(ptrs) and sorted(refused) == sorted(ptrs)
+    assert tr.outstanding() == {} and pool.allocation_count() == 0
