@@ -29,8 +29,9 @@ Design (see docs/adaptors.md for the long version):
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import deque
 from sys import getrefcount
-from typing import Any, Dict, FrozenSet, List, Optional
+from typing import Any, Deque, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
 from .._locks import DeferringLock
@@ -64,8 +65,10 @@ class _Arena:
         self.maximum = maximum
         # fast path: key (stream handle, or SYNC) -> {exact size -> list of free ptrs};
         # classes: key -> {block size -> the same lists}
-        self.free: Dict[Any, Dict[int, List[int]]] = {SYNC: {}}
-        self.classes: Dict[Any, Dict[int, List[int]]] = {SYNC: {}}
+        # free lists are deques: a list that the pair pattern empties and refills would give
+        # its storage back and take it again on every allocate + deallocate pair
+        self.free: Dict[Any, Dict[int, Deque[int]]] = {SYNC: {}}
+        self.classes: Dict[Any, Dict[int, Deque[int]]] = {SYNC: {}}
         self.live: Dict[int, int] = {}         # ptr -> requested size
         # best-fit structure: free block start -> size / tag, end -> start, sorted (size, start)
         self.fsize: Dict[int, int] = {}
@@ -178,7 +181,7 @@ class _Arena:
         for size, lst in list(self.classes[key].items()):
             self._drain(lst, size, tag)
 
-    def _drain(self, lst: List[int], size: int, tag: FrozenSet[Any]) -> None:
+    def _drain(self, lst: Deque[int], size: int, tag: FrozenSet[Any]) -> None:
         """Move every block of the free list ``lst`` (blocks of ``size``) into the best-fit
         structure with ``tag``; ``pop`` is the claim, so a fast path appending meanwhile loses
         nothing."""
@@ -260,7 +263,7 @@ class _Arena:
                 except IndexError:
                     continue
             else:
-                for cand in reversed(lst[:]):
+                for cand in reversed(list(lst)):
                     if not cand & (alignment - 1):
                         try:
                             lst.remove(cand)  # atomic: fails if a fast path took it
@@ -275,7 +278,7 @@ class _Arena:
             return ptr
         return None
 
-    def _remember(self, key: Any, nbytes: int, lst: List[int]) -> None:
+    def _remember(self, key: Any, nbytes: int, lst: Deque[int]) -> None:
         sizes = self.free[key]
         if len(sizes) >= _MAX_SIZES_PER_STREAM:  # bound the map; it refills on misses
             sizes.clear()
@@ -462,7 +465,7 @@ class _Arena:
             classes = self.classes[key]
             lst = classes.get(size)
             if lst is None:
-                lst = classes[size] = []
+                lst = classes[size] = deque()
             self._remember(key, nbytes, lst)
         lst.append(ptr)
 
