@@ -322,12 +322,13 @@ _C_FUNCTION: Any = getattr(ctypes, "_CFuncPtr")   # the type of every foreign fu
 
 def _device_reader(fn: Any) -> Callable[[Any], int]:
     """``hipGetDevice`` as cheap as ctypes makes it: a native function is called through a
-    prototype without argument conversion that keeps the GIL (it only reads the thread's
-    current device: giving the GIL away and taking it back would cost more than the call,
-    and much more when other threads are waiting for it); the emulated one as it is."""
+    prototype without argument conversion (given a ``byref``); the emulated one as it is.
+    The GIL is let go during the call as for every native call: a first call in a new thread
+    may wait for the runtime's locks, which a thread that wants the GIL can hold (a
+    prototype that kept the GIL hung a GPU test that way)."""
     if isinstance(fn, _C_FUNCTION):
         address: int = ctypes.cast(fn, ctypes.c_void_p).value or 0
-        reader: Callable[[Any], int] = ctypes.PYFUNCTYPE(ctypes.c_int)(address)
+        reader: Callable[[Any], int] = ctypes.CFUNCTYPE(ctypes.c_int)(address)
         return reader
     native: Callable[[Any], int] = fn
     return native

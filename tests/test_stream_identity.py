@@ -171,8 +171,8 @@ def test_the_key_function_follows_the_loaded_runtime():
 
 @pytest.mark.amd_library
 def test_the_device_reader_calls_the_real_library_as_declared(amd_runtime):
-    """The key function's cheap ``hipGetDevice`` (a prototype without argument conversion
-    that keeps the GIL) gives what the declared function gives: with no AMD GPU, the same
+    """The key function's cheap ``hipGetDevice`` (a prototype without argument conversion)
+    gives what the declared function gives: with no AMD GPU, the same
     status; on a GPU machine, the same device."""
     import ctypes
     from hipmr_ctypes.stream import _device_reader
