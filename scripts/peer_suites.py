@@ -184,6 +184,12 @@ _UNITTEST_DRIVER = textwrap.dedent('''
             super().addExpectedFailure(test, err); self._put(test, "skipped")
         def addUnexpectedSuccess(self, test):
             super().addUnexpectedSuccess(test); self._put(test, "failed")
+        def addSubTest(self, test, subtest, err):
+            # a failing subtest fails its test (which then gets no addSuccess)
+            super().addSubTest(test, subtest, err)
+            if err is not None:
+                self._put(test, "failed" if issubclass(err[0], test.failureException)
+                          else "error")
 
     suite = unittest.TestSuite()
     for name in modules:

@@ -91,6 +91,19 @@ class Cases(unittest.TestCase):
     @unittest.skip("never")
     def test_skipped(self):
         pass
+    def test_subtests_all_pass(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.assertLess(i, 3)
+    def test_one_subtest_fails(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.assertNotEqual(i, 1)
+    def test_one_subtest_errs(self):
+        for i in range(2):
+            with self.subTest(i=i):
+                if i:
+                    raise RuntimeError("boom")
 '''
 
 
@@ -112,8 +125,12 @@ def test_unittest_driver_imports_by_name_and_reports_each_test(tmp_path, capsys)
                         "pkg_peer.tests.test_cases.Cases::test_only_without_the_plugin": "passed",
                         "pkg_peer.tests.test_cases.Cases::test_error": "error",
                         "pkg_peer.tests.test_cases.Cases::test_skipped": "skipped",
+                        # a failing subtest fails its test (it is not left out as "not run")
+                        "pkg_peer.tests.test_cases.Cases::test_subtests_all_pass": "passed",
+                        "pkg_peer.tests.test_cases.Cases::test_one_subtest_fails": "failed",
+                        "pkg_peer.tests.test_cases.Cases::test_one_subtest_errs": "error",
                         "pkg_peer.tests.test_broken::import": "error"}
-    assert rc == 1 and "test_always" in tail
+    assert rc == 1 and "Ran 7 tests" in tail
     capsys.readouterr()
     outcomes, _, _ = peer_suites._run_unittest("broken", ["pkg_peer.tests.test_broken"], env,
                                                str(tmp_path / "b.json"), 120, str(tmp_path))

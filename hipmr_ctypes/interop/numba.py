@@ -196,7 +196,8 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
     def get_ipc_handle(self, memory: Any) -> Any:
         """A ``numba.cuda.IpcHandle`` of ``memory`` (an allocation of this plugin, or a view of
         one), built on :meth:`Buffer.export_ipc`: Numba's other process opens its legacy
-        handle (``cuIpcOpenMemHandle``).  The memory must come from a
+        handle (``cuIpcOpenMemHandle``).  Memory another object owns (an array from the CUDA
+        Array Interface) gets Numba's own handle, as with Numba's manager.  The memory must come from a
         ``DeviceMemoryResource`` (the default per-device resource), directly or through
         adaptors that hand its pointers out unchanged: Numba opens legacy handles only, so
         other memory (a pool's) raises NotSupportedError."""
@@ -204,9 +205,13 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
         from ..errors import NotSupportedError
         from ..ipc import _source
         from ..resources import DeviceMemoryResource
+        from numba.cuda.cudadrv.driver import GetIpcHandleMixin
         base = getattr(memory, "owner", None)
         if not isinstance(base, _HipmrMemoryPointer):
-            raise ValueError(f"{_address(memory):#x} is not memory this plugin allocated")
+            # memory another owner holds (an array that came in through the CUDA Array
+            # Interface, even over memory of ours): Numba's own way, as its manager does
+            # (the allocation's base from the driver, its legacy handle)
+            return GetIpcHandleMixin.get_ipc_handle(self, memory)
         ptr = _address(memory)
         owned = base.__dict__.get("_hipmr")
         buf = base.__dict__.get("_hipmr_buffer")
@@ -231,7 +236,6 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
         except (AttributeError, TypeError, ValueError):
             # a driver binding whose handle type cannot be filled from bytes: let Numba's
             # own driver make the same legacy handle
-            from numba.cuda.cudadrv.driver import GetIpcHandleMixin
             return GetIpcHandleMixin.get_ipc_handle(self, memory)
         source_info = self.context.device.get_device_identity()
         return IpcHandle(memory, handle, memory.size, source_info,
