@@ -482,7 +482,8 @@ class AsyncMemoryResource:
         return self._device
 
     # ---- hot path: one inlined test for the usual call (an int size, the default alignment,
-    # the stream last validated here, passed again: the same object) and the native call;
+    # the stream last validated here, passed again: the same object; or any other int handle
+    # up to 2**63, tested in full) and the native call;
     # anything else takes the checked path, which tests the other fast cases, converts what it
     # may (Stream, stream_ref, numpy integers, handles above 2**63), names what it rejects and
     # remembers a validated int handle.  The test is kept out of the native call's error
@@ -490,8 +491,8 @@ class AsyncMemoryResource:
     def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
         """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
         returns the pointer as an int (0 for ``bytes == 0``)."""
-        if not (stream is self._stream and type(bytes) is int and 0 < bytes <= _COMPACT
-                and alignment is _A256):
+        if not ((stream is self._stream or type(stream) is int and 0 <= stream <= 1 << 63)
+                and type(bytes) is int and 0 < bytes <= _COMPACT and alignment is _A256):
             bytes, stream = self._alloc_args(bytes, alignment, stream)
             if not bytes:
                 return 0
@@ -505,8 +506,9 @@ class AsyncMemoryResource:
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
-        if not (stream is self._stream and type(ptr) is int is type(bytes)
-                and 0 < ptr <= 1 << 63 and 0 <= bytes <= _COMPACT and alignment is _A256):
+        if not ((stream is self._stream or type(stream) is int and 0 <= stream <= 1 << 63)
+                and type(ptr) is int is type(bytes) and 0 < ptr <= 1 << 63
+                and 0 <= bytes <= _COMPACT and alignment is _A256):
             ptr, stream = self._free_args(ptr, bytes, alignment, stream)
             if not ptr:
                 return
