@@ -41,7 +41,10 @@ def _check_resource(resource: Any, device: int) -> None:
 def get_per_device_resource(device: Any) -> AsyncResource:
     """The resource of ``device`` (an ordinal or a ``Device``); a ``DeviceMemoryResource`` for it
     unless one was set."""
-    ordinal = device if type(device) is int and device in _resources else check_device(device)
+    resource = _resources.get(device) if type(device) is int else None  # keys: checked ordinals
+    if resource is not None:
+        return resource
+    ordinal = check_device(device)
     resource = _resources.get(ordinal)
     if resource is not None:
         return resource
