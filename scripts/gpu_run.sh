@@ -87,4 +87,5 @@ if [ "${SCALE_ONLY:-0}" = 1 ]; then exit 0; fi
 echo "== bench"; date
 HIPMR_PLATFORM=nvidia timeout ${BENCH_TIMEOUT:-560} python3 scripts/bench_alloc.py --pairs ${PAIRS:-20000} --json "$OUT/bench.json" | tee "$OUT/bench.txt"
 echo "== ref overhead"; HIPMR_PLATFORM=nvidia timeout 120 python3 scripts/bench_ref.py --json "$OUT/bench_ref.json" | tail -15
+echo "== import"; HIPMR_PLATFORM=nvidia timeout 300 python3 scripts/bench_import.py --rounds 15 --json "$OUT/import.json" | tee "$OUT/import.txt"
 if [ "${RELIABILITY:-1}" = 1 ]; then reliability; fi
