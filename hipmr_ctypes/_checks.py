@@ -11,7 +11,7 @@ import operator
 from typing import Any, Dict, Optional
 
 from ._limits import MAX_ADDRESS
-from .stream_ref import as_stream_handle, stream_ref
+from .stream_ref import HANDLE_READERS, as_stream_handle, stream_ref
 
 __all__ = ["MAX_SIZE", "MAX_PTR", "STREAM_REF", "FAST_ALIGNMENTS", "check_size",
            "check_alignment", "check_ptr", "check_stream"]
@@ -75,6 +75,9 @@ def check_ptr(value: Any, name: str = "ptr") -> int:
     return ptr
 
 
+_READERS = HANDLE_READERS
+
+
 def check_stream(stream: Any, name: str = "stream") -> int:
     """The int handle of ``stream`` (anything :class:`stream_ref` accepts)."""
     if type(stream) is int:
@@ -83,4 +86,7 @@ def check_stream(stream: Any, name: str = "stream") -> int:
         raise ValueError(f"{name}={stream} is not a stream handle (an address in [0, 2**64))")
     if type(stream) is STREAM_REF:
         return stream._handle
+    read = _READERS.get(type(stream))
+    if read is not None:   # the package's Stream: its checked handle, one call
+        return read(stream)
     return as_stream_handle(stream, name)

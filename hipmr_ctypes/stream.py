@@ -16,7 +16,7 @@ from . import _hip
 from ._hip.errors import HipError, NoDeviceError
 from ._exit import finalize, finalizer
 from .device import Device, check_device, device_count, get_device
-from .stream_ref import IntValue, _binding_module, as_stream_handle, stream_ref
+from .stream_ref import HANDLE_READERS, IntValue, _binding_module, as_stream_handle, stream_ref
 
 _T = TypeVar("_T")
 __all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize",
@@ -137,8 +137,11 @@ class Stream(_Owned):
     that device (default: the current one).
     """
 
-    __slots__ = ("_handle", "_ref", "_flags", "_device", "_finalizer", "__weakref__")
+    __slots__ = ("_handle", "_ref", "_flags", "_device", "_finalizer", "_open", "__weakref__")
     _what = "Stream"
+    #: the handle while the stream is open, None once closed: what the sub-allocators' fast
+    #: paths read (None takes their checked path, which says the stream is closed)
+    _open: Optional[int]
 
     def __init__(self, flags: int = 0, priority: int = 0,
                  device: Optional[object] = None) -> None:
@@ -165,6 +168,14 @@ class Stream(_Owned):
         self._finalizer = finalize(self, _close_stream, rt.fn.hipStreamDestroy, handle)
         self._flags = flags
         self._ref = stream_ref(self._handle)
+        self._open = handle
+
+    def close(self) -> None:
+        """Destroy the stream (idempotent); work already queued still completes.  A stream
+        that pool or fixed-size resources hold freed blocks of is synchronized first, and they
+        forget it."""
+        self._open = None
+        self._finalizer()
 
     @property
     def ref(self) -> stream_ref:
@@ -212,6 +223,9 @@ class Stream(_Owned):
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"0x{self._handle:x}"
         return f"<Stream {state} device={self._device} flags={self._flags}>"
+
+
+HANDLE_READERS[Stream] = Stream._live   # a closed Stream raises, as its protocol does
 
 
 class Event(_Owned):

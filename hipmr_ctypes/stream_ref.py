@@ -8,7 +8,7 @@ when called.
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._limits import MAX_ADDRESS
 
@@ -63,11 +63,19 @@ def _in_range(handle: int, name: str) -> int:
     return int(handle)
 
 
+#: exact types whose handle is read by one call (the package's ``Stream`` registers its
+#: checked ``_live``): the stream objects users pass most often skip the protocol's checks
+HANDLE_READERS: Dict[type, Callable[[Any], int]] = {}
+
+
 def as_stream_handle(stream: Any, name: Optional[str] = "stream") -> int:
     """The int handle of anything :class:`stream_ref` accepts; TypeError / ValueError
     otherwise, the message starting with ``name`` (the argument's name; None: no prefix)."""
     if type(stream) is int and 0 <= stream <= MAX_ADDRESS:
         return stream
+    read = HANDLE_READERS.get(type(stream))
+    if read is not None:
+        return read(stream)
     if isinstance(stream, stream_ref):
         return stream._handle
     prefix = f"{name}: " if name else ""

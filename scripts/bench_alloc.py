@@ -157,6 +157,21 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
             ref.deallocate_async(p, size, 256, sref)
     loops["PoolResource via ref, stream_ref argument"] = pool_ref_sref
 
+    created = hmr.Stream()   # a created stream's key is its handle: no device to read
+
+    def pool_ref_stream(n):
+        for _ in range(n):
+            p = ref.allocate_async(size, 256, created)
+            ref.deallocate_async(p, size, 256, created)
+    loops["PoolResource via ref, Stream argument"] = pool_ref_stream
+    handle = created.handle
+
+    def pool_ref_handle(n):
+        for _ in range(n):
+            p = ref.allocate_async(size, 256, handle)
+            ref.deallocate_async(p, size, 256, handle)
+    loops["PoolResource via ref, created stream's handle"] = pool_ref_handle
+
     stats = hmr.StatisticsResource(pool)
     s_alloc, s_free = stats.allocate_async, stats.deallocate_async
 

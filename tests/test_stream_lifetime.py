@@ -142,3 +142,23 @@ def test_a_foreign_stream_destroyed_behind_the_pool_is_never_asked_its_device(ca
         big = mr.allocate_async(3 << 18, 256, t)  # misses: flush, the block moves to t
         mr.deallocate_async(big, 3 << 18, 256, t)
     assert "hipStreamGetDevice" not in [name for name, _ in calls]
+
+
+def test_a_closed_stream_object_is_refused_by_the_pool_fast_paths(emulator):
+    """The pool's fast paths read a package Stream's handle without a call; once the Stream
+    is closed they take the checked path, which says so, and nothing changes."""
+    pool = hmr.PoolResource(hmr.AsyncMemoryResource())
+    s = hmr.Stream()
+    p = pool.allocate_async(512, 256, s)
+    pool.deallocate_async(p, 512, 256, s)
+    q = pool.allocate_async(512, 256, s)
+    assert q == p          # the fast path: the block freed on s, for s
+    pool.deallocate_async(q, 512, 256, s)
+    s.close()
+    with pytest.raises(ValueError, match="Stream is closed"):
+        pool.allocate_async(512, 256, s)
+    r = pool.allocate_async(512, 256, 0)
+    with pytest.raises(ValueError, match="Stream is closed"):
+        pool.deallocate_async(r, 512, 256, s)
+    pool.deallocate_async(r, 512, 256, 0)   # still live: the refused free changed nothing
+    assert pool.allocated_bytes() == 0

@@ -38,6 +38,7 @@ from .._locks import DeferringLock
 from .._sizes import Size, config_size
 from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
+from ..stream import Stream
 from ..stream_ref import IntValue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
@@ -526,6 +527,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         allocate_slow = arena.allocate_slow
         deallocate_slow = arena.deallocate_slow
         SR = STREAM_REF
+        STREAM = Stream
         # the free lists are keyed by stream_key (only checked streams have an entry): a
         # created stream's key is its handle; the special handles (null, legacy, per-thread)
         # are keyed per device / thread, so the fast paths look their key up too (else, with
@@ -558,11 +560,13 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             deallocate_slow(ptr, bytes, alignment, SYNC)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if type(stream) is not int:
-                stream = stream._handle if type(stream) is SR else check_stream(stream)
+            handle: Any = stream   # an int; None for a closed Stream (a TypeError below)
+            if type(stream) is not int:  # a closed Stream's None: the checked path says so
+                handle = (stream._handle if type(stream) is SR else
+                          stream._open if type(stream) is STREAM else check_stream(stream))
             try:
                 if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                    ptr = free[stream if stream > SPECIAL else key(stream)][bytes].pop()
+                    ptr = free[handle if handle > SPECIAL else key(handle)][bytes].pop()
                     live[ptr] = bytes
                     return ptr
             except MISS:
@@ -570,15 +574,17 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            handle: Any = stream   # an int; None for a closed Stream (a TypeError below)
             if type(stream) is not int:
-                stream = stream._handle if type(stream) is SR else check_stream(stream)
+                handle = (stream._handle if type(stream) is SR else
+                          stream._open if type(stream) is STREAM else check_stream(stream))
             known = _NONE
             try:
                 if type(ptr) is int is type(bytes) and (alignment is A256
                                                          or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
-                        free[stream if stream > SPECIAL else key(stream)][bytes].append(ptr)
+                        free[handle if handle > SPECIAL else key(handle)][bytes].append(ptr)
                         return
             except MISS:
                 pass
