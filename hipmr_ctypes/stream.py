@@ -362,6 +362,7 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
     if rt is None or not several:
         def one_device(handle: int) -> Any:
             return (handle, 0, token()) if handle == _PER_THREAD else handle
+        setattr(one_device, "own_keys_below", _PER_THREAD)   # see own_keys_below()
         return one_device
     read = _device_reader(rt.fn.hipGetDevice)
     local = threading.local()
@@ -401,6 +402,14 @@ def stream_keys() -> Callable[[int], Any]:
     if keys[0] is not rt:
         keys = _keys = (rt, _key_function(rt))
     return keys[1]
+
+
+def own_keys_below(keys: Callable[[int], Any]) -> int:
+    """The handles below this one are their own key for the key function ``keys`` (the null
+    and legacy streams with one device visible; none with several): a fast path tests this
+    instead of calling ``keys``."""
+    below: int = getattr(keys, "own_keys_below", 0)
+    return below
 
 
 def stream_key(handle: int) -> Any:

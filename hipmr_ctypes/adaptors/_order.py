@@ -17,12 +17,14 @@ from typing import Any, Dict, Iterable, List
 from ..errors import NoDeviceError
 from ..stream import DeviceWait as _DeviceWait
 from ..stream import (SPECIAL_STREAMS, device_of, event_for, handle_of, is_foreign,
-                      record_or_synchronize, stream_key, stream_keys, track_streams,
+                      own_keys_below, record_or_synchronize, stream_key, stream_keys,
+                      track_streams,
                       wait_event)
 
 from ._base import SYNC
 
-__all__ = ["StreamOrder", "SPECIAL", "stream_key", "stream_keys", "handle_of", "track_streams"]
+__all__ = ["StreamOrder", "SPECIAL", "stream_key", "stream_keys", "own_keys_below", "handle_of",
+           "track_streams"]
 
 #: Stream handles up to this one are keyed per device (and thread): see ``stream_key``.
 SPECIAL = SPECIAL_STREAMS

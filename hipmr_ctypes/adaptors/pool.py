@@ -43,7 +43,8 @@ from ..stream_ref import IntValue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, return_chunks, round_up)
-from ._order import SPECIAL as SPECIAL_STREAMS, StreamOrder, handle_of, stream_keys, track_streams
+from ._order import (SPECIAL as SPECIAL_STREAMS, StreamOrder, handle_of, own_keys_below,
+                     stream_keys, track_streams)
 
 __all__ = ["PoolResource"]
 
@@ -534,6 +535,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         # several devices, every call on the null stream would take the slow path)
         key = stream_keys()   # bound to the runtime: one call per special handle's key
         SPECIAL = SPECIAL_STREAMS
+        OWN = own_keys_below(key)   # with one device, 0 and 1 are their own keys: no call
         MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
@@ -566,7 +568,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                           stream._open if type(stream) is STREAM else check_stream(stream))
             try:
                 if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                    ptr = free[handle if handle > SPECIAL else key(handle)][bytes].pop()
+                    ptr = free[handle if handle > SPECIAL or handle < OWN
+                               else key(handle)][bytes].pop()
                     live[ptr] = bytes
                     return ptr
             except MISS:
@@ -584,7 +587,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                                                          or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
-                        free[handle if handle > SPECIAL else key(handle)][bytes].append(ptr)
+                        free[handle if handle > SPECIAL or handle < OWN
+                             else key(handle)][bytes].append(ptr)
                         return
             except MISS:
                 pass
