@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import operator
 import sys
-import threading
 import weakref
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, SupportsIndex, Tuple, Union
@@ -19,12 +18,13 @@ from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, 
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
                          hipPointerAttribute_t)
 from .concepts import AsyncResource
-from .device import (Device, check_device, device_count, get_device, on_device,
-                     prefetch_if_managed)
+from . import device as _device_module
+from .device import (Device, check_device, current_device_function as _current_device,
+                     get_device, on_device, prefetch_if_managed)
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref, resource_ref
 from .resources import ManagedMemoryResource, PinnedMemoryResource, get_per_device_resource
-from .stream import Stream, _device_reader, event_for, wait_event
+from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
 
 if TYPE_CHECKING:
@@ -104,55 +104,6 @@ def _plan(resource: Any, target: Any) -> Tuple[Any, bool, Optional[int]]:
     return entry
 
 
-# ---- the calling thread's current device, read as cheaply as the loaded runtime allows ---------
-
-
-def _device_function(rt: Any) -> Callable[[], int]:
-    """A function returning the calling thread's current device for the runtime ``rt``: with
-    exactly one device visible it is 0 without asking (no other device can be current);
-    with several, the runtime's own ``hipGetDevice`` (``stream._device_reader``) into an int
-    of the calling thread; a failure raises the package's error through :func:`get_device`.
-    """
-    try:
-        count = device_count()
-    except Exception:  # noqa: BLE001 - get_device raises what there is to raise
-        count = 0
-    if count == 1:
-        def only_device() -> int:
-            return 0
-        return only_device
-    if count < 1:
-        return get_device
-    read = _device_reader(rt.fn.hipGetDevice)
-    local = threading.local()
-
-    def current_device() -> int:
-        try:
-            ref, out = local.slot
-        except AttributeError:
-            out = ctypes.c_int()
-            ref, out = local.slot = (ctypes.byref(out), out)
-        if read(ref):
-            return get_device()  # the status as the package's error
-        value: int = out.value
-        return value
-    return current_device
-
-
-#: (the runtime, its current-device function): made again when another runtime is loaded
-_devices: Tuple[Any, Callable[[], int]] = (None, get_device)
-
-
-def _current_device() -> Callable[[], int]:
-    """The current-device function of the loaded runtime (loading it if need be)."""
-    global _devices
-    rt = _hip.get_runtime()
-    devices = _devices
-    if devices[0] is not rt:
-        devices = _devices = (rt, _device_function(rt))
-    return devices[1]
-
-
 # ---- freeing ------------------------------------------------------------------------------------
 
 _CLOSED = "buffer: this Buffer is closed"
@@ -215,7 +166,7 @@ class Buffer:
             keep = None if type(stream) is stream_ref else stream
         device = None
         if resource is None:  # the current device's resource
-            devices = _devices
+            devices = _device_module._devices   # the cached function, unless the runtime changed
             device = (devices[1] if devices[0] is _hip._runtime and devices[0] is not None
                       else _current_device())()
             resource = get_per_device_resource(device)

@@ -5,7 +5,7 @@ import ctypes
 import operator
 import threading
 from contextlib import contextmanager
-from typing import Any, Generator, Optional, Tuple, Union
+from typing import Any, Callable, Generator, Optional, Tuple, Union
 
 from . import _hip
 from ._hip.errors import NoDeviceError, NotSupportedError
@@ -57,6 +57,71 @@ def get_device() -> int:
     out = ctypes.c_int()
     rt.check(rt.fn.hipGetDevice(out), "hipGetDevice")
     return out.value
+
+
+# ---- the calling thread's current device, read as cheaply as the loaded runtime allows ---------
+
+_C_FUNCTION: Any = getattr(ctypes, "_CFuncPtr")   # the type of every foreign function
+
+
+def _device_reader(fn: Any) -> Callable[[Any], int]:
+    """``hipGetDevice`` as cheap as ctypes makes it: a native function is called through a
+    prototype without argument conversion (given a ``byref``); the emulated one as it is.
+    The GIL is let go during the call as for every native call: a first call in a new thread
+    may wait for the runtime's locks, which a thread that wants the GIL can hold (a
+    prototype that kept the GIL hung a GPU test that way)."""
+    if isinstance(fn, _C_FUNCTION):
+        address: int = ctypes.cast(fn, ctypes.c_void_p).value or 0
+        reader: Callable[[Any], int] = ctypes.CFUNCTYPE(ctypes.c_int)(address)
+        return reader
+    native: Callable[[Any], int] = fn
+    return native
+
+
+def device_function(rt: Any) -> Callable[[], int]:
+    """A function returning the calling thread's current device for the runtime ``rt`` (the
+    loaded one): with exactly one device visible it is 0 without asking (no other device can
+    be current); with several, the runtime's own ``hipGetDevice`` into an int of the calling
+    thread (one shared int would race, as the call lets the GIL go); a failure raises the
+    package's error through :func:`get_device`."""
+    try:
+        count = device_count()
+    except Exception:  # noqa: BLE001 - get_device raises what there is to raise
+        count = 0
+    if count == 1:
+        def only_device() -> int:
+            return 0
+        return only_device
+    if count < 1:
+        return get_device
+    read = _device_reader(rt.fn.hipGetDevice)
+    local = threading.local()
+
+    def current_device() -> int:
+        try:
+            ref, out = local.slot
+        except AttributeError:
+            out = ctypes.c_int()
+            ref, out = local.slot = (ctypes.byref(out), out)
+        if read(ref):
+            return get_device()  # the status as the package's error
+        value: int = out.value
+        return value
+    return current_device
+
+
+#: (the runtime, its current-device function): made again when another runtime is loaded
+_devices: Tuple[Any, Callable[[], int]] = (None, get_device)
+
+
+def current_device_function() -> Callable[[], int]:
+    """:func:`device_function` of the loaded runtime (loading it if need be), made once."""
+    global _devices
+    rt = _hip.get_runtime()
+    devices = _devices
+    if devices[0] is not rt:
+        devices = _devices = (rt, device_function(rt))
+    return devices[1]
 
 
 def check_device(device: object, name: str = "device") -> int:

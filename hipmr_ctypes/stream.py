@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 from . import _hip
 from ._hip.errors import HipError, NoDeviceError
 from ._exit import finalize, finalizer
-from .device import Device, check_device, device_count, get_device
+from .device import Device, check_device, device_count, device_function, get_device
 from .stream_ref import HANDLE_READERS, IntValue, _binding_module, as_stream_handle, stream_ref
 
 _T = TypeVar("_T")
@@ -331,23 +331,6 @@ def _thread_token() -> int:
         return token
 
 
-_C_FUNCTION: Any = getattr(ctypes, "_CFuncPtr")   # the type of every foreign function
-
-
-def _device_reader(fn: Any) -> Callable[[Any], int]:
-    """``hipGetDevice`` as cheap as ctypes makes it: a native function is called through a
-    prototype without argument conversion (given a ``byref``); the emulated one as it is.
-    The GIL is let go during the call as for every native call: a first call in a new thread
-    may wait for the runtime's locks, which a thread that wants the GIL can hold (a
-    prototype that kept the GIL hung a GPU test that way)."""
-    if isinstance(fn, _C_FUNCTION):
-        address: int = ctypes.cast(fn, ctypes.c_void_p).value or 0
-        reader: Callable[[Any], int] = ctypes.CFUNCTYPE(ctypes.c_int)(address)
-        return reader
-    native: Callable[[Any], int] = fn
-    return native
-
-
 def _key_function(rt: Any) -> Callable[[int], Any]:
     """The :func:`stream_key` function for the runtime ``rt`` (None: none loaded).  With one
     device visible the null and legacy streams are the handle itself.  With several, the
@@ -364,24 +347,15 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
             return (handle, 0, token()) if handle == _PER_THREAD else handle
         setattr(one_device, "own_keys_below", _PER_THREAD)   # see own_keys_below()
         return one_device
-    read = _device_reader(rt.fn.hipGetDevice)
-    local = threading.local()
+    current = device_function(rt)
 
     def several_devices(handle: int) -> Any:
         if handle > SPECIAL_STREAMS:
             return handle
         try:
-            ref, out = local.slot
-        except AttributeError:
-            out = ctypes.c_int()
-            ref, out = local.slot = (ctypes.byref(out), out)
-        if read(ref):
-            try:
-                device = get_device()   # the status as the package's error
-            except NoDeviceError:  # host memory with no device: no stream can run work
-                device = -1
-        else:
-            device = out.value
+            device = current()
+        except NoDeviceError:  # host memory with no device: no stream can run work
+            device = -1
         return (handle, device, token() if handle == _PER_THREAD else 0)
     return several_devices
 

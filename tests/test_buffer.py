@@ -948,7 +948,7 @@ def test_buffer_of_the_current_device_follows_the_device_and_the_runtime():
     by asking it on every buffer; a runtime loaded later is asked afresh; a failure of the
     question is the package's error and allocates nothing."""
     from support import process_runtime
-    from hipmr_ctypes import buffer as buffer_module
+    from hipmr_ctypes import device as device_module
     one = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "1"})
     with process_runtime(one):
         one.emulator.inject_failure(code=999, count=1, calls="hipGetDevice")
@@ -970,4 +970,4 @@ def test_buffer_of_the_current_device_follows_the_device_and_the_runtime():
         with pytest.raises(HipError):
             Buffer(64)
         assert two.emulator.live_allocations() == live
-        assert buffer_module._devices[0] is two
+        assert device_module._devices[0] is two

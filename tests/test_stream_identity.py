@@ -175,7 +175,7 @@ def test_the_device_reader_calls_the_real_library_as_declared(amd_runtime):
     gives what the declared function gives: with no AMD GPU, the same
     status; on a GPU machine, the same device."""
     import ctypes
-    from hipmr_ctypes.stream import _device_reader
+    from hipmr_ctypes.device import _device_reader
     fn = amd_runtime.fn.hipGetDevice
     read = _device_reader(fn)
     assert read is not fn
@@ -188,7 +188,7 @@ def test_the_device_reader_calls_the_real_library_as_declared(amd_runtime):
 @pytest.mark.gpu
 def test_the_device_reader_on_a_gpu(gpu_runtime):
     import ctypes
-    from hipmr_ctypes.stream import _device_reader
+    from hipmr_ctypes.device import _device_reader
     read = _device_reader(gpu_runtime.fn.hipGetDevice)
     out = ctypes.c_int(-1)
     for device in range(hmr.device_count()):
