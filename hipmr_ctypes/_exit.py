@@ -26,6 +26,7 @@ collector fires it after the exit hook.  Code with a ``__del__`` instead checks
 from __future__ import annotations
 
 import atexit
+import sys
 import weakref
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
@@ -101,6 +102,20 @@ class Finalizer:
     def alive(self) -> bool:
         """True until the function has run or was detached."""
         return self in _registry
+
+
+def warn_failed_free(who: str, ptr: int, size: int, exc: BaseException) -> None:
+    """What a finalizer does when its free failed: a ``RuntimeWarning`` naming ``who``, the
+    address and the size, pointing at the finalizer's caller; nothing while the interpreter
+    shuts down, and never an exception (finalizers have nobody to raise to).  Finalizers take
+    it as a default argument, so that it outlives module teardown."""
+    try:
+        if not sys.is_finalizing():
+            import warnings
+            warnings.warn(f"{who}: freeing {ptr:#x} ({size} bytes) failed: {exc}",
+                          RuntimeWarning, stacklevel=3)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def finalize(obj: Any, func: Callable[..., Any], *args: Any) -> Finalizer:

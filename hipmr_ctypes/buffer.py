@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, SupportsIndex, 
 from . import _hip
 from ._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, check_alignment, check_size,
                       check_stream)
-from ._exit import _state as _exit_state
+from ._exit import _state as _exit_state, warn_failed_free
 from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
                           PyObject_GetBuffer)
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
@@ -196,7 +196,7 @@ class Buffer:
             self._owned = []
 
     def __del__(self, _state: Dict[str, bool] = _exit_state,
-                _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+                _failed: Callable[..., None] = warn_failed_free) -> None:
         """Garbage collection: free, never raise (a failure is a warning, but not while the
         interpreter shuts down).  Uses nothing but the buffer and its arguments: it may run
         while the interpreter tears modules down."""
@@ -217,13 +217,7 @@ class Buffer:
             else:
                 self._free_now(free, None)
         except Exception as exc:  # noqa: BLE001
-            try:
-                if not _finalizing():
-                    import warnings
-                    warnings.warn(f"Buffer: freeing {self._ptr:#x} ({self._capacity} bytes) "
-                                  f"failed: {exc}", RuntimeWarning, stacklevel=2)
-            except Exception:  # noqa: BLE001
-                pass
+            _failed("Buffer", self._ptr, self._capacity, exc)
 
     def _free_now(self, free: Callable[..., Any], handle: Optional[int]) -> None:
         """Free the memory on ``handle`` (None: the buffer's stream).  A stream object the

@@ -16,13 +16,11 @@ runtime nothing.
 """
 from __future__ import annotations
 
-import sys
-import warnings
 from typing import Any, Callable, Dict, Optional
 
 import cupy
 
-from .._exit import _state as _exit_state
+from .._exit import _state as _exit_state, warn_failed_free
 from ..buffer import memory_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_ref import async_resource_ref
@@ -46,8 +44,7 @@ class _Allocation(cupy.cuda.memory.UnownedMemory):  # type: ignore[misc]
     __slots__ = ("_free", "_handle", "_stream")
 
     def __del__(self, _state: Dict[str, bool] = _exit_state,
-                _finalizing: Callable[[], bool] = sys.is_finalizing,
-                _warn: Callable[..., None] = warnings.warn) -> None:
+                _failed: Callable[..., None] = warn_failed_free) -> None:
         if _state["keep"]:  # exiting: memory that may still be reachable stays valid
             return
         try:
@@ -57,12 +54,7 @@ class _Allocation(cupy.cuda.memory.UnownedMemory):  # type: ignore[misc]
         try:
             free(self.ptr, self.size, DEFAULT_ALIGNMENT, self._handle)
         except Exception as exc:  # noqa: BLE001 - nobody to raise to
-            try:
-                if not _finalizing():
-                    _warn(f"CuPy allocator: freeing {self.ptr:#x} ({self.size} bytes) failed: "
-                          f"{exc}", RuntimeWarning, stacklevel=2)
-            except Exception:  # noqa: BLE001
-                pass
+            _failed("CuPy allocator", self.ptr, self.size, exc)
 
 
 def _stream_without_device(device: int) -> Any:

@@ -17,15 +17,13 @@ Numba's base class would make for each allocation.
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
-import warnings
 from typing import Any, Callable, Dict, Optional
 
 from numba.cuda import HostOnlyCUDAMemoryManager, MemoryPointer
 from numba.cuda.cudadrv import driver as _driver
 
-from .._exit import _state as _exit_state
+from .._exit import _state as _exit_state, warn_failed_free
 from ..buffer import Buffer
 from ..device import Device, get_device
 from ..properties import DEFAULT_ALIGNMENT
@@ -106,8 +104,7 @@ class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
             raise
 
     def __del__(self, _state: Dict[str, bool] = _exit_state,
-                _finalizing: Callable[[], bool] = sys.is_finalizing,
-                _warn: Callable[..., None] = warnings.warn) -> None:
+                _failed: Callable[..., None] = warn_failed_free) -> None:
         if _state["keep"]:  # exiting: memory that may still be reachable stays valid
             return
         try:
@@ -119,12 +116,7 @@ class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
         try:
             owned[0](owned[1], owned[2], DEFAULT_ALIGNMENT, 0)
         except Exception as exc:  # noqa: BLE001 - nobody to raise to
-            try:
-                if not _finalizing():
-                    _warn(f"Numba memory manager: freeing {owned[1]:#x} ({owned[2]} bytes) "
-                          f"failed: {exc}", RuntimeWarning, stacklevel=2)
-            except Exception:  # noqa: BLE001
-                pass
+            _failed("Numba memory manager", owned[1], owned[2], exc)
 
     def _hipmr_as_buffer(self) -> Buffer:
         """The memory as a :class:`Buffer` (made once, which then owns it)."""
