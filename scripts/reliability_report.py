@@ -55,7 +55,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the suite's test files, longest first (so that ``--jobs`` sections end together)
 TESTS = ["test_shutdown.py", "test_bad_input.py", "test_faults.py", "test_threads.py",
          "test_exit.py", "test_sizes_growth_pickle.py", "test_gc_locks.py",
-         "test_stream_identity.py", "test_misbehaving_upstreams.py", "test_logging_failures.py"]
+         "test_stream_identity.py", "test_misbehaving_upstreams.py", "test_logging_failures.py",
+         "test_thread_exit.py"]
 OPTIONAL_TESTS = ["test_pool_threads.py", "test_pool_fuzz.py"]
 
 CRASH = re.compile(r"child process died|rc=-\d|signal|Segmentation|core dumped|Fatal Python",
@@ -566,7 +567,8 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
              + ran("tests/test_shutdown.py::test_everything_dropped_before_exit")
              + ran("tests/test_exit.py::"),
              gc_lock_cases=ran("tests/test_gc_locks.py::"),
-             stream_identity_cases=ran("tests/test_stream_identity.py::"),
+             stream_identity_cases=ran("tests/test_stream_identity.py::")
+             + ran("tests/test_thread_exit.py::"),
              misbehaving_cases=ran("tests/test_misbehaving_upstreams.py::")
              + ran("tests/test_logging_failures.py::"),
              size_growth_pickle_cases=ran("tests/test_sizes_growth_pickle.py::"),
@@ -599,7 +601,8 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
         ("garbage collections inside locks", c["gc_lock_cases"],
          "a finalizer frees through the resource inside its own section; child processes"),
         ("stream identity cases", c["stream_identity_cases"],
-         "per-thread and per-device null streams kept apart"),
+         "per-thread and per-device null streams kept apart; per-thread streams waited for "
+         "when their thread ends"),
         ("misbehaving upstream cases", c["misbehaving_cases"],
          "duplicate, unaligned, out-of-range results; failing log files"),
         ("size, growth and pickle cases", c["size_growth_pickle_cases"],

@@ -23,6 +23,7 @@ from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
 from .._checks import check_ptr, check_size, check_stream
 from .._limits import MAX_ADDRESS
+from .._thread_exit import PER_THREAD as _PER_THREAD, arm
 from .._sizes import Size, config_size, parse_bytes
 from ._common import check_args
 
@@ -482,16 +483,18 @@ class AsyncMemoryResource:
         return self._device
 
     # ---- hot path: one inlined test for the usual call (an int size, the default alignment,
-    # the stream last validated here, passed again: the same object; or any other int handle
-    # up to 2**63, tested in full) and the native call;
+    # the stream last validated here, passed again: the same object; or a created stream's
+    # int handle up to 2**63, tested in full) and the native call;
     # anything else takes the checked path, which tests the other fast cases, converts what it
     # may (Stream, stream_ref, numpy integers, handles above 2**63), names what it rejects and
-    # remembers a validated int handle.  The test is kept out of the native call's error
-    # handling, so no error of the call is swallowed.
+    # remembers a validated int handle.  An allocation on the per-thread stream (handle 2)
+    # always takes it: the calling thread is made to wait for that stream when it ends
+    # (hipmr_ctypes._thread_exit), so that handle is never remembered.  The test is kept out
+    # of the native call's error handling, so no error of the call is swallowed.
     def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
         """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
         returns the pointer as an int (0 for ``bytes == 0``)."""
-        if not ((stream is self._stream or type(stream) is int and 0 <= stream <= 1 << 63)
+        if not ((stream is self._stream or type(stream) is int and 2 < stream <= 1 << 63)
                 and type(bytes) is int and 0 < bytes <= _COMPACT and alignment is _A256):
             bytes, stream = self._alloc_args(bytes, alignment, stream)
             if not bytes:
@@ -528,7 +531,10 @@ class AsyncMemoryResource:
             fast = False
         if not fast:
             nbytes = check_args(nbytes, alignment, 256)
-        return nbytes, self._stream_arg(stream)
+        handle = self._stream_arg(stream)
+        if handle == _PER_THREAD:  # the calling thread's own: waited for when it ends
+            arm(self._rt)
+        return nbytes, handle
 
     def _free_args(self, ptr: Any, nbytes: Any, alignment: Any, stream: Any
                    ) -> Tuple[int, int]:
@@ -548,7 +554,7 @@ class AsyncMemoryResource:
         know it by identity next time (any value in ``[0, 2**64)`` is a valid handle, so an
         int once validated is valid for ever; the slot is one atomic store)."""
         handle = check_stream(stream)
-        if stream is handle:
+        if stream is handle and handle != _PER_THREAD:  # see allocate_async's test
             self._stream = handle
         return handle
 
