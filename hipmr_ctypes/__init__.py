@@ -75,8 +75,8 @@ _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in nam
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
 _SUBMODULES = frozenset(("adaptors", "buffer", "concepts", "device", "properties",
                          "resource_ref", "resources", "stream", "stream_ref", "ipc", "_checks",
-                         "_exit", "_hip", "_limits", "_locks", "_sizes", "errors", "initialization",
-                         "logfile", "plot", "statistics"))
+                         "_exit", "_hip", "_limits", "_locks", "_sizes", "_thread_exit", "errors",
+                         "initialization", "logfile", "plot", "statistics"))
 
 __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
     "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "Property",
