@@ -155,6 +155,104 @@ def test_two_threads_growing_at_once_get_one_address_once(kind):
     assert space.live == {}  # the chunk it kept went back once; the refused one was its twin
 
 
+def _returning_setup(kind: str, fail: bool):
+    """A sub-allocator holding one free chunk, and a ``release()`` running in a thread that is
+    inside the upstream's free of that chunk until ``go_on`` is set (the free then raises
+    when ``fail``)."""
+    space = AddressSpace()
+    inside, go_on = threading.Event(), threading.Event()
+    real_free = space.deallocate
+
+    def slow_free(ptr: int, nbytes: int, alignment: int) -> None:
+        inside.set()
+        assert go_on.wait(30)
+        if fail:
+            raise RuntimeError("the upstream could not take it back")
+        real_free(ptr, nbytes, alignment)
+
+    r = (hmr.PoolResource(Plain(space), initial_pool_size=1 << 20) if kind == "PoolResource"
+         else hmr.FixedSizeResource(Plain(space), 1 << 20, 1))
+    r.deallocate(r.allocate(1 << 20), 1 << 20)
+    (chunk,) = space.live
+    space.deallocate = slow_free  # type: ignore[method-assign]
+    errors: list = []
+
+    def release() -> None:
+        try:
+            r.release()
+        except RuntimeError as exc:
+            errors.append(exc)
+    t = threading.Thread(target=release)
+    t.start()
+    assert inside.wait(30)
+    return space, r, chunk, go_on, t, errors, real_free
+
+
+@pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
+def test_growth_refuses_a_chunk_on_its_way_back(kind):
+    """``release()`` lets the lock go while the upstream takes chunks back; if another thread
+    grows the pool meanwhile and the upstream hands out a chunk it has not been asked to take
+    back yet, that chunk is refused (it would be one block for two users)."""
+    space = AddressSpace()
+    waits, go_on = threading.Event(), threading.Event()
+    real_free = space.deallocate
+    r = (hmr.PoolResource(Plain(space), initial_pool_size=1 << 20) if kind == "PoolResource"
+         else hmr.FixedSizeResource(Plain(space), 1 << 20, 1))
+    blocks = [r.allocate(1 << 20), r.allocate(1 << 20)]   # two chunks, both in use
+    for b in blocks:
+        r.deallocate(b, 1 << 20)
+    assert len(space.live) == 2
+    asked: list = []
+
+    def slow_free(ptr: int, nbytes: int, alignment: int) -> None:
+        asked.append(ptr)
+        if len(asked) == 1:     # the first free waits: the second chunk is still on its way
+            waits.set()
+            assert go_on.wait(30)
+        real_free(ptr, nbytes, alignment)
+    space.deallocate = slow_free  # type: ignore[method-assign]
+    t = threading.Thread(target=r.release)
+    t.start()
+    assert waits.wait(30)
+    (held,) = [c for c in space.live if c not in asked]
+    space.bad = lambda ptr, n: held
+    try:
+        with pytest.raises(ValueError, match="overlaps memory the upstream handed out"):
+            r.allocate(1 << 20)
+    finally:
+        space.bad = None
+        go_on.set()
+        t.join(30)
+    assert not t.is_alive() and space.live == {} and sorted(asked) == sorted(set(asked))
+    assert r.allocation_count() == 0
+
+
+@pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
+def test_a_chunk_the_upstream_could_not_take_back_is_kept_once(kind):
+    """A chunk whose upstream free fails goes back into the books, unless the upstream handed
+    it out again meanwhile (then the pool already holds it as a new chunk): never twice."""
+    space, r, chunk, go_on, t, errors, real_free = _returning_setup(kind, fail=True)
+    space.bad = lambda ptr, n: chunk      # hand the chunk out again while its free runs
+    try:
+        p = r.allocate(1 << 20)
+    finally:
+        space.bad = None
+        go_on.set()
+        t.join(30)
+    assert not t.is_alive() and len(errors) == 1
+    assert p == chunk and r.allocation_count() == 1
+    if kind == "PoolResource":
+        check_pool_tiles(r)
+        assert r.pool_size() == 1 << 20
+    space.deallocate = real_free  # type: ignore[method-assign]
+    q = r.allocate(1 << 20)
+    assert q != p                          # the block in use is not free as well
+    r.deallocate(q, 1 << 20)
+    r.deallocate(p, 1 << 20)
+    r.release()
+    assert space.live == {}
+
+
 @pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
 @pytest.mark.parametrize("bad", ["unaligned", "null", "float", "past-2**64"])
 def test_a_sub_allocator_refuses_a_bad_chunk_and_gives_it_back(kind, bad):

@@ -133,16 +133,22 @@ def give_back_chunks(up_dealloc: Callable[..., Any], chunks: Dict[int, int]) -> 
 
 def return_chunks(lock: Any, chunks: List[Tuple[int, int]], events: List[Any],
                   up_dealloc: Callable[..., Any],
-                  keep: Callable[[List[Tuple[int, int]], bool], None]) -> int:
+                  keep: Callable[[List[Tuple[int, int]], bool], None],
+                  returning: Dict[int, int]) -> int:
     """Give ``chunks`` ``[(start, size)]``, already out of the sub-allocator's books, back to
     the upstream (with alignment 256); returns the bytes given back.
 
     Called with ``lock`` held, and returns with it held; the lock is let go meanwhile, while
     the host waits for ``events`` (recorded on the streams that freed into the chunks; closed
     here) and while the upstream frees (both may block), so that other threads keep
-    allocating.  If a wait or a free raises, ``keep(rest, waited)`` takes back, under the lock,
-    the chunks the upstream did not get (``waited``: the events all completed) and the error
+    allocating.  Until the upstream is asked to take a chunk back it stays in ``returning``
+    (``{start: size}``), which growth checks as it checks the books (an upstream that hands
+    out a chunk it has not got back yet is refused).  If a wait or a free raises,
+    ``keep(rest, waited)`` takes back, under the lock, the chunks the upstream did not get
+    (``waited``: the events all completed), but for one that overlaps a chunk the pool got
+    meanwhile (the upstream handed it out again: it is the upstream's now); the error
     propagates."""
+    returning.update(chunks)
     lock.release()
     given = done = 0
     waited = False
@@ -155,12 +161,16 @@ def return_chunks(lock: Any, chunks: List[Tuple[int, int]], events: List[Any],
             for ev in events:
                 ev.close()
         for start, size in chunks:
+            returning.pop(start, None)   # the upstream may hand it out again from now on
             up_dealloc(start, size, DEFAULT_ALIGNMENT)
             given += size
             done += 1
     except BaseException:
         lock.acquire()
-        keep(chunks[done:], waited)
+        rest = chunks[done:]
+        for start, _ in rest:
+            returning.pop(start, None)
+        keep(rest, waited)
         raise
     lock.acquire()
     return given
@@ -173,17 +183,20 @@ def overlaps(chunks: Dict[int, int], start: int, size: int) -> bool:
 
 
 def check_upstream_chunk(ptr: Any, size: int, chunks: Dict[int, int], give_back: Any,
-                         owner: str) -> int:
+                         owner: str, returning: Optional[Dict[int, int]] = None) -> int:
     """The one check of a chunk an upstream returned for ``size`` bytes (a sub-allocator's
     slow path): a non-null int address aligned to 256 whose ``size`` bytes fit below 2**64
-    and overlap none of ``chunks`` (an upstream that hands out an address twice would
+    and overlap none of ``chunks`` nor of ``returning`` (chunks on their way back to the
+    upstream: see :func:`return_chunks`) (an upstream that hands out an address twice would
     otherwise give one block to two users).  Anything else is given back when it can be
     (never a pointer overlapping a chunk already held: that would free live memory) and
     refused with ValueError."""
     if (type(ptr) is int and 0 < ptr and ptr + size <= MAX_PTR + 1
-            and not ptr & (DEFAULT_ALIGNMENT - 1) and not overlaps(chunks, ptr, size)):
+            and not ptr & (DEFAULT_ALIGNMENT - 1) and not overlaps(chunks, ptr, size)
+            and not (returning and overlaps(returning, ptr, size))):
         return ptr
-    if type(ptr) is int and 0 < ptr <= MAX_PTR and overlaps(chunks, ptr, size):
+    if type(ptr) is int and 0 < ptr <= MAX_PTR and (
+            overlaps(chunks, ptr, size) or bool(returning) and overlaps(returning, ptr, size)):
         problem = "it overlaps memory the upstream handed out before and that is still held"
     else:
         problem = f"a sub-allocator needs a non-null address aligned to {DEFAULT_ALIGNMENT}"

@@ -10,7 +10,7 @@ from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
-                    check_upstream_chunk, give_back_chunks, return_chunks, round_up)
+                    check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
 from ._order import StreamOrder, handle_of, stream_keys, track_streams
 
 __all__ = ["FixedSizeResource"]
@@ -38,6 +38,7 @@ class _Blocks:
         self.free: Dict[Any, List[int]] = {SYNC: []}   # SYNC or stream key -> free blocks
         self.live: Dict[int, int] = {}                  # ptr -> requested size
         self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
+        self.returning: Dict[int, int] = {}             # chunks on their way back
         self.streams = StreamOrder()
         self.graveyard: List[Any] = []                  # see forget_streams
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
@@ -82,7 +83,8 @@ class _Blocks:
                 ptr = self.up_alloc_async(size, _GRAIN, handle_of(key))
         finally:
             self.lock.acquire()
-        check_upstream_chunk(ptr, size, self.chunks, self.up_dealloc, "FixedSizeResource")
+        check_upstream_chunk(ptr, size, self.chunks, self.up_dealloc, "FixedSizeResource",
+                             self.returning)
         self.chunks[ptr] = size
         self.streams.note(key)
         lst = self.free.setdefault(key, [])
@@ -239,11 +241,13 @@ class _Blocks:
 
         def keep(rest: List[Any], waited: bool) -> None:  # what the upstream did not take
             for start, size in rest:
+                if overlaps(self.chunks, start, size):  # handed out again meanwhile
+                    continue
                 self.chunks[start] = size
                 free[SYNC].extend(range(start + size - bs, start - 1, -bs))
 
         with self.lock:
-            return return_chunks(self.lock, empty, [], self.up_dealloc, keep)
+            return return_chunks(self.lock, empty, [], self.up_dealloc, keep, self.returning)
 
 
 class FixedSizeResource(IdentityEqual, BoundAdaptor):

@@ -42,7 +42,7 @@ from ..stream import Stream
 from ..stream_ref import IntValue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
-                    check_upstream_chunk, give_back_chunks, return_chunks, round_up)
+                    check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
 from ._order import (SPECIAL as SPECIAL_STREAMS, StreamOrder, handle_of, own_keys_below,
                      stream_keys, track_streams)
 
@@ -78,6 +78,7 @@ class _Arena:
         self.fend: Dict[int, int] = {}
         self.fsorted: List[Any] = []
         self.chunks: Dict[int, int] = {}       # upstream chunk start -> size
+        self.returning: Dict[int, int] = {}    # chunks on their way back (return_chunks)
         self.pool_size = 0
         self.pending = 0                       # bytes being asked of the upstream right now
         self.peak_pool_size = 0
@@ -344,7 +345,8 @@ class _Arena:
         finally:
             lock.acquire()
             self.pending -= size
-        check_upstream_chunk(ptr, size, self.chunks, self.up_dealloc, "PoolResource")
+        check_upstream_chunk(ptr, size, self.chunks, self.up_dealloc, "PoolResource",
+                             self.returning)
         self.chunks[ptr] = size
         self.pool_size += size
         if self.pool_size > self.peak_pool_size:
@@ -377,11 +379,13 @@ class _Arena:
         def keep(rest: List[Any], waited: bool) -> None:  # what the upstream did not take
             self.pending -= total
             for start, size in rest:
+                if overlaps(self.chunks, start, size):  # handed out again meanwhile
+                    continue
                 self.chunks[start] = size
                 self.pool_size += size
                 self._add(start, size, _CLEAN if waited else tags[start])
 
-        given = return_chunks(self.lock, empty, events, self.up_dealloc, keep)
+        given = return_chunks(self.lock, empty, events, self.up_dealloc, keep, self.returning)
         self.pending -= total
         return given
 
