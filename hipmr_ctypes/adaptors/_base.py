@@ -196,7 +196,7 @@ def check_upstream_chunk(ptr: Any, size: int, chunks: Dict[int, int], give_back:
             and not (returning and overlaps(returning, ptr, size))):
         return ptr
     if type(ptr) is int and 0 < ptr <= MAX_PTR and (
-            overlaps(chunks, ptr, size) or bool(returning) and overlaps(returning, ptr, size)):
+            overlaps(chunks, ptr, size) or overlaps(returning or {}, ptr, size)):
         problem = "it overlaps memory the upstream handed out before and that is still held"
     else:
         problem = f"a sub-allocator needs a non-null address aligned to {DEFAULT_ALIGNMENT}"
