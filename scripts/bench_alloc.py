@@ -242,6 +242,29 @@ def everyday(size: int) -> Dict[str, Any]:
             for _ in range(n):
                 Buffer(size, resource=resource)
         return run
+    class Minimal:
+        """The least a buffer class can be (no checks, no stream, no device): what Python
+        itself costs for an object made with keywords, closed, and finalized."""
+        __slots__ = ("ptr", "size", "resource", "owned", "__weakref__")
+
+        def __init__(self, size, *, resource=None):
+            self.resource = resource
+            self.size = size
+            self.ptr = resource.allocate_async(size, 256, 0)
+            self.owned = [resource.deallocate_async]
+
+        def close(self):
+            if self.owned:
+                self.owned.pop()(self.ptr, self.size, 256, 0)
+
+        def __del__(self):
+            if self.owned:
+                self.owned.pop()(self.ptr, self.size, 256, 0)
+
+    def minimal(n):
+        for _ in range(n):
+            Minimal(size, resource=pool).close()
+    loops["Buffer floor: a minimal slotted class over PoolResource, create + close"] = minimal
     loops["Buffer over PoolResource, create + close"] = closing(pool)
     loops["Buffer over PoolResource, create + drop"] = dropping(pool)
     loops["Buffer via async_resource_ref, create + close"] = closing(ref)
