@@ -1,8 +1,15 @@
-"""The one declaration table of every C function the package calls.
+"""The one declaration table of every C function the package calls (HIP's; the C library's and
+Python's own few are in ``native.py``), with the C structures those functions take.
 
-Each row: HIP name, result type, argument types, first HIP version that exports it, and
-whether it is required.  The back ends (``amd``, ``nvidia``, ``emulated``) all provide
-exactly these names with these C signatures; nothing else in the package sets ``argtypes``.
+Each row: HIP name, first HIP version that exports it, whether it is required (``R``) or
+optional (``O``: it may be missing from a library, and calling it then raises
+NotSupportedError), result type and argument types.  The back ends (``amd``, ``nvidia``,
+``emulated``) all provide exactly these names with these C signatures; nothing else in the
+package sets ``argtypes``.
+
+The rows are one string, read into :class:`Decl` tuples when this module is imported: from a
+vendored folder with no ``.pyc``, a table of literal calls took longer to compile than the rest
+of the import put together.
 
 Calling convention for every back end: output arguments are passed as ctypes *instances*
 (``c_void_p()``, ``c_int()``, a Structure); ctypes passes them by reference because the
@@ -12,28 +19,58 @@ the back end's own numbering (CUDA's on ``nvidia``); only a non-zero status is t
 """
 from __future__ import annotations
 
-from ctypes import (POINTER, c_char_p, c_float, c_int, c_size_t, c_uint,
-                    c_ulonglong, c_void_p)
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_size_t, c_ubyte,
+                    c_uint, c_ulonglong, c_void_p)
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Tuple
+    from typing import Dict, Tuple
 
-from .types import (hipIpcMemHandle_t, hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
-                    hipMemPoolPtrExportData, hipPointerAttribute_t)
-
-__all__ = ["Decl", "DECLS", "DECL_BY_NAME", "HOT"]
-
-P_void = POINTER(c_void_p)
-P_int = POINTER(c_int)
-P_uint = POINTER(c_uint)
-P_size = POINTER(c_size_t)
-P_float = POINTER(c_float)
-hipError_t = c_int
-hipStream_t = c_void_p
-hipEvent_t = c_void_p
-hipMemPool_t = c_void_p
+__all__ = ["Decl", "DECLS", "DECL_BY_NAME", "HOT", "hipMemLocation", "hipMemAccessDesc",
+           "hipMemPoolProps", "hipPointerAttribute_t", "hipIpcMemHandle_t",
+           "hipMemPoolPtrExportData"]
 
 
+# ---- the structures (x86-64 Linux, LP64; tests/test_abi.py checks them against the headers;
+# ``types.py`` re-exports them with the enum values and flags) --------------------------------
+class hipMemLocation(Structure):
+    """``hipMemLocation``: where memory lives (type 1 = device, id = device ordinal)."""
+    _fields_ = [("type", c_int), ("id", c_int)]
+
+
+class hipMemAccessDesc(Structure):
+    """``hipMemAccessDesc``: an access right for one location."""
+    _fields_ = [("location", hipMemLocation), ("flags", c_int)]
+
+
+class hipMemPoolProps(Structure):
+    """``hipMemPoolProps`` (88 bytes). ``maxSize`` exists from ROCm 6.2 on; zero keeps the default.
+
+    Before 6.2 the 64 bytes from offset 24 are ``reserved``; writing 0 there is the same thing.
+    The CUDA ``cudaMemPoolProps`` has the same size and leading fields.
+    """
+    _fields_ = [("allocType", c_int), ("handleTypes", c_int), ("location", hipMemLocation),
+                ("win32SecurityAttributes", c_void_p), ("maxSize", c_size_t),
+                ("reserved", c_ubyte * 56)]
+
+
+class hipPointerAttribute_t(Structure):
+    """``hipPointerAttribute_t`` (32 bytes). The first field's name and the meaning of its values
+    changed between ROCm 5 and 6 (see ``types.MEMORY_TYPE_5`` / ``types.MEMORY_TYPE_6``)."""
+    _fields_ = [("type", c_int), ("device", c_int), ("devicePointer", c_void_p),
+                ("hostPointer", c_void_p), ("isManaged", c_int), ("allocationFlags", c_uint)]
+
+
+class hipIpcMemHandle_t(Structure):
+    """``hipIpcMemHandle_t``: 64 opaque bytes, passed by value."""
+    _fields_ = [("reserved", c_char * 64)]
+
+
+class hipMemPoolPtrExportData(Structure):
+    """``hipMemPoolPtrExportData``: 64 opaque bytes."""
+    _fields_ = [("reserved", c_ubyte * 64)]
+
+
+# ---- the functions -------------------------------------------------------------------------
 class Decl(tuple):  # type: ignore[type-arg]  # a NamedTuple, without importing typing
     """One C function: ``name``, ``restype``, ``argtypes``, ``since`` (HIP version), ``required``."""
 
@@ -67,99 +104,120 @@ class Decl(tuple):  # type: ignore[type-arg]  # a NamedTuple, without importing 
         return "Decl(name=%r, restype=%r, argtypes=%r, since=%r, required=%r)" % self
 
 
-R = True   # required
-O = False  # optional: may be missing from a library; calling it raises NotSupportedError
+# The table's type names: ``status`` is hipError_t (an int); ``stream``, ``event`` and ``pool``
+# are the opaque handles (void*); ``T*`` is a pointer to ``T`` (such an argument takes a ctypes
+# instance, passed by reference); a structure's bare name passes it by value.
+_TYPES: Dict[str, object] = {
+    "status": c_int, "int": c_int, "uint": c_uint, "size_t": c_size_t, "ulonglong": c_ulonglong,
+    "float": c_float, "char*": c_char_p, "void*": c_void_p, "stream": c_void_p,
+    "event": c_void_p, "pool": c_void_p, "hipMemLocation": hipMemLocation,
+    "hipMemAccessDesc": hipMemAccessDesc, "hipMemPoolProps": hipMemPoolProps,
+    "hipPointerAttribute_t": hipPointerAttribute_t, "hipIpcMemHandle_t": hipIpcMemHandle_t,
+    "hipMemPoolPtrExportData": hipMemPoolPtrExportData,
+}
 
-DECLS: Tuple[Decl, ...] = (
-    # init, versions, errors
-    Decl("hipInit", hipError_t, (c_uint,), "4.2", R),
-    Decl("hipRuntimeGetVersion", hipError_t, (P_int,), "4.2", R),
-    Decl("hipDriverGetVersion", hipError_t, (P_int,), "4.2", R),
-    Decl("hipGetErrorName", c_char_p, (hipError_t,), "4.2", R),
-    Decl("hipGetErrorString", c_char_p, (hipError_t,), "4.2", R),
-    Decl("hipGetLastError", hipError_t, (), "4.2", R),
-    Decl("hipPeekAtLastError", hipError_t, (), "4.2", R),
-    # devices
-    Decl("hipGetDeviceCount", hipError_t, (P_int,), "4.2", R),
-    Decl("hipGetDevice", hipError_t, (P_int,), "4.2", R),
-    Decl("hipSetDevice", hipError_t, (c_int,), "4.2", R),
-    Decl("hipDeviceGetAttribute", hipError_t, (P_int, c_int, c_int), "4.2", R),
-    Decl("hipDeviceGetName", hipError_t, (c_char_p, c_int, c_int), "4.2", R),
-    Decl("hipDeviceTotalMem", hipError_t, (P_size, c_int), "4.2", R),
-    Decl("hipDeviceSynchronize", hipError_t, (), "4.2", R),
-    Decl("hipDeviceCanAccessPeer", hipError_t, (P_int, c_int, c_int), "4.2", R),
-    Decl("hipDeviceEnablePeerAccess", hipError_t, (c_int, c_uint), "4.2", R),
-    Decl("hipDeviceDisablePeerAccess", hipError_t, (c_int,), "4.2", R),
-    Decl("hipMemGetInfo", hipError_t, (P_size, P_size), "4.2", R),
-    # plain memory
-    Decl("hipMalloc", hipError_t, (P_void, c_size_t), "4.2", R),
-    Decl("hipFree", hipError_t, (c_void_p,), "4.2", R),
-    Decl("hipHostMalloc", hipError_t, (P_void, c_size_t, c_uint), "4.2", R),
-    Decl("hipHostFree", hipError_t, (c_void_p,), "4.2", R),
-    Decl("hipMallocManaged", hipError_t, (P_void, c_size_t, c_uint), "4.2", R),
-    Decl("hipMemcpy", hipError_t, (c_void_p, c_void_p, c_size_t, c_int), "4.2", R),
-    Decl("hipMemcpyAsync", hipError_t, (c_void_p, c_void_p, c_size_t, c_int, hipStream_t),
-         "4.2", R),
-    Decl("hipMemcpyPeer", hipError_t, (c_void_p, c_int, c_void_p, c_int, c_size_t), "4.2", R),
-    Decl("hipMemcpyPeerAsync", hipError_t,
-         (c_void_p, c_int, c_void_p, c_int, c_size_t, hipStream_t), "4.2", R),
-    Decl("hipMemset", hipError_t, (c_void_p, c_int, c_size_t), "4.2", R),
-    Decl("hipMemsetAsync", hipError_t, (c_void_p, c_int, c_size_t, hipStream_t), "4.2", R),
-    Decl("hipMemPrefetchAsync", hipError_t, (c_void_p, c_size_t, c_int, hipStream_t), "4.2", R),
-    Decl("hipPointerGetAttributes", hipError_t, (POINTER(hipPointerAttribute_t), c_void_p),
-         "4.2", R),
-    # stream-ordered allocation and memory pools
-    Decl("hipMallocAsync", hipError_t, (P_void, c_size_t, hipStream_t), "5.1", R),
-    Decl("hipFreeAsync", hipError_t, (c_void_p, hipStream_t), "5.1", R),
-    Decl("hipMallocFromPoolAsync", hipError_t, (P_void, c_size_t, hipMemPool_t, hipStream_t),
-         "5.1", R),
-    Decl("hipMemPoolCreate", hipError_t, (P_void, POINTER(hipMemPoolProps)), "5.1", R),
-    Decl("hipMemPoolDestroy", hipError_t, (hipMemPool_t,), "5.1", R),
-    Decl("hipMemPoolSetAttribute", hipError_t, (hipMemPool_t, c_int, c_void_p), "5.1", R),
-    Decl("hipMemPoolGetAttribute", hipError_t, (hipMemPool_t, c_int, c_void_p), "5.1", R),
-    Decl("hipMemPoolTrimTo", hipError_t, (hipMemPool_t, c_size_t), "5.1", R),
-    Decl("hipMemPoolSetAccess", hipError_t,
-         (hipMemPool_t, POINTER(hipMemAccessDesc), c_size_t), "5.1", R),
-    Decl("hipMemPoolGetAccess", hipError_t,
-         (P_int, hipMemPool_t, POINTER(hipMemLocation)), "5.1", R),
-    Decl("hipDeviceGetDefaultMemPool", hipError_t, (P_void, c_int), "5.1", R),
-    Decl("hipDeviceGetMemPool", hipError_t, (P_void, c_int), "5.1", R),
-    Decl("hipDeviceSetMemPool", hipError_t, (c_int, hipMemPool_t), "5.1", R),
-    # interprocess: pools shared through a POSIX file descriptor, legacy per-allocation handles.
-    # The export writes the fd through its void* (an int*); the import takes the fd itself,
-    # by value, in the void*.
-    Decl("hipMemPoolExportToShareableHandle", hipError_t, (c_void_p, hipMemPool_t, c_int, c_uint),
-         "5.1", R),
-    Decl("hipMemPoolImportFromShareableHandle", hipError_t, (P_void, c_void_p, c_int, c_uint),
-         "5.1", R),
-    Decl("hipMemPoolExportPointer", hipError_t, (POINTER(hipMemPoolPtrExportData), c_void_p),
-         "5.1", R),
-    Decl("hipMemPoolImportPointer", hipError_t,
-         (P_void, hipMemPool_t, POINTER(hipMemPoolPtrExportData)), "5.1", R),
-    Decl("hipIpcGetMemHandle", hipError_t, (POINTER(hipIpcMemHandle_t), c_void_p), "4.2", R),
-    Decl("hipIpcOpenMemHandle", hipError_t, (P_void, hipIpcMemHandle_t, c_uint), "4.2", R),
-    Decl("hipIpcCloseMemHandle", hipError_t, (c_void_p,), "4.2", R),
-    # streams
-    Decl("hipStreamCreateWithPriority", hipError_t, (P_void, c_uint, c_int), "4.2", R),
-    Decl("hipStreamDestroy", hipError_t, (hipStream_t,), "4.2", R),
-    Decl("hipStreamSynchronize", hipError_t, (hipStream_t,), "4.2", R),
-    Decl("hipStreamQuery", hipError_t, (hipStream_t,), "4.2", R),
-    Decl("hipStreamWaitEvent", hipError_t, (hipStream_t, hipEvent_t, c_uint), "4.2", R),
-    Decl("hipStreamGetPriority", hipError_t, (hipStream_t, P_int), "4.2", R),
-    Decl("hipStreamGetFlags", hipError_t, (hipStream_t, P_uint), "4.2", R),
-    Decl("hipStreamGetDevice", hipError_t, (hipStream_t, P_int), "5.6", O),
-    Decl("hipDeviceGetStreamPriorityRange", hipError_t, (P_int, P_int), "4.2", R),
-    # events
-    Decl("hipEventCreateWithFlags", hipError_t, (P_void, c_uint), "4.2", R),
-    Decl("hipEventRecord", hipError_t, (hipEvent_t, hipStream_t), "4.2", R),
-    Decl("hipEventSynchronize", hipError_t, (hipEvent_t,), "4.2", R),
-    Decl("hipEventQuery", hipError_t, (hipEvent_t,), "4.2", R),
-    Decl("hipEventElapsedTime", hipError_t, (P_float, hipEvent_t, hipEvent_t), "4.2", R),
-    Decl("hipEventDestroy", hipError_t, (hipEvent_t,), "4.2", R),
-    # newer, optional
-    Decl("hipExtGetLastError", hipError_t, (), "6.0", O),
-    Decl("hipStreamGetId", hipError_t, (hipStream_t, POINTER(c_ulonglong)), "7.1", O),
-)
+_TABLE = """
+# name                              since R|O   result  arguments ("-": none)
+# init, versions, errors
+hipInit                             4.2  R    status  uint
+hipRuntimeGetVersion                4.2  R    status  int*
+hipDriverGetVersion                 4.2  R    status  int*
+hipGetErrorName                     4.2  R    char*   status
+hipGetErrorString                   4.2  R    char*   status
+hipGetLastError                     4.2  R    status  -
+hipPeekAtLastError                  4.2  R    status  -
+# devices
+hipGetDeviceCount                   4.2  R    status  int*
+hipGetDevice                        4.2  R    status  int*
+hipSetDevice                        4.2  R    status  int
+hipDeviceGetAttribute               4.2  R    status  int* int int
+hipDeviceGetName                    4.2  R    status  char* int int
+hipDeviceTotalMem                   4.2  R    status  size_t* int
+hipDeviceSynchronize                4.2  R    status  -
+hipDeviceCanAccessPeer              4.2  R    status  int* int int
+hipDeviceEnablePeerAccess           4.2  R    status  int uint
+hipDeviceDisablePeerAccess          4.2  R    status  int
+hipMemGetInfo                       4.2  R    status  size_t* size_t*
+# plain memory
+hipMalloc                           4.2  R    status  void** size_t
+hipFree                             4.2  R    status  void*
+hipHostMalloc                       4.2  R    status  void** size_t uint
+hipHostFree                         4.2  R    status  void*
+hipMallocManaged                    4.2  R    status  void** size_t uint
+hipMemcpy                           4.2  R    status  void* void* size_t int
+hipMemcpyAsync                      4.2  R    status  void* void* size_t int stream
+hipMemcpyPeer                       4.2  R    status  void* int void* int size_t
+hipMemcpyPeerAsync                  4.2  R    status  void* int void* int size_t stream
+hipMemset                           4.2  R    status  void* int size_t
+hipMemsetAsync                      4.2  R    status  void* int size_t stream
+hipMemPrefetchAsync                 4.2  R    status  void* size_t int stream
+hipPointerGetAttributes             4.2  R    status  hipPointerAttribute_t* void*
+# stream-ordered allocation and memory pools
+hipMallocAsync                      5.1  R    status  void** size_t stream
+hipFreeAsync                        5.1  R    status  void* stream
+hipMallocFromPoolAsync              5.1  R    status  void** size_t pool stream
+hipMemPoolCreate                    5.1  R    status  void** hipMemPoolProps*
+hipMemPoolDestroy                   5.1  R    status  pool
+hipMemPoolSetAttribute              5.1  R    status  pool int void*
+hipMemPoolGetAttribute              5.1  R    status  pool int void*
+hipMemPoolTrimTo                    5.1  R    status  pool size_t
+hipMemPoolSetAccess                 5.1  R    status  pool hipMemAccessDesc* size_t
+hipMemPoolGetAccess                 5.1  R    status  int* pool hipMemLocation*
+hipDeviceGetDefaultMemPool          5.1  R    status  void** int
+hipDeviceGetMemPool                 5.1  R    status  void** int
+hipDeviceSetMemPool                 5.1  R    status  int pool
+# interprocess: pools shared through a POSIX file descriptor, legacy per-allocation handles.
+# The export writes the fd through its void* (an int*); the import takes the fd itself,
+# by value, in the void*.
+hipMemPoolExportToShareableHandle   5.1  R    status  void* pool int uint
+hipMemPoolImportFromShareableHandle 5.1  R    status  void** void* int uint
+hipMemPoolExportPointer             5.1  R    status  hipMemPoolPtrExportData* void*
+hipMemPoolImportPointer             5.1  R    status  void** pool hipMemPoolPtrExportData*
+hipIpcGetMemHandle                  4.2  R    status  hipIpcMemHandle_t* void*
+hipIpcOpenMemHandle                 4.2  R    status  void** hipIpcMemHandle_t uint
+hipIpcCloseMemHandle                4.2  R    status  void*
+# streams
+hipStreamCreateWithPriority         4.2  R    status  void** uint int
+hipStreamDestroy                    4.2  R    status  stream
+hipStreamSynchronize                4.2  R    status  stream
+hipStreamQuery                      4.2  R    status  stream
+hipStreamWaitEvent                  4.2  R    status  stream event uint
+hipStreamGetPriority                4.2  R    status  stream int*
+hipStreamGetFlags                   4.2  R    status  stream uint*
+hipStreamGetDevice                  5.6  O    status  stream int*
+hipDeviceGetStreamPriorityRange     4.2  R    status  int* int*
+# events
+hipEventCreateWithFlags             4.2  R    status  void** uint
+hipEventRecord                      4.2  R    status  event stream
+hipEventSynchronize                 4.2  R    status  event
+hipEventQuery                       4.2  R    status  event
+hipEventElapsedTime                 4.2  R    status  float* event event
+hipEventDestroy                     4.2  R    status  event
+# newer, optional
+hipExtGetLastError                  6.0  O    status  -
+hipStreamGetId                      7.1  O    status  stream ulonglong*
+"""
+
+
+def _type(name: str) -> object:
+    found = _TYPES.get(name)
+    if found is None:  # "T*": ctypes' one POINTER type of T
+        found = _TYPES[name] = POINTER(_type(name[:-1]))  # type: ignore[call-overload]
+    return found
+
+
+def _read(table: str) -> Tuple[Decl, ...]:
+    """The rows of ``table`` (the format of :data:`_TABLE`), in order."""
+    rows = []
+    for line in table.splitlines():
+        if line and line[0] != "#":
+            name, since, required, result, *args = line.split()
+            rows.append(Decl(name, _type(result), tuple(_type(a) for a in args if a != "-"),
+                             since, required == "R"))
+    return tuple(rows)
+
+
+DECLS: Tuple[Decl, ...] = _read(_TABLE)
 
 DECL_BY_NAME = {d.name: d for d in DECLS}
 

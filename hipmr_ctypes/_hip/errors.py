@@ -17,45 +17,38 @@ __all__ = [
     "error_class", "make_error", "no_device_hint", "NO_DEVICE_CODES",
 ]
 
-# hipError_t values, identical in ROCm 5.2.3 ... 7.0.
-# hipErrorTbd moved (1054 -> 1055) on 7.x-dev; the library's own hipGetErrorName wins when loaded.
+# hipError_t values, identical in ROCm 5.2.3 ... 7.0: code, then the name without its "hipError"
+# prefix.  hipErrorTbd moved (1054 -> 1055) on 7.x-dev; the library's own hipGetErrorName wins
+# when loaded.  One string read at import: a literal dict compiled slower than all the rest here.
+_NAMES = """
+0 hipSuccess  1 InvalidValue  2 OutOfMemory  3 NotInitialized  4 Deinitialized
+5 ProfilerDisabled  6 ProfilerNotInitialized  7 ProfilerAlreadyStarted
+8 ProfilerAlreadyStopped  9 InvalidConfiguration  12 InvalidPitchValue  13 InvalidSymbol
+17 InvalidDevicePointer  21 InvalidMemcpyDirection  35 InsufficientDriver
+52 MissingConfiguration  53 PriorLaunchFailure  98 InvalidDeviceFunction  100 NoDevice
+101 InvalidDevice  200 InvalidImage  201 InvalidContext  202 ContextAlreadyCurrent
+205 MapFailed  206 UnmapFailed  207 ArrayIsMapped  208 AlreadyMapped  209 NoBinaryForGpu
+210 AlreadyAcquired  211 NotMapped  212 NotMappedAsArray  213 NotMappedAsPointer
+214 ECCNotCorrectable  215 UnsupportedLimit  216 ContextAlreadyInUse  217 PeerAccessUnsupported
+218 InvalidKernelFile  219 InvalidGraphicsContext  300 InvalidSource  301 FileNotFound
+302 SharedObjectSymbolNotFound  303 SharedObjectInitFailed  304 OperatingSystem
+400 InvalidHandle  401 IllegalState  500 NotFound  600 NotReady  700 IllegalAddress
+701 LaunchOutOfResources  702 LaunchTimeOut  704 PeerAccessAlreadyEnabled
+705 PeerAccessNotEnabled  708 SetOnActiveProcess  709 ContextIsDestroyed  710 Assert
+712 HostMemoryAlreadyRegistered  713 HostMemoryNotRegistered  719 LaunchFailure
+720 CooperativeLaunchTooLarge  801 NotSupported  900 StreamCaptureUnsupported
+901 StreamCaptureInvalidated  902 StreamCaptureMerge  903 StreamCaptureUnmatched
+904 StreamCaptureUnjoined  905 StreamCaptureIsolation  906 StreamCaptureImplicit
+907 CapturedEvent  908 StreamCaptureWrongThread  910 GraphExecUpdateFailure
+911 InvalidChannelDescriptor  912 InvalidTexture  914 InvalidResourceType
+915 InvalidResourceConfiguration  916 StreamDetached  999 Unknown  1052 RuntimeMemory
+1053 RuntimeOther  1054 Tbd
+"""
+_words = _NAMES.split()
 ERROR_NAMES: Dict[int, str] = {
-    0: "hipSuccess", 1: "hipErrorInvalidValue", 2: "hipErrorOutOfMemory",
-    3: "hipErrorNotInitialized", 4: "hipErrorDeinitialized", 5: "hipErrorProfilerDisabled",
-    6: "hipErrorProfilerNotInitialized", 7: "hipErrorProfilerAlreadyStarted",
-    8: "hipErrorProfilerAlreadyStopped", 9: "hipErrorInvalidConfiguration",
-    12: "hipErrorInvalidPitchValue", 13: "hipErrorInvalidSymbol",
-    17: "hipErrorInvalidDevicePointer", 21: "hipErrorInvalidMemcpyDirection",
-    35: "hipErrorInsufficientDriver", 52: "hipErrorMissingConfiguration",
-    53: "hipErrorPriorLaunchFailure", 98: "hipErrorInvalidDeviceFunction",
-    100: "hipErrorNoDevice", 101: "hipErrorInvalidDevice", 200: "hipErrorInvalidImage",
-    201: "hipErrorInvalidContext", 202: "hipErrorContextAlreadyCurrent",
-    205: "hipErrorMapFailed", 206: "hipErrorUnmapFailed", 207: "hipErrorArrayIsMapped",
-    208: "hipErrorAlreadyMapped", 209: "hipErrorNoBinaryForGpu", 210: "hipErrorAlreadyAcquired",
-    211: "hipErrorNotMapped", 212: "hipErrorNotMappedAsArray", 213: "hipErrorNotMappedAsPointer",
-    214: "hipErrorECCNotCorrectable", 215: "hipErrorUnsupportedLimit",
-    216: "hipErrorContextAlreadyInUse", 217: "hipErrorPeerAccessUnsupported",
-    218: "hipErrorInvalidKernelFile", 219: "hipErrorInvalidGraphicsContext",
-    300: "hipErrorInvalidSource", 301: "hipErrorFileNotFound",
-    302: "hipErrorSharedObjectSymbolNotFound", 303: "hipErrorSharedObjectInitFailed",
-    304: "hipErrorOperatingSystem", 400: "hipErrorInvalidHandle", 401: "hipErrorIllegalState",
-    500: "hipErrorNotFound", 600: "hipErrorNotReady", 700: "hipErrorIllegalAddress",
-    701: "hipErrorLaunchOutOfResources", 702: "hipErrorLaunchTimeOut",
-    704: "hipErrorPeerAccessAlreadyEnabled", 705: "hipErrorPeerAccessNotEnabled",
-    708: "hipErrorSetOnActiveProcess", 709: "hipErrorContextIsDestroyed", 710: "hipErrorAssert",
-    712: "hipErrorHostMemoryAlreadyRegistered", 713: "hipErrorHostMemoryNotRegistered",
-    719: "hipErrorLaunchFailure", 720: "hipErrorCooperativeLaunchTooLarge",
-    801: "hipErrorNotSupported", 900: "hipErrorStreamCaptureUnsupported",
-    901: "hipErrorStreamCaptureInvalidated", 902: "hipErrorStreamCaptureMerge",
-    903: "hipErrorStreamCaptureUnmatched", 904: "hipErrorStreamCaptureUnjoined",
-    905: "hipErrorStreamCaptureIsolation", 906: "hipErrorStreamCaptureImplicit",
-    907: "hipErrorCapturedEvent", 908: "hipErrorStreamCaptureWrongThread",
-    910: "hipErrorGraphExecUpdateFailure", 911: "hipErrorInvalidChannelDescriptor",
-    912: "hipErrorInvalidTexture", 914: "hipErrorInvalidResourceType",
-    915: "hipErrorInvalidResourceConfiguration", 916: "hipErrorStreamDetached",
-    999: "hipErrorUnknown", 1052: "hipErrorRuntimeMemory", 1053: "hipErrorRuntimeOther",
-    1054: "hipErrorTbd",
-}
+    int(code): name if name == "hipSuccess" else "hipError" + name
+    for code, name in zip(_words[::2], _words[1::2])}
+del _words
 
 HIP_ERROR_INVALID_VALUE = 1
 HIP_ERROR_OUT_OF_MEMORY = 2

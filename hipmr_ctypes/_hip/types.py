@@ -1,4 +1,5 @@
-"""ctypes structures, enum values and flags of the HIP runtime ABI (x86-64 Linux, LP64).
+"""Enum values and flags of the HIP runtime ABI (x86-64 Linux, LP64), and its ctypes structures
+(defined in ``decls.py`` beside the functions that take them, re-exported here).
 
 Values and layouts follow HIP's headers (``hip_runtime_api.h``, ``driver_types.h``) for every
 supported ROCm version and are checked against the real headers by ``tests/test_abi.py`` (a C
@@ -6,62 +7,13 @@ probe compiled with gcc).
 """
 from __future__ import annotations
 
-import ctypes
-from ctypes import c_int, c_uint, c_void_p, c_size_t, c_ubyte, c_char
+from .decls import (hipIpcMemHandle_t, hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
+                    hipMemPoolPtrExportData, hipPointerAttribute_t)
 
 __all__ = [
     "hipMemLocation", "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t",
     "hipIpcMemHandle_t", "hipMemPoolPtrExportData", "STRUCTS", "ENUMS",
 ]
-
-
-class hipMemLocation(ctypes.Structure):
-    """``hipMemLocation``: where memory lives (type 1 = device, id = device ordinal)."""
-    _fields_ = [("type", c_int), ("id", c_int)]
-
-
-class hipMemAccessDesc(ctypes.Structure):
-    """``hipMemAccessDesc``: an access right for one location."""
-    _fields_ = [("location", hipMemLocation), ("flags", c_int)]
-
-
-class hipMemPoolProps(ctypes.Structure):
-    """``hipMemPoolProps`` (88 bytes). ``maxSize`` exists from ROCm 6.2 on; zero keeps the default.
-
-    Before 6.2 the 64 bytes from offset 24 are ``reserved``; writing 0 there is the same thing.
-    The CUDA ``cudaMemPoolProps`` has the same size and leading fields.
-    """
-    _fields_ = [
-        ("allocType", c_int),
-        ("handleTypes", c_int),
-        ("location", hipMemLocation),
-        ("win32SecurityAttributes", c_void_p),
-        ("maxSize", c_size_t),
-        ("reserved", c_ubyte * 56),
-    ]
-
-
-class hipPointerAttribute_t(ctypes.Structure):
-    """``hipPointerAttribute_t`` (32 bytes). The first field's name and the meaning of its values
-    changed between ROCm 5 and 6 (see :data:`MEMORY_TYPE_5` / :data:`MEMORY_TYPE_6`)."""
-    _fields_ = [
-        ("type", c_int),
-        ("device", c_int),
-        ("devicePointer", c_void_p),
-        ("hostPointer", c_void_p),
-        ("isManaged", c_int),
-        ("allocationFlags", c_uint),
-    ]
-
-
-class hipIpcMemHandle_t(ctypes.Structure):
-    """``hipIpcMemHandle_t``: 64 opaque bytes, passed by value."""
-    _fields_ = [("reserved", c_char * 64)]
-
-
-class hipMemPoolPtrExportData(ctypes.Structure):
-    """``hipMemPoolPtrExportData``: 64 opaque bytes."""
-    _fields_ = [("reserved", c_ubyte * 64)]
 
 
 # name -> ctypes type, with the C type name (for the ABI probe)
