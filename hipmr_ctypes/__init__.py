@@ -44,39 +44,36 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
 
 # Everything but the library loads on first use (PEP 562): module -> the public names it
 # provides.  Add a new public name here, to __all__ and to the TYPE_CHECKING imports.
-_LAZY_MODULES = {
-    "properties": ("Property", "device_accessible", "forward_property", "get_property",
-                   "has_property", "has_property_with", "host_accessible",
-                   "property_with_value"),
-    "concepts": ("AsyncResource", "Resource", "is_async_resource", "is_async_resource_with",
-                 "is_resource", "is_resource_with"),
-    "resource_ref": ("DEFAULT_ALIGNMENT", "async_resource_ref", "resource_cast", "resource_ref",
-                     "try_get_property"),
-    "stream_ref": ("stream_per_thread", "stream_ref"),
-    "device": ("Device", "device_count", "driver_version", "get_device", "platform",
-               "runtime_version", "set_device", "synchronize"),
-    "stream": ("Event", "Stream", "wait_event"),
-    "resources": ("MAX_RELEASE_THRESHOLD", "AsyncMemoryResource", "DeviceMemoryResource",
-                  "HostMemoryResource", "ManagedMemoryResource", "MemoryPool",
-                  "PinnedMemoryResource", "get_current_device_resource",
-                  "get_per_device_resource", "set_current_device_resource",
-                  "set_per_device_resource"),
-    "adaptors": ("AlignedResource", "BinningResource", "CallbackResource",
-                 "FailureCallbackResource", "FixedSizeResource", "LimitingResource",
-                 "LoggingResource", "PoolResource", "PrefetchResource", "Statistics",
-                 "StatisticsResource", "TrackedAllocation", "TrackingResource"),
-    "buffer": ("Buffer",),
-    "ipc": ("IpcBufferDescriptor", "IpcPoolHandle"),
-    "initialization": ("available_device_memory", "disable_logging", "enable_logging",
-                       "get_log_filenames", "is_initialized", "register_reinitialize_hook",
-                       "reinitialize", "unregister_reinitialize_hook"),
+_LAZY_MODULES = {  # (each module's names in one string: less to compile without .pyc)
+    "properties": "Property device_accessible forward_property get_property has_property "
+                  "has_property_with host_accessible property_with_value",
+    "concepts": "AsyncResource Resource is_async_resource is_async_resource_with is_resource "
+                "is_resource_with",
+    "resource_ref": "DEFAULT_ALIGNMENT async_resource_ref resource_cast resource_ref "
+                    "try_get_property",
+    "stream_ref": "stream_per_thread stream_ref",
+    "device": "Device device_count driver_version get_device platform runtime_version set_device "
+              "synchronize",
+    "stream": "Event Stream wait_event",
+    "resources": "MAX_RELEASE_THRESHOLD AsyncMemoryResource DeviceMemoryResource "
+                 "HostMemoryResource ManagedMemoryResource MemoryPool PinnedMemoryResource "
+                 "get_current_device_resource get_per_device_resource "
+                 "set_current_device_resource set_per_device_resource",
+    "adaptors": "AlignedResource BinningResource CallbackResource FailureCallbackResource "
+                "FixedSizeResource LimitingResource LoggingResource PoolResource "
+                "PrefetchResource Statistics StatisticsResource TrackedAllocation "
+                "TrackingResource",
+    "buffer": "Buffer",
+    "ipc": "IpcBufferDescriptor IpcPoolHandle",
+    "initialization": "available_device_memory disable_logging enable_logging get_log_filenames "
+                      "is_initialized register_reinitialize_hook reinitialize "
+                      "unregister_reinitialize_hook",
 }
-_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names.split()}
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
-_SUBMODULES = frozenset(("adaptors", "buffer", "concepts", "device", "properties",
-                         "resource_ref", "resources", "stream", "stream_ref", "ipc", "_checks",
-                         "_exit", "_hip", "_limits", "_locks", "_sizes", "_thread_exit", "errors",
-                         "initialization", "logfile", "plot", "statistics"))
+_SUBMODULES = frozenset("""adaptors buffer concepts device properties resource_ref resources stream
+    stream_ref ipc _checks _exit _hip _limits _locks _sizes _thread_exit errors initialization logfile
+    plot statistics""".split())
 
 __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
     "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "Property",
@@ -137,8 +134,8 @@ class _Package(_ModuleType):
 
 
 _sys.modules[__name__].__class__ = _Package
-_MACHINERY = frozenset(("_sys", "_ModuleType", "TYPE_CHECKING", "_LAZY_MODULES", "_LAZY", "_SUBMODULES",
-                        "_Package", "_MACHINERY", "__getattr__", "__dir__"))
+_MACHINERY = frozenset("_sys _ModuleType TYPE_CHECKING _LAZY_MODULES _LAZY _SUBMODULES _Package "
+                       "_MACHINERY __getattr__ __dir__".split())
 
 
 __version__ = "0.1.0"

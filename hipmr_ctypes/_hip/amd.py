@@ -17,10 +17,13 @@ __all__ = ["create_amd_runtime", "bind_library", "AMD_HINT"]
 def bind_library(lib: Any, names_to_symbols: Dict[str, str], where: str) -> Functions:
     """Resolve every row of the table in ``lib`` (symbol = ``names_to_symbols.get(name, name)``)."""
     fn = Functions()
+    # what ``lib.<symbol>`` makes, without its look-up and cache (faster); a stand-in
+    # library (tests) has only the look-up
+    make = getattr(lib, "_FuncPtr", None) or (lambda key: getattr(lib, key[0]))
     for decl in DECLS:
         symbol = names_to_symbols.get(decl.name, decl.name)
         try:
-            cfunc = getattr(lib, symbol)
+            cfunc = make((symbol, lib))
         except AttributeError:
             if decl.required:
                 if not any(hasattr(lib, names_to_symbols.get(d.name, d.name))
@@ -35,6 +38,7 @@ def bind_library(lib: Any, names_to_symbols: Dict[str, str], where: str) -> Func
                     f"(needs HIP {decl.since} or later)", decl.name)
             setattr(fn, decl.name, missing_function(decl.name, where))
             continue
+        cfunc.__name__ = symbol
         cfunc.restype = decl.restype
         cfunc.argtypes = list(decl.argtypes)
         setattr(fn, decl.name, cfunc)

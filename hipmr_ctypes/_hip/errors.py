@@ -3,13 +3,20 @@
 Every HIP status other than ``hipSuccess`` becomes a :class:`HipError` (or one of its
 subclasses) carrying the code, the HIP name, the message and the call that failed.
 Names come from the loaded library when there is one (``hipGetErrorName``), from the
-built-in table below otherwise.  This module imports nothing but the standard library.
+built-in table below otherwise.  This module (imported with the package) holds the classes and
+the table; the code that builds an exception for a status (:func:`make_error`,
+:func:`error_class`, :func:`no_device_hint`, ``Runtime.error``) is in ``failure.py``, compiled
+by the first failure and reachable from here by the same names.  Neither module imports more
+of the package.
 """
 from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Type
+    from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+
+    from .failure import error_class as error_class, make_error as make_error, \
+        no_device_hint as no_device_hint
 
 __all__ = [
     "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
@@ -92,15 +99,8 @@ class HipError(RuntimeError):
         return text
 
     def __reduce__(self) -> Tuple[Any, ...]:  # keep exceptions picklable (multiprocessing, pytest-xdist)
-        return (_rebuild, (type(self), self.__dict__.copy()))
-
-
-def _rebuild(cls: Type[HipError], state: Dict[str, Any]) -> HipError:
-    # an OSError subclass must be made by OSError's own __new__ (its C layout is larger)
-    obj = OSError.__new__(cls) if issubclass(cls, OSError) else cls.__new__(cls)
-    obj.__dict__.update(state)
-    Exception.__init__(obj, obj._format())
-    return obj
+        from .failure import rebuild
+        return (rebuild, (type(self), self.__dict__.copy()))
 
 
 class OutOfMemoryError(HipError, MemoryError):
@@ -144,21 +144,6 @@ NO_DEVICE_CODES = (HIP_ERROR_NO_DEVICE, HIP_ERROR_INVALID_DEVICE, 35)
 selected_platform_now: Optional[Callable[[], str]] = None
 
 
-def no_device_hint(platform: str) -> str:
-    """What to do when ``platform`` sees no device (the command line prints the same)."""
-    try:
-        wanted = selected_platform_now() if selected_platform_now is not None else platform
-    except ValueError:
-        wanted = platform
-    if wanted != platform:
-        return (f"HIPMR_PLATFORM now selects {wanted}, but the platform is chosen once, when "
-                f"hipmr_ctypes is first imported ({platform} is in use): set it before the "
-                f"import")
-    if platform == "emulated":
-        return "HIPMR_EMULATED_DEVICES is 0; set it to 1 or more for emulated devices"
-    return "set HIPMR_PLATFORM=emulated to use the package on host memory without a GPU"
-
-
 class InvalidValueError(HipError, ValueError):
     """The runtime rejected an argument (``hipErrorInvalidValue``); also a ``ValueError``."""
 
@@ -182,26 +167,12 @@ class LibraryNotFoundError(HipError, OSError):
         return self.message
 
 
-_CLASSES: Dict[int, Type[HipError]] = {
-    HIP_ERROR_OUT_OF_MEMORY: OutOfMemoryError,
-    HIP_ERROR_NOT_READY: NotReadyError,
-    HIP_ERROR_NO_DEVICE: NoDeviceError,
-    HIP_ERROR_INVALID_VALUE: InvalidValueError,
-    HIP_ERROR_INVALID_HANDLE: InvalidHandleError,
-    HIP_ERROR_NOT_SUPPORTED: NotSupportedError,
-}
-
-
-def error_class(code: int) -> Type[HipError]:
-    """The exception class used for a HIP status ``code``."""
-    return _CLASSES.get(code, HipError)
-
-
-def make_error(code: int, call: Optional[str] = None, name: Optional[str] = None,
-               message: str = "", *, size: Optional[int] = None,
-               device: Optional[int] = None, detail: str = "") -> HipError:
-    """Build (not raise) the exception for HIP status ``code`` returned by ``call``."""
-    cls = error_class(code)
-    if cls is OutOfMemoryError:
-        return OutOfMemoryError(code, name, message, call, detail, size=size, device=device)
-    return cls(code, name, message, call, detail)
+def __getattr__(name: str) -> object:
+    """:func:`make_error`, :func:`error_class` and :func:`no_device_hint`, from ``failure.py``
+    on first use."""
+    if name in ("make_error", "error_class", "no_device_hint"):
+        from .failure import error_class, make_error, no_device_hint
+        globals().update(make_error=make_error, error_class=error_class,
+                         no_device_hint=no_device_hint)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,16 +18,27 @@ function                  prototype                                             
 ``Py_IncRef``             ``void (PyObject *)``                                       DLPack
 ========================  ==========================================================  =======
 
-``posix_memalign`` and ``free`` load on first use (:func:`memalign_and_free`); the others when
-this module is imported.  A leaf: it imports only the standard library.
+Each declares on first use: ``posix_memalign`` and ``free`` through
+:func:`memalign_and_free`, the others when a module first imports one of them (PEP 562), so
+that the emulator, which needs only the first two, declares nothing else.  A
+leaf: it imports only the standard library.
 """
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import threading
-from ctypes import POINTER, Structure, c_char_p, c_int, c_ssize_t, c_void_p, py_object
-from typing import Any, Optional, Sequence, Tuple
+from _thread import allocate_lock
+from ctypes import POINTER, Structure, c_char_p, c_int, c_ssize_t, c_void_p
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+    strdup: Callable[..., Any]
+    PyObject_GetBuffer: Callable[..., Any]
+    PyBuffer_Release: Callable[..., Any]
+    PyCapsule_New: Callable[..., Any]
+    PyCapsule_IsValid: Callable[..., Any]
+    PyCapsule_GetPointer: Callable[..., Any]
+    Py_IncRef: Callable[..., Any]
 
 __all__ = ["memalign_and_free", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
            "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New", "PyCapsule_IsValid",
@@ -42,20 +53,24 @@ def _declare(lib: Any, name: str, restype: Any, argtypes: Sequence[Any]) -> Any:
 
 
 # ---- the C library ------------------------------------------------------------------------
-_lock = threading.Lock()
+_lock = allocate_lock()
 _loaded: Optional[Tuple[Any, Any]] = None
 _tried = False
 
 
 def memalign_and_free() -> Optional[Tuple[Any, Any]]:
     """``(posix_memalign, free)`` with their prototypes set, or None where the C library has no
-    ``posix_memalign``.  Loaded once; the process's own symbols are tried first."""
+    ``posix_memalign``.  Loaded once; the process's own symbols are tried first (the C
+    library's file is looked for only where they lack them: that runs ``ldconfig``)."""
     global _loaded, _tried
     with _lock:
         if not _tried:
             _tried = True
-            for name in (None, ctypes.util.find_library("c")):
+            for name in (None, "libc"):
                 try:
+                    if name is not None:
+                        from ctypes.util import find_library
+                        name = find_library("c")
                     lib = ctypes.CDLL(name)  # a handle of our own: its functions, our argtypes
                     _loaded = (
                         _declare(lib, "posix_memalign", c_int,
@@ -65,10 +80,6 @@ def memalign_and_free() -> Optional[Tuple[Any, Any]]:
                     continue
                 break
         return _loaded
-
-
-#: ``char *strdup(const char *)``: C strings that must outlive every Python object.
-strdup = _declare(ctypes.CDLL(None), "strdup", c_void_p, [c_char_p])
 
 
 # ---- Python's C API -----------------------------------------------------------------------
@@ -84,11 +95,31 @@ class Py_buffer(Structure):
 PyBUF_WRITABLE = 0x0001
 PyBUF_C_CONTIGUOUS = 0x0038
 
-_py = ctypes.PyDLL(None)  # the interpreter's own symbols, through a handle of our own
-PyObject_GetBuffer = _declare(_py, "PyObject_GetBuffer", c_int,
-                              [py_object, POINTER(Py_buffer), c_int])
-PyBuffer_Release = _declare(_py, "PyBuffer_Release", None, [POINTER(Py_buffer)])
-PyCapsule_New = _declare(_py, "PyCapsule_New", py_object, [c_void_p, c_void_p, c_void_p])
-PyCapsule_IsValid = _declare(_py, "PyCapsule_IsValid", c_int, [c_void_p, c_void_p])
-PyCapsule_GetPointer = _declare(_py, "PyCapsule_GetPointer", c_void_p, [c_void_p, c_void_p])
-Py_IncRef = _declare(_py, "Py_IncRef", None, [py_object])
+
+def _declare_the_rest() -> Dict[str, Any]:
+    """``strdup`` (``char *strdup(const char *)``: C strings that must outlive every Python
+    object) and the interpreter's own functions, through handles of our own."""
+    py = ctypes.PyDLL(None)
+    return {
+        "strdup": _declare(ctypes.CDLL(None), "strdup", c_void_p, [c_char_p]),
+        "PyObject_GetBuffer": _declare(py, "PyObject_GetBuffer", c_int,
+                                       [ctypes.py_object, POINTER(Py_buffer), c_int]),
+        "PyBuffer_Release": _declare(py, "PyBuffer_Release", None, [POINTER(Py_buffer)]),
+        "PyCapsule_New": _declare(py, "PyCapsule_New", ctypes.py_object,
+                                  [c_void_p, c_void_p, c_void_p]),
+        "PyCapsule_IsValid": _declare(py, "PyCapsule_IsValid", c_int, [c_void_p, c_void_p]),
+        "PyCapsule_GetPointer": _declare(py, "PyCapsule_GetPointer", c_void_p,
+                                         [c_void_p, c_void_p]),
+        "Py_IncRef": _declare(py, "Py_IncRef", None, [ctypes.py_object]),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """The functions of :func:`_declare_the_rest`, declared by the first use of any."""
+    if name in ("strdup", "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New",
+                "PyCapsule_IsValid", "PyCapsule_GetPointer", "Py_IncRef"):
+        with _lock:
+            if "strdup" not in globals():
+                globals().update(_declare_the_rest())
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

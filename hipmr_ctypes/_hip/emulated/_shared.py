@@ -13,7 +13,6 @@ import ctypes
 import mmap
 import os
 import struct
-import tempfile
 from typing import List, Optional, Tuple
 
 __all__ = ["SharedArena", "ARENA_ID_BYTES"]
@@ -31,6 +30,7 @@ def _new_file(size: int) -> int:
     if memfd_create is not None:
         fd: int = memfd_create("hipmr-emulated-pool", getattr(os, "MFD_CLOEXEC", 1))
     else:  # POSIX without memfd: an unlinked file, in shared memory where there is some
+        import tempfile  # (only here: it is slow to import)
         directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
         with tempfile.TemporaryFile(dir=directory) as f:
             fd = os.dup(f.fileno())

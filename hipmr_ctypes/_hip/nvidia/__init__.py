@@ -87,15 +87,19 @@ def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
     """Load libcudart and build the HIP function table over it (libcuda opens on first use)."""
     cudart, path = load_first(nvidia_candidates(env), "libcudart (CUDA runtime)", HINT)
     fn = Functions()
+    # what ``cudart.<symbol>`` makes, without its look-up and cache (faster); a stand-in
+    # library (tests) has only the look-up
+    make = getattr(cudart, "_FuncPtr", None) or (lambda key: getattr(cudart, key[0]))
     for name, symbol in NAME_MAP.items():
         try:
-            cfunc = getattr(cudart, symbol)
+            cfunc = make((symbol, cudart))
         except AttributeError:
             if DECL_BY_NAME[name].required:
                 raise _required_missing(symbol, path, name) from None
             setattr(fn, name, missing_function(name, path))
             continue
         decl = DECL_BY_NAME[name]
+        cfunc.__name__ = symbol
         cfunc.restype = decl.restype
         cfunc.argtypes = list(decl.argtypes)
         setattr(fn, name, cfunc)
