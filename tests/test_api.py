@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import hipmr_ctypes as hmr
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,6 +109,24 @@ def test_import_in_a_bare_interpreter_loads_no_heavy_standard_module():
     for heavy in ("typing", "threading", "glob", "fnmatch", "re", "enum", "collections",
                   "functools", "contextlib", "weakref", "inspect"):
         assert heavy not in new, new
+
+
+@pytest.mark.parametrize("platform", ["amd", "nvidia"])
+def test_import_compiles_only_the_binding_it_runs(platform):
+    """From a folder without .pyc, every module imported is compiled: ``import hipmr_ctypes``
+    brings in the platform's back end, the table and the error classes, not the code that
+    builds an exception (``failure``), the enum values (``types``), the C library and Python
+    declarations (``native``), the other back ends or nvidia's shims (loaded library or not)."""
+    code = ("import sys, json\n"
+            "before = set(sys.modules)\n"
+            "import hipmr_ctypes\n"
+            "print(json.dumps(sorted(m for m in set(sys.modules) - before\n"
+            "                        if m.startswith('hipmr_ctypes'))))")
+    new = json.loads(_fresh(code, platform))
+    assert f"hipmr_ctypes._hip.{platform}" in new
+    for lazy in ("failure", "types", "native", "nvidia._shims", "emulated",
+                 "nvidia" if platform == "amd" else "amd"):
+        assert f"hipmr_ctypes._hip.{lazy}" not in new, new
 
 
 def test_import_without_the_library_still_works_and_is_lazy():

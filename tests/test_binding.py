@@ -256,3 +256,31 @@ def test_nvidia_runtime_opens_the_driver_on_first_use_only(monkeypatch):
     for _ in range(2):
         with pytest.raises(errors.NotSupportedError, match="cuDeviceTotalMem_v2"):
             rt.fn.hipDeviceTotalMem(total, 0)
+
+
+def test_nvidia_shims_are_built_by_the_first_call_and_take_their_stand_ins_place(monkeypatch):
+    """The shims (driver calls, pointer and device attributes, prefetch) are compiled and built
+    by the first call of any; each then replaces its stand-in in ``rt.fn`` (not a spy put there
+    meanwhile), and a stand-in kept from before still answers, through its shim."""
+    cudart, libcuda = _FakeLibrary(), _FakeLibrary({"cuInit": 0})
+    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
+    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
+    rt = nvidia.create_nvidia_runtime({})
+    assert rt.fn.hipMalloc is cudart.cudaMalloc  # a direct row: the library's own function
+    kept = rt.fn.hipDeviceGetAttribute
+    stand_in_init = rt.fn.hipInit
+
+    def spy(flags):
+        return stand_in_init(flags)
+    rt.fn.hipInit = spy
+    assert rt.fn.hipInit(0) == 0 and libcuda.calls == [("cuInit", 0)]
+    assert rt.fn.hipInit is spy  # left in place
+    shim = rt.fn.hipDeviceGetAttribute
+    assert shim is not kept and shim.__name__ == "hipDeviceGetAttribute"
+    out = ctypes.c_int()
+    assert kept(out, 87, 0) == 0 and cudart.calls[-1][0] == "cudaDeviceGetAttribute"
+    assert cudart.calls[-1][2] == 10  # hipDeviceAttributeWarpSize -> cudaDevAttrWarpSize
+    assert kept(out, 12345, 0) == shim(out, 12345, 0) == 1  # unmapped: invalid value
+    assert nvidia.ATTRIBUTE_MAP[87] == 10
+    rt.fn.hipInit = stand_in_init
+    assert rt.fn.hipInit(0) == 0 and rt.fn.hipInit is stand_in_init  # built once already
