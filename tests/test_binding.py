@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip import decls, errors, loader, nvidia
+from hipmr_ctypes._hip import amd, decls, errors, loader, nvidia
 from hipmr_ctypes._hip.runtime import Runtime, decode_cuda_version, decode_hip_version
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,14 +35,14 @@ def test_declaration_table_is_unique_and_complete():
 
 
 def test_amd_search_order_env_first():
-    assert loader.amd_candidates({"HIPMR_LIBRARY": "/x/libamdhip64.so.6", "ROCM_PATH": "/r"}) \
+    assert amd.amd_candidates({"HIPMR_LIBRARY": "/x/libamdhip64.so.6", "ROCM_PATH": "/r"}) \
         == ["/x/libamdhip64.so.6"]  # an exact file: nothing else
-    c = loader.amd_candidates({"ROCM_PATH": "/r", "HIP_PATH": "/h"})
+    c = amd.amd_candidates({"ROCM_PATH": "/r", "HIP_PATH": "/h"})
     assert c[0:4] == ["/r/lib/libamdhip64.so", "/r/lib/libamdhip64.so.7",
                       "/r/lib/libamdhip64.so.6", "/r/lib/libamdhip64.so.5"]
     assert c[4] == "/h/lib/libamdhip64.so"
     assert "/opt/rocm/lib/libamdhip64.so" in c
-    assert c[-4:] == list(loader.AMD_NAMES)
+    assert c[-4:] == list(amd.AMD_NAMES)
 
 
 def test_versioned_folders_are_found_and_ordered_as_glob_would(tmp_path):

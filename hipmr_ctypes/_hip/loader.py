@@ -1,24 +1,22 @@
-"""Finding and loading the runtime library (libamdhip64 on ``amd``, libcudart on ``nvidia``).
+"""Loading the runtime library (libamdhip64 on ``amd``, libcudart on ``nvidia``): the first of
+a back end's candidates that loads, and the helpers of the back ends' searches.
 
-The search is documented and bounded: explicit variables first, then a few well-known folders,
-then the system loader.  Nothing else on the file system is scanned.
+Each back end lists its own candidates (``amd.amd_candidates``,
+``nvidia.nvidia_candidates``: a platform compiles only its own search).  The search is
+documented and bounded: explicit variables first, then a few well-known folders, then the
+system loader.  Nothing else on the file system is scanned.
 """
 from __future__ import annotations
 
 import ctypes
 import os
-import sys
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Iterable, List, Mapping, Optional, Tuple
+    from typing import Iterable, List, Optional, Tuple
 
 from .errors import LibraryNotFoundError
 
-__all__ = ["amd_candidates", "nvidia_candidates", "load_first", "AMD_NAMES", "CUDART_NAMES"]
-
-AMD_NAMES = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
-CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
-
+__all__ = ["load_first", "library_version_from_path"]
 
 def _version_key(path: str) -> Tuple[int, ...]:
     """The numbers in the name of the folder holding ``path``'s last part: a sort key."""
@@ -54,46 +52,6 @@ def _matching(parent: str, prefix: str, rest: str) -> List[str]:
 
 def _in_dirs(dirs: List[str], names: Iterable[str]) -> List[str]:
     return [os.path.join(d, n) for d in dirs for n in names]
-
-
-def amd_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
-    """Every path (or bare name for the system loader) tried for libamdhip64, in order."""
-    env = os.environ if env is None else env
-    if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
-        return [env["HIPMR_LIBRARY"]]
-    out: List[str] = []
-    dirs = []
-    for var in ("ROCM_PATH", "HIP_PATH"):
-        if env.get(var):
-            dirs.append(os.path.join(env[var], "lib"))
-    dirs.append("/opt/rocm/lib")
-    versioned = sorted(_matching("/opt", "rocm-", "lib"), key=_version_key, reverse=True)
-    dirs.extend(versioned)
-    out.extend(_in_dirs(dirs, AMD_NAMES))
-    out.extend(AMD_NAMES)  # the system loader (LD_LIBRARY_PATH, ld.so.cache)
-    return out
-
-
-def nvidia_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
-    """Every path (or bare name) tried for libcudart, in order."""
-    env = os.environ if env is None else env
-    if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
-        return [env["HIPMR_LIBRARY"]]
-    out: List[str] = []
-    dirs = []
-    if env.get("CUDA_HOME"):
-        dirs.append(os.path.join(env["CUDA_HOME"], "lib64"))
-    dirs.extend(sorted(_matching("/usr/local", "cuda", "lib64"), key=_version_key, reverse=True))
-    for entry in sys.path:  # the nvidia-cuda-runtime wheels: site-packages/nvidia/cu*/lib
-        if entry and os.path.isdir(os.path.join(entry, "nvidia")):
-            dirs.extend(sorted(_matching(os.path.join(entry, "nvidia"), "cu", "lib"),
-                               reverse=True))
-            runtime_lib = os.path.join(entry, "nvidia", "cuda_runtime", "lib")
-            if os.path.lexists(runtime_lib):
-                dirs.append(runtime_lib)
-    out.extend(_in_dirs(dirs, CUDART_NAMES))
-    out.extend(CUDART_NAMES)
-    return out
 
 
 def load_first(candidates: List[str], what: str, hint: str) -> Tuple[ctypes.CDLL, str]:
