@@ -572,12 +572,25 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                           stream._open if type(stream) is STREAM else check_stream(stream))
             try:
                 if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                    ptr = free[handle if handle > SPECIAL or handle < OWN
-                               else key(handle)][bytes].pop()
+                    ptr = free[handle][bytes].pop()   # KeyError: see allocate_keyed
                     live[ptr] = bytes
                     return ptr
             except MISS:
                 pass
+            return allocate_keyed(bytes, alignment, stream, handle)
+
+        def allocate_keyed(bytes: int, alignment: int, stream: Any, handle: Any) -> int:
+            # a special handle that is not its own key (the per-thread stream; with several
+            # devices also the null and legacy streams) is never a key of ``free``: the same
+            # fast path under its key, then the checked path
+            if type(handle) is int and OWN <= handle <= SPECIAL:
+                try:
+                    if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
+                        ptr = free[key(handle)][bytes].pop()
+                        live[ptr] = bytes
+                        return ptr
+                except MISS:
+                    pass
             return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
@@ -590,12 +603,23 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 if type(ptr) is int is type(bytes) and (alignment is A256
                                                          or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
-                    if known == bytes:  # KeyError: a new stream or size
-                        free[handle if handle > SPECIAL or handle < OWN
-                             else key(handle)][bytes].append(ptr)
+                    if known == bytes:  # KeyError: a new stream or size, or see below
+                        free[handle][bytes].append(ptr)
                         return
             except MISS:
                 pass
+            deallocate_keyed(ptr, bytes, alignment, stream, handle, known)
+
+        def deallocate_keyed(ptr: int, bytes: int, alignment: int, stream: Any, handle: Any,
+                             known: Any) -> None:
+            # as allocate_keyed; ``known``: the size popped from ``live`` (the claim), or _NONE
+            if known is not _NONE and known == bytes and type(handle) is int \
+                    and OWN <= handle <= SPECIAL:
+                try:
+                    free[key(handle)][bytes].append(ptr)
+                    return
+                except MISS:
+                    pass
             if known is not _NONE:  # put it back; the checked path decides
                 live[ptr] = known
             deallocate_slow(ptr, bytes, alignment, key(check_stream(stream)))
