@@ -284,3 +284,28 @@ def test_nvidia_shims_are_built_by_the_first_call_and_take_their_stand_ins_place
     assert nvidia.ATTRIBUTE_MAP[87] == 10
     rt.fn.hipInit = stand_in_init
     assert rt.fn.hipInit(0) == 0 and rt.fn.hipInit is stand_in_init  # built once already
+
+
+def test_a_stand_in_called_while_the_shims_are_built_does_not_hang(monkeypatch):
+    """A finalizer the garbage collector runs inside the first build may call a stand-in of
+    the same thread: it builds again (reentrant lock) instead of waiting for itself."""
+    import threading
+    from hipmr_ctypes._hip.nvidia import _shims
+    cudart, libcuda = _FakeLibrary(), _FakeLibrary({"cuInit": 0})
+    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
+    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
+    rt = nvidia.create_nvidia_runtime({})
+    real_build, inner = _shims.build_shims, []
+
+    def build_calling_a_stand_in(*args):
+        if not inner:  # the first build only: the inner one builds for real
+            inner.append(None)
+            inner[0] = rt.fn.hipDeviceTotalMem(ctypes.c_size_t(), 0)  # the stand-in
+        return real_build(*args)
+    monkeypatch.setattr(_shims, "build_shims", build_calling_a_stand_in)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(rt.fn.hipInit(0)), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done == [0] and inner == [0]
+    assert rt.fn.hipInit.__name__ == "hipInit" and rt.fn.hipInit is not None

@@ -118,8 +118,7 @@ def __getattr__(name: str) -> Any:
     """The functions of :func:`_declare_the_rest`, declared by the first use of any."""
     if name in ("strdup", "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New",
                 "PyCapsule_IsValid", "PyCapsule_GetPointer", "Py_IncRef"):
-        with _lock:
-            if "strdup" not in globals():
-                globals().update(_declare_the_rest())
+        if "strdup" not in globals():  # (no lock: two threads declaring at once is harmless)
+            globals().update(_declare_the_rest())
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

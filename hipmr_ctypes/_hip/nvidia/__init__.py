@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from _thread import allocate_lock
+from _thread import RLock
 from ctypes import c_char_p, c_int
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ __all__ = ["create_nvidia_runtime", "nvidia_candidates", "cuda_to_hip", "hip_to_
 #: the rows ``_shims.build_shims`` builds (on the first call of any)
 _SHIMS = ("hipInit", "hipDeviceGetName", "hipDeviceTotalMem", "hipDeviceGetAttribute",
           "hipPointerGetAttributes", "hipMemPrefetchAsync")
-_build_lock = allocate_lock()
+_build_lock = RLock()  # reentrant: a finalizer run inside a build may call a stand-in
 #: the rows not bound one to one: the shims and three Python functions of their own
 _NOT_DIRECT = frozenset(_SHIMS + ("hipGetErrorName", "hipGetErrorString", "hipExtGetLastError"))
 #: the one-to-one calls named otherwise than "cuda" + the name after "hip"
