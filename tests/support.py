@@ -420,11 +420,15 @@ def process_runtime(rt: Any = None) -> Iterator[Any]:
     from hipmr_ctypes.resources import per_device
     saved = dict(per_device._resources)
     previous = _hip.set_runtime(rt) if rt is not None else None
-    per_device._resources.clear()
+    with per_device._lock:
+        per_device._resources.clear()
+        per_device._changed()
     try:
         yield _hip.get_runtime() if rt is None else rt
     finally:
         if rt is not None:
             _hip.set_runtime(previous)
-        per_device._resources.clear()
-        per_device._resources.update(saved)
+        with per_device._lock:
+            per_device._resources.clear()
+            per_device._resources.update(saved)
+            per_device._changed()

@@ -175,6 +175,40 @@ def test_cupy_allocator_follows_the_current_resource_and_stream(fake_cupy):
     assert gone() is None
 
 
+def test_the_hooks_cache_holds_only_what_the_table_holds(fake_cupy, monkeypatch):
+    """The hooks remember each device's resource (and its bound calls) until the per-device
+    table changes: a replaced resource is let go at once, with no allocation in between; a
+    change while the entry is being made is not overwritten by a stale entry."""
+    cupy, hook = fake_cupy
+    from hipmr_ctypes.interop import _current
+    first = Recording(DeviceMemoryResource())
+    set_current_device_resource(first)
+    allocate = hook.allocator()
+    allocate(256)                      # made and dropped: freed at once
+    assert _current.current[0][0] is first and not first.live
+    gone = weakref.ref(first)
+    set_current_device_resource(Recording(DeviceMemoryResource()))
+    assert 0 not in _current.current
+    del first
+    gc.collect()
+    assert gone() is None
+    # the table changes while resource_of learns the device: the entry is not kept
+    later = Recording(DeviceMemoryResource())
+    real_learn = _current.learn
+
+    def learn_then_change(device, resource):
+        entry = real_learn(device, resource)
+        set_current_device_resource(later)
+        return entry
+    monkeypatch.setattr(_current, "learn", learn_then_change)
+    allocate(64)
+    monkeypatch.setattr(_current, "learn", real_learn)
+    assert 0 not in _current.current
+    m = allocate(32)
+    assert later.live == {m.ptr: 32} and _current.current[0][0] is later
+    del m
+
+
 def test_cupy_allocator_gives_cupy_the_memory_device(fake_cupy):
     """CuPy is always told the device (else it would ask the runtime about every pointer): the
     device the resource names, else CuPy's current device; an empty allocation allocates

@@ -1,15 +1,23 @@
-"""What the interop hooks learn once about the resource of a device: the device its memory
-lives on.  Shared by the CuPy allocator and the Numba plugin, which look the resource up on
-every allocation (``per_device._resources``, as ``current_device_and_resource`` does) and come
-here only when it changed."""
+"""What the interop hooks learn once about the resource of a device: the resource itself and
+the device its memory lives on.  Shared by the CuPy allocator and the Numba plugin, which read
+``current[device]`` on every allocation and come to :func:`resource_of` only when it is not
+there: the first time, and after any change of the per-device table (which clears
+``current``)."""
 from __future__ import annotations
 
 import weakref
 from typing import Any, Callable, Dict, Tuple
 
 from ..buffer import memory_device
+from ..resources import per_device as _per_device
 
-__all__ = ["seen", "learn"]
+__all__ = ["seen", "learn", "current", "resource_of"]
+
+#: device -> (its per-device resource, the device of that resource's memory, the resource's
+#: ``allocate_async`` and ``deallocate_async``, bound once as adaptors bind their upstream's);
+#: cleared by ``per_device`` whenever its table changes, so it holds nothing the table does not
+current: Dict[int, Tuple[Any, int, Any, Any]] = {}
+_per_device._caches.append(current)
 
 #: device -> (weak reference to the resource last seen there, the device of its memory).  The
 #: weak reference confirms that the entry is for that very resource (and keeps nothing alive).
@@ -27,4 +35,21 @@ def learn(device: int, resource: Any) -> Tuple[Callable[[], Any], int]:
     except TypeError:
         return ((lambda: resource), where)
     seen[device] = entry
+    return entry
+
+
+def resource_of(device: int) -> Tuple[Any, int, Any, Any]:
+    """The entry of ``current`` for ``device`` (see there), remembered unless the per-device
+    table changed meanwhile."""
+    with _per_device._lock:
+        resource = _per_device._resources.get(device)
+    if resource is None:
+        resource = _per_device.get_per_device_resource(device)
+    seen_entry = seen.get(device)
+    if seen_entry is None or seen_entry[0]() is not resource:
+        seen_entry = learn(device, resource)
+    entry = (resource, seen_entry[1], resource.allocate_async, resource.deallocate_async)
+    with _per_device._lock:
+        if _per_device._resources.get(device) is resource:  # not changed meanwhile
+            current[device] = entry
     return entry

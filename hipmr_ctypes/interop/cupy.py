@@ -24,8 +24,7 @@ from .._exit import _state as _exit_state, warn_failed_free
 from ..buffer import memory_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_ref import async_resource_ref
-from ..resources import per_device as _per_device
-from ._current import learn as _learn, seen as _seen
+from ._current import current as _current_resources, resource_of as _resource_of
 
 __all__ = ["allocator"]
 
@@ -83,19 +82,16 @@ def _current(nbytes: int) -> Any:
     """``nbytes`` from the resource of CuPy's current device, on CuPy's current stream."""
     device = _device_id()
     stream = _current_stream(device)
-    resource = _per_device._resources.get(device)
-    if resource is None:
-        resource = _per_device.get_per_device_resource(device)
-    seen = _seen.get(device)
-    if seen is None or seen[0]() is not resource:
-        seen = _learn(device, resource)
-    if not nbytes:
-        return _MemoryPointer(_UnownedMemory(0, 0, None, seen[1]), 0)
-    handle = stream.ptr
-    ptr = resource.allocate_async(nbytes, DEFAULT_ALIGNMENT, handle)
-    free = resource.deallocate_async
     try:
-        memory = _Allocation(ptr, nbytes, None, seen[1])
+        _, where, allocate_async, free = _current_resources[device]
+    except KeyError:
+        _, where, allocate_async, free = _resource_of(device)
+    if not nbytes:
+        return _MemoryPointer(_UnownedMemory(0, 0, None, where), 0)
+    handle = stream.ptr
+    ptr = allocate_async(nbytes, DEFAULT_ALIGNMENT, handle)
+    try:
+        memory = _Allocation(ptr, nbytes, None, where)
     except BaseException:
         free(ptr, nbytes, DEFAULT_ALIGNMENT, handle)
         raise

@@ -27,8 +27,7 @@ from .._exit import _state as _exit_state, warn_failed_free
 from ..buffer import Buffer
 from ..device import Device, get_device
 from ..properties import DEFAULT_ALIGNMENT
-from ..resources import per_device as _per_device
-from ._current import learn as _learn, seen as _seen
+from ._current import current as _current_resources, resource_of as _resource_of
 
 __all__ = ["HipmrNumbaManager"]
 
@@ -160,23 +159,20 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
         device = self._hipmr_device
         if device is None:
             device = self._device()
-        resource = _per_device._resources.get(device)
-        if resource is None:
-            resource = _per_device.get_per_device_resource(device)
-        seen = _seen.get(device)
-        if seen is None or seen[0]() is not resource:
-            seen = _learn(device, resource)
+        try:
+            resource, where, allocate_async, dealloc = _current_resources[device]
+        except KeyError:
+            resource, where, allocate_async, dealloc = _resource_of(device)
         if not size:
             return MemoryPointer(self.context, _device_pointer(0), 0)
-        ptr = resource.allocate_async(size, DEFAULT_ALIGNMENT, 0)
-        dealloc = resource.deallocate_async
+        ptr = allocate_async(size, DEFAULT_ALIGNMENT, 0)
         try:
             memory = _HipmrMemoryPointer(self.context, _device_pointer(ptr), size)
         except BaseException:
             dealloc(ptr, size, DEFAULT_ALIGNMENT, 0)
             raise
         memory.is_managed = True
-        memory._hipmr = (dealloc, ptr, size, resource, seen[1])
+        memory._hipmr = (dealloc, ptr, size, resource, where)
         return memory
 
     def get_memory_info(self) -> Any:

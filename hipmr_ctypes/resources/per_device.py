@@ -8,7 +8,7 @@ default resource, checking a device ordinal).
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from ..concepts import AsyncResource, is_async_resource
 from ..device import check_device, get_device
@@ -21,6 +21,16 @@ __all__ = ["get_current_device_resource", "set_current_device_resource",
 
 _lock = threading.Lock()
 _resources: Dict[int, AsyncResource] = {}
+#: caches of the table (the interop hooks' ``_current.current``): each is cleared, under
+#: ``_lock``, whenever the table changes, so that a cache never holds a resource the table
+#: no longer holds
+_caches: List[Dict[Any, Any]] = []
+
+
+def _changed() -> None:
+    """Clear the caches of the table (call with ``_lock`` held, after changing it)."""
+    for cache in _caches:
+        cache.clear()
 
 
 def _check_resource(resource: Any, device: int) -> None:
@@ -50,7 +60,9 @@ def get_per_device_resource(device: Any) -> AsyncResource:
         return resource
     made = DeviceMemoryResource(ordinal)  # outside the lock: it asks the runtime
     with _lock:
-        return _resources.setdefault(ordinal, made)
+        resource = _resources.setdefault(ordinal, made)
+        _changed()
+        return resource
 
 
 def set_per_device_resource(device: Any, resource: Any) -> AsyncResource:
@@ -65,6 +77,7 @@ def set_per_device_resource(device: Any, resource: Any) -> AsyncResource:
     with _lock:
         previous = _resources.get(ordinal, previous)
         _resources[ordinal] = resource
+        _changed()
     return previous
 
 
@@ -97,4 +110,5 @@ def _replace_all(resources: Dict[int, Any]) -> Dict[int, Any]:
         previous = dict(_resources)
         _resources.clear()
         _resources.update(checked)
+        _changed()
     return previous
