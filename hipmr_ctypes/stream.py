@@ -344,7 +344,13 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
         several = False
     if rt is None or not several:
         def one_device(handle: int) -> Any:
-            return (handle, 0, token()) if handle == _PER_THREAD else handle
+            if handle != _PER_THREAD:
+                return handle
+            try:  # the calling thread's per-thread stream: its key, made once per thread
+                return _local.per_thread_key
+            except AttributeError:
+                made = _local.per_thread_key = (handle, 0, token())
+                return made
         setattr(one_device, "own_keys_below", _PER_THREAD)   # see own_keys_below()
         return one_device
     current = device_function(rt)

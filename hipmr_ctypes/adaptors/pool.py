@@ -31,7 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import deque
 from sys import getrefcount
-from typing import Any, Deque, Dict, FrozenSet, List, Optional
+from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
 from .._locks import DeferringLock
@@ -53,6 +53,29 @@ _MIN_GROWTH = 1 << 20               # the smallest chunk the pool asks for when 
 _MAX_SIZES_PER_STREAM = 4096        # exact sizes remembered per stream (then forgotten)
 _CLEAN: FrozenSet[Any] = frozenset()
 _NONE: Any = object()                    # "no such live block" (equal to no size)
+
+
+class _Keyed(dict):  # type: ignore[type-arg]
+    """``free[handle]`` for a special handle that is not its own stream key (the per-thread
+    stream; with several devices visible also the null and legacy streams): always empty, so
+    that a size looked up in it is looked up in the free lists of the calling thread's key
+    instead (``__missing__``).  The fast paths then index ``free`` by the handle alone, with no
+    test of the handle, and only these handles pay for the key.  Never a key of the arena's
+    other maps: flushes and forgotten streams never touch it.  Made by :func:`_keyed`."""
+
+    __slots__ = ()
+
+
+def _keyed(lists: Dict[Any, Any], key: Callable[[int], Any], handle: int) -> _Keyed:
+    """A :class:`_Keyed` map for ``handle`` over ``lists`` (the arena's ``free``), whose
+    ``__missing__`` keeps what it uses in its defaults (read as fast as local variables)."""
+    def __missing__(self: Any, nbytes: int, lists: Dict[Any, Any] = lists,
+                    key: Callable[[int], Any] = key, handle: int = handle) -> Deque[int]:
+        found: Deque[int] = lists[key(handle)][nbytes]
+        return found
+    cls = type("_Keyed", (_Keyed,), {"__slots__": (), "__missing__": __missing__})
+    made: _Keyed = cls()
+    return made
 
 
 class _Arena:
@@ -534,12 +557,13 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         SR = STREAM_REF
         STREAM = Stream
         # the free lists are keyed by stream_key (only checked streams have an entry): a
-        # created stream's key is its handle; the special handles (null, legacy, per-thread)
-        # are keyed per device / thread, so the fast paths look their key up too (else, with
-        # several devices, every call on the null stream would take the slow path)
+        # created stream's key is its handle, and so are the null and legacy streams' with one
+        # device visible; the other special handles are keyed per device / thread, and
+        # free[handle] is a _Keyed map for them, which looks their key up: the fast paths
+        # index free by the handle alone
         key = stream_keys()   # bound to the runtime: one call per special handle's key
-        SPECIAL = SPECIAL_STREAMS
-        OWN = own_keys_below(key)   # with one device, 0 and 1 are their own keys: no call
+        for handle in range(own_keys_below(key), SPECIAL_STREAMS + 1):  # not their own keys
+            free[handle] = _keyed(free, key, handle)
         MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
@@ -572,25 +596,11 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                           stream._open if type(stream) is STREAM else check_stream(stream))
             try:
                 if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                    ptr = free[handle][bytes].pop()   # KeyError: see allocate_keyed
+                    ptr = free[handle][bytes].pop()   # a special handle: see _Keyed
                     live[ptr] = bytes
                     return ptr
             except MISS:
                 pass
-            return allocate_keyed(bytes, alignment, stream, handle)
-
-        def allocate_keyed(bytes: int, alignment: int, stream: Any, handle: Any) -> int:
-            # a special handle that is not its own key (the per-thread stream; with several
-            # devices also the null and legacy streams) is never a key of ``free``: the same
-            # fast path under its key, then the checked path
-            if type(handle) is int and OWN <= handle <= SPECIAL:
-                try:
-                    if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                        ptr = free[key(handle)][bytes].pop()
-                        live[ptr] = bytes
-                        return ptr
-                except MISS:
-                    pass
             return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
@@ -603,23 +613,11 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 if type(ptr) is int is type(bytes) and (alignment is A256
                                                          or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
-                    if known == bytes:  # KeyError: a new stream or size, or see below
+                    if known == bytes:  # KeyError: a new stream or size
                         free[handle][bytes].append(ptr)
                         return
             except MISS:
                 pass
-            deallocate_keyed(ptr, bytes, alignment, stream, handle, known)
-
-        def deallocate_keyed(ptr: int, bytes: int, alignment: int, stream: Any, handle: Any,
-                             known: Any) -> None:
-            # as allocate_keyed; ``known``: the size popped from ``live`` (the claim), or _NONE
-            if known is not _NONE and known == bytes and type(handle) is int \
-                    and OWN <= handle <= SPECIAL:
-                try:
-                    free[key(handle)][bytes].append(ptr)
-                    return
-                except MISS:
-                    pass
             if known is not _NONE:  # put it back; the checked path decides
                 live[ptr] = known
             deallocate_slow(ptr, bytes, alignment, key(check_stream(stream)))
