@@ -172,6 +172,12 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
             ref.deallocate_async(p, size, 256, handle)
     loops["PoolResource via ref, created stream's handle"] = pool_ref_handle
 
+    def pool_ref_per_thread(n):
+        for _ in range(n):
+            p = ref.allocate_async(size, 256, 2)
+            ref.deallocate_async(p, size, 256, 2)
+    loops["PoolResource via ref, the per-thread stream (handle 2)"] = pool_ref_per_thread
+
     stats = hmr.StatisticsResource(pool)
     s_alloc, s_free = stats.allocate_async, stats.deallocate_async
 
