@@ -194,3 +194,31 @@ def test_the_device_reader_on_a_gpu(gpu_runtime):
     for device in range(hmr.device_count()):
         with hmr.Device(device):
             assert read(ctypes.byref(out)) == 0 and out.value == device
+
+
+def test_with_two_devices_the_null_stream_keeps_its_fast_path():
+    """With several devices visible the null and legacy handles are not their own keys: the
+    pool's fast paths find their free lists through the calling thread's current device
+    (``pool._Keyed``), without the checked path, and keep the devices apart."""
+    from hipmr_ctypes import _hip
+    from support import process_runtime
+    two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    with process_runtime(two):
+        pool = hmr.PoolResource(hmr.AsyncMemoryResource(device=0))
+        arena = pool._arena
+        ptrs = {}
+        for device in (0, 1):
+            with hmr.Device(device):
+                ptrs[device] = pool.allocate_async(512, 256, 0)
+                pool.deallocate_async(ptrs[device], 512, 256, 0)
+        slow = []
+        real = arena.allocate_slow, arena.deallocate_slow
+        arena.allocate_slow = lambda *a: slow.append(a) or real[0](*a)
+        arena.deallocate_slow = lambda *a: slow.append(a) or real[1](*a)
+        pool._bind(arena)   # the fast paths again, over the spies
+        for device in (0, 1, 0, 1):
+            with hmr.Device(device):
+                assert pool.allocate_async(512, 256, 0) == ptrs[device]
+                pool.deallocate_async(ptrs[device], 512, 256, 0)
+        assert slow == []
+        pool.release()

@@ -56,12 +56,12 @@ _NONE: Any = object()                    # "no such live block" (equal to no siz
 
 
 class _Keyed(dict):  # type: ignore[type-arg]
-    """``free[handle]`` for a special handle that is not its own stream key (the per-thread
-    stream; with several devices visible also the null and legacy streams): always empty, so
-    that a size looked up in it is looked up in the free lists of the calling thread's key
-    instead (``__missing__``).  The fast paths then index ``free`` by the handle alone, with no
-    test of the handle, and only these handles pay for the key.  Never a key of the arena's
-    other maps: flushes and forgotten streams never touch it.  Made by :func:`_keyed`."""
+    """``free[handle]`` for the null and legacy handles when several devices are visible (then
+    not their own stream keys): always empty, so that a size looked up in it is looked up in
+    the free lists of the calling thread's key instead (``__missing__``).  The fast paths then
+    index ``free`` by those handles as by any other, with no test of the handle.  Never a key
+    of the arena's other maps: flushes and forgotten streams never touch it.  Made by
+    :func:`_keyed`."""
 
     __slots__ = ()
 
@@ -558,11 +558,12 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         STREAM = Stream
         # the free lists are keyed by stream_key (only checked streams have an entry): a
         # created stream's key is its handle, and so are the null and legacy streams' with one
-        # device visible; the other special handles are keyed per device / thread, and
-        # free[handle] is a _Keyed map for them, which looks their key up: the fast paths
-        # index free by the handle alone
+        # device visible; the per-thread stream's key is the calling thread's, looked up when
+        # the handle is PT; with several devices visible free[0] and free[1] are _Keyed maps,
+        # which look the null and legacy streams' keys up
+        PT = SPECIAL_STREAMS
         key = stream_keys()   # bound to the runtime: one call per special handle's key
-        for handle in range(own_keys_below(key), SPECIAL_STREAMS + 1):  # not their own keys
+        for handle in range(own_keys_below(key), PT):  # several devices: the null and legacy
             free[handle] = _keyed(free, key, handle)
         MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
@@ -596,7 +597,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                           stream._open if type(stream) is STREAM else check_stream(stream))
             try:
                 if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                    ptr = free[handle][bytes].pop()   # a special handle: see _Keyed
+                    ptr = free[handle if handle != PT else key(handle)][bytes].pop()
                     live[ptr] = bytes
                     return ptr
             except MISS:
@@ -614,7 +615,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                                                          or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
-                        free[handle][bytes].append(ptr)
+                        free[handle if handle != PT else key(handle)][bytes].append(ptr)
                         return
             except MISS:
                 pass
