@@ -194,3 +194,43 @@ def test_threads_ending_with_queued_work_do_not_hang_on_a_gpu(gpu_runtime):
     proc = subprocess.run([sys.executable, "-c", GPU_SCRIPT], capture_output=True, text=True,
                           env=env, cwd=str(ROOT), timeout=120)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
+
+
+EXIT_SCRIPT = textwrap.dedent("""
+    import threading, time, hipmr_ctypes as hmr
+    r = hmr.AsyncMemoryResource()
+    pool = hmr.PoolResource(hmr.AsyncMemoryResource())
+    kept = [hmr.Buffer.from_host(b"m" * 4096, resource=r, stream=hmr.stream_per_thread)]
+    started = threading.Event()
+    def daemon():                     # still running at exit, its guard armed
+        kept.append(hmr.Buffer.from_host(b"d" * 4096, resource=pool,
+                                         stream=hmr.stream_per_thread))
+        started.set()
+        while True:
+            time.sleep(0.01)
+    threading.Thread(target=daemon, daemon=True).start()
+    assert started.wait(30)
+    def ending():                     # ends while the interpreter shuts down
+        time.sleep(0.2)
+        hmr.Buffer.from_host(b"e" * 4096, resource=r, stream=hmr.stream_per_thread).memset(1)
+    threading.Thread(target=ending).start()
+    print("ok")
+""")
+
+
+def test_guards_at_interpreter_exit():
+    """The main thread's guard (cleared while the interpreter finalizes), a daemon thread's
+    (never run: the thread is frozen) and a thread that ends during shutdown: the process
+    exits cleanly, with nothing on stderr."""
+    env = dict(os.environ, PYTHONWARNINGS="default")
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True,
+                          env=env, cwd=str(ROOT), timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "ok\n" and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.gpu
+def test_guards_at_interpreter_exit_on_a_gpu(gpu_runtime):
+    env = dict(os.environ, PYTHONWARNINGS="default")
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True,
+                          env=env, cwd=str(ROOT), timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "ok\n" and proc.stderr == "", proc.stderr
