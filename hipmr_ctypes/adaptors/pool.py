@@ -60,22 +60,19 @@ class _Keyed(dict):  # type: ignore[type-arg]
     not their own stream keys): always empty, so that a size looked up in it is looked up in
     the free lists of the calling thread's key instead (``__missing__``).  The fast paths then
     index ``free`` by those handles as by any other, with no test of the handle.  Never a key
-    of the arena's other maps: flushes and forgotten streams never touch it.  Made by
-    :func:`_keyed`."""
+    of the arena's other maps: flushes and forgotten streams never touch it."""
 
-    __slots__ = ()
+    __slots__ = ("lists", "key", "handle")
 
+    def __init__(self, lists: Dict[Any, Any], key: Callable[[int], Any], handle: int) -> None:
+        super().__init__()
+        self.lists = lists    # the arena's free
+        self.key = key
+        self.handle = handle
 
-def _keyed(lists: Dict[Any, Any], key: Callable[[int], Any], handle: int) -> _Keyed:
-    """A :class:`_Keyed` map for ``handle`` over ``lists`` (the arena's ``free``), whose
-    ``__missing__`` keeps what it uses in its defaults (read as fast as local variables)."""
-    def __missing__(self: Any, nbytes: int, lists: Dict[Any, Any] = lists,
-                    key: Callable[[int], Any] = key, handle: int = handle) -> Deque[int]:
-        found: Deque[int] = lists[key(handle)][nbytes]
+    def __missing__(self, nbytes: int) -> Deque[int]:
+        found: Deque[int] = self.lists[self.key(self.handle)][nbytes]
         return found
-    cls = type("_Keyed", (_Keyed,), {"__slots__": (), "__missing__": __missing__})
-    made: _Keyed = cls()
-    return made
 
 
 class _Arena:
@@ -564,7 +561,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         PT = SPECIAL_STREAMS
         key = stream_keys()   # bound to the runtime: one call per special handle's key
         for handle in range(own_keys_below(key), PT):  # several devices: the null and legacy
-            free[handle] = _keyed(free, key, handle)
+            free[handle] = _Keyed(free, key, handle)
         MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
