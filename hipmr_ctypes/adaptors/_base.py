@@ -183,7 +183,7 @@ def overlaps(chunks: Dict[int, int], start: int, size: int) -> bool:
 
 
 def check_upstream_chunk(ptr: Any, size: int, chunks: Dict[int, int], give_back: Any,
-                         owner: str, returning: Optional[Dict[int, int]] = None) -> int:
+                         owner: str, returning: Dict[int, int]) -> int:
     """The one check of a chunk an upstream returned for ``size`` bytes (a sub-allocator's
     slow path): a non-null int address aligned to 256 whose ``size`` bytes fit below 2**64
     and overlap none of ``chunks`` nor of ``returning`` (chunks on their way back to the
@@ -193,10 +193,10 @@ def check_upstream_chunk(ptr: Any, size: int, chunks: Dict[int, int], give_back:
     refused with ValueError."""
     if (type(ptr) is int and 0 < ptr and ptr + size <= MAX_PTR + 1
             and not ptr & (DEFAULT_ALIGNMENT - 1) and not overlaps(chunks, ptr, size)
-            and not (returning and overlaps(returning, ptr, size))):
+            and not overlaps(returning, ptr, size)):
         return ptr
     if type(ptr) is int and 0 < ptr <= MAX_PTR and (
-            overlaps(chunks, ptr, size) or overlaps(returning or {}, ptr, size)):
+            overlaps(chunks, ptr, size) or overlaps(returning, ptr, size)):
         problem = "it overlaps memory the upstream handed out before and that is still held"
     else:
         problem = f"a sub-allocator needs a non-null address aligned to {DEFAULT_ALIGNMENT}"
