@@ -194,15 +194,15 @@ def test_the_hooks_cache_holds_only_what_the_table_holds(fake_cupy, monkeypatch)
     assert gone() is None
     # the table changes while resource_of learns the device: the entry is not kept
     later = Recording(DeviceMemoryResource())
-    real_learn = _current.learn
+    real_memory_device = _current.memory_device
 
-    def learn_then_change(device, resource):
-        entry = real_learn(device, resource)
+    def memory_device_then_change(resource):
+        found = real_memory_device(resource)
         set_current_device_resource(later)
-        return entry
-    monkeypatch.setattr(_current, "learn", learn_then_change)
+        return found
+    monkeypatch.setattr(_current, "memory_device", memory_device_then_change)
     allocate(64)
-    monkeypatch.setattr(_current, "learn", real_learn)
+    monkeypatch.setattr(_current, "memory_device", real_memory_device)
     assert 0 not in _current.current
     m = allocate(32)
     assert later.live == {m.ptr: 32} and _current.current[0][0] is later

@@ -5,37 +5,18 @@ there: the first time, and after any change of the per-device table (which clear
 ``current``)."""
 from __future__ import annotations
 
-import weakref
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Dict, Tuple
 
 from ..buffer import memory_device
 from ..resources import per_device as _per_device
 
-__all__ = ["seen", "learn", "current", "resource_of"]
+__all__ = ["current", "resource_of"]
 
 #: device -> (its per-device resource, the device of that resource's memory, the resource's
 #: ``allocate_async`` and ``deallocate_async``, bound once as adaptors bind their upstream's);
 #: cleared by ``per_device`` whenever its table changes, so it holds nothing the table does not
 current: Dict[int, Tuple[Any, int, Any, Any]] = {}
 _per_device._caches.append(current)
-
-#: device -> (weak reference to the resource last seen there, the device of its memory).  The
-#: weak reference confirms that the entry is for that very resource (and keeps nothing alive).
-seen: Dict[int, Tuple[Callable[[], Any], int]] = {}
-
-
-def learn(device: int, resource: Any) -> Tuple[Callable[[], Any], int]:
-    """The entry of ``resource``, the resource of ``device``: the device its memory lives on is
-    its own (or that of a resource below it), else ``device``.  A resource that takes no weak
-    reference is not remembered (learnt again at every allocation)."""
-    found = memory_device(resource)
-    where = device if found is None else found
-    try:
-        entry = (weakref.ref(resource), where)
-    except TypeError:
-        return ((lambda: resource), where)
-    seen[device] = entry
-    return entry
 
 
 def resource_of(device: int) -> Tuple[Any, int, Any, Any]:
@@ -45,10 +26,9 @@ def resource_of(device: int) -> Tuple[Any, int, Any, Any]:
         resource = _per_device._resources.get(device)
     if resource is None:
         resource = _per_device.get_per_device_resource(device)
-    seen_entry = seen.get(device)
-    if seen_entry is None or seen_entry[0]() is not resource:
-        seen_entry = learn(device, resource)
-    entry = (resource, seen_entry[1], resource.allocate_async, resource.deallocate_async)
+    found = memory_device(resource)   # its own device, or that of a resource below it
+    entry = (resource, device if found is None else found, resource.allocate_async,
+             resource.deallocate_async)
     with _per_device._lock:
         if _per_device._resources.get(device) is resource:  # not changed meanwhile
             current[device] = entry
