@@ -19,11 +19,11 @@ from ctypes import byref, c_int
 from typing import Any, List
 
 from .device import current_device_function
+from .stream_ref import PER_THREAD_HANDLE as PER_THREAD
 
 __all__ = ["arm"]
 
 _local = threading.local()
-PER_THREAD = 2
 
 
 class _ExitSync:

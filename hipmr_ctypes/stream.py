@@ -16,7 +16,8 @@ from . import _hip
 from ._hip.errors import HipError, NoDeviceError
 from ._exit import finalize, finalizer
 from .device import Device, check_device, device_count, device_function, get_device
-from .stream_ref import HANDLE_READERS, IntValue, _binding_module, as_stream_handle, stream_ref
+from .stream_ref import (HANDLE_READERS, PER_THREAD_HANDLE, IntValue, _binding_module,
+                         as_stream_handle, stream_ref)
 
 _T = TypeVar("_T")
 __all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize",
@@ -316,7 +317,7 @@ def new_event() -> Event:
 #: handles above this name one created stream each; 0 (null) and 1 (legacy) name one stream
 #: per device, 2 (per-thread) one per thread and device
 SPECIAL_STREAMS = 2
-_PER_THREAD = 2
+_PER_THREAD = PER_THREAD_HANDLE
 _local = threading.local()
 _tokens = itertools.count(1)
 

@@ -12,7 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._limits import MAX_ADDRESS
 
-__all__ = ["stream_ref", "stream_per_thread", "as_stream_handle", "MAX_ADDRESS", "IntValue"]
+__all__ = ["stream_ref", "stream_per_thread", "as_stream_handle", "MAX_ADDRESS", "IntValue",
+           "PER_THREAD_HANDLE"]
 
 
 class IntValue(int):
@@ -238,5 +239,8 @@ class stream_ref:
         return f"stream_ref({self._handle:#x})" if self._handle else "stream_ref(0)"
 
 
+#: The handle of the per-thread default stream (``hipStreamPerThread``): another stream in
+#: every thread.
+PER_THREAD_HANDLE = 2
 #: The per-thread default stream (``hipStreamPerThread``, handle 2).
-stream_per_thread: stream_ref = stream_ref(2)
+stream_per_thread: stream_ref = stream_ref(PER_THREAD_HANDLE)

@@ -402,3 +402,11 @@ def test_gpu_priority_device_and_default_streams(gpu_runtime):
     for s in (stream_ref(), stream_per_thread):
         s.wait()
         assert s.ready() is True
+
+
+def test_the_per_thread_handle_is_named_once():
+    import importlib
+    module = importlib.import_module("hipmr_ctypes.stream_ref")
+    from hipmr_ctypes import stream
+    assert module.PER_THREAD_HANDLE == 2 == stream_per_thread.handle
+    assert stream._PER_THREAD is module.PER_THREAD_HANDLE

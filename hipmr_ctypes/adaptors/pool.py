@@ -39,11 +39,11 @@ from .._sizes import Size, config_size
 from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
 from ..stream import Stream
-from ..stream_ref import IntValue
+from ..stream_ref import PER_THREAD_HANDLE, IntValue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
-from ._order import (SPECIAL as SPECIAL_STREAMS, StreamOrder, handle_of, own_keys_below,
+from ._order import (StreamOrder, handle_of, own_keys_below,
                      stream_keys, track_streams)
 
 __all__ = ["PoolResource"]
@@ -558,7 +558,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         # device visible; the per-thread stream's key is the calling thread's, looked up when
         # the handle is PT; with several devices visible free[0] and free[1] are _Keyed maps,
         # which look the null and legacy streams' keys up
-        PT = SPECIAL_STREAMS
+        PT = PER_THREAD_HANDLE
         key = stream_keys()   # bound to the runtime: one call per special handle's key
         for handle in range(own_keys_below(key), PT):  # several devices: the null and legacy
             free[handle] = _Keyed(free, key, handle)

@@ -23,7 +23,8 @@ from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
 from .._checks import check_ptr, check_size, check_stream
 from .._limits import MAX_ADDRESS
-from .._thread_exit import PER_THREAD as _PER_THREAD, arm
+from .._thread_exit import arm
+from ..stream_ref import PER_THREAD_HANDLE as _PER_THREAD
 from .._sizes import Size, config_size, parse_bytes
 from ._common import check_args
 
