@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from bisect import bisect_left, insort
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from hipmr_ctypes import device_accessible, host_accessible, stream_ref
 from hipmr_ctypes._hip.decls import DECLS
@@ -432,3 +432,14 @@ def process_runtime(rt: Any = None) -> Iterator[Any]:
             per_device._resources.clear()
             per_device._resources.update(saved)
             per_device._changed()
+
+
+def run_in_thread(fn: Callable[[], Any]) -> Tuple[Optional[int], Any]:
+    """Run ``fn`` in a new thread; return (the thread's ident, ``fn``'s result) once ``join``
+    returned (a thread still running after 60 s fails the test)."""
+    out: List[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), "thread hung"
+    return t.ident, out[0]

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes.adaptors import _order
+
+from support import run_in_thread
 
 PER_THREAD = 2
 
@@ -36,12 +37,7 @@ def _spy(monkeypatch):
 
 
 def _in_thread(fn):
-    out = []
-    t = threading.Thread(target=lambda: out.append(fn()))
-    t.start()
-    t.join(timeout=60)
-    assert not t.is_alive(), "thread hung"
-    return out[0]
+    return run_in_thread(fn)[1]
 
 
 @pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])

@@ -20,7 +20,7 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 
-from support import process_runtime
+from support import process_runtime, run_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 PER_THREAD = 2
@@ -38,14 +38,7 @@ def _spy_syncs(monkeypatch, rt):
     return calls
 
 
-def _run(fn):
-    """Run ``fn`` in a new thread; return (its ident, its result) once ``join`` returned."""
-    out = []
-    t = threading.Thread(target=lambda: out.append(fn()))
-    t.start()
-    t.join(timeout=60)
-    assert not t.is_alive(), "thread hung"
-    return t.ident, out[0]
+_run = run_in_thread   # (the thread's ident, fn's result) once join returned
 
 
 @pytest.mark.parametrize("stream", [PER_THREAD, hmr.stream_per_thread], ids=["int", "stream_ref"])
