@@ -5,16 +5,17 @@ Standard library only; import never fails because the HIP library is missing (th
 that needs it raises :class:`LibraryNotFoundError`).  Choose the platform with
 ``HIPMR_PLATFORM=amd|nvidia|emulated``.  See README.md and docs/.
 """
-from __future__ import annotations
-
 import sys as _sys
-from types import ModuleType as _ModuleType
 
 from ._hip import preload as _preload
-from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
-                          NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:  # what type checkers see; at run time these load on first use (below)
+    from types import ModuleType as _ModuleType
+
+    from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError,
+                              LibraryNotFoundError, NoDeviceError, NotReadyError,
+                              NotSupportedError, OutOfMemoryError)
     from .properties import (Property, device_accessible, forward_property, get_property,
                              has_property, has_property_with, host_accessible,
                              property_with_value)
@@ -41,10 +42,14 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load on first use
                                  get_log_filenames, is_initialized, register_reinitialize_hook,
                                  reinitialize, unregister_reinitialize_hook)
     from . import logfile as logfile, plot as plot  # submodules used as hmr.plot.timeline(...)
+else:
+    _ModuleType = type(_sys)  # types.ModuleType, without importing types
 
 # Everything but the library loads on first use (PEP 562): module -> the public names it
 # provides.  Add a new public name here, to __all__ and to the TYPE_CHECKING imports.
 _LAZY_MODULES = {  # (each module's names in one string: less to compile without .pyc)
+    "_hip.errors": "HipError InvalidHandleError InvalidValueError LibraryNotFoundError "
+                   "NoDeviceError NotReadyError NotSupportedError OutOfMemoryError",
     "properties": "Property device_accessible forward_property get_property has_property "
                   "has_property_with host_accessible property_with_value",
     "concepts": "AsyncResource Resource is_async_resource is_async_resource_with is_resource "
@@ -140,4 +145,4 @@ _MACHINERY = frozenset("_sys _ModuleType TYPE_CHECKING _LAZY_MODULES _LAZY _SUBM
 
 __version__ = "0.1.0"
 
-_preload()  # load the library and declare its functions once; never raises
+_preload()  # choose the platform and open its library; never raises (the first use binds it)

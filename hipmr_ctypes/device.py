@@ -19,7 +19,7 @@ __all__ = ["platform", "runtime_version", "driver_version", "device_count", "get
 def platform() -> str:
     """The selected platform: ``"amd"``, ``"nvidia"`` or ``"emulated"`` (loads nothing)."""
     rt = _hip._runtime
-    return rt.platform if rt is not None else _hip.selected_platform()
+    return rt.platform if rt is not None else _hip._platform or _hip.selected_platform()
 
 
 def runtime_version() -> Tuple[int, int, int]:

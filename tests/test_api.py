@@ -70,63 +70,100 @@ def _fresh(code: str, platform: str = "emulated") -> str:
     return out.stdout
 
 
-def test_import_loads_the_library_and_nothing_else():
-    """The library (libamdhip64) is loaded and declared at import; the rest of the package,
-    and heavy standard modules it uses, load on first use."""
+def _maps_library(name: str) -> str:
+    """Code that prints whether a library file named ``name*`` is mapped in the process."""
+    return (f"mapped = any(l.rstrip().rsplit('/', 1)[-1].startswith({name!r}) "
+            "for l in open('/proc/self/maps') if '/' in l)\n")
+
+
+def test_import_opens_the_library_and_the_first_use_binds_it():
+    """Import opens the library (libamdhip64) and loads nothing else of the package: the rest,
+    the declaration table included, and the heavy standard modules load on first use.  The
+    first use binds the table in the very handle import opened."""
     code = ("import sys, json\n"
             "before = set(sys.modules)\n"
             "import hipmr_ctypes\n"
             "from hipmr_ctypes import _hip\n"
+            "from hipmr_ctypes._hip import loader\n"
             "new = sorted(set(sys.modules) - before)\n"
+            + _maps_library("libamdhip64.so") +
+            "bound = _hip._runtime is not None\n"
+            "opened = list(loader._opened.values())\n"
             "error = _hip.load_error()\n"
-            "print(json.dumps([_hip._runtime is not None, type(error).__name__, new]))")
-    loaded, error, new = json.loads(_fresh(code, "amd"))
+            "rt = _hip._runtime\n"
+            "same = rt is not None and len(opened) == 1 and rt.lib is opened[0]\n"
+            "print(json.dumps([mapped, bound, same, type(error).__name__, new]))")
+    mapped, bound, same, error, new = json.loads(_fresh(code, "amd"))
     if os.environ.get("HIPMR_REQUIRE_AMD_LIBRARY") == "1":
-        assert loaded
+        assert mapped and same and error == "NoneType"
     else:
-        assert loaded or error == "LibraryNotFoundError"
-    ours = [m for m in new if m.startswith("hipmr_ctypes.")]
-    assert all(m.startswith("hipmr_ctypes._hip") for m in ours), ours
-    for heavy in ("inspect", "dataclasses", "ctypes.util", "subprocess", "weakref", "atexit",
-                  "hipmr_ctypes.adaptors", "hipmr_ctypes.buffer", "hipmr_ctypes.resources"):
+        assert (mapped and same) or error == "LibraryNotFoundError"
+    assert not bound
+    assert [m for m in new if m.startswith("hipmr_ctypes")] == \
+        ["hipmr_ctypes", "hipmr_ctypes._hip", "hipmr_ctypes._hip.loader"]
+    for heavy in ("inspect", "dataclasses", "ctypes.util", "subprocess", "weakref", "atexit"):
         assert heavy not in new
 
 
 def test_import_in_a_bare_interpreter_loads_no_heavy_standard_module():
     """Without site (nothing else imported first), ``import hipmr_ctypes`` brings in ctypes
-    (the library needs it) and the binding, not typing, threading, glob, re and what they
+    (the library needs it) and the loader, not typing, threading, glob, re and what they
     pull in: they are what made the import slow in a fresh process."""
     code = ("import sys, json\n"
             "before = set(sys.modules)\n"
             "import hipmr_ctypes\n"
-            "print(json.dumps(sorted(set(sys.modules) - before)))")
+            + _maps_library("libamdhip64.so") +
+            "print(json.dumps([mapped, sorted(set(sys.modules) - before)]))")
     env = dict(os.environ, HIPMR_PLATFORM="amd")
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    new = json.loads(out.stdout.splitlines()[-1])
-    assert "hipmr_ctypes._hip.decls" in new
+    mapped, new = json.loads(out.stdout.splitlines()[-1])
+    assert mapped or os.environ.get("HIPMR_REQUIRE_AMD_LIBRARY") != "1"
+    assert "ctypes" in new and "hipmr_ctypes._hip.loader" in new
     for heavy in ("typing", "threading", "glob", "fnmatch", "re", "enum", "collections",
-                  "functools", "contextlib", "weakref", "inspect"):
+                  "functools", "contextlib", "weakref", "inspect", "__future__", "types"):
         assert heavy not in new, new
 
 
-@pytest.mark.parametrize("platform", ["amd", "nvidia"])
-def test_import_compiles_only_the_binding_it_runs(platform):
+@pytest.mark.parametrize("platform", ["amd", "nvidia", "emulated"])
+def test_import_compiles_only_the_loader(platform):
     """From a folder without .pyc, every module imported is compiled: ``import hipmr_ctypes``
-    brings in the platform's back end, the table and the error classes, not the code that
-    builds an exception (``failure``), the enum values (``types``), the C library and Python
-    declarations (``native``), the other back ends or nvidia's shims (loaded library or not)."""
+    compiles the package's ``__init__``, the binding's and the platform choice and library
+    search (``loader``), whatever the platform and whether its library opens; the back end, the
+    declaration table, the error classes and the Runtime are compiled by the first use."""
     code = ("import sys, json\n"
             "before = set(sys.modules)\n"
             "import hipmr_ctypes\n"
             "print(json.dumps(sorted(m for m in set(sys.modules) - before\n"
             "                        if m.startswith('hipmr_ctypes'))))")
-    new = json.loads(_fresh(code, platform))
-    assert f"hipmr_ctypes._hip.{platform}" in new
-    for lazy in ("failure", "types", "native", "nvidia._shims", "emulated",
-                 "nvidia" if platform == "amd" else "amd"):
-        assert f"hipmr_ctypes._hip.{lazy}" not in new, new
+    assert json.loads(_fresh(code, platform)) == \
+        ["hipmr_ctypes", "hipmr_ctypes._hip", "hipmr_ctypes._hip.loader"]
+
+
+def test_the_platform_is_the_one_chosen_at_import():
+    """The runtime is built on first use, on the platform ``HIPMR_PLATFORM`` named at import;
+    ``set_runtime(None)`` forgets that choice, and the next load reads the variable again."""
+    code = ("import os, json\n"
+            "import hipmr_ctypes as h\n"
+            "from hipmr_ctypes import _hip\n"
+            "os.environ['HIPMR_PLATFORM'] = 'no-such-platform'\n"
+            "chosen = h.platform()\n"
+            "first = _hip.get_runtime().platform\n"
+            "_hip.set_runtime(None)\n"
+            "error = type(_hip.load_error()).__name__\n"
+            "print(json.dumps([chosen, first, error]))")
+    assert json.loads(_fresh(code, "emulated")) == ["emulated", "emulated", "ValueError"]
+
+
+def test_a_bad_platform_at_import_is_reported_by_the_first_use():
+    code = ("import json\n"
+            "import hipmr_ctypes as h\n"
+            "try:\n"
+            "    h.device_count()\n"
+            "except ValueError as exc:\n"
+            "    print(json.dumps(str(exc)))\n")
+    assert "is not one of amd, nvidia, emulated" in json.loads(_fresh(code, "bogus"))
 
 
 def test_import_without_the_library_still_works_and_is_lazy():

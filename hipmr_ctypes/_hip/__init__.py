@@ -1,26 +1,27 @@
 """The HIP binding: one process-wide :class:`Runtime`, chosen by ``HIPMR_PLATFORM``.
 
 The platform is chosen here and nowhere else: :func:`create_runtime` builds a Runtime from one
-back end (``amd.py``, ``nvidia.py``, ``emulated/``); each back end imports only ``runtime.py``
-and the table, never another back end or this module.
+back end (``amd.py``, ``nvidia/``, ``emulated/``); each back end imports only ``runtime.py``,
+``loader.py`` and the table, never another back end or this module.
 
-``get_runtime()`` loads it on first use (the package's ``__init__`` asks for it once at
-import so that the first allocation pays nothing more) and caches it.  A failed load is
-remembered and raised again, unchanged, by every later call that needs the runtime.
+The package's ``__init__`` calls :func:`preload` once at import: it chooses the platform and
+opens its library (``loader.preload_library``), nothing more.  ``get_runtime()`` builds the
+Runtime on first use (binding the declaration table in the library import opened) and caches
+it.  A failed load is remembered and raised again, unchanged, by every later call that needs
+the runtime.  This module runs at import: its annotations are strings, and the error classes
+and ``Runtime`` it re-exports load on first use (``__getattr__``).
 """
-from __future__ import annotations
-
-import os
 from _thread import allocate_lock
 
-from . import errors
-from .errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
-                     NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
-from .runtime import Runtime
+from .loader import PLATFORMS, selected_platform
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Mapping, Optional
+
+    from .errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
+                         NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
+    from .runtime import Runtime
 
 __all__ = [
     "get_runtime", "set_runtime", "selected_platform", "create_runtime", "preload", "load_error",
@@ -29,30 +30,13 @@ __all__ = [
     "InvalidHandleError", "NotSupportedError", "LibraryNotFoundError",
 ]
 
-#: Every value ``HIPMR_PLATFORM`` may take.
-PLATFORMS = ("amd", "nvidia", "emulated")
-
 _lock = allocate_lock()
-_runtime: Optional[Runtime] = None
-_error: Optional[BaseException] = None
+_runtime: "Optional[Runtime]" = None
+_error: "Optional[BaseException]" = None
+_platform: "Optional[str]" = None  # chosen by preload() at import; the first load uses it
 
 
-def selected_platform(env: Optional[Mapping[str, str]] = None) -> str:
-    """The platform named by ``HIPMR_PLATFORM`` (or HIP's ``HIP_PLATFORM=nvidia``); default ``amd``."""
-    env = os.environ if env is None else env
-    value = (env.get("HIPMR_PLATFORM") or "").strip().lower()
-    if not value:
-        hip_platform = (env.get("HIP_PLATFORM") or "").strip().lower()
-        value = "nvidia" if hip_platform in ("nvidia", "nvcc") else "amd"
-    if value not in PLATFORMS:
-        raise ValueError(f"HIPMR_PLATFORM={value!r} is not one of {', '.join(PLATFORMS)}")
-    return value
-
-
-errors.selected_platform_now = selected_platform  # a no-device hint compares it with the loaded one
-
-
-def create_runtime(platform: str, env: Optional[Mapping[str, str]] = None) -> Runtime:
+def create_runtime(platform: str, env: "Optional[Mapping[str, str]]" = None) -> "Runtime":
     """A new Runtime for ``platform`` (one of :data:`PLATFORMS`), configured from ``env``
     (default ``os.environ``); the process-wide one is :func:`get_runtime`."""
     if platform == "amd":
@@ -67,7 +51,7 @@ def create_runtime(platform: str, env: Optional[Mapping[str, str]] = None) -> Ru
     raise ValueError(f"unknown HIP platform {platform!r}; expected one of {PLATFORMS}")
 
 
-def get_runtime() -> Runtime:
+def get_runtime() -> "Runtime":
     """The process-wide runtime; raises LibraryNotFoundError (or the load error) if it cannot load."""
     rt = _runtime
     if rt is not None:
@@ -84,33 +68,65 @@ def get_runtime() -> Runtime:
 
 def _load_locked() -> None:
     global _runtime, _error
+    from .errors import HipError
     try:
-        _runtime = create_runtime(selected_platform())
+        _runtime = create_runtime(_platform or selected_platform())
     except (HipError, OSError, ValueError) as exc:
         _error = exc
 
 
 def preload() -> None:
-    """Load the runtime now if possible; never raises (the error is kept for first use)."""
+    """Choose the platform and open its library now (the package's import); never raises.
+    What goes wrong is reported by the first use of the runtime."""
+    global _platform
+    try:
+        platform = selected_platform()
+    except ValueError:
+        return
+    _platform = platform
+    if platform != "emulated":
+        from .loader import preload_library
+        try:
+            preload_library(platform)
+        except Exception:  # noqa: BLE001 - reported by the first use
+            pass
+
+
+def load_error() -> "Optional[BaseException]":
+    """The error that stops the runtime from loading (the one :func:`get_runtime` raises), or
+    None when it loads; loads it if no call has yet."""
     try:
         get_runtime()
-    except Exception:
+    except Exception:  # noqa: BLE001
         pass
-
-
-def load_error() -> Optional[BaseException]:
-    """The error that stopped the runtime from loading, or None."""
     return _error
 
 
-def set_runtime(rt: Optional[Runtime]) -> Optional[Runtime]:
+def set_runtime(rt: "Optional[Runtime]") -> "Optional[Runtime]":
     """Replace the process-wide runtime (tests, embedding); returns the previous one.
 
-    ``None`` forgets the current one so that the next ``get_runtime()`` loads again.
+    ``None`` forgets the current one so that the next ``get_runtime()`` loads again, on the
+    platform ``HIPMR_PLATFORM`` selects then.
     """
-    global _runtime, _error
+    global _runtime, _error, _platform
     with _lock:
         previous = _runtime
         _runtime = rt
         _error = None
+        if rt is None:
+            _platform = None
         return previous
+
+
+if not TYPE_CHECKING:
+    def __getattr__(name):
+        """``Runtime`` and the error classes, loaded on first use."""
+        if name == "Runtime":
+            from .runtime import Runtime as value
+        elif name.endswith("Error") and name in __all__:
+            from . import errors
+            value = getattr(errors, name)
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value
+        return value

@@ -1,20 +1,17 @@
-"""The ``amd`` back end: libamdhip64, found by :func:`amd_candidates`, every row of the
+"""The ``amd`` back end: libamdhip64, found by ``loader.amd_candidates``, every row of the
 declaration table bound directly (no Python in between, so a hot call costs one ctypes call)."""
 from __future__ import annotations
 
-import os
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Optional
+    from typing import Any, Dict, Mapping, Optional
 
 from .decls import DECLS
 from .errors import NotSupportedError
-from .loader import _in_dirs, _matching, _version_key, load_first
+from .loader import AMD_NAMES, amd_candidates, load_first
 from .runtime import Functions, Runtime, missing_function
 
 __all__ = ["create_amd_runtime", "bind_library", "amd_candidates", "AMD_HINT", "AMD_NAMES"]
-
-AMD_NAMES = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
 
 
 def bind_library(lib: Any, names_to_symbols: Dict[str, str], where: str) -> Functions:
@@ -46,24 +43,6 @@ def bind_library(lib: Any, names_to_symbols: Dict[str, str], where: str) -> Func
         cfunc.argtypes = list(decl.argtypes)
         setattr(fn, decl.name, cfunc)
     return fn
-
-
-def amd_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
-    """Every path (or bare name for the system loader) tried for libamdhip64, in order."""
-    env = os.environ if env is None else env
-    if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
-        return [env["HIPMR_LIBRARY"]]
-    out: List[str] = []
-    dirs = []
-    for var in ("ROCM_PATH", "HIP_PATH"):
-        if env.get(var):
-            dirs.append(os.path.join(env[var], "lib"))
-    dirs.append("/opt/rocm/lib")
-    versioned = sorted(_matching("/opt", "rocm-", "lib"), key=_version_key, reverse=True)
-    dirs.extend(versioned)
-    out.extend(_in_dirs(dirs, AMD_NAMES))
-    out.extend(AMD_NAMES)  # the system loader (LD_LIBRARY_PATH, ld.so.cache)
-    return out
 
 
 AMD_HINT = ("Set HIPMR_LIBRARY to the exact libamdhip64 file, or ROCM_PATH / HIP_PATH to the ROCm "

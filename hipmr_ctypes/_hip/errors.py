@@ -3,7 +3,8 @@
 Every HIP status other than ``hipSuccess`` becomes a :class:`HipError` (or one of its
 subclasses) carrying the code, the HIP name, the message and the call that failed.
 Names come from the loaded library when there is one (``hipGetErrorName``), from the
-built-in table below otherwise.  This module (imported with the package) holds the classes and
+built-in table below otherwise.  This module (loaded by the first use of the runtime or of an
+error class) holds the classes and
 the table; the code that builds an exception for a status (:func:`make_error`,
 :func:`error_class`, :func:`no_device_hint`, ``Runtime.error``) is in ``failure.py``, compiled
 by the first failure and reachable from here by the same names.  Neither module imports more
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+    from typing import Any, Dict, Iterable, Optional, Tuple
 
     from .failure import error_class as error_class, make_error as make_error, \
         no_device_hint as no_device_hint
@@ -137,11 +138,6 @@ class NoDeviceError(HipError):
 #: device, invalid device (``hipGetDevice`` with none) and a runtime with no (or too old a)
 #: driver beneath it (``cudaErrorInsufficientDriver`` on nvidia).
 NO_DEVICE_CODES = (HIP_ERROR_NO_DEVICE, HIP_ERROR_INVALID_DEVICE, 35)
-
-
-#: what HIPMR_PLATFORM selects now, read as the package reads it (``hipmr_ctypes._hip`` sets it;
-#: this module imports nothing of the package)
-selected_platform_now: Optional[Callable[[], str]] = None
 
 
 class InvalidValueError(HipError, ValueError):

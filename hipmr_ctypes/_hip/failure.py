@@ -33,8 +33,8 @@ def rebuild(cls: Type[HipError], state: Dict[str, Any]) -> HipError:
 def no_device_hint(platform: str) -> str:
     """What to do when ``platform`` sees no device (the command line prints the same)."""
     try:
-        from .errors import selected_platform_now as now  # its value now
-        wanted = now() if now is not None else platform
+        from .loader import selected_platform
+        wanted = selected_platform()  # what HIPMR_PLATFORM selects now
     except ValueError:
         wanted = platform
     if wanted != platform:

@@ -1,7 +1,7 @@
 """The ``nvidia`` back end: the HIP function table through libcudart, as HIP's own
 ``nvidia_detail/nvidia_hip_runtime_api.h`` maps it (docs/internals.md, "Back ends").
 
-libcudart is found by :func:`nvidia_candidates`.  Most functions are the CUDA runtime function
+libcudart is found by ``loader.nvidia_candidates``.  Most functions are the CUDA runtime function
 of the same shape, bound directly at load (no Python in between, so hot calls cost one ctypes
 call).  The few that HIP maps onto the driver API or onto a different signature get a shim, in
 ``_shims.py``, compiled and built on the first call of any of them (importing the package from
@@ -11,8 +11,6 @@ failure with :func:`cuda_to_hip`.
 from __future__ import annotations
 
 import ctypes
-import os
-import sys
 from _thread import RLock
 from ctypes import c_char_p, c_int
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
 
 from ..decls import DECL_BY_NAME, DECLS
 from ..errors import ERROR_NAMES, NotSupportedError
-from ..loader import _in_dirs, _matching, _version_key, load_first
+from ..loader import CUDART_NAMES, load_first, nvidia_candidates
 from ..runtime import Functions, Runtime, decode_cuda_version, missing_function
 
 __all__ = ["create_nvidia_runtime", "nvidia_candidates", "cuda_to_hip", "hip_to_cuda", "NAME_MAP",
@@ -62,33 +60,6 @@ def cuda_to_hip(code: int) -> int:
 def hip_to_cuda(code: int) -> int:
     """hipErrorToCudaError (used for names and messages)."""
     return _HIP_TO_CUDA.get(code, code)
-
-
-CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
-
-
-def nvidia_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
-    """Every path (or bare name) tried for libcudart, in order."""
-    env = os.environ if env is None else env
-    if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
-        return [env["HIPMR_LIBRARY"]]
-    out: List[str] = []
-    dirs = []
-    if env.get("CUDA_HOME"):
-        dirs.append(os.path.join(env["CUDA_HOME"], "lib64"))
-    dirs.extend(sorted(_matching("/usr/local", "cuda", "lib64"), key=_version_key,
-                       reverse=True))
-    for entry in sys.path:  # the nvidia-cuda-runtime wheels: site-packages/nvidia/cu*/lib
-        if entry and os.path.isdir(os.path.join(entry, "nvidia")):
-            dirs.extend(sorted(_matching(os.path.join(entry, "nvidia"), "cu", "lib"),
-                               reverse=True))
-            runtime_lib = os.path.join(entry, "nvidia", "cuda_runtime", "lib")
-            if os.path.lexists(runtime_lib):
-                dirs.append(runtime_lib)
-    out.extend(_in_dirs(dirs, CUDART_NAMES))
-    out.extend(CUDART_NAMES)
-    return out
-
 
 
 HINT = ("Set HIPMR_LIBRARY to the exact libcudart file, or CUDA_HOME to the CUDA toolkit; "
