@@ -10,43 +10,13 @@ import sys as _sys
 from ._hip import preload as _preload
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:  # what type checkers see; at run time these load on first use (below)
+if TYPE_CHECKING:
     from types import ModuleType as _ModuleType
-
-    from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError,
-                              LibraryNotFoundError, NoDeviceError, NotReadyError,
-                              NotSupportedError, OutOfMemoryError)
-    from .properties import (Property, device_accessible, forward_property, get_property,
-                             has_property, has_property_with, host_accessible,
-                             property_with_value)
-    from .concepts import (AsyncResource, Resource, is_async_resource, is_async_resource_with,
-                           is_resource, is_resource_with)
-    from .resource_ref import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast,
-                               resource_ref, try_get_property)
-    from .stream_ref import stream_per_thread, stream_ref
-    from .device import (Device, device_count, driver_version, get_device, platform,
-                         runtime_version, set_device, synchronize)
-    from .stream import Event, Stream, wait_event
-    from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemoryResource,
-                            HostMemoryResource, ManagedMemoryResource, MemoryPool,
-                            PinnedMemoryResource, get_current_device_resource,
-                            get_per_device_resource, set_current_device_resource,
-                            set_per_device_resource)
-    from .adaptors import (AlignedResource, BinningResource, CallbackResource,
-                           FailureCallbackResource, FixedSizeResource, LimitingResource,
-                           LoggingResource, PoolResource, PrefetchResource, Statistics,
-                           StatisticsResource, TrackedAllocation, TrackingResource)
-    from .buffer import Buffer
-    from .ipc import IpcBufferDescriptor, IpcPoolHandle
-    from .initialization import (available_device_memory, disable_logging, enable_logging,
-                                 get_log_filenames, is_initialized, register_reinitialize_hook,
-                                 reinitialize, unregister_reinitialize_hook)
-    from . import logfile as logfile, plot as plot  # submodules used as hmr.plot.timeline(...)
 else:
     _ModuleType = type(_sys)  # types.ModuleType, without importing types
 
 # Everything but the library loads on first use (PEP 562): module -> the public names it
-# provides.  Add a new public name here, to __all__ and to the TYPE_CHECKING imports.
+# provides.  Add a new public name here and to __init__.pyi (its import and __all__).
 _LAZY_MODULES = {  # (each module's names in one string: less to compile without .pyc)
     "_hip.errors": "HipError InvalidHandleError InvalidValueError LibraryNotFoundError "
                    "NoDeviceError NotReadyError NotSupportedError OutOfMemoryError",
@@ -80,24 +50,7 @@ _SUBMODULES = frozenset("""adaptors buffer concepts device properties resource_r
     stream_ref ipc _checks _exit _hip _limits _locks _sizes _thread_exit errors initialization logfile
     plot statistics""".split())
 
-__all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
-    "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "Property",
-    "device_accessible", "forward_property", "get_property", "has_property", "has_property_with",
-    "host_accessible", "property_with_value", "AsyncResource", "Resource", "is_async_resource",
-    "is_async_resource_with", "is_resource", "is_resource_with", "DEFAULT_ALIGNMENT",
-    "async_resource_ref", "resource_cast", "resource_ref", "try_get_property",
-    "stream_per_thread", "stream_ref", "Device", "device_count", "driver_version", "get_device",
-    "platform", "runtime_version", "set_device", "synchronize", "Event", "Stream", "wait_event",
-    "MAX_RELEASE_THRESHOLD", "AsyncMemoryResource", "DeviceMemoryResource", "HostMemoryResource",
-    "ManagedMemoryResource", "MemoryPool", "PinnedMemoryResource", "get_current_device_resource",
-    "get_per_device_resource", "set_current_device_resource", "set_per_device_resource",
-    "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
-    "FixedSizeResource", "LimitingResource", "LoggingResource", "PoolResource",
-    "PrefetchResource", "Statistics", "StatisticsResource", "TrackedAllocation",
-    "TrackingResource", "Buffer", "reinitialize", "is_initialized",
-    "register_reinitialize_hook", "unregister_reinitialize_hook", "enable_logging",
-    "disable_logging", "get_log_filenames", "available_device_memory", "IpcBufferDescriptor",
-    "IpcPoolHandle"]
+__all__ = list(_LAZY)  # pyright: ignore[reportUnsupportedDunderAll]  (listed in __init__.pyi)
 
 
 def __getattr__(name: str) -> object:

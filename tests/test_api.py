@@ -28,6 +28,30 @@ def test_every_public_name_and_member_has_a_docstring():
     assert missing == []
 
 
+def test_the_stub_lists_what_the_package_provides():
+    """Type checkers read ``__init__.pyi``; the package provides its names lazily from
+    ``__init__.py``'s table.  Both list the same names in ``__all__``, and each name the stub
+    imports is, at run time, the very object of the module the stub names."""
+    import ast
+    import importlib
+    path = os.path.join(os.path.dirname(hmr.__file__), "__init__.pyi")
+    tree = ast.parse(open(path).read())
+    imported = {}
+    stub_all = None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                imported[alias.asname or alias.name] = (node.module, alias.name)
+        elif isinstance(node, ast.Assign) and node.targets[0].id == "__all__":
+            stub_all = ast.literal_eval(node.value)
+    assert stub_all is not None and len(stub_all) == len(set(stub_all))
+    assert sorted(stub_all) == sorted(hmr.__all__)
+    assert set(stub_all) <= set(imported)
+    for name, (module, original) in imported.items():
+        where = importlib.import_module(f"hipmr_ctypes.{module}" if module else "hipmr_ctypes")
+        assert getattr(hmr, name) is getattr(where, original), name
+
+
 def test_py_typed_ships():
     assert os.path.isfile(os.path.join(os.path.dirname(hmr.__file__), "py.typed"))
 
@@ -84,11 +108,11 @@ def test_import_opens_the_library_and_the_first_use_binds_it():
             "before = set(sys.modules)\n"
             "import hipmr_ctypes\n"
             "from hipmr_ctypes import _hip\n"
-            "from hipmr_ctypes._hip import loader\n"
+            "from hipmr_ctypes._hip import search\n"
             "new = sorted(set(sys.modules) - before)\n"
             + _maps_library("libamdhip64.so") +
             "bound = _hip._runtime is not None\n"
-            "opened = list(loader._opened.values())\n"
+            "opened = list(search._opened.values())\n"
             "error = _hip.load_error()\n"
             "rt = _hip._runtime\n"
             "same = rt is not None and len(opened) == 1 and rt.lib is opened[0]\n"
@@ -100,14 +124,14 @@ def test_import_opens_the_library_and_the_first_use_binds_it():
         assert (mapped and same) or error == "LibraryNotFoundError"
     assert not bound
     assert [m for m in new if m.startswith("hipmr_ctypes")] == \
-        ["hipmr_ctypes", "hipmr_ctypes._hip", "hipmr_ctypes._hip.loader"]
+        ["hipmr_ctypes", "hipmr_ctypes._hip", "hipmr_ctypes._hip.search"]
     for heavy in ("inspect", "dataclasses", "ctypes.util", "subprocess", "weakref", "atexit"):
         assert heavy not in new
 
 
 def test_import_in_a_bare_interpreter_loads_no_heavy_standard_module():
     """Without site (nothing else imported first), ``import hipmr_ctypes`` brings in ctypes
-    (the library needs it) and the loader, not typing, threading, glob, re and what they
+    (the library needs it) and the library search, not typing, threading, glob, re and what they
     pull in: they are what made the import slow in a fresh process."""
     code = ("import sys, json\n"
             "before = set(sys.modules)\n"
@@ -120,17 +144,17 @@ def test_import_in_a_bare_interpreter_loads_no_heavy_standard_module():
     assert out.returncode == 0, out.stderr
     mapped, new = json.loads(out.stdout.splitlines()[-1])
     assert mapped or os.environ.get("HIPMR_REQUIRE_AMD_LIBRARY") != "1"
-    assert "ctypes" in new and "hipmr_ctypes._hip.loader" in new
+    assert "ctypes" in new and "hipmr_ctypes._hip.search" in new
     for heavy in ("typing", "threading", "glob", "fnmatch", "re", "enum", "collections",
                   "functools", "contextlib", "weakref", "inspect", "__future__", "types"):
         assert heavy not in new, new
 
 
 @pytest.mark.parametrize("platform", ["amd", "nvidia", "emulated"])
-def test_import_compiles_only_the_loader(platform):
+def test_import_compiles_only_the_library_search(platform):
     """From a folder without .pyc, every module imported is compiled: ``import hipmr_ctypes``
     compiles the package's ``__init__``, the binding's and the platform choice and library
-    search (``loader``), whatever the platform and whether its library opens; the back end, the
+    search (``search``), whatever the platform and whether its library opens; the back end, the
     declaration table, the error classes and the Runtime are compiled by the first use."""
     code = ("import sys, json\n"
             "before = set(sys.modules)\n"
@@ -138,7 +162,7 @@ def test_import_compiles_only_the_loader(platform):
             "print(json.dumps(sorted(m for m in set(sys.modules) - before\n"
             "                        if m.startswith('hipmr_ctypes'))))")
     assert json.loads(_fresh(code, platform)) == \
-        ["hipmr_ctypes", "hipmr_ctypes._hip", "hipmr_ctypes._hip.loader"]
+        ["hipmr_ctypes", "hipmr_ctypes._hip", "hipmr_ctypes._hip.search"]
 
 
 def test_the_platform_is_the_one_chosen_at_import():

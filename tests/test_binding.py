@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip import amd, decls, errors, loader, nvidia
+from hipmr_ctypes._hip import amd, decls, errors, loader, nvidia, search
 from hipmr_ctypes._hip.runtime import Runtime, decode_cuda_version, decode_hip_version
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,14 +53,14 @@ def test_versioned_folders_are_found_and_ordered_as_glob_would(tmp_path):
         (tmp_path / name / "lib").mkdir(parents=True)
     (tmp_path / "rocm-7.0.0").mkdir()          # no lib folder
     (tmp_path / "rocm-file").write_text("x")    # a file, not a folder
-    found = loader._matching(str(tmp_path), "rocm-", "lib")
+    found = search._matching(str(tmp_path), "rocm-", "lib")
     assert sorted(found) == sorted(glob.glob(str(tmp_path / "rocm-*" / "lib")))
-    ordered = sorted(found, key=loader._version_key, reverse=True)
+    ordered = sorted(found, key=search._version_key, reverse=True)
     assert [os.path.basename(os.path.dirname(p)) for p in ordered] == \
         ["rocm-6.10.0", "rocm-6.2.0", "rocm-5.7.1", "rocm-notes"]
-    assert loader._matching(str(tmp_path / "missing"), "rocm-", "lib") == []
-    assert loader._version_key("/usr/local/cuda-12.4/lib64") == (12, 4)
-    assert loader._version_key("/usr/local/cuda/lib64") == ()
+    assert search._matching(str(tmp_path / "missing"), "rocm-", "lib") == []
+    assert search._version_key("/usr/local/cuda-12.4/lib64") == (12, 4)
+    assert search._version_key("/usr/local/cuda/lib64") == ()
 
 
 def test_library_version_from_a_file_name():

@@ -2,10 +2,10 @@
 
 The platform is chosen here and nowhere else: :func:`create_runtime` builds a Runtime from one
 back end (``amd.py``, ``nvidia/``, ``emulated/``); each back end imports only ``runtime.py``,
-``loader.py`` and the table, never another back end or this module.
+``loader.py``, ``search.py`` and the table, never another back end or this module.
 
 The package's ``__init__`` calls :func:`preload` once at import: it chooses the platform and
-opens its library (``loader.preload_library``), nothing more.  ``get_runtime()`` builds the
+opens its library (``search.preload_library``), nothing more.  ``get_runtime()`` builds the
 Runtime on first use (binding the declaration table in the library import opened) and caches
 it.  A failed load is remembered and raised again, unchanged, by every later call that needs
 the runtime.  This module runs at import: its annotations are strings, and the error classes
@@ -13,7 +13,7 @@ and ``Runtime`` it re-exports load on first use (``__getattr__``).
 """
 from _thread import allocate_lock
 
-from .loader import PLATFORMS, selected_platform
+from .search import PLATFORMS, selected_platform
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def preload() -> None:
         return
     _platform = platform
     if platform != "emulated":
-        from .loader import preload_library
+        from .search import preload_library
         try:
             preload_library(platform)
         except Exception:  # noqa: BLE001 - reported by the first use

@@ -1,4 +1,4 @@
-"""The ``amd`` back end: libamdhip64, found by ``loader.amd_candidates``, every row of the
+"""The ``amd`` back end: libamdhip64, found by ``search.amd_candidates``, every row of the
 declaration table bound directly (no Python in between, so a hot call costs one ctypes call)."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ if TYPE_CHECKING:
 
 from .decls import DECLS
 from .errors import NotSupportedError
-from .loader import AMD_NAMES, amd_candidates, load_first
+from .loader import load_first
+from .search import AMD_NAMES, amd_candidates
 from .runtime import Functions, Runtime, missing_function
 
 __all__ = ["create_amd_runtime", "bind_library", "amd_candidates", "AMD_HINT", "AMD_NAMES"]

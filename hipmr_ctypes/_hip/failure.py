@@ -33,7 +33,7 @@ def rebuild(cls: Type[HipError], state: Dict[str, Any]) -> HipError:
 def no_device_hint(platform: str) -> str:
     """What to do when ``platform`` sees no device (the command line prints the same)."""
     try:
-        from .loader import selected_platform
+        from .search import selected_platform
         wanted = selected_platform()  # what HIPMR_PLATFORM selects now
     except ValueError:
         wanted = platform

@@ -1,7 +1,7 @@
 """The ``nvidia`` back end: the HIP function table through libcudart, as HIP's own
 ``nvidia_detail/nvidia_hip_runtime_api.h`` maps it (docs/internals.md, "Back ends").
 
-libcudart is found by ``loader.nvidia_candidates``.  Most functions are the CUDA runtime function
+libcudart is found by ``search.nvidia_candidates``.  Most functions are the CUDA runtime function
 of the same shape, bound directly at load (no Python in between, so hot calls cost one ctypes
 call).  The few that HIP maps onto the driver API or onto a different signature get a shim, in
 ``_shims.py``, compiled and built on the first call of any of them (importing the package from
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 from ..decls import DECL_BY_NAME, DECLS
 from ..errors import ERROR_NAMES, NotSupportedError
-from ..loader import CUDART_NAMES, load_first, nvidia_candidates
+from ..loader import load_first
+from ..search import CUDART_NAMES, nvidia_candidates
 from ..runtime import Functions, Runtime, decode_cuda_version, missing_function
 
 __all__ = ["create_nvidia_runtime", "nvidia_candidates", "cuda_to_hip", "hip_to_cuda", "NAME_MAP",

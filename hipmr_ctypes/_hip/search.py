@@ -1,0 +1,123 @@
+"""The platform choice and each platform's library search (libamdhip64 on ``amd``, libcudart
+on ``nvidia``), and opening the library at import (:func:`preload_library`, through
+``hipmr_ctypes._hip.preload``).
+
+The first use of the runtime binds the function table in the library: ``loader.load_first``
+finds the handle import opened (``_opened``) rather than opening it again.  The search is
+documented and bounded: explicit variables first, then a few well-known folders, then the
+system loader.  Nothing else on the file system is scanned.  This module runs at import: it
+imports no other module of the package, and its annotations are strings.
+"""
+import ctypes
+import os
+import sys
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+__all__ = ["PLATFORMS", "selected_platform", "preload_library", "candidates", "amd_candidates",
+           "nvidia_candidates", "AMD_NAMES", "CUDART_NAMES"]
+
+#: Every value ``HIPMR_PLATFORM`` may take.
+PLATFORMS = ("amd", "nvidia", "emulated")
+AMD_NAMES = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
+CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
+
+#: the libraries import opened: candidate -> handle (a handle is never closed)
+_opened: "Dict[str, ctypes.CDLL]" = {}
+
+
+def selected_platform(env: "Optional[Mapping[str, str]]" = None) -> str:
+    """The platform named by ``HIPMR_PLATFORM`` (or HIP's ``HIP_PLATFORM=nvidia``); default ``amd``."""
+    env = os.environ if env is None else env
+    value = (env.get("HIPMR_PLATFORM") or "").strip().lower()
+    if not value:
+        hip_platform = (env.get("HIP_PLATFORM") or "").strip().lower()
+        value = "nvidia" if hip_platform in ("nvidia", "nvcc") else "amd"
+    if value not in PLATFORMS:
+        raise ValueError(f"HIPMR_PLATFORM={value!r} is not one of {', '.join(PLATFORMS)}")
+    return value
+
+
+def amd_candidates(env: "Optional[Mapping[str, str]]" = None) -> "List[str]":
+    """Every path (or bare name for the system loader) tried for libamdhip64, in order."""
+    env = os.environ if env is None else env
+    if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
+        return [env["HIPMR_LIBRARY"]]
+    dirs = [os.path.join(env[var], "lib") for var in ("ROCM_PATH", "HIP_PATH") if env.get(var)]
+    dirs.append("/opt/rocm/lib")
+    dirs.extend(sorted(_matching("/opt", "rocm-", "lib"), key=_version_key, reverse=True))
+    # then the system loader (LD_LIBRARY_PATH, ld.so.cache)
+    return _in_dirs(dirs, AMD_NAMES) + list(AMD_NAMES)
+
+
+def nvidia_candidates(env: "Optional[Mapping[str, str]]" = None) -> "List[str]":
+    """Every path (or bare name) tried for libcudart, in order."""
+    env = os.environ if env is None else env
+    if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
+        return [env["HIPMR_LIBRARY"]]
+    dirs = [os.path.join(env["CUDA_HOME"], "lib64")] if env.get("CUDA_HOME") else []
+    dirs.extend(sorted(_matching("/usr/local", "cuda", "lib64"), key=_version_key,
+                       reverse=True))
+    for entry in sys.path:  # the nvidia-cuda-runtime wheels: site-packages/nvidia/cu*/lib
+        if entry and os.path.isdir(os.path.join(entry, "nvidia")):
+            dirs.extend(sorted(_matching(os.path.join(entry, "nvidia"), "cu", "lib"),
+                               reverse=True))
+            runtime_lib = os.path.join(entry, "nvidia", "cuda_runtime", "lib")
+            if os.path.lexists(runtime_lib):
+                dirs.append(runtime_lib)
+    return _in_dirs(dirs, CUDART_NAMES) + list(CUDART_NAMES)
+
+
+def candidates(platform: str, env: "Optional[Mapping[str, str]]" = None) -> "List[str]":
+    """The library search of ``platform`` (``amd`` or ``nvidia``)."""
+    return amd_candidates(env) if platform == "amd" else nvidia_candidates(env)
+
+
+def preload_library(platform: str) -> None:
+    """Open the first of ``platform``'s candidates that opens, for :func:`load_first` to find
+    (import; silent: a library that does not open is reported by the first use)."""
+    for cand in candidates(platform):
+        if os.sep in cand and not os.path.exists(cand):
+            continue
+        try:
+            _opened[cand] = ctypes.CDLL(cand)
+        except OSError:
+            continue
+        return
+
+
+def _version_key(path: str) -> "Tuple[int, ...]":
+    """The numbers in the name of the folder holding ``path``'s last part: a sort key."""
+    text = os.path.basename(os.path.dirname(path.rstrip("/"))) or path
+    nums: "List[int]" = []
+    digits = ""
+    for ch in text + " ":
+        if ch.isdecimal():
+            digits += ch
+        elif digits:
+            nums.append(int(digits))
+            digits = ""
+    return tuple(nums)
+
+
+def _matching(parent: str, prefix: str, rest: str) -> "List[str]":
+    """``glob(parent/prefix*/rest)`` without the glob module (kept off the import path): the
+    existing ``parent/<name>/rest`` for each folder ``name`` in ``parent`` starting with
+    ``prefix`` (not hidden), in directory order."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name.startswith(prefix) and not name.startswith("."):
+            folder = os.path.join(parent, name)
+            path = os.path.join(folder, rest)
+            if os.path.isdir(folder) and os.path.lexists(path):
+                found.append(path)
+    return found
+
+
+def _in_dirs(dirs: "List[str]", names: "Iterable[str]") -> "List[str]":
+    return [os.path.join(d, n) for d in dirs for n in names]
