@@ -7,7 +7,7 @@ import operator
 import sys
 import weakref
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, SupportsIndex, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, SupportsIndex, Tuple
 
 from . import _hip
 from ._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, check_alignment, check_size,
@@ -73,11 +73,77 @@ class _HostView:
 
 # ---- what a buffer needs to know about its resource, checked once per resource object ----------
 #
-# id(resource) -> (weak reference to it, host_only, the device of its memory or None).  The weak
-# reference confirms the entry is for this very object (ids are reused) and drops the entry when
-# the resource goes away: nothing here keeps a resource alive.  A resource that takes no weak
-# reference is checked for every buffer.
-_plans: Dict[int, Tuple[Any, bool, Optional[int]]] = {}
+# A buffer keeps its rarely used facts in one ``_State`` (slot ``_state``).  A buffer that is
+# open, holds no stream object, has the default alignment, its capacity equal to its size and
+# no cached memory kind ("plain") shares its resource's state; ``_mutable()`` gives a buffer its
+# own copy before any of those facts changes.  Closing a plain buffer swaps in the shared
+# closed twin.
+#
+# id(resource) -> (weak reference to it, its shared state).  The weak reference confirms the
+# entry is for this very object (ids are reused) and drops the entry when the resource goes
+# away: nothing here keeps a resource alive.  A resource that takes no weak reference is
+# checked for every buffer.  ``_last`` (weak reference, state) and ``_last_ref`` (ref class,
+# weak reference to its resource, state) are the resource and the ref seen last: a buffer on
+# the same resource as the previous one finds its state with one weak-reference call.
+
+
+class _State:
+    """What a buffer knows beyond its address, size, resource and stream."""
+
+    __slots__ = ("device", "host_only", "capacity", "alignment", "keep", "kind", "closed",
+                 "plain", "shared", "closed_twin")
+    device: Optional[int]      # the device of the memory; None for host-only memory
+    host_only: bool
+    capacity: Optional[int]    # bytes allocated; None: the buffer's size
+    alignment: int
+    keep: Any                  # the stream object held for the buffer's stream, or None
+    kind: Optional[str]        # the cached memory kind ("device", "pinned", ...)
+    closed: bool
+    plain: bool                # open, shared: close() frees with (ptr, size, 256, handle)
+    shared: bool               # one resource's (never changed), not one buffer's
+    closed_twin: "_State"      # for a shared state: its closed counterpart
+
+    def copy(self) -> "_State":
+        """A buffer's own copy (not plain, not shared)."""
+        state = _State.__new__(_State)
+        state.device = self.device
+        state.host_only = self.host_only
+        state.capacity = self.capacity
+        state.alignment = self.alignment
+        state.keep = self.keep
+        state.kind = self.kind
+        state.closed = self.closed
+        state.plain = state.shared = False
+        state.closed_twin = state
+        return state
+
+
+def _shared_state(device: Optional[int], host_only: bool) -> _State:
+    """A resource's shared open state and its closed twin."""
+    state = _State.__new__(_State)
+    state.device = device
+    state.host_only = host_only
+    state.capacity = None
+    state.alignment = DEFAULT_ALIGNMENT
+    state.keep = state.kind = None
+    state.closed = False
+    state.plain = state.shared = True
+    twin = state.copy()
+    twin.closed = twin.shared = True
+    state.closed_twin = twin
+    return state
+
+
+_plans: Dict[int, Tuple[Any, _State]] = {}
+
+
+class _Gone:
+    __slots__ = ("__weakref__",)
+
+
+_DEAD = weakref.ref(_Gone())   # a weak reference that returns None
+_last: Tuple[Any, Any] = (_DEAD, None)
+_last_ref: Tuple[Any, Any, Any] = (None, _DEAD, None)
 
 
 def _forget(key: int) -> Callable[[Any], None]:
@@ -88,20 +154,47 @@ def _forget(key: int) -> Callable[[Any], None]:
     return forget
 
 
-def _plan(resource: Any, target: Any) -> Tuple[Any, bool, Optional[int]]:
+def _plan(resource: Any, target: Any) -> Tuple[Any, _State]:
     """Check ``resource`` (an async resource, or an async ref to ``target``) as an
     ``async_resource_ref`` does, and remember what a buffer needs to know of ``target``."""
     if target is resource:
         async_resource_ref(resource)  # TypeError naming what is missing
     props = _declared(target)
     host_only = device_accessible not in props and bool(props)
-    device = None if host_only else memory_device(target)
+    state = _shared_state(None if host_only else memory_device(target), host_only)
     try:
         wr = weakref.ref(target, _forget(id(target)))
     except TypeError:
-        return (None, host_only, device)
-    entry = _plans[id(target)] = (wr, host_only, device)
+        return (None, state)
+    entry = _plans[id(target)] = (wr, state)
     return entry
+
+
+def _state_for(resource: Any, alignment: int, keep: Any, device: Optional[int]) -> _State:
+    """The state of a new buffer on ``resource`` (checked here, once per resource object):
+    the resource's shared one, or the buffer's own when it has a stream object to hold, an
+    alignment other than the default, or memory whose device only the current device says
+    (``device``: the one already read, or None)."""
+    global _last, _last_ref
+    is_ref = isinstance(resource, async_resource_ref)
+    target = resource.resource if is_ref else resource
+    entry = _plans.get(id(target))
+    if entry is None or entry[0]() is not target:
+        entry = _plan(resource, target)
+    wr, state = entry
+    if wr is not None and (state.device is not None or state.host_only):
+        if is_ref:
+            _last_ref = (type(resource), wr, state)
+        else:
+            _last = (wr, state)
+    if keep is not None or alignment is not DEFAULT_ALIGNMENT or (
+            state.device is None and not state.host_only):
+        state = state.copy()
+        state.alignment = alignment
+        state.keep = keep
+        if state.device is None and not state.host_only:
+            state.device = _current_device()() if device is None else device
+    return state
 
 
 # ---- freeing ------------------------------------------------------------------------------------
@@ -139,15 +232,16 @@ class Buffer:
     readable.
     """
 
-    __slots__ = ("_ptr", "_size", "_capacity", "_alignment", "_ref", "_handle", "_keep",
-                 "_device", "_host_only", "_kind", "_owned", "_closed", "__weakref__")
-    # _ref: the resource or ref given; _owned: [its deallocate_async] while the buffer owns
-    # memory (list.pop() is the claim that frees it exactly once), else []; _closed: False,
-    # True, or the message for a buffer freed at exit.
+    __slots__ = ("_ptr", "_size", "_ref", "_handle", "_owned", "_state", "__weakref__")
+    # _ref: the resource or ref given; _handle: the stream's handle; _owned: [its
+    # deallocate_async] while the buffer owns memory (list.pop() is the claim that frees it
+    # exactly once), else []; _state: the rest (see _State).
     _ptr: int
+    _size: int
     _ref: Any
-    _kind: Optional[str]
-    _closed: Union[bool, str]
+    _handle: int
+    _owned: List[Callable[..., Any]]
+    _state: _State
 
     def __init__(self, size: int = 0, *, resource: Any = None, stream: Any = None,
                  alignment: int = DEFAULT_ALIGNMENT) -> None:
@@ -155,12 +249,11 @@ class Buffer:
             size = check_size(size, "size")
         if alignment is not DEFAULT_ALIGNMENT and _FAST.get(alignment) is not alignment:
             alignment = check_alignment(alignment, None)
+        keep = None
         if stream is None:
             handle = 0
-            keep = None
         elif type(stream) is int and 0 <= stream <= _MAX_PTR:
             handle = stream
-            keep = None
         else:
             handle = check_stream(stream)
             keep = None if type(stream) is stream_ref else stream
@@ -170,24 +263,20 @@ class Buffer:
             device = (devices[1] if devices[0] is _hip._runtime and devices[0] is not None
                       else _current_device())()
             resource = get_per_device_resource(device)
-        target = resource.resource if isinstance(resource, async_resource_ref) else resource
-        plan = _plans.get(id(target))
-        if plan is None or plan[0]() is not target:
-            plan = _plan(resource, target)
-        self._ref = resource
-        self._size = self._capacity = size
-        self._alignment = alignment
-        self._handle = handle
-        self._keep = keep
-        self._host_only = host_only = plan[1]
-        if host_only:
-            self._device = None
-        elif plan[2] is not None:
-            self._device = plan[2]
+        last = _last
+        if last[0]() is resource and keep is None and alignment is DEFAULT_ALIGNMENT:
+            state = last[1]
         else:
-            self._device = _current_device()() if device is None else device
-        self._kind = None
-        self._closed = False
+            seen = _last_ref
+            if (type(resource) is seen[0] and resource.resource is seen[1]()
+                    and keep is None and alignment is DEFAULT_ALIGNMENT):
+                state = seen[2]
+            else:
+                state = _state_for(resource, alignment, keep, device)
+        self._ref = resource
+        self._size = size
+        self._handle = handle
+        self._state = state
         if size:
             self._ptr = resource.allocate_async(size, alignment, handle)
             self._owned = [resource.deallocate_async]
@@ -195,7 +284,7 @@ class Buffer:
             self._ptr = 0
             self._owned = []
 
-    def __del__(self, _state: Dict[str, bool] = _exit_state,
+    def __del__(self, _keep: Dict[str, bool] = _exit_state,
                 _failed: Callable[..., None] = warn_failed_free) -> None:
         """Garbage collection: free, never raise (a failure is a warning, but not while the
         interpreter shuts down).  Uses nothing but the buffer and its arguments: it may run
@@ -204,33 +293,74 @@ class Buffer:
             owned = self._owned
         except AttributeError:  # __init__ did not get that far
             return
-        if not owned or _state["keep"]:  # nothing to free; or exiting (hipmr_ctypes._exit)
+        if not owned or _keep["keep"]:  # nothing to free; or exiting (hipmr_ctypes._exit)
             return
         try:
             free = owned.pop()
         except IndexError:
             return
-        self._closed = True
+        state = self._state
         try:
-            if self._keep is None:
-                free(self._ptr, self._capacity, self._alignment, self._handle)
+            if state.plain:
+                self._state = state.closed_twin
+                free(self._ptr, self._size, state.alignment, self._handle)
             else:
+                if not state.shared:
+                    state.closed = True
                 self._free_now(free, None)
         except Exception as exc:  # noqa: BLE001
             _failed("Buffer", self._ptr, self._capacity, exc)
+
+    def _mutable(self) -> _State:
+        """The buffer's own state (a copy of the shared one, made now if need be)."""
+        state = self._state
+        if state.shared:
+            state = self._state = state.copy()
+        if state.capacity is None:
+            state.capacity = self._size
+        return state
+
+    @property
+    def _capacity(self) -> int:
+        capacity = self._state.capacity
+        return self._size if capacity is None else capacity
+
+    @property
+    def _device(self) -> Optional[int]:
+        return self._state.device
+
+    @property
+    def _host_only(self) -> bool:
+        return self._state.host_only
+
+    @property
+    def _alignment(self) -> int:
+        return self._state.alignment
+
+    @property
+    def _keep(self) -> Any:
+        return self._state.keep
+
+    def _mark_closed(self) -> None:
+        state = self._state
+        if state.shared:
+            self._state = state.closed_twin
+        else:
+            state.closed = True
 
     def _free_now(self, free: Callable[..., Any], handle: Optional[int]) -> None:
         """Free the memory on ``handle`` (None: the buffer's stream).  A stream object the
         buffer holds that was closed meanwhile cannot be used any more (HIP 7 crashes on
         destroyed streams): the device is synchronized and the memory freed on the null
         stream instead."""
+        state = self._state
         if handle is None:
             handle = self._handle
-            keep = self._keep
+            keep = state.keep
             if keep is not None and isinstance(keep, Stream) and keep.closed:
                 Device(keep.device).synchronize()
                 handle = 0
-        free(self._ptr, self._capacity, self._alignment, handle)
+        free(self._ptr, self._capacity, state.alignment, handle)
 
     @classmethod
     def _adopt(cls, ptr: int, size: int, resource: Any, device: int) -> "Buffer":
@@ -239,12 +369,9 @@ class Buffer:
         imported buffers of ``Buffer.from_ipc``, whose resources unmap."""
         self = cls.__new__(cls)
         self._size = size
-        self._alignment = DEFAULT_ALIGNMENT
         self._ref = async_resource_ref(resource)
-        self._device = device
-        self._host_only = False
-        self._kind = "device"
-        self._closed = False
+        state = self._state = _shared_state(device, False).copy()
+        state.kind = "device"
         self._rearm(ptr, size, 0, None)
         return self
 
@@ -286,9 +413,8 @@ class Buffer:
 
     # ---- attributes ----
     def _live(self) -> int:
-        closed = self._closed
-        if closed is not False:
-            raise ValueError(_CLOSED if closed is True else closed)
+        if self._state.closed:
+            raise ValueError(_CLOSED)
         return self._ptr
 
     @property
@@ -306,7 +432,7 @@ class Buffer:
     @property
     def alignment(self) -> int:
         """The alignment the memory was allocated with."""
-        return self._alignment
+        return self._state.alignment
 
     @property
     def resource(self) -> AsyncResource:
@@ -325,13 +451,13 @@ class Buffer:
         """The device the memory lives on: the ``device`` of the resource, or of the first
         resource below it that names one (through any stack of adaptors), else the device
         current at allocation; None for host-only memory."""
-        return self._device
+        return self._state.device
 
     @property
     def closed(self) -> bool:
         """True once the memory was given back (or, while DLPack consumers still use it, will
         be when the last one lets it go)."""
-        return self._closed is not False
+        return self._state.closed
 
     def __len__(self) -> int:
         return self._size
@@ -346,43 +472,42 @@ class Buffer:
         memory, the buffer only becomes closed here; the memory is freed (on the allocation
         stream) once the last consumer lets it go.
         """
-        if self._closed is not False:
-            return
-        if stream is not None or self._keep is not None or self._kind is not None:
-            self._close(stream)  # another stream, a stream object held, or maybe exported
-            return
-        owned = self._owned
-        if owned:
-            try:
-                free = owned.pop()
-            except IndexError:  # another thread's close() took it
-                pass
-            else:
+        state = self._state
+        if state.plain and stream is None:
+            owned = self._owned
+            if owned:
                 try:
-                    free(self._ptr, self._capacity, self._alignment, self._handle)
-                except BaseException:
-                    owned.append(free)  # still ours
-                    raise
-        self._closed = True
+                    free = owned.pop()
+                except IndexError:  # another thread's close() took it
+                    pass
+                else:
+                    try:
+                        free(self._ptr, self._size, state.alignment, self._handle)
+                    except BaseException:
+                        owned.append(free)  # still ours
+                        raise
+            self._state = state.closed_twin
+        elif not state.closed:
+            self._close(stream)  # another stream, a stream object held, or maybe exported
 
     def _close(self, stream: Any) -> None:
         handle = None if stream is None else check_stream(stream)
         dl = sys.modules.get("hipmr_ctypes._dlpack")
         if dl is not None and dl.exported(self):
-            self._closed = True
+            self._mark_closed()
             return  # freed when the exports let the buffer go
         owned = self._owned
         try:
             free = owned.pop()
         except IndexError:
-            self._closed = True
+            self._mark_closed()
             return
         try:
             self._free_now(free, handle)
         except BaseException:
             owned.append(free)  # still ours
             raise
-        self._closed = True
+        self._mark_closed()
 
     def __enter__(self) -> "Buffer":
         self._live()
@@ -614,10 +739,11 @@ class Buffer:
     def _rearm(self, ptr: int, capacity: int, handle: int, keep: Any) -> None:
         """Own ``ptr`` (``capacity`` bytes, freed on the stream ``handle``) from now on, as
         ``__init__`` does."""
+        state = self._mutable()
         self._ptr = ptr
-        self._capacity = capacity
+        state.capacity = capacity
         self._handle = handle
-        self._keep = keep
+        state.keep = keep
         self._owned = [self._ref.deallocate_async] if capacity else []
 
     def _move_to_stream(self, handle: int, keep: Any) -> None:
@@ -628,7 +754,7 @@ class Buffer:
         if not self._host_only and self._ptr:
             self._order_before(handle)
         self._handle = handle
-        self._keep = keep
+        self._mutable().keep = keep
 
     def _reallocate(self, capacity: int, handle: int, keep: Any) -> None:
         """Move the contents (``size`` bytes) into a new allocation of ``capacity`` bytes
@@ -665,7 +791,8 @@ class Buffer:
                 ref.deallocate_async(new_ptr, capacity, alignment, handle)
                 raise
         self._rearm(new_ptr, capacity, handle, keep)
-        self._kind = None if not old_ptr else self._kind
+        if not old_ptr:
+            self._state.kind = None   # made the buffer's own by _rearm
 
     def reserve(self, new_capacity: int, stream: Any = None) -> None:
         """Make room for ``new_capacity`` bytes: a larger capacity moves the contents into a
@@ -692,6 +819,7 @@ class Buffer:
             self._reallocate(new_size, handle, keep)
         else:
             self._move_to_stream(handle, keep)
+        self._mutable()   # the capacity stays when the size changes
         self._size = new_size
 
     def release(self) -> "Buffer":
@@ -699,12 +827,15 @@ class Buffer:
         return it; this one is left empty (size 0, no memory) and usable."""
         self._movable("release")
         new = Buffer.__new__(Buffer)
-        for name in ("_ptr", "_size", "_capacity", "_alignment", "_ref", "_handle", "_keep",
-                     "_device", "_host_only", "_kind", "_closed"):
+        for name in ("_ptr", "_size", "_ref", "_handle", "_state"):
             setattr(new, name, getattr(self, name))
         owned, self._owned = self._owned, []
         new._owned = [owned.pop()] if owned else []
-        self._ptr = self._size = self._capacity = 0
+        state = self._state
+        self._state = state if state.shared else state.copy()  # one state per buffer
+        self._ptr = self._size = 0
+        state = self._mutable()
+        state.capacity = 0
         return new
 
     def prefetch(self, device: Any = None, stream: Any = None) -> None:
@@ -739,9 +870,9 @@ class Buffer:
 
     def _memory_kind(self) -> str:
         """"device", "pinned", "managed" or "host" (host-only memory)."""
-        kind = self._kind
+        kind = self._state.kind
         if kind is None:
-            kind = self._kind = _memory_kind(self)
+            kind = self._mutable().kind = _memory_kind(self)
         return kind
 
     def __dlpack_device__(self) -> Tuple[int, int]:
@@ -804,7 +935,7 @@ class Buffer:
             wait_event(consumer, event)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed is not False else f"{self._ptr:#x}"
+        state = "closed" if self._state.closed else f"{self._ptr:#x}"
         return (f"<Buffer {state} size={self._size} device={self._device} "
                 f"stream={self.stream!r} resource={self.resource!r}>")
 
