@@ -42,7 +42,7 @@ __all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_me
            "check_stream", "check_free", "check_callable", "give_back_chunks",
            "return_chunks", "round_up", "FAST_ALIGNMENTS", "STREAM_REF", "MAX_SIZE", "MAX_PTR",
            "must_check_arguments", "SYNC", "claim", "check_upstream_chunk", "overlaps",
-           "check_upstream_ptr", "duplicate"]
+           "check_upstream_ptr", "duplicate", "checking_first"]
 
 
 def check_args(nbytes: Any, alignment: Any) -> Tuple[int, int]:
@@ -276,6 +276,35 @@ def checked_frees(ref: AnyRef) -> Tuple[Any, Any]:
         up_dealloc_async(*check_free_args(ptr, bytes, alignment), stream)  # type: ignore[misc]
 
     return deallocate, deallocate_async
+
+
+def checking_first(allocate: Callable[..., int], deallocate: Callable[..., None],
+                   allocate_async: Any, deallocate_async: Any) -> Tuple[Any, Any, Any, Any]:
+    """``(allocate, deallocate, allocate_async, deallocate_async)`` that check every argument
+    they are given (sizes, alignments, pointers: :func:`check_args`, :func:`check_free_args`),
+    then call the given fast paths with the checked values: what an adaptor over a
+    user-written upstream installs (:func:`must_check_arguments`), so that its fast paths
+    test only what their own bookkeeping needs and carry no test of the upstream's kind.  The
+    async pair is None where the given one is."""
+
+    def checked_allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        return allocate(*check_args(bytes, alignment))
+
+    def checked_deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+        deallocate(*check_free_args(ptr, bytes, alignment))
+
+    def checked_allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+        bytes, alignment = check_args(bytes, alignment)
+        ptr: int = allocate_async(bytes, alignment, stream)
+        return ptr
+
+    def checked_deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+        deallocate_async(ptr, bytes, alignment, stream)
+
+    return (checked_allocate, checked_deallocate,
+            None if allocate_async is None else checked_allocate_async,
+            None if deallocate_async is None else checked_deallocate_async)
 
 
 def as_upstream_ref(upstream: Any, name: str = "upstream") -> AnyRef:

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, Tuple
+from typing import Any, Callable, Deque, Tuple
 
 from ..errors import OutOfMemoryError
 from .._locks import TokenMutex, wait_token
 from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
-                    check_free_args, check_size, must_check_arguments, upstream_calls)
+from ._base import (BoundAdaptor, check_args, check_free_args, check_size, checking_first,
+                    must_check_arguments, upstream_calls)
 
 __all__ = ["LimitingResource"]
 
@@ -47,7 +47,6 @@ class LimitingResource(BoundAdaptor):
         only what every call uses; the checks' constants and slow paths are module globals."""
         mutex = TokenMutex()
         tokens = mutex.tokens            # pop(): take the token; append(True): give it back
-        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
         returned: Deque[int] = deque()  # sizes freed (or reserved in vain), not yet subtracted
@@ -63,56 +62,61 @@ class LimitingResource(BoundAdaptor):
                 tokens.append(True)
             return in_use
 
+        def reserving(up: Callable[..., int]) -> Callable[..., int]:
+            """An allocation through ``up(bytes, alignment, stream)``, its bytes reserved
+            first."""
+
+            def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+                nonlocal used
+                if type(bytes) is not int or bytes < 0:  # negative: never reserved
+                    bytes, alignment = check_args(bytes, alignment)
+                try:
+                    tokens.pop()
+                except IndexError:
+                    wait_token(tokens.pop)
+                try:  # int operations only: nothing here allocates or calls out
+                    while returned:  # usually one size: the last free
+                        used -= returned.pop()
+                    used += bytes
+                    if used > limit:
+                        used -= bytes
+                        # refused: (~size, bytes in use), the error made once the token is back
+                        bytes, alignment = ~bytes, used
+                finally:
+                    tokens.append(True)
+                if bytes < 0:
+                    raise _refused(~bytes, alignment, limit)
+                try:
+                    return up(bytes, alignment, stream)
+                except BaseException:
+                    returned.append(bytes)  # the reservation, given back
+                    raise
+            return allocate_async
+
+        allocate_async = reserving(up_alloc_async)
+        allocate_sync = reserving(lambda nbytes, alignment, _: up_alloc(nbytes, alignment))
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_sync(bytes, alignment, None)
+
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if type(bytes) is not int or must_check and (
-                    type(ptr) is not int or not 0 <= ptr <= MAX_PTR or not 0 <= bytes <= MAX_SIZE
-                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
+            if type(bytes) is not int:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)  # index-able: int
             up_dealloc(ptr, bytes, alignment)
             returned.append(bytes)  # atomic; the next allocation or reader subtracts it
 
-        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            """(``stream`` SYNC: the synchronous ``allocate``.)"""
-            nonlocal used
-            if type(bytes) is not int or must_check and (
-                    not 0 <= bytes <= MAX_SIZE
-                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
-                bytes, alignment = check_args(bytes, alignment)
-            try:
-                tokens.pop()
-            except IndexError:
-                wait_token(tokens.pop)
-            try:  # int operations only: nothing here allocates or calls out
-                while returned:  # usually one size: the last free
-                    used -= returned.pop()
-                in_use = used + bytes
-                fits = in_use <= limit
-                if fits:
-                    used = in_use
-            finally:
-                tokens.append(True)
-            if not fits:
-                raise _refused(bytes, in_use - bytes, limit)
-            try:
-                if stream is SYNC:
-                    return up_alloc(bytes, alignment)
-                ptr: int = up_alloc_async(bytes, alignment, stream)
-                return ptr
-            except BaseException:
-                returned.append(bytes)  # the reservation, given back
-                raise
-
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if type(bytes) is not int or must_check and (
-                    type(ptr) is not int or not 0 <= ptr <= MAX_PTR or not 0 <= bytes <= MAX_SIZE
-                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
+            if type(bytes) is not int:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)  # index-able: int
             up_dealloc_async(ptr, bytes, alignment, stream)
             returned.append(bytes)
 
+        if must_check_arguments(ref):  # a user-written upstream: check everything first
+            allocate, deallocate, allocate_async, deallocate_async = checking_first(
+                allocate, deallocate, allocate_async, deallocate_async)
         self._used = current
         self._mutex = mutex
-        self._build(allocate_async, deallocate_async, deallocate=deallocate)
+        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._limit,)

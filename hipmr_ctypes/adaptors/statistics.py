@@ -4,12 +4,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, List, Tuple
+from typing import Any, Callable, Deque, List, Tuple
 
 from .._locks import TokenMutex, wait_token
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, check_args,
-                    check_free_args, must_check_arguments, upstream_calls)
+from ._base import (BoundAdaptor, check_args, check_free_args, checking_first,
+                    must_check_arguments, upstream_calls)
 
 __all__ = ["StatisticsResource", "Statistics"]
 
@@ -67,7 +67,6 @@ class StatisticsResource(BoundAdaptor):
         stack_lock = threading.Lock()   # push / pop: the stack and the counters together
         returned: Deque[int] = deque()  # sizes freed, not yet subtracted
         undone: Deque[int] = deque()    # sizes whose free the upstream refused
-        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         stack: List[Tuple[int, ...]] = []
         cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
@@ -95,43 +94,47 @@ class StatisticsResource(BoundAdaptor):
                 tokens.append(True)
             return values
 
-        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            """(``stream`` SYNC: the synchronous ``allocate``.)"""
-            nonlocal cb, cn, pb, pn, tb, tn
-            if type(bytes) is not int or must_check and (
-                    not 0 <= bytes <= MAX_SIZE
-                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
-                bytes, alignment = check_args(bytes, alignment)  # also an index-able size: int
-            ptr = (up_alloc(bytes, alignment) if stream is SYNC
-                   else up_alloc_async(bytes, alignment, stream))
-            try:
-                tokens.pop()
-            except IndexError:
-                wait_token(tokens.pop)
-            try:  # int operations only
-                if undone:
-                    while undone:
-                        cb += undone.pop()
-                        cn += 1
-                while returned:  # usually one size: the last free
-                    cb -= returned.pop()
-                    cn -= 1
-                cb += bytes
-                cn += 1
-                tb += bytes
-                tn += 1
-                if cb > pb:
-                    pb = cb
-                if cn > pn:
-                    pn = cn
-            finally:
-                tokens.append(True)
-            return ptr
+        def counting(up: Callable[..., int]) -> Callable[..., int]:
+            """An allocation through ``up(bytes, alignment, stream)``, counted."""
+
+            def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+                nonlocal cb, cn, pb, pn, tb, tn
+                if type(bytes) is not int:
+                    bytes, alignment = check_args(bytes, alignment)  # an index-able size: int
+                ptr: int = up(bytes, alignment, stream)
+                try:
+                    tokens.pop()
+                except IndexError:
+                    wait_token(tokens.pop)
+                try:  # int operations only
+                    if undone:
+                        while undone:
+                            cb += undone.pop()
+                            cn += 1
+                    while returned:  # usually one size: the last free
+                        cb -= returned.pop()
+                        cn -= 1
+                    cb += bytes
+                    cn += 1
+                    tb += bytes
+                    tn += 1
+                    if cb > pb:
+                        pb = cb
+                    if cn > pn:
+                        pn = cn
+                finally:
+                    tokens.append(True)
+                return ptr
+            return allocate_async
+
+        allocate_async = counting(up_alloc_async)
+        allocate_sync = counting(lambda nbytes, alignment, _: up_alloc(nbytes, alignment))
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_sync(bytes, alignment, None)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if type(bytes) is not int or bytes < 0 or must_check and (
-                    type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
-                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
+            if type(bytes) is not int or bytes < 0:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             returned.append(bytes)
             try:
@@ -141,9 +144,7 @@ class StatisticsResource(BoundAdaptor):
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if type(bytes) is not int or bytes < 0 or must_check and (
-                    type(ptr) is not int or not 0 <= ptr <= MAX_PTR or bytes > MAX_SIZE
-                    or FAST_ALIGNMENTS.get(alignment) is not alignment):
+            if type(bytes) is not int or bytes < 0:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             returned.append(bytes)
             try:
@@ -186,12 +187,15 @@ class StatisticsResource(BoundAdaptor):
                     tokens.append(True)
             return Statistics(*popped)
 
+        if must_check_arguments(ref):  # a user-written upstream: check everything first
+            allocate, deallocate, allocate_async, deallocate_async = checking_first(
+                allocate, deallocate, allocate_async, deallocate_async)
         self._snapshot = snapshot
         self._mutex = mutex
         self._push = push
         self._pop = pop
         self._depth = stack.__len__
-        self._build(allocate_async, deallocate_async, deallocate=deallocate)
+        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
 
     @property
     def statistics(self) -> Statistics:

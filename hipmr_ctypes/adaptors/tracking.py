@@ -55,7 +55,7 @@ class TrackingResource(BoundAdaptor):
         upstream frees and put back if it refuses, so a refused call changes nothing.  Over a
         user-written upstream every argument is checked first, every returned address too,
         and an address handed out twice is refused."""
-        live: Dict[int, Any] = self._live  # ptr -> (size, alignment, stream handle, stack)
+        live: Dict[int, Any] = self._live  # ptr -> (size, alignment, stream handle[, stack])
         live_pop = live.pop
         capture = self._capture
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
@@ -72,8 +72,9 @@ class TrackingResource(BoundAdaptor):
 
         def allocate_checked(bytes: Any, alignment: Any, stream: Any) -> int:
             """The checked allocation: every call over a user-written upstream (whose address
-            is checked too, and refused if it is live already), and the calls whose size or
-            alignment is not an int."""
+            is checked too, and refused if it is live already) or with stacks captured, and
+            the calls whose size or alignment is not an int.  (Called from the installed
+            method itself: the stack drops those two frames.)"""
             bytes, alignment = check_args(bytes, alignment)
             handle = None if stream is SYNC else check_stream(stream)
             ptr = (up_alloc(bytes, alignment) if stream is SYNC
@@ -82,8 +83,8 @@ class TrackingResource(BoundAdaptor):
                 ptr = check_upstream_ptr(ptr, bytes, alignment, give_back(stream),
                                          "TrackingResource")
             if ptr:
-                record = (bytes, alignment, handle,
-                          stack(4 if stream is SYNC else 3) if capture else None)
+                record = (bytes, alignment, handle, stack(3)) if capture else \
+                    (bytes, alignment, handle)
                 if not must_check:
                     live[ptr] = record
                 elif live.setdefault(ptr, record) is not record:
@@ -93,7 +94,8 @@ class TrackingResource(BoundAdaptor):
         def free_checked(ptr: Any, bytes: Any, alignment: Any, stream: Any,
                          found: Any) -> None:
             """The checked free, for what the fast test did not pass (``found``: what it
-            popped, or None): put back, check every argument, claim, then free."""
+            popped, or None), and every free over a user-written upstream: put back, check
+            every argument, claim, then free."""
             if found is not None:  # put it back: the checked path decides
                 live[ptr] = found
             if stream is not SYNC:
@@ -115,39 +117,66 @@ class TrackingResource(BoundAdaptor):
                 live[ptr] = found
                 raise
 
+        # The fast paths: over the package's own upstreams, no stacks captured.
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            """(``stream`` SYNC: the synchronous ``allocate``.)"""
-            if (must_check or type(bytes) is not int
+            if (type(bytes) is not int
                     or alignment is not DEFAULT_ALIGNMENT and type(alignment) is not int):
                 return allocate_checked(bytes, alignment, stream)
-            if stream is SYNC:
-                ptr = up_alloc(bytes, alignment)
-                handle = None
-            else:  # the package's upstream checks an int; anything else is converted here
-                handle = stream if type(stream) is int else check_stream(stream)
-                ptr = up_alloc_async(bytes, alignment, stream)
+            # the package's upstream checks an int stream; anything else is converted here
+            handle = stream if type(stream) is int else check_stream(stream)
+            ptr: int = up_alloc_async(bytes, alignment, stream)
             if ptr:
-                live[ptr] = (bytes, alignment, handle,
-                             stack(3 if stream is SYNC else 2) if capture else None)
+                live[ptr] = (bytes, alignment, handle)
+            return ptr
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            if (type(bytes) is not int
+                    or alignment is not DEFAULT_ALIGNMENT and type(alignment) is not int):
+                return allocate_checked(bytes, alignment, SYNC)
+            ptr: int = up_alloc(bytes, alignment)
+            if ptr:
+                live[ptr] = (bytes, alignment, None)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            """(``stream`` SYNC: the synchronous ``deallocate``.)"""
             found = live_pop(ptr, None) if type(ptr) is int else None
             try:  # the record matches by value; the package's upstream checks the types
-                if (found is not None and found[0] == bytes and found[1] == alignment
-                        and not must_check):
-                    if stream is SYNC:
-                        up_dealloc(ptr, bytes, alignment)
-                    else:
-                        up_dealloc_async(ptr, bytes, alignment, stream)
+                if found is not None and found[0] == bytes and found[1] == alignment:
+                    up_dealloc_async(ptr, bytes, alignment, stream)
                     return
             except BaseException:  # refused, or not even comparable: put it back
                 live[ptr] = found
                 raise
             free_checked(ptr, bytes, alignment, stream, found)
 
-        self._build(allocate_async, deallocate_async)
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            found = live_pop(ptr, None) if type(ptr) is int else None
+            try:
+                if found is not None and found[0] == bytes and found[1] == alignment:
+                    up_dealloc(ptr, bytes, alignment)
+                    return
+            except BaseException:
+                live[ptr] = found
+                raise
+            free_checked(ptr, bytes, alignment, SYNC, found)
+
+        def checked_allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            return allocate_checked(bytes, alignment, stream)
+
+        def checked_allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            return allocate_checked(bytes, alignment, SYNC)
+
+        def checked_deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            free_checked(ptr, bytes, alignment, stream, None)
+
+        def checked_deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            free_checked(ptr, bytes, alignment, SYNC, None)
+
+        if must_check or capture:  # every allocation checked (and its stack captured)
+            allocate_async, allocate = checked_allocate_async, checked_allocate
+        if must_check:
+            deallocate_async, deallocate = checked_deallocate_async, checked_deallocate
+        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._capture,)
