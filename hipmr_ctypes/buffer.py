@@ -7,10 +7,10 @@ import operator
 import sys
 import weakref
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, SupportsIndex, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, SupportsIndex, Tuple
 
 from . import _hip
-from ._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, check_alignment, check_size,
+from ._checks import (FAST_ALIGNMENTS, MAX_PTR, check_alignment, check_size,
                       check_stream)
 from ._exit import _state as _exit_state, warn_failed_free
 from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
@@ -91,7 +91,7 @@ class _State:
     """What a buffer knows beyond its address, size, resource and stream."""
 
     __slots__ = ("device", "host_only", "capacity", "alignment", "keep", "kind", "closed",
-                 "plain", "shared", "closed_twin")
+                 "plain", "shared", "gone", "closed_twin", "empty_twin")
     device: Optional[int]      # the device of the memory; None for host-only memory
     host_only: bool
     capacity: Optional[int]    # bytes allocated; None: the buffer's size
@@ -101,7 +101,9 @@ class _State:
     closed: bool
     plain: bool                # open, shared: close() frees with (ptr, size, 256, handle)
     shared: bool               # one resource's (never changed), not one buffer's
+    gone: bool                 # shared, and its buffers own no memory (closed, or empty)
     closed_twin: "_State"      # for a shared state: its closed counterpart
+    empty_twin: "_State"       # for a shared plain state: the one of its empty buffers
 
     def copy(self) -> "_State":
         """A buffer's own copy (not plain, not shared)."""
@@ -113,8 +115,8 @@ class _State:
         state.keep = self.keep
         state.kind = self.kind
         state.closed = self.closed
-        state.plain = state.shared = False
-        state.closed_twin = state
+        state.plain = state.shared = state.gone = False
+        state.closed_twin = state.empty_twin = state
         return state
 
 
@@ -128,9 +130,13 @@ def _shared_state(device: Optional[int], host_only: bool) -> _State:
     state.keep = state.kind = None
     state.closed = False
     state.plain = state.shared = True
+    state.gone = False
     twin = state.copy()
-    twin.closed = twin.shared = True
+    twin.closed = twin.shared = twin.gone = True
     state.closed_twin = twin
+    empty = state.empty_twin = state.copy()
+    empty.shared = empty.gone = True
+    empty.closed_twin = twin
     return state
 
 
@@ -200,7 +206,7 @@ def _state_for(resource: Any, alignment: int, keep: Any, device: Optional[int]) 
 # ---- freeing ------------------------------------------------------------------------------------
 
 _CLOSED = "buffer: this Buffer is closed"
-_MAX_SIZE = MAX_SIZE
+_FAST_SIZE = (1 << 30) - 1   # a one-digit int: compared without the generic path
 _MAX_PTR = MAX_PTR
 _FAST = FAST_ALIGNMENTS
 
@@ -232,20 +238,21 @@ class Buffer:
     readable.
     """
 
-    __slots__ = ("_ptr", "_size", "_ref", "_handle", "_owned", "_state", "__weakref__")
-    # _ref: the resource or ref given; _handle: the stream's handle; _owned: [its
-    # deallocate_async] while the buffer owns memory (list.pop() is the claim that frees it
-    # exactly once), else []; _state: the rest (see _State).
+    __slots__ = ("_ptr", "_size", "_ref", "_handle", "_free", "_state", "__weakref__")
+    # _ref: the resource or ref given; _handle: the stream's handle; _free: its
+    # deallocate_async while the buffer owns memory, else unset (deleting the slot, which
+    # only one caller can do, is the claim that frees the memory exactly once: see _claim);
+    # _state: the rest (see _State).
     _ptr: int
     _size: int
     _ref: Any
     _handle: int
-    _owned: List[Callable[..., Any]]
+    _free: Callable[..., Any]
     _state: _State
 
     def __init__(self, size: int = 0, *, resource: Any = None, stream: Any = None,
                  alignment: int = DEFAULT_ALIGNMENT) -> None:
-        if type(size) is not int or not 0 <= size <= _MAX_SIZE:
+        if type(size) is not int or size < 0 or size > _FAST_SIZE:
             size = check_size(size, "size")
         if alignment is not DEFAULT_ALIGNMENT and _FAST.get(alignment) is not alignment:
             alignment = check_alignment(alignment, None)
@@ -279,10 +286,11 @@ class Buffer:
         self._state = state
         if size:
             self._ptr = resource.allocate_async(size, alignment, handle)
-            self._owned = [resource.deallocate_async]
+            self._free = resource.deallocate_async
         else:
             self._ptr = 0
-            self._owned = []
+            if state.shared:
+                self._state = state.empty_twin
 
     def __del__(self, _keep: Dict[str, bool] = _exit_state,
                 _failed: Callable[..., None] = warn_failed_free) -> None:
@@ -290,16 +298,16 @@ class Buffer:
         interpreter shuts down).  Uses nothing but the buffer and its arguments: it may run
         while the interpreter tears modules down."""
         try:
-            owned = self._owned
+            state = self._state
         except AttributeError:  # __init__ did not get that far
             return
-        if not owned or _keep["keep"]:  # nothing to free; or exiting (hipmr_ctypes._exit)
+        if state.gone or _keep["keep"]:  # nothing to free; or exiting (hipmr_ctypes._exit)
             return
         try:
-            free = owned.pop()
-        except IndexError:
+            free = self._free
+            del self._free   # the claim
+        except AttributeError:  # no memory owned
             return
-        state = self._state
         try:
             if state.plain:
                 self._state = state.closed_twin
@@ -310,6 +318,16 @@ class Buffer:
                 self._free_now(free, None)
         except Exception as exc:  # noqa: BLE001
             _failed("Buffer", self._ptr, self._capacity, exc)
+
+    def _claim(self) -> Optional[Callable[..., Any]]:
+        """The free function, taken by this caller alone (None: the buffer owns no memory,
+        or another thread took it)."""
+        try:
+            free = self._free
+            del self._free   # fails for all but one caller
+        except AttributeError:
+            return None
+        return free
 
     def _mutable(self) -> _State:
         """The buffer's own state (a copy of the shared one, made now if need be)."""
@@ -474,18 +492,16 @@ class Buffer:
         """
         state = self._state
         if state.plain and stream is None:
-            owned = self._owned
-            if owned:
-                try:
-                    free = owned.pop()
-                except IndexError:  # another thread's close() took it
-                    pass
-                else:
-                    try:
-                        free(self._ptr, self._size, state.alignment, self._handle)
-                    except BaseException:
-                        owned.append(free)  # still ours
-                        raise
+            try:
+                free = self._free
+                del self._free   # the claim
+            except AttributeError:  # another thread's close() is freeing it and decides
+                return
+            try:
+                free(self._ptr, self._size, state.alignment, self._handle)
+            except BaseException:
+                self._free = free  # still ours
+                raise
             self._state = state.closed_twin
         elif not state.closed:
             self._close(stream)  # another stream, a stream object held, or maybe exported
@@ -496,16 +512,15 @@ class Buffer:
         if dl is not None and dl.exported(self):
             self._mark_closed()
             return  # freed when the exports let the buffer go
-        owned = self._owned
-        try:
-            free = owned.pop()
-        except IndexError:
-            self._mark_closed()
+        free = self._claim()
+        if free is None:
+            if not self._state.plain:  # else another thread's close() frees it and decides
+                self._mark_closed()
             return
         try:
             self._free_now(free, handle)
         except BaseException:
-            owned.append(free)  # still ours
+            self._free = free  # still ours
             raise
         self._mark_closed()
 
@@ -744,7 +759,10 @@ class Buffer:
         state.capacity = capacity
         self._handle = handle
         state.keep = keep
-        self._owned = [self._ref.deallocate_async] if capacity else []
+        if capacity:
+            self._free = self._ref.deallocate_async
+        else:
+            self._claim()
 
     def _move_to_stream(self, handle: int, keep: Any) -> None:
         """Make ``handle`` the buffer's stream (its memory freed there), after the work queued
@@ -775,17 +793,13 @@ class Buffer:
                         rt = _hip.get_runtime()
                         rt.check(rt.fn.hipMemcpyAsync(new_ptr, old_ptr, n, hipMemcpyDefault,
                                                       handle), "hipMemcpyAsync", size=n)
-                owned = self._owned
-                try:
-                    dealloc = owned.pop()
-                except IndexError:
-                    dealloc = None
+                dealloc = self._claim()
                 if dealloc is not None:
                     try:
                         # after the copy, on its stream
                         dealloc(old_ptr, self._capacity, alignment, handle)
                     except BaseException:
-                        owned.append(dealloc)  # still ours
+                        self._free = dealloc  # still ours
                         raise
             except BaseException:
                 ref.deallocate_async(new_ptr, capacity, alignment, handle)
@@ -829,8 +843,9 @@ class Buffer:
         new = Buffer.__new__(Buffer)
         for name in ("_ptr", "_size", "_ref", "_handle", "_state"):
             setattr(new, name, getattr(self, name))
-        owned, self._owned = self._owned, []
-        new._owned = [owned.pop()] if owned else []
+        free = self._claim()
+        if free is not None:
+            new._free = free
         state = self._state
         self._state = state if state.shared else state.copy()  # one state per buffer
         self._ptr = self._size = 0

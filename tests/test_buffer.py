@@ -971,3 +971,78 @@ def test_buffer_of_the_current_device_follows_the_device_and_the_runtime():
             Buffer(64)
         assert two.emulator.live_allocations() == live
         assert device_module._devices[0] is two
+
+
+def test_buffers_of_one_resource_keep_their_own_facts(emulator):
+    """Plain buffers of one resource share what they know of it; what one buffer changes
+    (size, capacity, stream, closed) stays its own."""
+    pool = hmr.PoolResource(hmr.AsyncMemoryResource())
+    a, b, c = Buffer(256, resource=pool), Buffer(256, resource=pool), Buffer(0, resource=pool)
+    a.resize(100)                                    # within capacity
+    assert (a.size, a.capacity(), b.size, b.capacity()) == (100, 256, 256, 256)
+    b.reserve(1024)
+    assert (b.capacity(), a.capacity(), c.capacity()) == (1024, 256, 0)
+    with hmr.Stream() as s:
+        c.reserve(64, stream=s)
+        assert c.stream == s and a.stream == hmr.stream_ref(0)
+        c.close()
+    a.close()
+    assert a.closed and not b.closed and c.closed
+    assert b.ptr and b.alignment == 256 and a.device == b.device == c.device
+    moved = b.release()
+    assert (b.size, b.capacity(), moved.capacity(), b.closed) == (0, 0, 1024, False)
+    del b
+    gc.collect()
+    assert not moved.closed
+    moved.close()
+    assert moved.closed and a.closed
+
+
+def test_a_buffer_freed_by_another_thread_is_freed_once(emulator):
+    """The claim is the deletion of the slot holding the free function: a second close()
+    or the collector never frees again, and a failed free can be retried."""
+    calls = []
+
+    class Counting:
+        def __init__(self):
+            self.inner = hmr.AsyncMemoryResource()
+            self.fail = False
+
+        def allocate(self, bytes, alignment=256):
+            return self.inner.allocate(bytes, alignment)
+
+        def deallocate(self, ptr, bytes, alignment=256):
+            self.inner.deallocate(ptr, bytes, alignment)
+
+        def allocate_async(self, bytes, alignment, stream):
+            return self.inner.allocate_async(bytes, alignment, stream)
+
+        def deallocate_async(self, ptr, bytes, alignment, stream):
+            if self.fail:
+                raise RuntimeError("refused")
+            calls.append(ptr)
+            self.inner.deallocate_async(ptr, bytes, alignment, stream)
+
+        def __eq__(self, other):
+            return self is other
+
+        __hash__ = object.__hash__
+
+    r = Counting()
+    b = Buffer(64, resource=r)
+    r.fail = True
+    with pytest.raises(RuntimeError):
+        b.close()
+    assert not b.closed and b.ptr
+    r.fail = False
+    b.close()
+    b.close()
+    ptr = calls[0]
+    del b
+    gc.collect()
+    assert calls == [ptr]
+    d = Buffer(64, resource=r)
+    ptr = d.ptr
+    del d
+    gc.collect()
+    assert calls[1:] == [ptr]
