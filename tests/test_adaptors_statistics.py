@@ -103,3 +103,60 @@ def test_statistics_is_a_frozen_dataclass():
         st.current_bytes = 0
     assert st == Statistics(current_bytes=1, current_count=2, peak_bytes=3, peak_count=4,
                             total_bytes=5, total_count=6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_with_refused_frees_pushes_and_several_frees_between_allocations(seed):
+    """Frees piling up between two allocations (several settled by one), frees the upstream
+    refuses (double frees, which the pool refuses: counted back), zero-byte calls and the
+    counter stack, read at random moments, against a model that applies each operation in
+    program order."""
+    rng = random.Random(seed)
+    stats = StatisticsResource(PoolResource(AddressSpaceResource()))
+    model = [[0] * 6]   # per pushed set: cur bytes, cur count, peak b, peak n, total b, n
+    live, dead = [], []
+
+    def count(nbytes, n):
+        m = model[-1]
+        m[0] += nbytes
+        m[1] += n
+        if n > 0:
+            m[4] += nbytes
+            m[5] += 1
+        m[2], m[3] = max(m[2], m[0]), max(m[3], m[1])
+
+    for _ in range(2500):
+        r = rng.random()
+        if r < 0.35 or not live:
+            size = rng.choice([0, 256, rng.randint(1, 5000)])
+            p = (stats.allocate(size) if rng.random() < 0.3
+                 else stats.allocate_async(size, 256, 0))
+            live.append((p, size))
+            count(size, 1)
+        elif r < 0.75:
+            for _ in range(rng.randint(1, 4)):   # several frees before the next allocation
+                if not live:
+                    break
+                p, size = live.pop(rng.randrange(len(live)))
+                stats.deallocate_async(p, size, 256, 0)
+                dead.append((p, size))
+                count(-size, -1)
+        elif r < 0.85 and dead:
+            p, size = rng.choice(dead)
+            if size and all(q != p for q, _ in live):  # freed, not handed out again
+                with pytest.raises(ValueError):
+                    stats.deallocate(p, size)     # refused by the pool: nothing counted
+        elif r < 0.92:
+            assert stats.push_counters() == Statistics(*model[-1])
+            model.append([0] * 6)
+        elif len(model) > 1:
+            top = model.pop()
+            assert stats.pop_counters() == Statistics(*top)
+            below = model[-1]
+            below[2] = max(below[2], below[0] + top[2])
+            below[3] = max(below[3], below[1] + top[3])
+            for i, j in ((0, 0), (1, 1), (4, 4), (5, 5)):
+                below[i] += top[j]
+        if rng.random() < 0.2:
+            assert stats.statistics == Statistics(*model[-1])
+    assert stats.statistics == Statistics(*model[-1]) and stats.depth == len(model) - 1

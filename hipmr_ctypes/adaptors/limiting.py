@@ -75,9 +75,12 @@ class LimitingResource(BoundAdaptor):
                 except IndexError:
                     wait_token(tokens.pop)
                 try:  # int operations only: nothing here allocates or calls out
-                    while returned:  # usually one size: the last free
-                        used -= returned.pop()
-                    used += bytes
+                    if returned:  # usually one size: the last free
+                        used += bytes - returned.pop()
+                        while returned:
+                            used -= returned.pop()
+                    else:
+                        used += bytes
                     if used > limit:
                         used -= bytes
                         # refused: (~size, bytes in use), the error made once the token is back

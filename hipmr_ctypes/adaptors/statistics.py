@@ -107,21 +107,28 @@ class StatisticsResource(BoundAdaptor):
                 except IndexError:
                     wait_token(tokens.pop)
                 try:  # int operations only
-                    if undone:
-                        while undone:
+                    if returned and not undone:  # the usual: a free or more, none refused
+                        # this allocation and the last free: the count does not change, so
+                        # its peak cannot rise
+                        cb += bytes - returned.pop()
+                        while returned:
+                            cb -= returned.pop()
+                            cn -= 1
+                    else:
+                        while undone:  # refusals first: each one's free is logged before it
                             cb += undone.pop()
                             cn += 1
-                    while returned:  # usually one size: the last free
-                        cb -= returned.pop()
-                        cn -= 1
-                    cb += bytes
-                    cn += 1
+                        while returned:
+                            cb -= returned.pop()
+                            cn -= 1
+                        cb += bytes
+                        cn += 1
+                        if cn > pn:
+                            pn = cn
                     tb += bytes
                     tn += 1
                     if cb > pb:
                         pb = cb
-                    if cn > pn:
-                        pn = cn
                 finally:
                     tokens.append(True)
                 return ptr
