@@ -101,12 +101,13 @@ class _State:
     closed: bool
     plain: bool                # open, shared: close() frees with (ptr, size, 256, handle)
     shared: bool               # one resource's (never changed), not one buffer's
-    gone: bool                 # shared, and its buffers own no memory (closed, or empty)
+    gone: bool                 # the buffer owns no memory (closed and freed, or empty)
     closed_twin: "_State"      # for a shared state: its closed counterpart
     empty_twin: "_State"       # for a shared plain state: the one of its empty buffers
 
     def copy(self) -> "_State":
-        """A buffer's own copy (not plain, not shared)."""
+        """A buffer's own copy (not plain, not shared; owning what the original's buffer
+        owns)."""
         state = _State.__new__(_State)
         state.device = self.device
         state.host_only = self.host_only
@@ -115,7 +116,8 @@ class _State:
         state.keep = self.keep
         state.kind = self.kind
         state.closed = self.closed
-        state.plain = state.shared = state.gone = False
+        state.gone = self.gone
+        state.plain = state.shared = False
         state.closed_twin = state.empty_twin = state
         return state
 
@@ -291,6 +293,8 @@ class Buffer:
             self._ptr = 0
             if state.shared:
                 self._state = state.empty_twin
+            else:
+                state.gone = True
 
     def __del__(self, _keep: Dict[str, bool] = _exit_state,
                 _failed: Callable[..., None] = warn_failed_free) -> None:
@@ -359,12 +363,16 @@ class Buffer:
     def _keep(self) -> Any:
         return self._state.keep
 
-    def _mark_closed(self) -> None:
+    def _mark_closed(self, freed: bool = False) -> None:
+        """Closed; ``freed``: its memory was given back here (the collector has nothing to
+        claim then)."""
         state = self._state
         if state.shared:
             self._state = state.closed_twin
         else:
             state.closed = True
+            if freed:
+                state.gone = True
 
     def _free_now(self, free: Callable[..., Any], handle: Optional[int]) -> None:
         """Free the memory on ``handle`` (None: the buffer's stream).  A stream object the
@@ -522,7 +530,7 @@ class Buffer:
         except BaseException:
             self._free = free  # still ours
             raise
-        self._mark_closed()
+        self._mark_closed(freed=True)
 
     def __enter__(self) -> "Buffer":
         self._live()
@@ -763,6 +771,7 @@ class Buffer:
             self._free = self._ref.deallocate_async
         else:
             self._claim()
+        state.gone = not capacity   # the collector skips a buffer that owns nothing
 
     def _move_to_stream(self, handle: int, keep: Any) -> None:
         """Make ``handle`` the buffer's stream (its memory freed there), after the work queued
@@ -851,6 +860,7 @@ class Buffer:
         self._ptr = self._size = 0
         state = self._mutable()
         state.capacity = 0
+        state.gone = True
         return new
 
     def prefetch(self, device: Any = None, stream: Any = None) -> None:

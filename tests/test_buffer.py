@@ -1046,3 +1046,35 @@ def test_a_buffer_freed_by_another_thread_is_freed_once(emulator):
     del d
     gc.collect()
     assert calls[1:] == [ptr]
+
+
+def test_the_collector_finds_what_a_buffer_owns_without_an_exception(emulator):
+    """__del__ tells an owning buffer from one that owns nothing (closed, empty, released)
+    by its state, not by catching AttributeError, whichever way the buffer was made."""
+    pool = hmr.PoolResource(hmr.AsyncMemoryResource())
+    with hmr.Stream() as s:
+        def made():
+            out = [Buffer(64, resource=pool, stream=s), Buffer(64, resource=pool, alignment=512),
+                   Buffer(0, resource=pool), Buffer(0, resource=pool, stream=s),
+                   Buffer(64, resource=pool)]
+            out[4].resize(10)
+            for b in out:
+                b.close()
+            e = Buffer(64, resource=pool)
+            moved = e.release()
+            moved.close()
+            return out + [e, moved]
+        raised = []
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_name == "__del__":
+                return lambda f, ev, a: raised.append(a[0]) if ev == "exception" else None
+            return None
+        buffers = made()
+        sys.settrace(tracer)
+        try:
+            del buffers
+            gc.collect()
+        finally:
+            sys.settrace(None)
+        assert raised == []
