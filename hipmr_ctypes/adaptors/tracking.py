@@ -119,14 +119,12 @@ class TrackingResource(BoundAdaptor):
 
         # The fast paths: over the package's own upstreams, no stacks captured.
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if (type(bytes) is not int
+            if (type(bytes) is not int or type(stream) is not int
                     or alignment is not DEFAULT_ALIGNMENT and type(alignment) is not int):
-                return allocate_checked(bytes, alignment, stream)
-            # the package's upstream checks an int stream; anything else is converted here
-            handle = stream if type(stream) is int else check_stream(stream)
-            ptr: int = up_alloc_async(bytes, alignment, stream)
+                return allocate_checked(bytes, alignment, stream)  # (converts the stream)
+            ptr: int = up_alloc_async(bytes, alignment, stream)  # it checks an int stream
             if ptr:
-                live[ptr] = (bytes, alignment, handle)
+                live[ptr] = (bytes, alignment, stream)
             return ptr
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
