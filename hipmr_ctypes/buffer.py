@@ -496,7 +496,9 @@ class Buffer:
         If the free fails, the error propagates and the buffer still owns the memory: a later
         ``close()`` (or garbage collection) tries again.  While a DLPack consumer still uses the
         memory, the buffer only becomes closed here; the memory is freed (on the allocation
-        stream) once the last consumer lets it go.
+        stream) once the last consumer lets it go.  A ``close()`` racing another thread's
+        returns at once, leaving the free to the other: the buffer is closed when that free
+        returns (or still owns the memory, if it fails).
         """
         state = self._state
         if state.plain and stream is None:
