@@ -9,7 +9,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import List, Optional, Tuple
 
-from .search import _opened
+from .search import open_first
 
 __all__ = ["load_first", "library_version_from_path"]
 
@@ -17,19 +17,10 @@ __all__ = ["load_first", "library_version_from_path"]
 def load_first(candidates: "List[str]", what: str, hint: str) -> "Tuple[ctypes.CDLL, str]":
     """Load the first candidate that loads (the handle import opened, when it opened this
     one); raise LibraryNotFoundError listing all tried."""
-    tried = []
-    for cand in candidates:
-        if os.sep in cand and not os.path.exists(cand):
-            tried.append(f"{cand} (no such file)")
-            continue
-        lib = _opened.get(cand)
-        if lib is None:
-            try:
-                lib = ctypes.CDLL(cand)
-            except OSError as exc:
-                tried.append(f"{cand} ({exc})")
-                continue
-        return lib, _real_path(lib, cand)
+    tried: "List[str]" = []
+    found = open_first(candidates, tried)
+    if found is not None:
+        return found[0], _real_path(*found)
     from .errors import LibraryNotFoundError
     lines = "\n  ".join(tried)
     raise LibraryNotFoundError(f"could not load {what}; tried:\n  {lines}\n{hint}", tried)

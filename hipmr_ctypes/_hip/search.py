@@ -3,10 +3,11 @@ on ``nvidia``), and opening the library at import (:func:`preload_library`, thro
 ``hipmr_ctypes._hip.preload``).
 
 The first use of the runtime binds the function table in the library: ``loader.load_first``
-finds the handle import opened (``_opened``) rather than opening it again.  The search is
-documented and bounded: explicit variables first, then a few well-known folders, then the
-system loader.  Nothing else on the file system is scanned.  This module runs at import: it
-imports no other module of the package, and its annotations are strings.
+finds, through :func:`open_first`, the handle import opened (``_opened``) rather than opening
+it again.  The search is documented and bounded: explicit variables first, then a few
+well-known folders, then the system loader.  Nothing else on the file system is scanned.
+This module runs at import: it imports no other module of the package, and its annotations
+are strings.
 """
 import ctypes
 import os
@@ -15,8 +16,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-__all__ = ["PLATFORMS", "selected_platform", "preload_library", "candidates", "amd_candidates",
-           "nvidia_candidates", "AMD_NAMES", "CUDART_NAMES"]
+__all__ = ["PLATFORMS", "selected_platform", "preload_library", "open_first", "candidates",
+           "amd_candidates", "nvidia_candidates", "AMD_NAMES", "CUDART_NAMES"]
 
 #: Every value ``HIPMR_PLATFORM`` may take.
 PLATFORMS = ("amd", "nvidia", "emulated")
@@ -75,16 +76,29 @@ def candidates(platform: str, env: "Optional[Mapping[str, str]]" = None) -> "Lis
 
 
 def preload_library(platform: str) -> None:
-    """Open the first of ``platform``'s candidates that opens, for :func:`load_first` to find
-    (import; silent: a library that does not open is reported by the first use)."""
-    for cand in candidates(platform):
+    """Open the first of ``platform``'s candidates that opens, for :func:`open_first` to find
+    again at the first use (import; silent: a library that does not open is reported then)."""
+    open_first(candidates(platform), [])
+
+
+def open_first(candidates: "List[str]",
+               tried: "List[str]") -> "Optional[Tuple[ctypes.CDLL, str]]":
+    """The first of ``candidates`` that opens and its name, or None; each one that does not
+    is appended to ``tried`` with the reason.  A handle is opened once per candidate and kept
+    in ``_opened`` (handles are never closed)."""
+    for cand in candidates:
         if os.sep in cand and not os.path.exists(cand):
+            tried.append(f"{cand} (no such file)")
             continue
-        try:
-            _opened[cand] = ctypes.CDLL(cand)
-        except OSError:
-            continue
-        return
+        lib = _opened.get(cand)
+        if lib is None:
+            try:
+                lib = _opened[cand] = ctypes.CDLL(cand)
+            except OSError as exc:
+                tried.append(f"{cand} ({exc})")
+                continue
+        return lib, cand
+    return None
 
 
 def _version_key(path: str) -> "Tuple[int, ...]":
