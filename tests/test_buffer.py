@@ -1001,51 +1001,29 @@ def test_buffers_of_one_resource_keep_their_own_facts(emulator):
 def test_a_buffer_freed_by_another_thread_is_freed_once(emulator):
     """The claim is the deletion of the slot holding the free function: a second close()
     or the collector never frees again, and a failed free can be retried."""
-    calls = []
+    r = Recording(hmr.AsyncMemoryResource(), fail_free=True)
 
-    class Counting:
-        def __init__(self):
-            self.inner = hmr.AsyncMemoryResource()
-            self.fail = False
+    def freed(since):  # the pointers of the frees that went through, since call ``since``
+        return [c[1] for c in r.calls[since:] if c[0] == "deallocate"]
 
-        def allocate(self, bytes, alignment=256):
-            return self.inner.allocate(bytes, alignment)
-
-        def deallocate(self, ptr, bytes, alignment=256):
-            self.inner.deallocate(ptr, bytes, alignment)
-
-        def allocate_async(self, bytes, alignment, stream):
-            return self.inner.allocate_async(bytes, alignment, stream)
-
-        def deallocate_async(self, ptr, bytes, alignment, stream):
-            if self.fail:
-                raise RuntimeError("refused")
-            calls.append(ptr)
-            self.inner.deallocate_async(ptr, bytes, alignment, stream)
-
-        def __eq__(self, other):
-            return self is other
-
-        __hash__ = object.__hash__
-
-    r = Counting()
     b = Buffer(64, resource=r)
-    r.fail = True
     with pytest.raises(RuntimeError):
         b.close()
     assert not b.closed and b.ptr
-    r.fail = False
+    r.fail_free = False
+    start = len(r.calls)
     b.close()
     b.close()
-    ptr = calls[0]
+    ptr = freed(start)[0]
     del b
     gc.collect()
-    assert calls == [ptr]
+    assert freed(start) == [ptr]
+    start = len(r.calls)
     d = Buffer(64, resource=r)
     ptr = d.ptr
     del d
     gc.collect()
-    assert calls[1:] == [ptr]
+    assert freed(start) == [ptr]
 
 
 def test_the_collector_finds_what_a_buffer_owns_without_an_exception(emulator):
