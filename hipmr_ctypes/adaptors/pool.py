@@ -56,11 +56,12 @@ _NONE: Any = object()                    # "no such live block" (equal to no siz
 
 
 class _Keyed(dict):  # type: ignore[type-arg]
-    """``free[handle]`` for the null and legacy handles when several devices are visible (then
-    not their own stream keys): always empty, so that a size looked up in it is looked up in
-    the free lists of the calling thread's key instead (``__missing__``).  The fast paths then
-    index ``free`` by those handles as by any other, with no test of the handle.  Never a key
-    of the arena's other maps: flushes and forgotten streams never touch it."""
+    """``free[handle]`` for the handles that are not their own stream keys: the per-thread
+    stream's, and the null and legacy streams' when several devices are visible.  Always
+    empty, so that a size looked up in it is looked up in the free lists of the calling
+    thread's key instead (``__missing__``).  The fast paths then index ``free`` by those
+    handles as by any other, with no test of the handle.  Never a key of the arena's other
+    maps: flushes and forgotten streams never touch it."""
 
     __slots__ = ("lists", "key", "handle")
 
@@ -555,12 +556,10 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         STREAM = Stream
         # the free lists are keyed by stream_key (only checked streams have an entry): a
         # created stream's key is its handle, and so are the null and legacy streams' with one
-        # device visible; the per-thread stream's key is the calling thread's, looked up when
-        # the handle is PT; with several devices visible free[0] and free[1] are _Keyed maps,
-        # which look the null and legacy streams' keys up
-        PT = PER_THREAD_HANDLE
+        # device visible; the per-thread stream's entry (and with several devices visible the
+        # null and legacy streams') is a _Keyed map, which looks the calling thread's key up
         key = stream_keys()   # bound to the runtime: one call per special handle's key
-        for handle in range(own_keys_below(key), PT):  # several devices: the null and legacy
+        for handle in range(own_keys_below(key), PER_THREAD_HANDLE + 1):
             free[handle] = _Keyed(free, key, handle)
         MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
@@ -594,7 +593,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                           stream._open if type(stream) is STREAM else check_stream(stream))
             try:
                 if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
-                    ptr = free[handle if handle != PT else key(handle)][bytes].pop()
+                    ptr = free[handle][bytes].pop()
                     live[ptr] = bytes
                     return ptr
             except MISS:
@@ -612,7 +611,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                                                          or FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
-                        free[handle if handle != PT else key(handle)][bytes].append(ptr)
+                        free[handle][bytes].append(ptr)
                         return
             except MISS:
                 pass
