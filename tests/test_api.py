@@ -129,6 +129,23 @@ def test_import_opens_the_library_and_the_first_use_binds_it():
         assert heavy not in new
 
 
+def test_a_loaded_runtime_binds_the_lazy_names_of_the_binding():
+    """Once the runtime is loaded, ``_hip`` holds every name it serves lazily and no longer
+    has a ``__getattr__`` (CPython does not specialize attribute loads from a module that
+    has one): the same objects as its modules define."""
+    code = ("import json\n"
+            "import hipmr_ctypes\n"
+            "from hipmr_ctypes import _hip\n"
+            "before = '__getattr__' in vars(_hip)\n"
+            "_hip.get_runtime()\n"
+            "from hipmr_ctypes._hip import errors, runtime\n"
+            "after = '__getattr__' in vars(_hip)\n"
+            "same = _hip.Runtime is runtime.Runtime and all(\n"
+            "    vars(_hip)[n] is getattr(errors, n) for n in _hip.__all__ if n.endswith('Error'))\n"
+            "print(json.dumps([before, after, same]))")
+    assert json.loads(_fresh(code, "emulated")) == [True, False, True]
+
+
 def test_import_in_a_bare_interpreter_loads_no_heavy_standard_module():
     """Without site (nothing else imported first), ``import hipmr_ctypes`` brings in ctypes
     (the library needs it) and the library search, not typing, threading, glob, re and what they

@@ -9,7 +9,8 @@ opens its library (``search.preload_library``), nothing more.  ``get_runtime()``
 Runtime on first use (binding the declaration table in the library import opened) and caches
 it.  A failed load is remembered and raised again, unchanged, by every later call that needs
 the runtime.  This module runs at import: its annotations are strings, and the error classes
-and ``Runtime`` it re-exports load on first use (``__getattr__``).
+and ``Runtime`` it re-exports load on first use (``__getattr__``, removed once the runtime is
+loaded).
 """
 from _thread import allocate_lock
 
@@ -73,6 +74,23 @@ def _load_locked() -> None:
         _runtime = create_runtime(_platform or selected_platform())
     except (HipError, OSError, ValueError) as exc:
         _error = exc
+    else:
+        _bind_lazy_names()
+
+
+def _bind_lazy_names() -> None:
+    """Bind every name ``__getattr__`` serves (a loaded runtime has imported them all), then
+    remove ``__getattr__``: CPython does not specialize attribute loads from a module that
+    has one, so ``_hip._runtime`` or ``_hip.get_runtime`` would take the generic path at every
+    call."""
+    names = globals()
+    getattr_ = names.get("__getattr__")
+    if getattr_ is None:
+        return
+    for name in __all__:
+        if name not in names:
+            names[name] = getattr_(name)
+    del names["__getattr__"]
 
 
 def preload() -> None:
