@@ -23,7 +23,8 @@ from .device import (Device, check_device, current_device_function as _current_d
                      get_device, on_device, prefetch_if_managed)
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref, resource_ref
-from .resources import ManagedMemoryResource, PinnedMemoryResource, get_per_device_resource
+from .resources import (ManagedMemoryResource, PinnedMemoryResource, get_per_device_resource,
+                        per_device_cache, remember_per_device)
 from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
 
@@ -205,6 +206,24 @@ def _state_for(resource: Any, alignment: int, keep: Any, device: Optional[int]) 
     return state
 
 
+#: device -> (its per-device resource, the state of a plain buffer on it): what a buffer made
+#: without ``resource`` finds in one look-up; cleared by ``per_device`` whenever its table
+#: changes, so it holds nothing the table does not
+_current: Dict[int, Tuple[Any, _State]] = per_device_cache({})
+
+
+def _current_entry(device: int) -> Tuple[Any, _State]:
+    """The resource of ``device`` and a plain buffer's state on it, remembered in ``_current``
+    unless the state is the buffer's own (memory whose device only the current device says)
+    or the per-device table changed meanwhile."""
+    resource = get_per_device_resource(device)
+    state = _state_for(resource, DEFAULT_ALIGNMENT, None, device)
+    entry = (resource, state)
+    if state.shared:
+        remember_per_device(_current, device, resource, entry)
+    return entry
+
+
 # ---- freeing ------------------------------------------------------------------------------------
 
 _CLOSED = "buffer: this Buffer is closed"
@@ -254,6 +273,34 @@ class Buffer:
 
     def __init__(self, size: int = 0, *, resource: Any = None, stream: Any = None,
                  alignment: int = DEFAULT_ALIGNMENT) -> None:
+        if (stream is None and alignment is DEFAULT_ALIGNMENT and type(size) is int
+                and 0 < size <= _FAST_SIZE):  # the usual: every argument checked here
+            if resource is None:  # the current device's resource
+                devices = _device_module._devices  # the cached function, unless the runtime changed
+                device = (devices[1] if devices[0] is _hip._runtime and devices[0] is not None
+                          else _current_device())()
+                entry = _current.get(device)
+                resource, state = _current_entry(device) if entry is None else entry
+            else:
+                last = _last
+                if last[0]() is resource:
+                    state = last[1]
+                else:
+                    seen = _last_ref
+                    state = (seen[2] if type(resource) is seen[0]
+                             and resource.resource is seen[1]()
+                             else _state_for(resource, DEFAULT_ALIGNMENT, None, None))
+            self._ref = resource
+            self._size = size
+            self._handle = 0
+            self._state = state
+            self._ptr = resource.allocate_async(size, DEFAULT_ALIGNMENT, 0)
+            self._free = resource.deallocate_async
+        else:
+            self._init(size, resource, stream, alignment)
+
+    def _init(self, size: Any, resource: Any, stream: Any, alignment: Any) -> None:
+        """``__init__`` for every call but the usual one: the same, checking everything."""
         if type(size) is not int or size < 0 or size > _FAST_SIZE:
             size = check_size(size, "size")
         if alignment is not DEFAULT_ALIGNMENT and _FAST.get(alignment) is not alignment:
@@ -268,20 +315,9 @@ class Buffer:
             keep = None if type(stream) is stream_ref else stream
         device = None
         if resource is None:  # the current device's resource
-            devices = _device_module._devices   # the cached function, unless the runtime changed
-            device = (devices[1] if devices[0] is _hip._runtime and devices[0] is not None
-                      else _current_device())()
+            device = _current_device()()
             resource = get_per_device_resource(device)
-        last = _last
-        if last[0]() is resource and keep is None and alignment is DEFAULT_ALIGNMENT:
-            state = last[1]
-        else:
-            seen = _last_ref
-            if (type(resource) is seen[0] and resource.resource is seen[1]()
-                    and keep is None and alignment is DEFAULT_ALIGNMENT):
-                state = seen[2]
-            else:
-                state = _state_for(resource, alignment, keep, device)
+        state = _state_for(resource, alignment, keep, device)
         self._ref = resource
         self._size = size
         self._handle = handle

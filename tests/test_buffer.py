@@ -973,6 +973,29 @@ def test_buffer_of_the_current_device_follows_the_device_and_the_runtime():
         assert device_module._devices[0] is two
 
 
+def test_buffer_of_the_current_device_follows_every_change_of_its_resource(emulator):
+    """``Buffer(n)`` remembers the current device's resource and what a buffer needs to know of
+    it, and forgets both whenever the per-device table changes: each buffer comes from the
+    resource set at the time, and a resource whose memory has no device of its own gets the
+    current device every time."""
+    from hipmr_ctypes import buffer as buffer_module
+    first, second = hmr.PoolResource(AsyncMemoryResource()), AsyncMemoryResource()
+    recording = Recording(hmr.PoolResource(AsyncMemoryResource()))  # names no device
+    previous = hmr.set_current_device_resource(first)
+    try:
+        for resource in (first, first, second, recording, recording, first):
+            hmr.set_current_device_resource(resource)
+            for _ in range(2):
+                with Buffer(512) as buf:
+                    assert buf.resource is resource and buf.device == 0
+            held = [entry[0] for entry in buffer_module._current.values()]
+            assert held == ([] if resource is recording else [resource])
+        assert [call[0] for call in recording.calls] == ["allocate", "deallocate"] * 4
+    finally:
+        hmr.set_current_device_resource(previous)
+    assert not buffer_module._current
+
+
 def test_buffers_of_one_resource_keep_their_own_facts(emulator):
     """Plain buffers of one resource share what they know of it; what one buffer changes
     (size, capacity, stream, closed) stays its own."""

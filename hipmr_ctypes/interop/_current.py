@@ -15,8 +15,7 @@ __all__ = ["current", "resource_of"]
 #: device -> (its per-device resource, the device of that resource's memory, the resource's
 #: ``allocate_async`` and ``deallocate_async``, bound once as adaptors bind their upstream's);
 #: cleared by ``per_device`` whenever its table changes, so it holds nothing the table does not
-current: Dict[int, Tuple[Any, int, Any, Any]] = {}
-_per_device._caches.append(current)
+current: Dict[int, Tuple[Any, int, Any, Any]] = _per_device.per_device_cache({})
 
 
 def resource_of(device: int) -> Tuple[Any, int, Any, Any]:
@@ -29,7 +28,5 @@ def resource_of(device: int) -> Tuple[Any, int, Any, Any]:
     found = memory_device(resource)   # its own device, or that of a resource below it
     entry = (resource, device if found is None else found, resource.allocate_async,
              resource.deallocate_async)
-    with _per_device._lock:
-        if _per_device._resources.get(device) is resource:  # not changed meanwhile
-            current[device] = entry
+    _per_device.remember_per_device(current, device, resource, entry)
     return entry

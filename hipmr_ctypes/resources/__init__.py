@@ -7,8 +7,11 @@ from .device import DeviceMemoryResource
 from .host import HostMemoryResource
 from .managed import ManagedMemoryResource
 from .per_device import (current_device_and_resource, get_current_device_resource,
-                         get_per_device_resource,
-                         set_current_device_resource, set_per_device_resource)
+                         get_per_device_resource, set_current_device_resource,
+                         set_per_device_resource)
+# for the package's own caches of the table (Buffer's), not public names
+from .per_device import per_device_cache as per_device_cache
+from .per_device import remember_per_device as remember_per_device
 from .pinned import PINNED_FLAGS, PinnedMemoryResource
 
 __all__ = ["DeviceMemoryResource", "AsyncMemoryResource", "MemoryPool", "PinnedMemoryResource",

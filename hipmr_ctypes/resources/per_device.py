@@ -27,6 +27,22 @@ _resources: Dict[int, AsyncResource] = {}
 _caches: List[Dict[Any, Any]] = []
 
 
+def per_device_cache(cache: Dict[int, Any]) -> Dict[int, Any]:
+    """Register ``cache`` (``{device: what a caller learnt of its resource}``): it is cleared
+    whenever the table changes.  Fill it with :func:`remember_per_device` only."""
+    with _lock:
+        _caches.append(cache)
+    return cache
+
+
+def remember_per_device(cache: Dict[int, Any], device: int, resource: Any, entry: Any) -> None:
+    """``cache[device] = entry``, unless the resource of ``device`` is no longer ``resource``
+    (the table changed since the caller read it)."""
+    with _lock:
+        if _resources.get(device) is resource:
+            cache[device] = entry
+
+
 def _changed() -> None:
     """Clear the caches of the table (call with ``_lock`` held, after changing it)."""
     for cache in _caches:
