@@ -53,6 +53,12 @@ _MIN_GROWTH = 1 << 20               # the smallest chunk the pool asks for when 
 _MAX_SIZES_PER_STREAM = 4096        # exact sizes remembered per stream (then forgotten)
 _CLEAN: FrozenSet[Any] = frozenset()
 _NONE: Any = object()                    # "no such live block" (equal to no size)
+# What the fast paths use off their usual path, as globals rather than closure cells (every
+# cell is copied into every call's frame)
+_FAST = FAST_ALIGNMENTS           # {a: a} for a in 1..256; _FAST[True] is 1, not True
+_SR = STREAM_REF
+_STREAM = Stream
+_MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
 
 class _Keyed(dict):  # type: ignore[type-arg]
@@ -548,12 +554,9 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         sync_free = free[SYNC]
         live = arena.live
         live_pop = live.pop
-        FAST = FAST_ALIGNMENTS           # {a: a} for a in 1..256; FAST[True] is 1, not True
-        A256 = FAST[256]                 # the default alignment: `is` spares the lookup
+        A256 = _FAST[256]                 # the default alignment: `is` spares the lookup
         allocate_slow = arena.allocate_slow
         deallocate_slow = arena.deallocate_slow
-        SR = STREAM_REF
-        STREAM = Stream
         # the free lists are keyed by stream_key (only checked streams have an entry): a
         # created stream's key is its handle, and so are the null and legacy streams' with one
         # device visible; the per-thread stream's entry (and with several devices visible the
@@ -561,26 +564,25 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         key = stream_keys()   # bound to the runtime: one call per special handle's key
         for handle in range(own_keys_below(key), PER_THREAD_HANDLE + 1):
             free[handle] = _Keyed(free, key, handle)
-        MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if type(bytes) is int:
                 try:
-                    if FAST[alignment] is alignment:
+                    if _FAST[alignment] is alignment:
                         ptr = sync_free[bytes].pop()
                         live[ptr] = bytes
                         return ptr
-                except MISS:
+                except _MISS:
                     pass
             return allocate_slow(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             known = live_pop(ptr, _NONE) if type(ptr) is int else _NONE
             try:
-                if known == bytes and type(bytes) is int and FAST[alignment] is alignment:
+                if known == bytes and type(bytes) is int and _FAST[alignment] is alignment:
                     sync_free[bytes].append(ptr)
                     return
-            except MISS:
+            except _MISS:
                 pass
             if known is not _NONE:  # put it back; the checked path decides
                 live[ptr] = known
@@ -589,31 +591,31 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             handle: Any = stream   # an int; None for a closed Stream (a TypeError below)
             if type(stream) is not int:  # a closed Stream's None: the checked path says so
-                handle = (stream._handle if type(stream) is SR else
-                          stream._open if type(stream) is STREAM else check_stream(stream))
+                handle = (stream._handle if type(stream) is _SR else
+                          stream._open if type(stream) is _STREAM else check_stream(stream))
             try:
-                if type(bytes) is int and (alignment is A256 or FAST[alignment] is alignment):
+                if type(bytes) is int and (alignment is A256 or _FAST[alignment] is alignment):
                     ptr = free[handle][bytes].pop()
                     live[ptr] = bytes
                     return ptr
-            except MISS:
+            except _MISS:
                 pass
             return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             handle: Any = stream   # an int; None for a closed Stream (a TypeError below)
             if type(stream) is not int:
-                handle = (stream._handle if type(stream) is SR else
-                          stream._open if type(stream) is STREAM else check_stream(stream))
+                handle = (stream._handle if type(stream) is _SR else
+                          stream._open if type(stream) is _STREAM else check_stream(stream))
             known = _NONE
             try:
                 if type(ptr) is int is type(bytes) and (alignment is A256
-                                                         or FAST[alignment] is alignment):
+                                                         or _FAST[alignment] is alignment):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
                         free[handle][bytes].append(ptr)
                         return
-            except MISS:
+            except _MISS:
                 pass
             if known is not _NONE:  # put it back; the checked path decides
                 live[ptr] = known
