@@ -113,3 +113,107 @@ def test_bad_allocations_over_a_user_upstream_never_reach_it(make, bad, error):
     r.deallocate(p, 64)
     assert state() == (before if make != "statistics"
                        else type(before)(0, 0, 64, 1, 64, 1))
+
+
+def test_a_free_is_a_credit_the_next_allocations_use_exactly():
+    """A freed size is taken by the next allocation it covers (the rest stays for later ones):
+    the bytes in use stay exact, the limit is reached exactly and not passed."""
+    up = AddressSpaceResource()
+    lim = LimitingResource(up, 1000)
+    a = lim.allocate(600)
+    b = lim.allocate_async(400, 256, 0)
+    lim.deallocate(a, 600)
+    c = lim.allocate_async(100, 256, 0)    # from the 600 freed: 500 left
+    assert lim.get_allocated_bytes() == 500
+    d = lim.allocate(500)
+    e = lim.allocate(0)
+    assert lim.get_allocated_bytes() == 1000
+    with pytest.raises(OutOfMemoryError, match="1000 of the limit 1000"):
+        lim.allocate_async(1, 256, 0)
+    lim.deallocate_async(c, 100, 256, 0)
+    with pytest.raises(OutOfMemoryError, match="900 of the limit 1000"):
+        lim.allocate(101)                 # more than the 100 freed: refused, the credit kept
+    f = lim.allocate(100)
+    for p, n in ((b, 400), (d, 500), (e, 0), (f, 100)):
+        lim.deallocate(p, n)
+    assert lim.get_allocated_bytes() == 0 and up.outstanding == 0
+    g = lim.allocate(1000)
+    lim.deallocate(g, 1000)
+
+
+@pytest.mark.parametrize("call", ["allocate", "allocate_async"])
+def test_a_credit_used_by_a_failed_allocation_is_given_back(call):
+    up = AddressSpaceResource()
+    lim = LimitingResource(up, 1000)
+    lim.deallocate(lim.allocate(600), 600)
+    up.capacity = 100
+    args = (500,) if call == "allocate" else (500, 256, 0)
+    with pytest.raises(OutOfMemoryError, match="capacity"):
+        getattr(lim, call)(*args)
+    assert lim.get_allocated_bytes() == 0
+    up.capacity = None
+    lim.deallocate(lim.allocate(1000), 1000)
+
+
+class _Watermark(AddressSpaceResource):
+    """A trusted upstream that records the most bytes ever outstanding at once."""
+
+    _checks_arguments = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.most = 0
+
+    def _allocate(self, bytes, alignment, stream):
+        ptr = super()._allocate(bytes, alignment, stream)
+        with self._lock:
+            self.most = max(self.most, self.outstanding)
+        return ptr
+
+
+def test_threads_trading_credits_never_pass_the_limit():
+    """Eight threads allocate and free sizes of every kind at once (credits taken whole, in
+    part, or not at all): the upstream never holds more than the limit, nothing is lost, and
+    the whole limit is available again at the end."""
+    import random
+    import threading
+    up = _Watermark()
+    limit = 4096
+    lim = LimitingResource(up, limit)
+    refused = [0]
+    errors = []
+
+    def work(seed):
+        rng = random.Random(seed)
+        held = []
+        try:
+            for _ in range(3000):
+                if held and (len(held) > 4 or rng.random() < 0.45):
+                    p, n = held.pop(rng.randrange(len(held)))
+                    if rng.random() < 0.5:
+                        lim.deallocate(p, n)
+                    else:
+                        lim.deallocate_async(p, n, 256, 0)
+                    continue
+                n = rng.choice((0, 64, 256, 256, 300, 512, 1000))
+                try:
+                    p = (lim.allocate(n) if rng.random() < 0.5
+                         else lim.allocate_async(n, 256, 0))
+                except OutOfMemoryError:
+                    refused[0] += 1
+                    continue
+                held.append((p, n))
+            for p, n in held:
+                lim.deallocate(p, n)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert 0 < up.most <= limit and refused[0] > 0
+    assert lim.get_allocated_bytes() == 0 and up.outstanding == 0
+    lim.deallocate(lim.allocate(limit), limit)

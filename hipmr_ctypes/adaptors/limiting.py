@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Deque, Tuple
+from typing import Any, Deque, Tuple
 
 from ..errors import OutOfMemoryError
 from .._locks import TokenMutex, wait_token
@@ -38,18 +38,24 @@ class LimitingResource(BoundAdaptor):
         self._bind(ref, self._limit)
 
     def _bind(self, ref: Any, limit: int) -> None:
-        """``used`` changes only under a :class:`TokenMutex` (a few int operations, no call
-        that allocates): an allocation reserves its bytes before the upstream is called (and
-        gives them back if it fails).  A deallocation only appends its size to ``returned``
-        (atomic) after the upstream freed; the next allocation or reader subtracts it.  So a
-        finalizer that frees through this resource never waits for the mutex, and ``used``
-        never shows less than what is really outstanding.  The closures keep in their cells
-        only what every call uses; the checks' constants and slow paths are module globals."""
+        """``used`` is what allocations reserved; ``returned`` holds credits, sizes freed (or
+        reserved in vain) and not yet subtracted from it: a deallocation appends its size
+        (atomic) once the upstream freed, so a finalizer that frees never waits for anything.
+        What is in use is ``used - sum(returned)``, never less than what is really outstanding.
+
+        An allocation first pops one credit (atomic: no other thread can take it): when it
+        covers the size, the allocation is made from it, the rest (if any) appended back, and
+        ``used`` is not touched, so the limit holds (``used - sum(returned)`` rises by the size
+        and stays at most ``used``, which is at most ``limit``).  Otherwise it takes the
+        :class:`TokenMutex` (a few int operations, no call that allocates), subtracts that credit
+        and every other one, reserves and checks the limit there.  Readers take the mutex and
+        subtract every credit.  The closures keep in their cells only what every call uses; the
+        checks' constants and slow paths are module globals."""
         mutex = TokenMutex()
         tokens = mutex.tokens            # pop(): take the token; append(True): give it back
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
-        returned: Deque[int] = deque()  # sizes freed (or reserved in vain), not yet subtracted
+        returned: Deque[int] = deque()  # credits: sizes freed (or reserved in vain)
 
         def current() -> int:
             nonlocal used
@@ -62,45 +68,83 @@ class LimitingResource(BoundAdaptor):
                 tokens.append(True)
             return in_use
 
-        def reserving(up: Callable[..., int]) -> Callable[..., int]:
-            """An allocation through ``up(bytes, alignment, stream)``, its bytes reserved
-            first."""
+        def reserve(bytes: int, freed: int) -> None:
+            """Reserve ``bytes`` under the mutex, the credit ``freed`` already popped (0 when
+            none); OutOfMemoryError when they would pass the limit."""
+            nonlocal used
+            try:
+                tokens.pop()
+            except IndexError:
+                wait_token(tokens.pop)
+            try:  # int operations only: nothing here allocates or calls out
+                used -= freed
+                while returned:
+                    used -= returned.pop()
+                used += bytes
+                if used > limit:
+                    used -= bytes
+                    # refused: (~size, bytes in use), the error made once the token is back
+                    bytes, freed = ~bytes, used
+            finally:
+                tokens.append(True)
+            if bytes < 0:
+                raise _refused(~bytes, freed, limit)
 
-            def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-                nonlocal used
-                if type(bytes) is not int or bytes < 0:  # negative: never reserved
-                    bytes, alignment = check_args(bytes, alignment)
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            nonlocal used
+            if type(bytes) is not int or bytes < 0:  # negative: never reserved
+                bytes, alignment = check_args(bytes, alignment)
+            freed = 0
+            if returned:
                 try:
-                    tokens.pop()
-                except IndexError:
-                    wait_token(tokens.pop)
-                try:  # int operations only: nothing here allocates or calls out
-                    if returned:  # usually one size: the last free
-                        used += bytes - returned.pop()
+                    freed = returned.pop()
+                except IndexError:  # another thread took the last credit meanwhile
+                    pass
+            if freed != bytes:  # (equal: the usual, a free and an allocation of one size)
+                if freed > bytes:
+                    returned.append(freed - bytes)
+                else:  # the token's section, inline: what reserve() does
+                    try:
+                        tokens.pop()
+                    except IndexError:
+                        wait_token(tokens.pop)
+                    try:  # int operations only: nothing here allocates or calls out
+                        used -= freed
                         while returned:
                             used -= returned.pop()
-                    else:
                         used += bytes
-                    if used > limit:
-                        used -= bytes
-                        # refused: (~size, bytes in use), the error made once the token is back
-                        bytes, alignment = ~bytes, used
-                finally:
-                    tokens.append(True)
-                if bytes < 0:
-                    raise _refused(~bytes, alignment, limit)
-                try:
-                    return up(bytes, alignment, stream)
-                except BaseException:
-                    returned.append(bytes)  # the reservation, given back
-                    raise
-            return allocate_async
-
-        allocate_async = reserving(up_alloc_async)
-        allocate_sync = reserving(lambda nbytes, alignment, _: up_alloc(nbytes, alignment))
+                        if used > limit:
+                            used -= bytes
+                            bytes, freed = ~bytes, used  # refused
+                    finally:
+                        tokens.append(True)
+                    if bytes < 0:
+                        raise _refused(~bytes, freed, limit)
+            try:
+                return up_alloc_async(bytes, alignment, stream)  # type: ignore[no-any-return]
+            except BaseException:
+                returned.append(bytes)  # the reservation, given back
+                raise
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_sync(bytes, alignment, None)
+            if type(bytes) is not int or bytes < 0:  # negative: never reserved
+                bytes, alignment = check_args(bytes, alignment)
+            freed = 0
+            if returned:
+                try:
+                    freed = returned.pop()
+                except IndexError:
+                    pass
+            if freed != bytes:
+                if freed > bytes:
+                    returned.append(freed - bytes)
+                else:
+                    reserve(bytes, freed)
+            try:
+                return up_alloc(bytes, alignment)
+            except BaseException:
+                returned.append(bytes)
+                raise
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if type(bytes) is not int:
