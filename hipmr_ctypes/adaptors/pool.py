@@ -29,6 +29,7 @@ Design (see docs/adaptors.md for the long version):
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+import threading
 from collections import deque
 from sys import getrefcount
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
@@ -64,10 +65,11 @@ _MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable a
 class _Keyed(dict):  # type: ignore[type-arg]
     """``free[handle]`` for the handles that are not their own stream keys: the per-thread
     stream's, and the null and legacy streams' when several devices are visible.  Always
-    empty, so that a size looked up in it is looked up in the free lists of the calling
-    thread's key instead (``__missing__``).  The fast paths then index ``free`` by those
-    handles as by any other, with no test of the handle.  Never a key of the arena's other
-    maps: flushes and forgotten streams never touch it."""
+    empty: a size looked up in it is looked up in the free lists of the calling thread's key
+    instead.  The fast paths then index ``free`` by those handles as by any other, with no
+    test of the handle.  Never a key of the arena's other maps: flushes and forgotten streams
+    never touch it.  ``__getitem__`` rather than ``__missing__``: CPython 3.12 runs a Python
+    ``__getitem__`` in the caller's frame loop, while ``__missing__`` is called from C."""
 
     __slots__ = ("lists", "key", "handle")
 
@@ -77,8 +79,27 @@ class _Keyed(dict):  # type: ignore[type-arg]
         self.key = key
         self.handle = handle
 
-    def __missing__(self, nbytes: int) -> Deque[int]:
+    def __getitem__(self, nbytes: int) -> Deque[int]:
         found: Deque[int] = self.lists[self.key(self.handle)][nbytes]
+        return found
+
+
+class _PerThread(_Keyed):
+    """The per-thread stream's ``_Keyed`` when one device is visible: its key is then fixed
+    for each thread, and kept in a thread-local once made (no call of the key function)."""
+
+    __slots__ = ("local",)
+
+    def __init__(self, lists: Dict[Any, Any], key: Callable[[int], Any], handle: int) -> None:
+        super().__init__(lists, key, handle)
+        self.local = threading.local()
+
+    def __getitem__(self, nbytes: int) -> Deque[int]:
+        try:
+            key = self.local.key
+        except AttributeError:  # this thread's first look-up
+            key = self.local.key = self.key(self.handle)
+        found: Deque[int] = self.lists[key][nbytes]
         return found
 
 
@@ -562,8 +583,10 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         # device visible; the per-thread stream's entry (and with several devices visible the
         # null and legacy streams') is a _Keyed map, which looks the calling thread's key up
         key = stream_keys()   # bound to the runtime: one call per special handle's key
-        for handle in range(own_keys_below(key), PER_THREAD_HANDLE + 1):
-            free[handle] = _Keyed(free, key, handle)
+        below = own_keys_below(key)
+        for handle in range(below, PER_THREAD_HANDLE + 1):
+            keyed = _PerThread if below == PER_THREAD_HANDLE else _Keyed
+            free[handle] = keyed(free, key, handle)
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if type(bytes) is int:
