@@ -274,7 +274,7 @@ class Buffer:
     def __init__(self, size: int = 0, *, resource: Any = None, stream: Any = None,
                  alignment: int = DEFAULT_ALIGNMENT) -> None:
         if (stream is None and alignment is DEFAULT_ALIGNMENT and type(size) is int
-                and 0 < size <= _FAST_SIZE):  # the usual: every argument checked here
+                and size > 0 and size <= _FAST_SIZE):  # the usual: every argument checked here
             if resource is None:  # the current device's resource
                 devices = _device_module._devices  # the cached function, unless the runtime changed
                 device = (devices[1] if devices[0] is _hip._runtime and devices[0] is not None
@@ -543,8 +543,8 @@ class Buffer:
                 del self._free   # the claim
             except AttributeError:  # another thread's close() is freeing it and decides
                 return
-            try:
-                free(self._ptr, self._size, state.alignment, self._handle)
+            try:  # (a plain buffer has the default alignment)
+                free(self._ptr, self._size, DEFAULT_ALIGNMENT, self._handle)
             except BaseException:
                 self._free = free  # still ours
                 raise
