@@ -138,7 +138,11 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
     """Numba EMM plugin (interface version 1): on-device allocations from hipmr_ctypes; host
     allocations stay Numba's own (``HostOnlyCUDAMemoryManager``)."""
 
-    _hipmr_device: Optional[int] = None  # the context's device, read once
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # the context's device, read once: an instance attribute from the start (one a class
+        # attribute shadows is read the slow way on every allocation)
+        self._hipmr_device: Optional[int] = None
 
     def initialize(self) -> None:
         """Nothing to set up: the per-device resource is made on first use."""
