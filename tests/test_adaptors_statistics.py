@@ -160,3 +160,35 @@ def test_exact_with_refused_frees_pushes_and_several_frees_between_allocations(s
         if rng.random() < 0.2:
             assert stats.statistics == Statistics(*model[-1])
     assert stats.statistics == Statistics(*model[-1]) and stats.depth == len(model) - 1
+
+
+@pytest.mark.parametrize("call", ["allocate", "allocate_async"])
+def test_frees_left_logged_never_hide_a_peak(call):
+    """An allocation of the size last freed leaves the other frees logged; one that may set a
+    peak subtracts them first: current, peaks and totals are exact at every step."""
+    from hipmr_ctypes.adaptors import StatisticsResource
+    st = StatisticsResource(AddressSpaceResource())
+
+    def alloc(n):
+        return st.allocate(n) if call == "allocate" else st.allocate_async(n, 256, 0)
+
+    a, b, c = alloc(100), alloc(100), alloc(100)
+    for p in (a, b, c):
+        st.deallocate(p, 100)
+    d = alloc(100)                   # the last free's size: two frees stay logged
+    e = alloc(250)                   # 350 outstanding: a new peak, the logged frees first
+    s = st.statistics
+    assert (s.current_bytes, s.current_count, s.peak_bytes, s.peak_count,
+            s.total_bytes, s.total_count) == (350, 2, 350, 3, 650, 5)
+    st.deallocate(e, 250)
+    f = alloc(200)                   # 300 outstanding: no new peak
+    g = alloc(50)
+    s = st.statistics
+    assert (s.current_bytes, s.current_count, s.peak_bytes, s.peak_count) == (350, 3, 350, 3)
+    for p, n in ((d, 100), (f, 200), (g, 50)):
+        st.deallocate_async(p, n, 256, 0)
+    h = alloc(0)
+    s = st.statistics
+    assert (s.current_bytes, s.current_count, s.peak_bytes, s.peak_count,
+            s.total_bytes, s.total_count) == (0, 1, 350, 3, 900, 8)
+    st.deallocate(h, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, List, Tuple
+from typing import Any, Deque, List, Tuple
 
 from .._locks import TokenMutex, wait_token
 from ..properties import DEFAULT_ALIGNMENT
@@ -52,11 +52,17 @@ class StatisticsResource(BoundAdaptor):
     def _bind(self, ref: Any) -> None:
         """The counters change only under a :class:`TokenMutex` (a few int operations, no
         call that allocates), taken by allocations and readers.  A deallocation takes no
-        mutex: it appends its size to ``returned`` (atomic) before the upstream frees, and
-        the next allocation or reader subtracts it first.  Peaks can only rise at an
-        allocation, which sees every deallocation logged before it, so current and peak are
-        exact for that order and never show more than is really outstanding; and a finalizer
-        that frees through this resource never waits for the mutex.  A deallocation the
+        mutex: it appends its size to ``returned`` (atomic) before the upstream frees, and a
+        later allocation or reader subtracts it.  An allocation that finds frees logged (and
+        no refusal) takes the last one and counts itself in one step: the count does not
+        change, and the bytes only by the difference of the sizes.  The other frees may stay
+        logged: ``cb`` and ``cn`` then count them still, so they are never less than what is
+        outstanding, and ``cb <= pb``, ``cn <= pn`` hold after every section, so what is
+        outstanding cannot pass a peak until ``cb`` does; then the frees logged are subtracted
+        first, as readers do.  Peaks can only rise at an allocation, which sees every
+        deallocation logged before it, so current and peak are exact for that order and never
+        show more than is really outstanding; and a finalizer that frees through this
+        resource never waits for the mutex.  A deallocation the
         upstream refuses is counted back (``undone``), not as a new allocation; the holder
         takes the refusals before the frees, so it never counts one back without its free.
 
@@ -94,51 +100,89 @@ class StatisticsResource(BoundAdaptor):
                 tokens.append(True)
             return values
 
-        def counting(up: Callable[..., int]) -> Callable[..., int]:
-            """An allocation through ``up(bytes, alignment, stream)``, counted."""
-
-            def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-                nonlocal cb, cn, pb, pn, tb, tn
-                if type(bytes) is not int:
-                    bytes, alignment = check_args(bytes, alignment)  # an index-able size: int
-                ptr: int = up(bytes, alignment, stream)
-                try:
-                    tokens.pop()
-                except IndexError:
-                    wait_token(tokens.pop)
-                try:  # int operations only
-                    if returned and not undone:  # the usual: a free or more, none refused
-                        # this allocation and the last free: the count does not change, so
-                        # its peak cannot rise
-                        cb += bytes - returned.pop()
-                        while returned:
-                            cb -= returned.pop()
-                            cn -= 1
-                    else:
-                        while undone:  # refusals first: each one's free is logged before it
-                            cb += undone.pop()
-                            cn += 1
-                        while returned:
-                            cb -= returned.pop()
-                            cn -= 1
-                        cb += bytes
+        def count(bytes: int) -> None:
+            """Count an allocation of ``bytes`` the upstream made (takes the mutex)."""
+            nonlocal cb, cn, pb, pn, tb, tn
+            try:
+                tokens.pop()
+            except IndexError:
+                wait_token(tokens.pop)
+            try:  # int operations only: what allocate_async does inline
+                if returned and not undone:
+                    freed = returned.pop()
+                    if freed != bytes:
+                        cb += bytes - freed
+                        if cb > pb:
+                            while returned:
+                                cb -= returned.pop()
+                                cn -= 1
+                            if cb > pb:
+                                pb = cb
+                else:
+                    while undone:
+                        cb += undone.pop()
                         cn += 1
-                        if cn > pn:
-                            pn = cn
-                    tb += bytes
-                    tn += 1
+                    while returned:
+                        cb -= returned.pop()
+                        cn -= 1
+                    cb += bytes
+                    cn += 1
+                    if cn > pn:
+                        pn = cn
                     if cb > pb:
                         pb = cb
-                finally:
-                    tokens.append(True)
-                return ptr
-            return allocate_async
+                tb += bytes
+                tn += 1
+            finally:
+                tokens.append(True)
 
-        allocate_async = counting(up_alloc_async)
-        allocate_sync = counting(lambda nbytes, alignment, _: up_alloc(nbytes, alignment))
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            nonlocal cb, cn, pb, pn, tb, tn
+            if type(bytes) is not int:
+                bytes, alignment = check_args(bytes, alignment)  # an index-able size: int
+            ptr: int = up_alloc_async(bytes, alignment, stream)
+            try:
+                tokens.pop()
+            except IndexError:
+                wait_token(tokens.pop)
+            try:  # int operations only
+                if returned and not undone:  # the usual: a free or more, none refused
+                    # this allocation and the last free: the count does not change, nor
+                    # (cb <= pb) can the peak when the sizes are equal
+                    freed = returned.pop()
+                    if freed != bytes:
+                        cb += bytes - freed
+                        if cb > pb:  # it may be a peak: the other frees first
+                            while returned:
+                                cb -= returned.pop()
+                                cn -= 1
+                            if cb > pb:
+                                pb = cb
+                else:
+                    while undone:  # refusals first: each one's free is logged before it
+                        cb += undone.pop()
+                        cn += 1
+                    while returned:
+                        cb -= returned.pop()
+                        cn -= 1
+                    cb += bytes
+                    cn += 1
+                    if cn > pn:
+                        pn = cn
+                    if cb > pb:
+                        pb = cb
+                tb += bytes
+                tn += 1
+            finally:
+                tokens.append(True)
+            return ptr
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            return allocate_sync(bytes, alignment, None)
+            if type(bytes) is not int:
+                bytes, alignment = check_args(bytes, alignment)
+            ptr: int = up_alloc(bytes, alignment)
+            count(bytes)
+            return ptr
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if type(bytes) is not int or bytes < 0:
