@@ -118,15 +118,23 @@ def test_tracking_over_a_package_pool_keeps_its_record_when_a_free_is_refused(po
         (p, _Uncomparable(), 256, 0), (p, 64, _Uncomparable(), 0), (p, 64, 256, -1),
         (p, 64, 256, 1 << 64), (p, 64, 256, "0"), (p, 64, 256, True), (p, 65, 256, 0),
         (p, 64, 128, 0), (p + 1, 64, 256, 0), (float(p), 64, 256, 0), (q, True, 256, 0),
+        ([p], 64, 256, 0), (_Uncomparable(), 64, 256, 0), (str(p), 64, 256, 0),
     ]
     for args in bad_frees:
         with pytest.raises((TypeError, ValueError)):
             tr.deallocate_async(*args)
         assert set(tr.outstanding()) == {p, q}, args
+        # put back under the int it was recorded with, not the pointer the free was given
+        assert {type(ptr) for ptr in tr.outstanding()} == {int}, args
         assert pool.allocation_count() == 2, args
+        if args[3] == 0:
+            with pytest.raises((TypeError, ValueError)):
+                tr.deallocate(*args[:3])
+            assert {type(ptr) for ptr in tr.outstanding()} == {int}, args
+            assert set(tr.outstanding()) == {p, q} and pool.allocation_count() == 2, args
     with pytest.raises(TypeError):
         tr.deallocate(q, True)
-    tr.deallocate_async(p, np.int64(64), 256, 0)  # equal by value and an index: accepted
+    tr.deallocate_async(np.uint64(p), np.int64(64), 256, 0)  # equal and an index: accepted
     tr.deallocate(q, 1)
     assert tr.outstanding() == {} and pool.allocation_count() == 0
 

@@ -2,6 +2,7 @@
 was made)."""
 from __future__ import annotations
 
+import operator
 import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
@@ -11,6 +12,22 @@ from ._base import (SYNC, BoundAdaptor, check_args, check_free_args, check_strea
                     check_upstream_ptr, claim, duplicate, must_check_arguments, upstream_calls)
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
+
+
+def _key(ptr: Any) -> Any:
+    """The int key of the record a free popped with ``ptr`` (which equals it): ``ptr`` itself
+    when it is an int, else the int it converts to (a float or an integer-like that hashes as
+    the key it equals)."""
+    if type(ptr) is int:
+        return ptr
+    for convert in (operator.index, int):
+        try:
+            key = convert(ptr)
+        except Exception:  # noqa: BLE001 - try the next conversion
+            continue
+        if type(key) is int and key == ptr:
+            return key
+    return ptr
 
 
 @dataclass(frozen=True)
@@ -47,7 +64,10 @@ class TrackingResource(BoundAdaptor):
         """The hot paths take no lock: ``live[ptr] = record`` records an allocation and
         ``live.pop(ptr)`` claims one for its free, each one atomic operation on a dict, so
         two threads can never both free a pointer.  A free whose size or alignment does not
-        match is put back before the precise error is raised.
+        match is put back before the precise error is raised.  Every record is
+        ``(size, alignment, stream handle, stack)`` (the stack None unless captured), so that
+        a free unpacks it in one step; a free whose pointer is not live, or not hashable,
+        fails that step and takes the checked path.
 
         Over the package's own resources, which check every argument before they change
         anything and never hand out a live address twice, the hot paths leave the checks of
@@ -55,7 +75,7 @@ class TrackingResource(BoundAdaptor):
         upstream frees and put back if it refuses, so a refused call changes nothing.  Over a
         user-written upstream every argument is checked first, every returned address too,
         and an address handed out twice is refused."""
-        live: Dict[int, Any] = self._live  # ptr -> (size, alignment, stream handle[, stack])
+        live: Dict[int, Any] = self._live  # ptr -> (size, alignment, stream handle, stack)
         live_pop = live.pop
         capture = self._capture
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
@@ -83,8 +103,7 @@ class TrackingResource(BoundAdaptor):
                 ptr = check_upstream_ptr(ptr, bytes, alignment, give_back(stream),
                                          "TrackingResource")
             if ptr:
-                record = (bytes, alignment, handle, stack(3)) if capture else \
-                    (bytes, alignment, handle)
+                record = (bytes, alignment, handle, stack(3) if capture else None)
                 if not must_check:
                     live[ptr] = record
                 elif live.setdefault(ptr, record) is not record:
@@ -97,7 +116,7 @@ class TrackingResource(BoundAdaptor):
             popped, or None), and every free over a user-written upstream: put back, check
             every argument, claim, then free."""
             if found is not None:  # put it back: the checked path decides
-                live[ptr] = found
+                live[_key(ptr)] = found
             if stream is not SYNC:
                 check_stream(stream)  # before anything is claimed
             ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
@@ -124,7 +143,7 @@ class TrackingResource(BoundAdaptor):
                 return allocate_checked(bytes, alignment, stream)  # (converts the stream)
             ptr: int = up_alloc_async(bytes, alignment, stream)  # it checks an int stream
             if ptr:
-                live[ptr] = (bytes, alignment, stream)
+                live[ptr] = (bytes, alignment, stream, None)
             return ptr
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
@@ -133,30 +152,36 @@ class TrackingResource(BoundAdaptor):
                 return allocate_checked(bytes, alignment, SYNC)
             ptr: int = up_alloc(bytes, alignment)
             if ptr:
-                live[ptr] = (bytes, alignment, None)
+                live[ptr] = (bytes, alignment, None, None)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            found = live_pop(ptr, None) if type(ptr) is int else None
+            try:  # not live (KeyError) or not hashable: the checked path says which
+                size, align, handle, where = live_pop(ptr)
+            except Exception:
+                return free_checked(ptr, bytes, alignment, stream, None)
             try:  # the record matches by value; the package's upstream checks the types
-                if found is not None and found[0] == bytes and found[1] == alignment:
+                if size == bytes and align == alignment:
                     up_dealloc_async(ptr, bytes, alignment, stream)
                     return
             except BaseException:  # refused, or not even comparable: put it back
-                live[ptr] = found
+                live[_key(ptr)] = (size, align, handle, where)
                 raise
-            free_checked(ptr, bytes, alignment, stream, found)
+            free_checked(ptr, bytes, alignment, stream, (size, align, handle, where))
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            found = live_pop(ptr, None) if type(ptr) is int else None
             try:
-                if found is not None and found[0] == bytes and found[1] == alignment:
+                size, align, handle, where = live_pop(ptr)
+            except Exception:
+                return free_checked(ptr, bytes, alignment, SYNC, None)
+            try:
+                if size == bytes and align == alignment:
                     up_dealloc(ptr, bytes, alignment)
                     return
             except BaseException:
-                live[ptr] = found
+                live[_key(ptr)] = (size, align, handle, where)
                 raise
-            free_checked(ptr, bytes, alignment, SYNC, found)
+            free_checked(ptr, bytes, alignment, SYNC, (size, align, handle, where))
 
         def checked_allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             return allocate_checked(bytes, alignment, stream)
