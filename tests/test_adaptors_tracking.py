@@ -190,3 +190,44 @@ def test_tracking_over_a_pool_frees_each_pointer_once_when_threads_race(pool):
     assert errors == []
     assert sorted(freed) == sorted(ptrs) and sorted(refused) == sorted(ptrs)
     assert tr.outstanding() == {} and pool.allocation_count() == 0
+
+
+def test_tracking_records_of_every_shape_read_and_free_alike(pool):
+    """Without stacks, an allocation with the default alignment on stream 0 is recorded as
+    its size alone; every other one as a full record.  Both read back the same, free with
+    sizes equal by value (an int or an integer-like, the same object or not), and refuse
+    the same mismatches, keeping the record."""
+    import hipmr_ctypes as hmr
+    np = pytest.importorskip("numpy")
+    tr = TrackingResource(pool)
+    with hmr.Stream() as s:
+        big = 1 << 20
+        made = [(tr.allocate_async(64, 256, 0), 64, 256, 0),
+                (tr.allocate_async(big, 256, 0), big, 256, 0),
+                (tr.allocate_async(96, 512, 0), 96, 512, 0),
+                (tr.allocate_async(128, 256, s.handle), 128, 256, s.handle),
+                (tr.allocate(160), 160, 256, None)]
+        out = tr.outstanding()
+        assert {p: (a.size, a.alignment, a.stream, a.stack) for p, a in out.items()} == \
+            {p: (n, al, st, None) for p, n, al, st in made}
+        assert {type(a.size) for a in out.values()} == {int}
+        assert tr.get_allocated_bytes() == 64 + big + 96 + 128 + 160
+        for p, n, al, st in made:
+            for bad in ((n + 1, al), (n, al * 2), (n, al // 2)):
+                with pytest.raises(ValueError):
+                    tr.deallocate_async(p, *bad, 0)
+                with pytest.raises(ValueError):
+                    tr.deallocate(p, *bad)
+                assert tr.outstanding() == out and pool.allocation_count() == len(made)
+        p, n, al, st = made[0]
+        tr.deallocate_async(p, np.int64(n), al, 0)
+        p, n, al, st = made[1]
+        tr.deallocate(p, int(str(n)), al)          # equal, another int object
+        p, n, al, st = made[2]
+        tr.deallocate_async(p, n, np.int64(al), 0)
+        p, n, al, st = made[3]
+        tr.deallocate_async(p, np.int64(n), al, s.handle)
+        p, n, al, st = made[4]
+        tr.deallocate_async(p, n, al, 0)
+    assert tr.outstanding() == {} and tr.get_allocated_bytes() == 0
+    assert pool.allocation_count() == 0

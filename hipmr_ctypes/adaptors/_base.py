@@ -93,13 +93,15 @@ def claim(records: Dict[int, Any], ptr: int, nbytes: int, size_at: int, owner: s
           required: bool = True) -> Any:
     """The checked claim of ``ptr``'s record for its free (the slow path of a lock-free
     ``records.pop(ptr)``; the arguments are already checked): the record, taken with one
-    ``dict.pop`` so that two threads can never both claim it.  ``record[size_at]`` is the size
-    it was allocated with: another ``nbytes`` is a ValueError, and so is a pointer with no
-    record, unless it is the no-op free of ``(0, 0)`` or ``required`` is false (then None)."""
+    ``dict.pop`` so that two threads can never both claim it.  ``record[size_at]`` (or the
+    record itself, when it is an int) is the size it was allocated with: another ``nbytes`` is
+    a ValueError, and so is a pointer with no record, unless it is the no-op free of ``(0, 0)``
+    or ``required`` is false (then None)."""
     found = records.get(ptr)
     if found is None and (not required or (not ptr and not nbytes)):
         return None
-    check_free(ptr, None if found is None else found[size_at], nbytes, owner)
+    check_free(ptr, found if found is None or type(found) is int else found[size_at], nbytes,
+               owner)
     found = records.pop(ptr, None)
     if found is None:  # another thread freed it meanwhile
         check_free(ptr, None, nbytes, owner)

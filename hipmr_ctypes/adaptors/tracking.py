@@ -14,6 +14,11 @@ from ._base import (SYNC, BoundAdaptor, check_args, check_free_args, check_strea
 __all__ = ["TrackingResource", "TrackedAllocation"]
 
 
+def _full(size: int) -> Tuple[Any, ...]:
+    """The record that a record made of its size alone stands for."""
+    return (size, DEFAULT_ALIGNMENT, 0, None)
+
+
 def _key(ptr: Any) -> Any:
     """The int key of the record a free popped with ``ptr`` (which equals it): ``ptr`` itself
     when it is an int, else the int it converts to (a float or an integer-like that hashes as
@@ -57,17 +62,18 @@ class TrackingResource(BoundAdaptor):
         if not isinstance(capture_stacks, bool):
             raise TypeError(f"capture_stacks must be a bool, not {type(capture_stacks).__name__}")
         self._capture = capture_stacks
-        self._live: Dict[int, Tuple[Any, ...]] = {}
+        self._live: Dict[int, Any] = {}  # ptr -> record (see _bind)
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:
         """The hot paths take no lock: ``live[ptr] = record`` records an allocation and
         ``live.pop(ptr)`` claims one for its free, each one atomic operation on a dict, so
         two threads can never both free a pointer.  A free whose size or alignment does not
-        match is put back before the precise error is raised.  Every record is
-        ``(size, alignment, stream handle, stack)`` (the stack None unless captured), so that
-        a free unpacks it in one step; a free whose pointer is not live, or not hashable,
-        fails that step and takes the checked path.
+        match is put back before the precise error is raised.  A record is
+        ``(size, alignment, stream handle, stack)`` (the stack None unless captured), or, for
+        the usual stream-ordered allocation (default alignment, stream 0, no stack), its size
+        alone: an int, which costs no object to make or free (``_full`` reads it back).  A
+        free whose pointer is not live, or not hashable, takes the checked path.
 
         Over the package's own resources, which check every argument before they change
         anything and never hand out a live address twice, the hot paths leave the checks of
@@ -75,7 +81,7 @@ class TrackingResource(BoundAdaptor):
         upstream frees and put back if it refuses, so a refused call changes nothing.  Over a
         user-written upstream every argument is checked first, every returned address too,
         and an address handed out twice is refused."""
-        live: Dict[int, Any] = self._live  # ptr -> (size, alignment, stream handle, stack)
+        live: Dict[int, Any] = self._live  # ptr -> (size, alignment, handle, stack) or size
         live_pop = live.pop
         capture = self._capture
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
@@ -123,6 +129,8 @@ class TrackingResource(BoundAdaptor):
             found = claim(live, ptr, bytes, 0, "TrackingResource")
             if found is None:
                 return
+            if type(found) is int:
+                found = _full(found)
             if found[1] != alignment:
                 live[ptr] = found
                 raise ValueError(f"ptr={ptr:#x} was allocated with alignment={found[1]}, "
@@ -138,10 +146,16 @@ class TrackingResource(BoundAdaptor):
 
         # The fast paths: over the package's own upstreams, no stacks captured.
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if (type(bytes) is not int or type(stream) is not int
-                    or alignment is not DEFAULT_ALIGNMENT and type(alignment) is not int):
+            if type(bytes) is not int or type(stream) is not int:
                 return allocate_checked(bytes, alignment, stream)  # (converts the stream)
-            ptr: int = up_alloc_async(bytes, alignment, stream)  # it checks an int stream
+            if alignment is DEFAULT_ALIGNMENT:
+                ptr: int = up_alloc_async(bytes, alignment, stream)  # it checks an int stream
+                if ptr:
+                    live[ptr] = bytes if stream == 0 else (bytes, alignment, stream, None)
+                return ptr
+            if type(alignment) is not int:
+                return allocate_checked(bytes, alignment, stream)
+            ptr = up_alloc_async(bytes, alignment, stream)
             if ptr:
                 live[ptr] = (bytes, alignment, stream, None)
             return ptr
@@ -157,31 +171,47 @@ class TrackingResource(BoundAdaptor):
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             try:  # not live (KeyError) or not hashable: the checked path says which
-                size, align, handle, where = live_pop(ptr)
+                found = live_pop(ptr)
             except Exception:
                 return free_checked(ptr, bytes, alignment, stream, None)
             try:  # the record matches by value; the package's upstream checks the types
-                if size == bytes and align == alignment:
+                if found is bytes:  # a size alone (default alignment, stream 0), the same int
+                    if alignment == DEFAULT_ALIGNMENT:
+                        up_dealloc_async(ptr, bytes, alignment, stream)
+                        return
+                elif type(found) is int:  # a size alone
+                    if found == bytes and alignment == DEFAULT_ALIGNMENT:
+                        up_dealloc_async(ptr, bytes, alignment, stream)
+                        return
+                elif found[0] == bytes and found[1] == alignment:
                     up_dealloc_async(ptr, bytes, alignment, stream)
                     return
             except BaseException:  # refused, or not even comparable: put it back
-                live[_key(ptr)] = (size, align, handle, where)
+                live[_key(ptr)] = found
                 raise
-            free_checked(ptr, bytes, alignment, stream, (size, align, handle, where))
+            free_checked(ptr, bytes, alignment, stream, found)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             try:
-                size, align, handle, where = live_pop(ptr)
+                found = live_pop(ptr)
             except Exception:
                 return free_checked(ptr, bytes, alignment, SYNC, None)
             try:
-                if size == bytes and align == alignment:
+                if found is bytes:  # a size alone (default alignment, stream 0), the same int
+                    if alignment == DEFAULT_ALIGNMENT:
+                        up_dealloc(ptr, bytes, alignment)
+                        return
+                elif type(found) is int:  # a size alone
+                    if found == bytes and alignment == DEFAULT_ALIGNMENT:
+                        up_dealloc(ptr, bytes, alignment)
+                        return
+                elif found[0] == bytes and found[1] == alignment:
                     up_dealloc(ptr, bytes, alignment)
                     return
             except BaseException:
-                live[_key(ptr)] = (size, align, handle, where)
+                live[_key(ptr)] = found
                 raise
-            free_checked(ptr, bytes, alignment, SYNC, (size, align, handle, where))
+            free_checked(ptr, bytes, alignment, SYNC, found)
 
         def checked_allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             return allocate_checked(bytes, alignment, stream)
@@ -212,11 +242,13 @@ class TrackingResource(BoundAdaptor):
     def outstanding(self) -> Dict[int, TrackedAllocation]:
         """A copy of ``{ptr: TrackedAllocation}`` for every outstanding allocation."""
         live = self._live.copy()  # atomic snapshot: the hot paths take no lock
-        return {ptr: TrackedAllocation(ptr, *record) for ptr, record in live.items()}
+        return {ptr: TrackedAllocation(ptr, *(_full(record) if type(record) is int else record))
+                for ptr, record in live.items()}
 
     def get_allocated_bytes(self) -> int:
         """The sum of the sizes of the outstanding allocations."""
-        return sum(record[0] for record in self._live.copy().values())
+        return sum(record if type(record) is int else record[0]
+                   for record in self._live.copy().values())
 
     def report(self) -> str:
         """A readable list of the outstanding allocations, oldest first, with their stacks
