@@ -83,9 +83,10 @@ class _HostView:
 # id(resource) -> (weak reference to it, its shared state).  The weak reference confirms the
 # entry is for this very object (ids are reused) and drops the entry when the resource goes
 # away: nothing here keeps a resource alive.  A resource that takes no weak reference is
-# checked for every buffer.  ``_last`` (weak reference, state) and ``_last_ref`` (ref class,
-# weak reference to its resource, state) are the resource and the ref seen last: a buffer on
-# the same resource as the previous one finds its state with one weak-reference call.
+# checked for every buffer.  ``_last`` (weak reference, state, ref class) is the resource seen
+# last and the class of a ref to it seen since (None if none): a buffer on the same resource as
+# the previous one, or on a ref of that class to it, finds its state with one weak-reference
+# call.
 
 
 class _State:
@@ -151,8 +152,7 @@ class _Gone:
 
 
 _DEAD = weakref.ref(_Gone())   # a weak reference that returns None
-_last: Tuple[Any, Any] = (_DEAD, None)
-_last_ref: Tuple[Any, Any, Any] = (None, _DEAD, None)
+_last: Tuple[Any, Any, Any] = (_DEAD, None, None)
 
 
 def _forget(key: int) -> Callable[[Any], None]:
@@ -184,7 +184,7 @@ def _state_for(resource: Any, alignment: int, keep: Any, device: Optional[int]) 
     the resource's shared one, or the buffer's own when it has a stream object to hold, an
     alignment other than the default, or memory whose device only the current device says
     (``device``: the one already read, or None)."""
-    global _last, _last_ref
+    global _last
     is_ref = isinstance(resource, async_resource_ref)
     target = resource.resource if is_ref else resource
     entry = _plans.get(id(target))
@@ -192,10 +192,10 @@ def _state_for(resource: Any, alignment: int, keep: Any, device: Optional[int]) 
         entry = _plan(resource, target)
     wr, state = entry
     if wr is not None and (state.device is not None or state.host_only):
-        if is_ref:
-            _last_ref = (type(resource), wr, state)
-        else:
-            _last = (wr, state)
+        last = _last
+        ref_class = (type(resource) if is_ref else
+                     last[2] if last[0]() is target else None)
+        _last = (wr, state, ref_class)
     if keep is not None or alignment is not DEFAULT_ALIGNMENT or (
             state.device is None and not state.host_only):
         state = state.copy()
@@ -283,13 +283,10 @@ class Buffer:
                 resource, state = _current_entry(device) if entry is None else entry
             else:
                 last = _last
-                if last[0]() is resource:
-                    state = last[1]
-                else:
-                    seen = _last_ref
-                    state = (seen[2] if type(resource) is seen[0]
-                             and resource.resource is seen[1]()
-                             else _state_for(resource, DEFAULT_ALIGNMENT, None, None))
+                target = last[0]()
+                state = (last[1] if target is resource
+                         or type(resource) is last[2] and resource.resource is target
+                         else _state_for(resource, DEFAULT_ALIGNMENT, None, None))
             self._ref = resource
             self._size = size
             self._handle = 0

@@ -996,6 +996,23 @@ def test_buffer_of_the_current_device_follows_every_change_of_its_resource(emula
     assert not buffer_module._current
 
 
+def test_buffers_alternating_resources_and_refs_get_each_its_own_facts():
+    """A buffer recognises the resource seen last, and a ref of the class seen with it, by
+    identity: alternating between two resources on two devices, directly and through refs of
+    one class, every buffer has its own resource's device."""
+    from support import process_runtime
+    two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    with process_runtime(two):
+        pools = [hmr.PoolResource(AsyncMemoryResource(d)) for d in (0, 1)]
+        ARef = hmr.async_resource_ref[hmr.device_accessible]
+        refs = [ARef(p) for p in pools]
+        for d in (0, 0, 1, 1, 0, 1, 0):
+            for source in (pools[d], refs[d], refs[1 - d], pools[1 - d], refs[d]):
+                with Buffer(256, resource=source) as buf:
+                    expected = d if source in (pools[d], refs[d]) else 1 - d
+                    assert buf.device == expected and buf.resource is pools[expected]
+
+
 def test_buffers_of_one_resource_keep_their_own_facts(emulator):
     """Plain buffers of one resource share what they know of it; what one buffer changes
     (size, capacity, stream, closed) stays its own."""
