@@ -192,3 +192,42 @@ def test_frees_left_logged_never_hide_a_peak(call):
     assert (s.current_bytes, s.current_count, s.peak_bytes, s.peak_count,
             s.total_bytes, s.total_count) == (0, 1, 350, 3, 900, 8)
     st.deallocate(h, 0)
+
+
+class _AllocatesThenRefuses(AddressSpaceResource):
+    """An upstream whose first free allocates through the statistics adaptor over it (as a
+    callback might) and then refuses: the free was taken by that allocation before the
+    refusal came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stats = None
+        self.inner = []
+
+    def _deallocate(self, ptr, bytes, alignment, stream):
+        if not self.inner:
+            self.inner.append(self.stats.allocate(bytes))
+            raise RuntimeError("refused")
+        super()._deallocate(ptr, bytes, alignment, stream)
+
+
+@pytest.mark.parametrize("read_first", [True, False])
+@pytest.mark.parametrize("call", ["deallocate", "deallocate_async"])
+def test_a_refusal_after_its_free_was_taken_is_counted_back(call, read_first):
+    up = _AllocatesThenRefuses()
+    st = up.stats = StatisticsResource(up)
+    a = st.allocate(100)
+    with pytest.raises(RuntimeError, match="refused"):
+        getattr(st, call)(a, 100, *((256, 0) if call == "deallocate_async" else ()))
+    if read_first:
+        s = st.statistics
+        assert (s.current_bytes, s.current_count, s.peak_bytes, s.peak_count,
+                s.total_bytes, s.total_count) == (200, 2, 200, 2, 200, 2)
+    b = st.allocate_async(50, 256, 0)      # takes the refusal first
+    s = st.statistics
+    assert (s.current_bytes, s.current_count, s.peak_bytes, s.peak_count,
+            s.total_bytes, s.total_count) == (250, 3, 250, 3, 250, 3)
+    for p, n in ((a, 100), (up.inner[0], 100), (b, 50)):
+        st.deallocate(p, n)
+    s = st.statistics
+    assert (s.current_bytes, s.current_count, s.peak_bytes) == (0, 0, 250)

@@ -52,40 +52,45 @@ class StatisticsResource(BoundAdaptor):
     def _bind(self, ref: Any) -> None:
         """The counters change only under a :class:`TokenMutex` (a few int operations, no
         call that allocates), taken by allocations and readers.  A deallocation takes no
-        mutex: it appends its size to ``returned`` (atomic) before the upstream frees, and a
-        later allocation or reader subtracts it.  An allocation that finds frees logged (and
-        no refusal) takes the last one and counts itself in one step: the count does not
-        change, and the bytes only by the difference of the sizes.  The other frees may stay
-        logged: ``cb`` and ``cn`` then count them still, so they are never less than what is
-        outstanding, and ``cb <= pb``, ``cn <= pn`` hold after every section, so what is
-        outstanding cannot pass a peak until ``cb`` does; then the frees logged are subtracted
-        first, as readers do.  Peaks can only rise at an allocation, which sees every
-        deallocation logged before it, so current and peak are exact for that order and never
-        show more than is really outstanding; and a finalizer that frees through this
-        resource never waits for the mutex.  A deallocation the
-        upstream refuses is counted back (``undone``), not as a new allocation; the holder
-        takes the refusals before the frees, so it never counts one back without its free.
+        mutex: it appends its size on the left of ``returned`` (atomic) before the upstream
+        frees, and a later allocation or reader subtracts it.  A deallocation the upstream
+        refuses then appends ``~size`` on the right, and is counted back, not as a new
+        allocation.  An allocation takes one entry from the right: a refusal, if any is
+        logged, else the oldest free.  A free of its own size (the usual) is a pair that
+        changes neither current counter; another size changes the bytes only by the
+        difference; a refusal counts back its size.  The other frees may stay logged: ``cb``
+        and ``cn`` then count them still, so they are never less than what is outstanding,
+        and ``cb <= pb``, ``cn <= pn`` hold after every section, so what is outstanding cannot
+        pass a peak until ``cb`` or ``cn`` does; then every entry logged is taken first, as
+        readers do (a refusal's free is logged before it, so it is never counted back without
+        it).  Peaks can only rise at an allocation, which sees every deallocation logged before
+        it, so current and peak are exact for that order and never show more than is really
+        outstanding; and a finalizer that frees through this resource never waits for the
+        mutex.
 
         The closures keep in their cells only what every call uses (each cell is copied into
         every call's frame); the checks' constants and slow paths are module globals."""
         mutex = TokenMutex()
         tokens = mutex.tokens            # pop(): take the token; append(True): give it back
         stack_lock = threading.Lock()   # push / pop: the stack and the counters together
-        returned: Deque[int] = deque()  # sizes freed, not yet subtracted
-        undone: Deque[int] = deque()    # sizes whose free the upstream refused
+        # sizes freed, not yet subtracted (appended on the left); ~size for a free the
+        # upstream refused (on the right: taken first)
+        returned: Deque[int] = deque()
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         stack: List[Tuple[int, ...]] = []
         cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
 
         def settle() -> None:
-            """Count back the refused frees, subtract the logged ones (mutex held)."""
+            """Subtract the frees logged, count back the refused ones (mutex held)."""
             nonlocal cb, cn, pb, pn
-            while undone:
-                cb += undone.pop()
-                cn += 1
             while returned:
-                cb -= returned.pop()
-                cn -= 1
+                freed = returned.pop()
+                if freed >= 0:
+                    cb -= freed
+                    cn -= 1
+                else:
+                    cb += ~freed
+                    cn += 1
             if cb > pb:
                 pb = cb
             if cn > pn:
@@ -108,23 +113,28 @@ class StatisticsResource(BoundAdaptor):
             except IndexError:
                 wait_token(tokens.pop)
             try:  # int operations only: what allocate_async does inline
-                if returned and not undone:
+                if returned:  # a refusal first, if any, else the oldest free
                     freed = returned.pop()
-                    if freed != bytes:
-                        cb += bytes - freed
-                        if cb > pb:
+                    if freed != bytes:  # (equal: neither current counter changes, nor (cb <= pb) a peak)
+                        if freed >= 0:  # a free of another size: the count does not change
+                            cb += bytes - freed
+                        else:  # a refused free counted back, and this allocation
+                            cb += ~freed + bytes
+                            cn += 2
+                        if cb > pb or cn > pn:  # it may be a peak: the other frees and refusals first
                             while returned:
-                                cb -= returned.pop()
-                                cn -= 1
+                                freed = returned.pop()
+                                if freed >= 0:
+                                    cb -= freed
+                                    cn -= 1
+                                else:
+                                    cb += ~freed
+                                    cn += 1
                             if cb > pb:
                                 pb = cb
+                            if cn > pn:
+                                pn = cn
                 else:
-                    while undone:
-                        cb += undone.pop()
-                        cn += 1
-                    while returned:
-                        cb -= returned.pop()
-                        cn -= 1
                     cb += bytes
                     cn += 1
                     if cn > pn:
@@ -146,25 +156,28 @@ class StatisticsResource(BoundAdaptor):
             except IndexError:
                 wait_token(tokens.pop)
             try:  # int operations only
-                if returned and not undone:  # the usual: a free or more, none refused
-                    # this allocation and the last free: the count does not change, nor
-                    # (cb <= pb) can the peak when the sizes are equal
+                if returned:  # a refusal first, if any, else the oldest free
                     freed = returned.pop()
-                    if freed != bytes:
-                        cb += bytes - freed
-                        if cb > pb:  # it may be a peak: the other frees first
+                    if freed != bytes:  # (equal: neither current counter changes, nor (cb <= pb) a peak)
+                        if freed >= 0:  # a free of another size: the count does not change
+                            cb += bytes - freed
+                        else:  # a refused free counted back, and this allocation
+                            cb += ~freed + bytes
+                            cn += 2
+                        if cb > pb or cn > pn:  # it may be a peak: the other frees and refusals first
                             while returned:
-                                cb -= returned.pop()
-                                cn -= 1
+                                freed = returned.pop()
+                                if freed >= 0:
+                                    cb -= freed
+                                    cn -= 1
+                                else:
+                                    cb += ~freed
+                                    cn += 1
                             if cb > pb:
                                 pb = cb
+                            if cn > pn:
+                                pn = cn
                 else:
-                    while undone:  # refusals first: each one's free is logged before it
-                        cb += undone.pop()
-                        cn += 1
-                    while returned:
-                        cb -= returned.pop()
-                        cn -= 1
                     cb += bytes
                     cn += 1
                     if cn > pn:
@@ -187,21 +200,21 @@ class StatisticsResource(BoundAdaptor):
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if type(bytes) is not int or bytes < 0:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            returned.append(bytes)
+            returned.appendleft(bytes)
             try:
                 up_dealloc(ptr, bytes, alignment)
             except BaseException:
-                undone.append(bytes)
+                returned.append(~bytes)  # refused: counted back
                 raise
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(bytes) is not int or bytes < 0:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            returned.append(bytes)
+            returned.appendleft(bytes)
             try:
                 up_dealloc_async(ptr, bytes, alignment, stream)
             except BaseException:
-                undone.append(bytes)
+                returned.append(~bytes)  # refused: counted back
                 raise
 
         def snapshot() -> Statistics:
