@@ -115,13 +115,13 @@ class StatisticsResource(BoundAdaptor):
             try:  # int operations only: what allocate_async does inline
                 if returned:  # a refusal first, if any, else the oldest free
                     freed = returned.pop()
-                    if freed != bytes:  # (equal: neither current counter changes, nor (cb <= pb) a peak)
+                    if freed != bytes:  # (equal: no current counter changes, so no peak)
                         if freed >= 0:  # a free of another size: the count does not change
                             cb += bytes - freed
                         else:  # a refused free counted back, and this allocation
                             cb += ~freed + bytes
                             cn += 2
-                        if cb > pb or cn > pn:  # it may be a peak: the other frees and refusals first
+                        if cb > pb or cn > pn:  # maybe a peak: every other entry first
                             while returned:
                                 freed = returned.pop()
                                 if freed >= 0:
@@ -158,13 +158,13 @@ class StatisticsResource(BoundAdaptor):
             try:  # int operations only
                 if returned:  # a refusal first, if any, else the oldest free
                     freed = returned.pop()
-                    if freed != bytes:  # (equal: neither current counter changes, nor (cb <= pb) a peak)
+                    if freed != bytes:  # (equal: no current counter changes, so no peak)
                         if freed >= 0:  # a free of another size: the count does not change
                             cb += bytes - freed
                         else:  # a refused free counted back, and this allocation
                             cb += ~freed + bytes
                             cn += 2
-                        if cb > pb or cn > pn:  # it may be a peak: the other frees and refusals first
+                        if cb > pb or cn > pn:  # maybe a peak: every other entry first
                             while returned:
                                 freed = returned.pop()
                                 if freed >= 0:
