@@ -28,8 +28,8 @@ Design (see docs/adaptors.md for the long version):
 """
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 import threading
+from bisect import bisect_left, insort
 from collections import deque
 from sys import getrefcount
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
