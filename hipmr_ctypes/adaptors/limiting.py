@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, Tuple
+from typing import Any, Callable, Deque, Tuple
 
 from ..errors import OutOfMemoryError
 from .._locks import TokenMutex, wait_token
@@ -90,61 +90,37 @@ class LimitingResource(BoundAdaptor):
             if bytes < 0:
                 raise _refused(~bytes, freed, limit)
 
-        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            nonlocal used
-            if type(bytes) is not int or bytes < 0:  # negative: never reserved
-                bytes, alignment = check_args(bytes, alignment)
-            freed = 0
-            if returned:
-                try:
-                    freed = returned.pop()
-                except IndexError:  # another thread took the last credit meanwhile
-                    pass
-            if freed != bytes:  # (equal: the usual, a free and an allocation of one size)
-                if freed > bytes:
-                    returned.append(freed - bytes)
-                else:  # the token's section, inline: what reserve() does
+        def reserving(up: Callable[..., int]) -> Callable[..., int]:
+            """An allocation through ``up(bytes, alignment, stream)``, its bytes taken from a
+            credit or reserved: the one body of ``allocate_async`` and of the synchronous
+            ``allocate``."""
+
+            def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+                if type(bytes) is not int or bytes < 0:  # negative: never reserved
+                    bytes, alignment = check_args(bytes, alignment)
+                freed = 0
+                if returned:
                     try:
-                        tokens.pop()
-                    except IndexError:
-                        wait_token(tokens.pop)
-                    try:  # int operations only: nothing here allocates or calls out
-                        used -= freed
-                        while returned:
-                            used -= returned.pop()
-                        used += bytes
-                        if used > limit:
-                            used -= bytes
-                            bytes, freed = ~bytes, used  # refused
-                    finally:
-                        tokens.append(True)
-                    if bytes < 0:
-                        raise _refused(~bytes, freed, limit)
-            try:
-                return up_alloc_async(bytes, alignment, stream)  # type: ignore[no-any-return]
-            except BaseException:
-                returned.append(bytes)  # the reservation, given back
-                raise
+                        freed = returned.pop()
+                    except IndexError:  # another thread took the last credit meanwhile
+                        pass
+                if freed != bytes:  # (equal: the usual, a free and an allocation of one size)
+                    if freed > bytes:
+                        returned.append(freed - bytes)
+                    else:
+                        reserve(bytes, freed)
+                try:
+                    return up(bytes, alignment, stream)
+                except BaseException:
+                    returned.append(bytes)  # the reservation, given back
+                    raise
+            return allocate_async
+
+        allocate_async = reserving(up_alloc_async)
+        allocate_sync = reserving(lambda nbytes, alignment, _: up_alloc(nbytes, alignment))
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if type(bytes) is not int or bytes < 0:  # negative: never reserved
-                bytes, alignment = check_args(bytes, alignment)
-            freed = 0
-            if returned:
-                try:
-                    freed = returned.pop()
-                except IndexError:
-                    pass
-            if freed != bytes:
-                if freed > bytes:
-                    returned.append(freed - bytes)
-                else:
-                    reserve(bytes, freed)
-            try:
-                return up_alloc(bytes, alignment)
-            except BaseException:
-                returned.append(bytes)
-                raise
+            return allocate_sync(bytes, alignment, None)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if type(bytes) is not int:

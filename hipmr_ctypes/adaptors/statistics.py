@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, List, Tuple
+from typing import Any, Callable, Deque, List, Tuple
 
 from .._locks import TokenMutex, wait_token
 from ..properties import DEFAULT_ALIGNMENT
@@ -105,97 +105,49 @@ class StatisticsResource(BoundAdaptor):
                 tokens.append(True)
             return values
 
-        def count(bytes: int) -> None:
-            """Count an allocation of ``bytes`` the upstream made (takes the mutex)."""
-            nonlocal cb, cn, pb, pn, tb, tn
-            try:
-                tokens.pop()
-            except IndexError:
-                wait_token(tokens.pop)
-            try:  # int operations only: what allocate_async does inline
-                if returned:  # a refusal first, if any, else the oldest free
-                    freed = returned.pop()
-                    if freed != bytes:  # (equal: no current counter changes, so no peak)
-                        if freed >= 0:  # a free of another size: the count does not change
-                            cb += bytes - freed
-                        else:  # a refused free counted back, and this allocation
-                            cb += ~freed + bytes
-                            cn += 2
-                        if cb > pb or cn > pn:  # maybe a peak: every other entry first
-                            while returned:
-                                freed = returned.pop()
-                                if freed >= 0:
-                                    cb -= freed
-                                    cn -= 1
-                                else:
-                                    cb += ~freed
-                                    cn += 1
-                            if cb > pb:
-                                pb = cb
-                            if cn > pn:
-                                pn = cn
-                else:
-                    cb += bytes
-                    cn += 1
-                    if cn > pn:
-                        pn = cn
-                    if cb > pb:
-                        pb = cb
-                tb += bytes
-                tn += 1
-            finally:
-                tokens.append(True)
+        def counting(up: Callable[..., int]) -> Callable[..., int]:
+            """An allocation through ``up(bytes, alignment, stream)``, counted: the one body of
+            ``allocate_async`` and of the synchronous ``allocate``."""
 
-        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            nonlocal cb, cn, pb, pn, tb, tn
-            if type(bytes) is not int:
-                bytes, alignment = check_args(bytes, alignment)  # an index-able size: int
-            ptr: int = up_alloc_async(bytes, alignment, stream)
-            try:
-                tokens.pop()
-            except IndexError:
-                wait_token(tokens.pop)
-            try:  # int operations only
-                if returned:  # a refusal first, if any, else the oldest free
-                    freed = returned.pop()
-                    if freed != bytes:  # (equal: no current counter changes, so no peak)
-                        if freed >= 0:  # a free of another size: the count does not change
-                            cb += bytes - freed
-                        else:  # a refused free counted back, and this allocation
-                            cb += ~freed + bytes
-                            cn += 2
-                        if cb > pb or cn > pn:  # maybe a peak: every other entry first
-                            while returned:
-                                freed = returned.pop()
-                                if freed >= 0:
-                                    cb -= freed
-                                    cn -= 1
-                                else:
-                                    cb += ~freed
-                                    cn += 1
-                            if cb > pb:
-                                pb = cb
-                            if cn > pn:
-                                pn = cn
-                else:
-                    cb += bytes
-                    cn += 1
-                    if cn > pn:
-                        pn = cn
-                    if cb > pb:
-                        pb = cb
-                tb += bytes
-                tn += 1
-            finally:
-                tokens.append(True)
-            return ptr
+            def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+                nonlocal cb, cn, pb, pn, tb, tn
+                if type(bytes) is not int:
+                    bytes, alignment = check_args(bytes, alignment)  # an index-able size: int
+                ptr: int = up(bytes, alignment, stream)
+                try:
+                    tokens.pop()
+                except IndexError:
+                    wait_token(tokens.pop)
+                try:  # int operations only
+                    if returned:  # a refusal first, if any, else the oldest free
+                        freed = returned.pop()
+                        if freed != bytes:  # (equal: no current counter changes, so no peak)
+                            if freed >= 0:  # a free of another size: the count does not change
+                                cb += bytes - freed
+                            else:  # a refused free counted back, and this allocation
+                                cb += ~freed + bytes
+                                cn += 2
+                            if cb > pb or cn > pn:  # maybe a peak: every other entry first
+                                settle()
+                    else:
+                        cb += bytes
+                        cn += 1
+                        if cn > pn:
+                            pn = cn
+                        if cb > pb:
+                            pb = cb
+                    tb += bytes
+                    tn += 1
+                finally:
+                    tokens.append(True)
+                return ptr
+            return allocate_async
+
+        allocate_async = counting(up_alloc_async)
+        allocate_sync = counting(lambda nbytes, alignment, _: up_alloc(nbytes, alignment))
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if type(bytes) is not int:
-                bytes, alignment = check_args(bytes, alignment)
-            ptr: int = up_alloc(bytes, alignment)
-            count(bytes)
-            return ptr
+            return allocate_sync(bytes, alignment, None)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if type(bytes) is not int or bytes < 0:
