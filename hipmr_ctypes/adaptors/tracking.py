@@ -169,49 +169,39 @@ class TrackingResource(BoundAdaptor):
                 live[ptr] = (bytes, alignment, None, None)
             return ptr
 
-        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            try:  # not live (KeyError) or not hashable: the checked path says which
-                found = live_pop(ptr)
-            except Exception:
-                return free_checked(ptr, bytes, alignment, stream, None)
-            try:  # the record matches by value; the package's upstream checks the types
-                if found is bytes:  # a size alone (default alignment, stream 0), the same int
-                    if alignment == DEFAULT_ALIGNMENT:
-                        up_dealloc_async(ptr, bytes, alignment, stream)
+        def freeing(up: Any) -> Any:
+            """A free through ``up(ptr, bytes, alignment, stream)`` (``stream`` SYNC: the
+            synchronous one): the one body of ``deallocate_async`` and ``deallocate``."""
+
+            def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+                try:  # not live (KeyError) or not hashable: the checked path says which
+                    found = live_pop(ptr)
+                except Exception:
+                    return free_checked(ptr, bytes, alignment, stream, None)
+                try:  # the record matches by value; the package's upstream checks the types
+                    if found is bytes:  # a size alone (default alignment, stream 0), the same int
+                        if alignment == DEFAULT_ALIGNMENT:
+                            up(ptr, bytes, alignment, stream)
+                            return
+                    elif type(found) is int:  # a size alone
+                        if found == bytes and alignment == DEFAULT_ALIGNMENT:
+                            up(ptr, bytes, alignment, stream)
+                            return
+                    elif found[0] == bytes and found[1] == alignment:
+                        up(ptr, bytes, alignment, stream)
                         return
-                elif type(found) is int:  # a size alone
-                    if found == bytes and alignment == DEFAULT_ALIGNMENT:
-                        up_dealloc_async(ptr, bytes, alignment, stream)
-                        return
-                elif found[0] == bytes and found[1] == alignment:
-                    up_dealloc_async(ptr, bytes, alignment, stream)
-                    return
-            except BaseException:  # refused, or not even comparable: put it back
-                live[_key(ptr)] = found
-                raise
-            free_checked(ptr, bytes, alignment, stream, found)
+                except BaseException:  # refused, or not even comparable: put it back
+                    live[_key(ptr)] = found
+                    raise
+                free_checked(ptr, bytes, alignment, stream, found)
+            return deallocate_async
+
+        deallocate_async = freeing(up_dealloc_async)
+        deallocate_sync = freeing(lambda ptr, nbytes, alignment, _: up_dealloc(ptr, nbytes,
+                                                                               alignment))
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            try:
-                found = live_pop(ptr)
-            except Exception:
-                return free_checked(ptr, bytes, alignment, SYNC, None)
-            try:
-                if found is bytes:  # a size alone (default alignment, stream 0), the same int
-                    if alignment == DEFAULT_ALIGNMENT:
-                        up_dealloc(ptr, bytes, alignment)
-                        return
-                elif type(found) is int:  # a size alone
-                    if found == bytes and alignment == DEFAULT_ALIGNMENT:
-                        up_dealloc(ptr, bytes, alignment)
-                        return
-                elif found[0] == bytes and found[1] == alignment:
-                    up_dealloc(ptr, bytes, alignment)
-                    return
-            except BaseException:
-                live[_key(ptr)] = found
-                raise
-            free_checked(ptr, bytes, alignment, SYNC, found)
+            deallocate_sync(ptr, bytes, alignment, SYNC)
 
         def checked_allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             return allocate_checked(bytes, alignment, stream)
