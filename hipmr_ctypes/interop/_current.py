@@ -21,10 +21,7 @@ current: Dict[int, Tuple[Any, int, Any, Any]] = _per_device.per_device_cache({})
 def resource_of(device: int) -> Tuple[Any, int, Any, Any]:
     """The entry of ``current`` for ``device`` (see there), remembered unless the per-device
     table changed meanwhile."""
-    with _per_device._lock:
-        resource = _per_device._resources.get(device)
-    if resource is None:
-        resource = _per_device.get_per_device_resource(device)
+    resource = _per_device.get_per_device_resource(device)
     found = memory_device(resource)   # its own device, or that of a resource below it
     entry = (resource, device if found is None else found, resource.allocate_async,
              resource.deallocate_async)
