@@ -217,3 +217,49 @@ def test_threads_trading_credits_never_pass_the_limit():
     assert 0 < up.most <= limit and refused[0] > 0
     assert lim.get_allocated_bytes() == 0 and up.outstanding == 0
     lim.deallocate(lim.allocate(limit), limit)
+
+
+def test_a_credit_taken_by_another_allocation_mid_drain_is_no_error():
+    """Allocations take credits without the mutex, so a reader or a reservation draining the
+    credits under it may find the last one gone between its test and its pop (another
+    thread's allocation took it): that is no error, and the limit still holds."""
+    from collections import deque
+
+    class Racing(deque):  # the first pop finds the credit taken by "another thread"
+        race = False
+
+        def pop(self):
+            if self.race:
+                self.race = False
+                super().pop()   # the other allocation's pop
+                raise IndexError("pop from an empty deque")
+            return super().pop()
+
+    lim = LimitingResource(AddressSpaceResource(), 4096)
+    def deque_cells(fn, seen):  # the cells holding the credits, through every closure
+        for cell in fn.__closure__ or ():
+            value = cell.cell_contents
+            if type(value) is deque and value is not lim._mutex.tokens:
+                yield cell
+            elif callable(value) and getattr(value, "__closure__", None) and value not in seen:
+                seen.append(value)
+                yield from deque_cells(value, seen)
+
+    cells = {id(c): c for c in deque_cells(lim._used, [])}
+    assert len(cells) == 1   # the credits, one cell shared by every closure of the resource
+    cells = list(cells.values())
+    credits = cells[0].cell_contents = Racing()
+    a = lim.allocate(1024)
+    lim.deallocate(a, 1024)                    # a credit of 1024
+    credits.race = True
+    assert lim.get_allocated_bytes() == 1024   # its credit went to the other allocation
+    b = lim.allocate(1024)                     # takes no credit: reserved under the mutex
+    credits.append(1024)                       # the other allocation, freed
+    credits.appendleft(512)
+    credits.race = True
+    c = lim.allocate(2048)                     # drains the credits, losing one race
+    assert lim.get_allocated_bytes() <= 4096
+    for ptr, n in ((b, 1024), (c, 2048)):
+        lim.deallocate(ptr, n)
+    with pytest.raises(OutOfMemoryError):
+        lim.allocate(8192)

@@ -57,12 +57,23 @@ class LimitingResource(BoundAdaptor):
         used = 0
         returned: Deque[int] = deque()  # credits: sizes freed (or reserved in vain)
 
+        def credits() -> int:
+            """Take every credit (the mutex held) and return their sum.  An allocation may
+            take a credit at any moment without the mutex, so the last one may be gone between
+            the test and the pop."""
+            total = 0
+            try:
+                while returned:
+                    total += returned.pop()
+            except IndexError:  # another thread's allocation took the last one
+                pass
+            return total
+
         def current() -> int:
             nonlocal used
             wait_token(tokens.pop)
             try:
-                while returned:
-                    used -= returned.pop()
+                used -= credits()
                 in_use = used
             finally:
                 tokens.append(True)
@@ -76,10 +87,8 @@ class LimitingResource(BoundAdaptor):
                 tokens.pop()
             except IndexError:
                 wait_token(tokens.pop)
-            try:  # int operations only: nothing here allocates or calls out
-                used -= freed
-                while returned:
-                    used -= returned.pop()
+            try:  # int operations only (credits() too): no free ever waits for this section
+                used -= freed + credits()
                 used += bytes
                 if used > limit:
                     used -= bytes
