@@ -612,13 +612,16 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             deallocate_slow(ptr, bytes, alignment, SYNC)
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            handle: Any = stream   # an int; None for a closed Stream (a TypeError below)
-            if type(stream) is not int:  # a closed Stream's None: the checked path says so
-                handle = (stream._handle if type(stream) is _SR else
-                          stream._open if type(stream) is _STREAM else check_stream(stream))
             try:
                 if type(bytes) is int and (alignment is A256 or _FAST[alignment] is alignment):
-                    ptr = free[handle][bytes].pop()
+                    if type(stream) is int:
+                        ptr = free[stream][bytes].pop()
+                    elif type(stream) is _SR:
+                        ptr = free[stream._handle][bytes].pop()
+                    elif type(stream) is _STREAM:  # None once closed: the checked path says so
+                        ptr = free[stream._open][bytes].pop()
+                    else:
+                        ptr = free[check_stream(stream)][bytes].pop()
                     live[ptr] = bytes
                     return ptr
             except _MISS:
@@ -626,17 +629,21 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            handle: Any = stream   # an int; None for a closed Stream (a TypeError below)
-            if type(stream) is not int:
-                handle = (stream._handle if type(stream) is _SR else
-                          stream._open if type(stream) is _STREAM else check_stream(stream))
             known = _NONE
             try:
                 if type(ptr) is int is type(bytes) and (alignment is A256
                                                          or _FAST[alignment] is alignment):
+                    if type(stream) is int:
+                        lst = free[stream][bytes]
+                    elif type(stream) is _SR:
+                        lst = free[stream._handle][bytes]
+                    elif type(stream) is _STREAM:
+                        lst = free[stream._open][bytes]
+                    else:
+                        lst = free[check_stream(stream)][bytes]
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
-                        free[handle][bytes].append(ptr)
+                        lst.append(ptr)
                         return
             except _MISS:
                 pass
