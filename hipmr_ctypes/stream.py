@@ -141,7 +141,8 @@ class Stream(_Owned):
     __slots__ = ("_handle", "_ref", "_flags", "_device", "_finalizer", "_open", "__weakref__")
     _what = "Stream"
     #: the handle while the stream is open, None once closed: what the sub-allocators' fast
-    #: paths read (None takes their checked path, which says the stream is closed)
+    #: paths read, as ``_hipmr_handle`` (None takes their checked path, which says the stream
+    #: is closed)
     _open: Optional[int]
 
     def __init__(self, flags: int = 0, priority: int = 0,
@@ -227,6 +228,7 @@ class Stream(_Owned):
 
 
 HANDLE_READERS[Stream] = Stream._live   # a closed Stream raises, as its protocol does
+setattr(Stream, "_hipmr_handle", vars(Stream)["_open"])  # as stream_ref's: the handle, or None
 
 
 class Event(_Owned):

@@ -291,6 +291,55 @@ def test_stream_arguments_of_every_kind_share_one_free_list():
     stream.close()
 
 
+class _OtherLibraryStream:
+    """A stream object of another library: only the protocol, counted."""
+
+    def __init__(self, handle):
+        self.handle_value = handle
+        self.reads = 0
+
+    def __cuda_stream__(self):
+        self.reads += 1
+        return (0, self.handle_value)
+
+
+def test_a_stream_object_of_another_library_uses_the_free_list_of_its_handle():
+    stream = hmr.Stream()
+    other = _OtherLibraryStream(stream.handle)
+    pool = PoolResource(AsyncMemoryResource())
+    p = pool.allocate_async(5000, 256, stream)
+    pool.deallocate_async(p, 5000, 256, other)         # its handle's list: reused at once
+    other.reads = 0
+    for _ in range(3):
+        assert pool.allocate_async(5000, 256, other) == p
+        pool.deallocate_async(p, 5000, 256, other)
+    assert other.reads == 6                            # one read per call, no more
+    assert pool.allocate_async(5000, 256, stream.ref) == p
+    pool.deallocate_async(p, 5000, 256, stream.handle)
+    assert pool.allocation_count() == 0
+    pool.release()
+    stream.close()
+
+
+@pytest.mark.parametrize("bad", ["0", True, 0.0, object(), None, -1])
+def test_what_is_no_stream_is_refused_by_the_fast_paths_and_changes_nothing(bad):
+    pool = PoolResource(AsyncMemoryResource())
+    p = pool.allocate_async(5000, 256, 0)
+    pool.deallocate_async(p, 5000, 256, 0)
+    q = pool.allocate_async(256, 256, 0)
+    error = ValueError if bad == -1 and type(bad) is int else TypeError
+    with pytest.raises(error):
+        pool.allocate_async(5000, 256, bad)
+    with pytest.raises(error):
+        pool.deallocate_async(q, 256, 256, bad)
+    assert pool.allocation_count() == 1                # q still live, p still free
+    assert pool.allocate_async(5000, 256, 0) == p
+    pool.deallocate_async(p, 5000, 256, 0)
+    pool.deallocate_async(q, 256, 256, 0)
+    assert pool.allocation_count() == 0
+    pool.release()
+
+
 def test_same_stream_reuse_needs_no_event(events):
     pool = PoolResource(AddressSpaceResource())
     p = pool.allocate_async(4096, 256, 7)

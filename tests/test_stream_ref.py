@@ -192,6 +192,9 @@ def test_immutable_with_slots():
         del s._handle
     assert not hasattr(s, "__dict__")
     assert s.get() == 5
+    with pytest.raises(AttributeError):               # the fast paths' alias is read-only too
+        s._hipmr_handle = 6
+    assert s._hipmr_handle == 5
 
 
 def test_protocols_repr_copy_pickle():
@@ -339,6 +342,8 @@ def test_with_owning_stream_on_emulated_runtime(emulator):
         ref.wait()
         assert ref.ready() is True
         assert isinstance(ref.priority(), int)
+        assert s._hipmr_handle == ref._hipmr_handle == s.handle  # what the fast paths read
+    assert s._hipmr_handle is None                    # closed: their checked path says so
 
 
 # GPU: wait() really blocks, ready() really reports pending work

@@ -39,9 +39,8 @@ from .._locks import DeferringLock
 from .._sizes import Size, config_size
 from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
-from ..stream import Stream
 from ..stream_ref import PER_THREAD_HANDLE, IntValue
-from ._base import (FAST_ALIGNMENTS, MAX_SIZE, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
+from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
 from ._order import (StreamOrder, handle_of, own_keys_below,
@@ -57,8 +56,6 @@ _NONE: Any = object()                    # "no such live block" (equal to no siz
 # What the fast paths use off their usual path, as globals rather than closure cells (every
 # cell is copied into every call's frame)
 _FAST = FAST_ALIGNMENTS           # {a: a} for a in 1..256; _FAST[True] is 1, not True
-_SR = STREAM_REF
-_STREAM = Stream
 _MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 
 
@@ -614,18 +611,15 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             try:
                 if type(bytes) is int and (alignment is A256 or _FAST[alignment] is alignment):
-                    if type(stream) is int:
-                        ptr = free[stream][bytes].pop()
-                    elif type(stream) is _SR:
-                        ptr = free[stream._handle][bytes].pop()
-                    elif type(stream) is _STREAM:  # None once closed: the checked path says so
-                        ptr = free[stream._open][bytes].pop()
-                    else:
-                        ptr = free[check_stream(stream)][bytes].pop()
+                    ptr = free[stream if type(stream) is int else
+                               stream._hipmr_handle][bytes].pop()
                     live[ptr] = bytes
                     return ptr
             except _MISS:
                 pass
+            except AttributeError:  # a stream object of another kind: the same with its handle
+                if type(stream) is not int:
+                    return allocate_async(bytes, alignment, check_stream(stream))
             return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
@@ -633,20 +627,16 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             try:
                 if type(ptr) is int is type(bytes) and (alignment is A256
                                                          or _FAST[alignment] is alignment):
-                    if type(stream) is int:
-                        lst = free[stream][bytes]
-                    elif type(stream) is _SR:
-                        lst = free[stream._handle][bytes]
-                    elif type(stream) is _STREAM:
-                        lst = free[stream._open][bytes]
-                    else:
-                        lst = free[check_stream(stream)][bytes]
+                    lst = free[stream if type(stream) is int else stream._hipmr_handle][bytes]
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
                         lst.append(ptr)
                         return
             except _MISS:
                 pass
+            except AttributeError:  # read before the claim: nothing to put back
+                if type(stream) is not int:
+                    return deallocate_async(ptr, bytes, alignment, check_stream(stream))
             if known is not _NONE:  # put it back; the checked path decides
                 live[ptr] = known
             deallocate_slow(ptr, bytes, alignment, key(check_stream(stream)))
