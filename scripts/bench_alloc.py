@@ -275,8 +275,16 @@ def everyday(size: int) -> Dict[str, Any]:
     loops["Buffer over PoolResource, create + drop"] = dropping(pool)
     loops["Buffer via async_resource_ref, create + close"] = closing(ref)
     loops["Buffer via async_resource_ref, create + drop"] = dropping(ref)
-    loops["Buffer over the current device resource (pool), create + close"] = closing(None)
-    loops["Buffer over the current device resource (pool), create + drop"] = dropping(None)
+
+    def current_closing(n):  # as users write it: no resource argument at all
+        for _ in range(n):
+            Buffer(size).close()
+
+    def current_dropping(n):
+        for _ in range(n):
+            Buffer(size)
+    loops["Buffer over the current device resource (pool), create + close"] = current_closing
+    loops["Buffer over the current device resource (pool), create + drop"] = current_dropping
     if size == SIZES[0]:
         stats = hmr.StatisticsResource(pool)
         iar = hmr.is_async_resource
