@@ -662,6 +662,41 @@ def test_async_hot_path_passes_exactly_what_it_checked(emulator):
     a.close()
 
 
+def test_async_free_of_the_pointer_just_allocated_still_checks_everything_else(emulator):
+    """A free of the int object the last allocation returned skips only the pointer's tests
+    (an address the runtime gave); everything else is checked as always, an equal int made
+    otherwise takes the full test, and before any allocation no pointer is let through."""
+    import copy
+    a = AsyncMemoryResource()
+    frees = []
+    real_free = a._free_fn
+    a._free_fn = lambda ptr, stream: frees.append(ptr) or real_free(ptr, stream)
+    for ptr in (None, 0.0, "0", True, -1):
+        with pytest.raises((TypeError, ValueError), match="ptr"):
+            a.deallocate_async(ptr, 256, 256, 0)
+    a.deallocate_async(0, 256, 256, 0)               # a null pointer does nothing
+    assert frees == []
+    before = emulator.live_allocations().count
+    p = a.allocate_async(256, 256, 0)
+    for bytes_, alignment, stream, what in ((1.0, 256, 0, "bytes"), (-1, 256, 0, "bytes"),
+                                            (256, 256.0, 0, "alignment"),
+                                            (256, 3, 0, "alignment"), (256, 256, -1, "stream"),
+                                            (256, 256, None, "stream")):
+        with pytest.raises((TypeError, ValueError), match=what):
+            a.deallocate_async(p, bytes_, alignment, stream)
+    assert frees == [] and emulator.live_allocations().count == before + 1
+    a.deallocate_async(p, 256, 256, 0)
+    q = a.allocate_async(256, 256, 0)
+    twin = copy.copy(a)                              # the same pool (and free function)
+    same = int(str(q))                               # equal, another object: tested in full
+    assert same == q and same is not q
+    twin.deallocate_async(same, 256, 256, 0)
+    assert frees == [p, q] and emulator.live_allocations().count == before
+    with pytest.raises(TypeError, match="ptr"):
+        a.deallocate_async(None, 256, 256, 0)
+    a.close()
+
+
 def test_async_needs_memory_pool_support(emulator):
     old = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_VERSION": "6.1.0"})
     previous = _hip.set_runtime(old)

@@ -39,6 +39,7 @@ _A256 = DEFAULT_ALIGNMENT
 #: The largest size the hot paths test inline (``2**30 - 1``): CPython compares such ints in
 #: one machine word; larger sizes (up to ``2**63``) take the checked path.
 _COMPACT = (1 << 30) - 1
+_NO_PTR = object()   # no allocation yet: no argument is this object (None and 0 must be tested)
 
 #: Bytes of the random identity of an exportable pool (``resources.ipc.POOL_ID_BYTES``)
 POOL_ID_BYTES = 16
@@ -356,7 +357,8 @@ class AsyncMemoryResource:
     _checks_arguments = True
 
     __slots__ = ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
-                 "_stream", "__weakref__")
+                 "_stream", "_ptr", "__weakref__")
+    _ptr: object
     properties: Tuple[type, ...] = (device_accessible,)
 
     def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[Size] = None,
@@ -456,6 +458,7 @@ class AsyncMemoryResource:
         self._malloc = rt.fn.hipMallocFromPoolAsync
         self._free_fn = rt.fn.hipFreeAsync
         self._stream = 0  # the stream handle last validated (see _stream_arg)
+        self._ptr = _NO_PTR  # the pointer last allocated (see allocate_async)
         pool._users[id(self)] = self
 
     def __copy__(self) -> "AsyncMemoryResource":
@@ -464,7 +467,7 @@ class AsyncMemoryResource:
         cls = type(self)
         new = cls.__new__(cls)
         for name in ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
-                     "_stream"):
+                     "_stream", "_ptr"):
             setattr(new, name, getattr(self, name))
         self._pool._users[id(new)] = new
         new._malloc, new._free_fn = self._malloc, self._free_fn  # if closed meanwhile
@@ -485,7 +488,9 @@ class AsyncMemoryResource:
 
     # ---- hot path: one inlined test for the usual call (an int size, the default alignment,
     # the stream last validated here, passed again: the same object; or a created stream's
-    # int handle up to 2**63, tested in full) and the native call;
+    # int handle up to 2**63, tested in full) and the native call; a free tests the pointer
+    # the same way: the int object the last allocation returned (an address the runtime gave,
+    # so an int in range: nothing to test), or any int in (0, 2**63];
     # anything else takes the checked path, which tests the other fast cases, converts what it
     # may (Stream, stream_ref, numpy integers, handles above 2**63), names what it rejects and
     # remembers a validated int handle.  An allocation on the per-thread stream (handle 2)
@@ -506,13 +511,15 @@ class AsyncMemoryResource:
         if st:
             raise self._rt.error(st, "hipMallocFromPoolAsync", size=bytes,
                                  device=self._device)
-        return out.value  # type: ignore[return-value]  # not NULL on success
+        ptr: int = out.value  # type: ignore[assignment]  # not NULL on success
+        self._ptr = ptr
+        return ptr
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
         if not ((stream is self._stream or type(stream) is int and 0 <= stream <= 1 << 63)
-                and type(ptr) is int is type(bytes) and 0 < ptr <= 1 << 63
-                and 0 <= bytes <= _COMPACT and alignment is _A256):
+                and (ptr is self._ptr or type(ptr) is int and 0 < ptr <= 1 << 63)
+                and type(bytes) is int and 0 <= bytes <= _COMPACT and alignment is _A256):
             ptr, stream = self._free_args(ptr, bytes, alignment, stream)
             if not ptr:
                 return
