@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from numba.cuda import HostOnlyCUDAMemoryManager, MemoryPointer
 from numba.cuda.cudadrv import driver as _driver
@@ -82,15 +82,20 @@ class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
     frees, as with Numba's own memory) and ``_hipmr``.
 
     ``_hipmr`` is ``(deallocate_async, ptr, size, resource, device)`` while the pointer owns
-    the memory: ``__dict__.pop`` of it is the claim that frees exactly once (``free()``, the
-    collector, or handing the memory to a :class:`Buffer` for IPC).  After such a hand-over,
-    ``_hipmr_buffer`` owns the memory and lives as long as the pointer."""
+    the memory: deleting it (which only one caller can do) is the claim that frees exactly
+    once (``free()``, the collector, or handing the memory to a :class:`Buffer` for IPC).
+    After such a hand-over, ``_hipmr_buffer`` owns the memory and lives as long as the
+    pointer."""
+
+    _hipmr: Tuple[Any, ...]   # an instance attribute only (no class default: absent = not owned)
 
     def free(self) -> None:
         """Free the memory now (Numba's ``MemoryPointer.free``); RuntimeError if it was freed
         already."""
-        owned = self.__dict__.pop("_hipmr", None)
-        if owned is None:
+        try:
+            owned = self._hipmr
+            del self._hipmr   # the claim
+        except AttributeError:
             buf = self.__dict__.pop("_hipmr_buffer", None)
             if buf is None or buf.closed:
                 raise RuntimeError("Freeing dead memory")
@@ -107,10 +112,9 @@ class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
         if _state["keep"]:  # exiting: memory that may still be reachable stays valid
             return
         try:
-            owned = self.__dict__.pop("_hipmr", None)
-        except AttributeError:  # __init__ did not get that far
-            return
-        if owned is None:
+            owned = self._hipmr
+            del self._hipmr   # the claim (not __dict__.pop: reading __dict__ makes the dict)
+        except AttributeError:  # freed, handed to a Buffer, or __init__ did not get that far
             return
         try:
             owned[0](owned[1], owned[2], DEFAULT_ALIGNMENT, 0)
@@ -122,9 +126,11 @@ class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
         with _adopting:
             buf: Optional[Buffer] = self.__dict__.get("_hipmr_buffer")
             if buf is None:
-                owned = self.__dict__.pop("_hipmr", None)
-                if owned is None:
-                    raise ValueError("this memory was freed")
+                try:
+                    owned = self._hipmr
+                    del self._hipmr   # the claim
+                except AttributeError:
+                    raise ValueError("this memory was freed") from None
                 try:
                     buf = Buffer._adopt(owned[1], owned[2], owned[3], owned[4])
                 except BaseException:
