@@ -422,17 +422,56 @@ class IdentityEqual:
         __hash__ = object.__hash__
 
 
-class BoundMethods:
+class _Declared:
+    """The four hot methods as :class:`BoundMethods` instances offer them: their signatures and
+    documentation (for ``help()``, type checkers and ``_Declared.allocate(instance, ...)``).
+    An instance's own are the closures :class:`BoundMethods` keeps in its slots, which come
+    first in every subclass's MRO."""
+
+    def allocate(self, bytes: int,
+                 alignment: int = DEFAULT_ALIGNMENT) -> int:
+        """Allocate ``bytes`` bytes aligned to ``alignment``; returns the pointer."""
+        return self.allocate(bytes, alignment)
+
+    def deallocate(self, ptr: int, bytes: int,
+                   alignment: int = DEFAULT_ALIGNMENT) -> None:
+        """Free ``ptr``, obtained from ``allocate(bytes, alignment)``."""
+        self.deallocate(ptr, bytes, alignment)
+
+    def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
+        """Allocate in stream order on ``stream`` (only over an async upstream)."""
+        return self.allocate_async(bytes, alignment, stream)
+
+    def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        """Free ``ptr`` in stream order on ``stream`` (only over an async upstream)."""
+        self.deallocate_async(ptr, bytes, alignment, stream)
+
+
+class BoundMethods(_Declared):
     """A resource whose hot methods are closures built once per instance, so that a call looks
-    nothing up.  The class declares the same four methods with the same signatures (they
-    document the interface and delegate to the closures, e.g. when called as
-    ``Class.allocate(instance, ...)``), and each closure is named after the method it serves:
-    its ``__qualname__`` is ``"<Class>.<method>"``.  ``allocate_async`` / ``deallocate_async``
-    exist only when ``_async`` is true.
+    nothing up.  The closures live in the four slots of this class, named after the methods
+    they serve (``__qualname__`` ``"<Class>.<method>"``), with the signatures
+    :class:`_Declared` documents.  ``allocate_async`` / ``deallocate_async`` are set only when
+    ``_async`` is true (otherwise reading them raises ``AttributeError``).
+
+    Slots rather than the instance's ``__dict__``: a value in an instance's dict that shadows
+    a method of its class is read the generic way on every access (CPython specializes the
+    read of a slot, never that of a shadowing attribute), and ``pool.allocate_async(...)`` is
+    what users write.
 
     So a class's shape is fixed: every instance has ``allocate`` and ``deallocate`` with the
-    class's signatures, and the async pair, with theirs, exactly when ``instance._async``.
+    declared signatures, and the async pair, with theirs, exactly when ``instance._async``.
     """
+
+    __slots__ = {
+        "allocate": "allocate(bytes, alignment=256) -> int: allocate ``bytes`` bytes aligned "
+                    "to ``alignment``; returns the pointer.",
+        "deallocate": "deallocate(ptr, bytes, alignment=256): free ``ptr``, obtained from "
+                      "``allocate(bytes, alignment)``.",
+        "allocate_async": "allocate_async(bytes, alignment, stream) -> int: allocate in "
+                          "stream order on ``stream`` (only over an async upstream).",
+        "deallocate_async": "deallocate_async(ptr, bytes, alignment, stream): free ``ptr`` in "
+                            "stream order on ``stream`` (only over an async upstream)."}
 
     #: every subclass validates its arguments before changing anything (see
     #: must_check_arguments)
@@ -488,28 +527,6 @@ class BoundMethods:
         # (_install names the closures after the public methods)
         self._install(allocate or allocate_sync, deallocate or deallocate_sync, allocate_async,
                       free_async)
-
-    def allocate(self, bytes: int,
-                 alignment: int = DEFAULT_ALIGNMENT) -> int:
-        """Allocate ``bytes`` bytes aligned to ``alignment``; returns the pointer."""
-        ptr: int = self.__dict__["allocate"](bytes, alignment)
-        return ptr
-
-    def deallocate(self, ptr: int, bytes: int,
-                   alignment: int = DEFAULT_ALIGNMENT) -> None:
-        """Free ``ptr``, obtained from ``allocate(bytes, alignment)``."""
-        self.__dict__["deallocate"](ptr, bytes, alignment)
-
-    @async_method
-    def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
-        """Allocate in stream order on ``stream`` (only over an async upstream)."""
-        ptr: int = self.__dict__["allocate_async"](bytes, alignment, stream)
-        return ptr
-
-    @async_method
-    def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-        """Free ``ptr`` in stream order on ``stream`` (only over an async upstream)."""
-        self.__dict__["deallocate_async"](ptr, bytes, alignment, stream)
 
 
 class BoundAdaptor(BoundMethods, Adaptor):
