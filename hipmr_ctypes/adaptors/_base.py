@@ -1,12 +1,12 @@
-"""What every adaptor shares: the upstream reference, the async-only methods, equality, and
+"""What every adaptor shares: the upstream reference, the hot methods' slots, equality, and
 the argument checks.
 
 An adaptor stores its upstream as a ``resource_ref`` / ``async_resource_ref`` carrying every
 property the upstream declares, exposes it with ``upstream_resource()`` and forwards those
 properties (:class:`~hipmr_ctypes.properties.forward_property`).  It is an async resource
-exactly when its upstream is one: the methods ``allocate_async`` / ``deallocate_async`` are
-:func:`async_method` descriptors that raise ``AttributeError`` on an instance over a
-synchronous upstream, so ``is_async_resource(adaptor)`` is False there.
+exactly when its upstream is one: over a synchronous upstream the slots ``allocate_async`` /
+``deallocate_async`` are left unset (reading them raises ``AttributeError``), so
+``is_async_resource(adaptor)`` is False there.
 
 Checks run before any state or upstream is touched and name the argument they reject.  Hot
 paths inline the cheap part (``type(x) is int``, membership in :data:`FAST_ALIGNMENTS`) and
@@ -15,15 +15,15 @@ call the functions here only when that fails.
 How an adaptor is built (one way; docs/internals.md has the details): its hot paths are
 closures made once per instance by a ``_bind`` method, which hands them to
 :meth:`BoundMethods._build` (every adaptor but the two sub-allocators, which give all four to
-:meth:`BoundMethods._install`).  The class declares the same four methods with the same
-signatures, and each closure is named after it (``__qualname__`` ``"PoolResource.allocate"``),
+:meth:`BoundMethods._install`), which keeps them in the slots named after the four methods
+(``_Declared`` declares their signatures); each closure is named after its method
+(``__qualname__`` ``"PoolResource.allocate"``),
 so that tracebacks, profilers and argument errors read as calls of the public method.
 """
 from __future__ import annotations
 
-import functools
-from types import FunctionType, MethodType
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from types import FunctionType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .._exit import finalizer
 from ..concepts import is_async_resource, is_resource
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # a ref with any properties, for annotations
 from .._checks import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, STREAM_REF, check_alignment,
                        check_ptr, check_size, check_stream)
 
-__all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual", "async_method",
+__all__ = ["Adaptor", "BoundAdaptor", "BoundMethods", "IdentityEqual",
            "as_upstream_ref", "check_size", "check_alignment", "check_args",
            "check_free_args", "check_ptr", "upstream_calls", "checked_frees",
            "check_stream", "check_free", "check_callable", "give_back_chunks",
@@ -324,40 +324,6 @@ def as_upstream_ref(upstream: Any, name: str = "upstream") -> AnyRef:
         return resource_ref[props](upstream)  # type: ignore[valid-type]
     raise TypeError(f"{name}: {type(upstream).__name__} is not a resource (it needs "
                     "allocate(bytes, alignment), deallocate(ptr, bytes, alignment) and ==)")
-
-
-class _AsyncMethod:
-    """A method that exists only on instances whose ``_async`` attribute is true.
-
-    On the class it is the plain function (for help() and introspection).  It is a non-data
-    descriptor, so a hot-path closure stored in the instance's ``__dict__`` under the same name
-    takes precedence.
-    """
-
-    def __init__(self, func: Callable[..., Any]) -> None:
-        self._func = func
-        self._name = func.__name__
-        functools.update_wrapper(self, func)  # type: ignore[arg-type]
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    def __get__(self, obj: Any, cls: Any = None) -> Any:
-        if obj is None:
-            return self._func
-        if obj._async:
-            return MethodType(self._func, obj)
-        raise AttributeError(f"{type(obj).__name__} over a synchronous upstream has no "
-                             f"{self._name} (its upstream is not an async resource)")
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def async_method(func: _F) -> _F:
-    """Decorator: ``func`` is a method only of instances that are async resources.  (Type
-    checkers see the method itself: its signature is what an async adaptor offers.)"""
-    return _AsyncMethod(func)  # type: ignore[return-value]
 
 
 class Adaptor(forward_property):
