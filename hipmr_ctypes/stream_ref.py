@@ -239,7 +239,7 @@ class stream_ref:
         return f"stream_ref({self._handle:#x})" if self._handle else "stream_ref(0)"
 
 
-#: What the sub-allocators' fast paths read of a stream object that is not an int: the
+#: What the pool's fast paths read of a stream object that is not an int: the
 #: handle, read from the same slot as ``_handle`` (an alias of its descriptor, so the read is
 #: one specialized attribute load).  ``Stream`` has it too (its handle while open, None once
 #: closed); an object without it takes the checked path.
