@@ -116,6 +116,19 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
             from_pool(out, size, pool_handle, 0)
             free_async(out.value, 0)
     loops[f"{raw} hipMallocFromPoolAsync/hipFreeAsync (same pool)"] = raw_from_pool
+    if rt.platform != "emulated":  # the same, bound with the header's types as users would
+        from hipmr_ctypes._hip.decls import DECL_BY_NAME
+        decl = DECL_BY_NAME["hipMallocFromPoolAsync"]
+        from_pool_hdr = rt.lib._FuncPtr((from_pool.__name__, rt.lib))
+        from_pool_hdr.restype, from_pool_hdr.argtypes = decl.restype, list(decl.argtypes)
+
+        def raw_from_pool_hdr(n):
+            for _ in range(n):
+                out = c_void_p()
+                from_pool_hdr(out, size, pool_handle, 0)
+                free_async(out.value, 0)
+        loops["raw ctypes hipMallocFromPoolAsync/hipFreeAsync, size as c_size_t "
+              "(same pool)"] = raw_from_pool_hdr
 
     dflt = hmr.AsyncMemoryResource.from_default_pool(0)
     d_alloc, d_free = dflt.allocate_async, dflt.deallocate_async

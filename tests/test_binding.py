@@ -34,6 +34,33 @@ def test_declaration_table_is_unique_and_complete():
     assert not decls.DECL_BY_NAME["hipStreamGetDevice"].required
 
 
+def test_size_t_values_are_bound_as_void_p():
+    """A ``size_t`` value argument is bound as ``c_void_p`` (ctypes converts an int for it
+    without an ``isinstance`` test first); ``size_t*`` and the header's own types stay."""
+    d = decls.DECL_BY_NAME["hipMallocFromPoolAsync"]
+    assert d.argtypes[1] is ctypes.c_size_t
+    assert decls.call_argtypes(d) == [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                                      ctypes.c_void_p, ctypes.c_void_p]
+    mem_info = decls.DECL_BY_NAME["hipMemGetInfo"]
+    assert decls.call_argtypes(mem_info) == list(mem_info.argtypes)  # size_t*: by reference
+    for decl in decls.DECLS:
+        bound = decls.call_argtypes(decl)
+        assert ctypes.c_size_t not in bound and len(bound) == len(decl.argtypes)
+
+
+def test_a_size_t_passed_as_void_p_arrives_bit_for_bit():
+    """The C library's ``strnlen(s, maxlen)`` bound the way the back ends bind a ``size_t``:
+    every bit of ``maxlen`` reaches C (a lost upper half would make ``2**32 + 1`` read 1)."""
+    strnlen = ctypes.CDLL(None).strnlen
+    strnlen.restype = ctypes.c_size_t
+    strnlen.argtypes = decls.call_argtypes(decls.Decl("strnlen", ctypes.c_size_t,
+                                                      (ctypes.c_char_p, ctypes.c_size_t), "-"))
+    assert strnlen.argtypes[1] is ctypes.c_void_p
+    for maxlen, expected in ((0, 0), (2, 2), (5, 5), (6, 5), ((1 << 32) + 1, 5),
+                             ((1 << 32) + 3, 5), (1 << 63, 5), ((1 << 64) - 1, 5)):
+        assert strnlen(b"hello", maxlen) == expected, maxlen
+
+
 def test_amd_search_order_env_first():
     assert amd.amd_candidates({"HIPMR_LIBRARY": "/x/libamdhip64.so.6", "ROCM_PATH": "/r"}) \
         == ["/x/libamdhip64.so.6"]  # an exact file: nothing else
@@ -139,7 +166,7 @@ def test_every_required_symbol_resolves(amd_runtime):
         f = getattr(amd_runtime.fn, d.name)
         if d.required:
             assert not getattr(f, "missing", False), d.name
-            assert f.argtypes == list(d.argtypes) and f.restype == d.restype
+            assert f.argtypes == decls.call_argtypes(d) and f.restype == d.restype
 
 
 @pytest.mark.amd_library

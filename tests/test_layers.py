@@ -162,7 +162,8 @@ def test_c_functions_are_declared_in_the_binding_only() -> None:
             continue
         tree = ast.parse(open(path).read())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in ("argtypes", "restype"):
+            if (isinstance(node, ast.Attribute) and node.attr in ("argtypes", "restype")
+                    and isinstance(node.ctx, (ast.Store, ast.Del))):
                 pytest.fail(f"{module} declares a C function (line {node.lineno})")
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("CDLL", "PyDLL", "LoadLibrary")):

@@ -6,7 +6,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Any, Dict, Mapping, Optional
 
-from .decls import DECLS
+from .decls import DECLS, call_argtypes
 from .errors import NotSupportedError
 from .loader import load_first
 from .search import AMD_NAMES, amd_candidates
@@ -41,7 +41,7 @@ def bind_library(lib: Any, names_to_symbols: Dict[str, str], where: str) -> Func
             continue
         cfunc.__name__ = symbol
         cfunc.restype = decl.restype
-        cfunc.argtypes = list(decl.argtypes)
+        cfunc.argtypes = call_argtypes(decl)
         setattr(fn, decl.name, cfunc)
     return fn
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from ._shims import ATTRIBUTE_MAP as ATTRIBUTE_MAP  # at run time: __getattr__, below
 
-from ..decls import DECL_BY_NAME, DECLS
+from ..decls import DECL_BY_NAME, DECLS, call_argtypes
 from ..errors import ERROR_NAMES, NotSupportedError
 from ..loader import load_first
 from ..search import CUDART_NAMES, nvidia_candidates
@@ -103,7 +103,7 @@ def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
         decl = DECL_BY_NAME[name]
         cfunc.__name__ = symbol
         cfunc.restype = decl.restype
-        cfunc.argtypes = list(decl.argtypes)
+        cfunc.argtypes = call_argtypes(decl)
         setattr(fn, name, cfunc)
     for symbol in ("cudaDeviceGetAttribute", "cudaPointerGetAttributes", "cudaMemPrefetchAsync"):
         if not hasattr(cudart, symbol):  # what the shims call: checked now, bound on first use
