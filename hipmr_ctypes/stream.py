@@ -140,9 +140,9 @@ class Stream(_Owned):
 
     __slots__ = ("_handle", "_ref", "_flags", "_device", "_finalizer", "_open", "__weakref__")
     _what = "Stream"
-    #: the handle while the stream is open, None once closed: what the pool's fast paths
-    #: read, as ``_hipmr_handle`` (None takes their checked path, which says the stream is
-    #: closed)
+    #: the handle while the stream is open, None once closed: what the pool's and the
+    #: fixed-size resource's fast paths read, as ``_hipmr_handle`` (None takes their checked
+    #: path, which says the stream is closed)
     _open: Optional[int]
 
     def __init__(self, flags: int = 0, priority: int = 0,

@@ -239,10 +239,10 @@ class stream_ref:
         return f"stream_ref({self._handle:#x})" if self._handle else "stream_ref(0)"
 
 
-#: What the pool's fast paths read of a stream object that is not an int: the
-#: handle, read from the same slot as ``_handle`` (an alias of its descriptor, so the read is
-#: one specialized attribute load).  ``Stream`` has it too (its handle while open, None once
-#: closed); an object without it takes the checked path.
+#: What the fast paths of the pool and the fixed-size resource read of a stream object that
+#: is not an int: the handle, read from the same slot as ``_handle`` (an alias of its
+#: descriptor, so the read is one specialized attribute load).  ``Stream`` has it too (its
+#: handle while open, None once closed); an object without it takes the checked path.
 setattr(stream_ref, "_hipmr_handle", vars(stream_ref)["_handle"])
 
 #: The handle of the per-thread default stream (``hipStreamPerThread``): another stream in

@@ -2,6 +2,8 @@
 
 import pytest
 
+import hipmr_ctypes as hmr
+
 from hipmr_ctypes.adaptors import FixedSizeResource, StatisticsResource
 
 from support import AddressSpaceResource, recording_events
@@ -55,4 +57,52 @@ def test_fixed_size_misuse():
     stats = StatisticsResource(fx)
     q = stats.allocate(512)
     stats.deallocate(q, 512)
+    assert fx.allocation_count() == 0
+
+
+class _OtherLibraryStream:
+    """A stream object of another library: only the protocol."""
+
+    def __init__(self, handle):
+        self.handle_value = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle_value)
+
+
+def test_fixed_size_takes_every_kind_of_stream_object_on_its_fast_paths():
+    """A ``Stream``, its ``stream_ref`` and another library's object for the same handle all
+    reach that handle's free list: a block freed through one is reused through another."""
+    stream = hmr.Stream()
+    other = _OtherLibraryStream(stream.handle)
+    fx = FixedSizeResource(AddressSpaceResource(), block_size=256, blocks_to_preallocate=2)
+    p = fx.allocate_async(100, 256, stream)
+    for freed_on, taken_on in ((stream, stream.ref), (stream.ref, other), (other, stream.handle),
+                               (stream.handle, stream)):
+        fx.deallocate_async(p, 100, 256, freed_on)
+        assert fx.allocate_async(100, 256, taken_on) == p
+    fx.deallocate_async(p, 100, 256, stream)
+    stream.close()
+
+
+@pytest.mark.parametrize("bad", ["closed", "0", True, 0.0, object(), None, -1])
+def test_fixed_size_refuses_what_is_no_stream_and_changes_nothing(bad):
+    if bad == "closed":
+        bad = hmr.Stream()
+        bad.close()
+    fx = FixedSizeResource(AddressSpaceResource(), block_size=256, blocks_to_preallocate=2)
+    p = fx.allocate_async(100, 256, 0)
+    error = ValueError if type(bad) is int and bad == -1 else TypeError
+    if isinstance(bad, hmr.Stream):
+        error = ValueError
+    with pytest.raises(error) as info:
+        fx.allocate_async(100, 256, bad)
+    if isinstance(bad, hmr.Stream):
+        assert "closed" in str(info.value)
+    with pytest.raises(error):
+        fx.deallocate_async(p, 100, 256, bad)
+    assert fx.allocation_count() == 1              # p still live, the other block still free
+    fx.deallocate_async(p, 100, 256, 0)
+    assert fx.allocate_async(100, 256, 0) == p
+    fx.deallocate_async(p, 100, 256, 0)
     assert fx.allocation_count() == 0

@@ -8,7 +8,7 @@ from .._sizes import Size, config_size
 from .._exit import finalize
 from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, STREAM_REF, SYNC, BoundAdaptor, IdentityEqual,
+from ._base import (FAST_ALIGNMENTS, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
 from ._order import StreamOrder, handle_of, stream_keys, track_streams
@@ -296,7 +296,6 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         block_size = self._block_size
         allocate_slow = state.allocate_slow
         deallocate_slow = state.deallocate_slow
-        SR = STREAM_REF
         # free lists are keyed by stream_key: a handle whose key is not itself (the per-thread
         # stream; the null streams with several devices) has no list of its own, so the fast
         # paths miss and the slow paths use its key
@@ -326,8 +325,11 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if type(stream) is not int:
-                stream = (stream._handle
-                          if type(stream) is SR else check_stream(stream))
+                try:  # stream_ref / Stream: the handle, None once a Stream is closed
+                    handle = stream._hipmr_handle
+                except AttributeError:  # a stream object of another library
+                    handle = None
+                stream = check_stream(stream) if handle is None else handle
             if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
                     and 0 <= stream and acquire(False):
                 try:
@@ -342,8 +344,11 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if type(stream) is not int:
-                stream = (stream._handle
-                          if type(stream) is SR else check_stream(stream))
+                try:  # stream_ref / Stream: the handle, None once a Stream is closed
+                    handle = stream._hipmr_handle
+                except AttributeError:  # a stream object of another library
+                    handle = None
+                stream = check_stream(stream) if handle is None else handle
             if type(ptr) is int is type(bytes) and aligned(alignment) is alignment \
                     and 0 <= stream:
                 known = live_pop(ptr, _NONE)
