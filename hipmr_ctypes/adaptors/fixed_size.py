@@ -323,17 +323,21 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                     live[ptr] = known
             deallocate_slow(ptr, bytes, alignment, SYNC)
 
+        # A stream object's handle: ``_hipmr_handle`` (stream_ref / Stream; None once a Stream
+        # is closed, the descriptor itself for a class), else ``check_stream``.  Only checked
+        # handles have a free list, so whatever else ``handle`` holds misses ``free_get`` and
+        # the checked path, given the argument itself, says what is wrong.
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            handle = stream
             if type(stream) is not int:
-                try:  # stream_ref / Stream: the handle, None once a Stream is closed
+                try:
                     handle = stream._hipmr_handle
                 except AttributeError:  # a stream object of another library
-                    handle = None
-                stream = check_stream(stream) if handle is None else handle
+                    handle = check_stream(stream)
             if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
-                    and 0 <= stream and acquire(False):
+                    and acquire(False):
                 try:
-                    lst = free_get(stream)
+                    lst = free_get(handle)
                     if lst:
                         ptr = lst.pop()
                         live[ptr] = bytes
@@ -343,22 +347,21 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            handle = stream
             if type(stream) is not int:
-                try:  # stream_ref / Stream: the handle, None once a Stream is closed
+                try:
                     handle = stream._hipmr_handle
                 except AttributeError:  # a stream object of another library
-                    handle = None
-                stream = check_stream(stream) if handle is None else handle
-            if type(ptr) is int is type(bytes) and aligned(alignment) is alignment \
-                    and 0 <= stream:
-                known = live_pop(ptr, _NONE)
-                if known == bytes:
-                    lst = free_get(stream)
-                    if lst is not None:  # only checked streams have an entry
+                    handle = check_stream(stream)
+            if type(ptr) is int is type(bytes) and aligned(alignment) is alignment:
+                lst = free_get(handle)
+                if lst is not None:  # a checked stream's: take the claim
+                    known = live_pop(ptr, _NONE)
+                    if known == bytes:
                         lst.append(ptr)
                         return
-                if known is not _NONE:  # put it back; the checked path decides
-                    live[ptr] = known
+                    if known is not _NONE:  # put it back; the checked path decides
+                        live[ptr] = known
             deallocate_slow(ptr, bytes, alignment, key(check_stream(stream)))
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
