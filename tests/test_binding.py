@@ -34,6 +34,15 @@ def test_declaration_table_is_unique_and_complete():
     assert not decls.DECL_BY_NAME["hipStreamGetDevice"].required
 
 
+def _libc(name, restype, *argtypes):
+    """``name`` of the C library, bound the way the back ends bind a row with these types."""
+    libc = ctypes.CDLL(None)
+    f = libc._FuncPtr((name, libc))
+    f.restype = restype
+    f.argtypes = decls.call_argtypes(decls.Decl(name, restype, argtypes, "-"))
+    return f
+
+
 def test_size_t_values_are_bound_as_void_p():
     """A ``size_t`` value argument is bound as ``c_void_p`` (ctypes converts an int for it
     without an ``isinstance`` test first); ``size_t*`` and the header's own types stay."""
@@ -45,20 +54,36 @@ def test_size_t_values_are_bound_as_void_p():
     assert decls.call_argtypes(mem_info) == list(mem_info.argtypes)  # size_t*: by reference
     for decl in decls.DECLS:
         bound = decls.call_argtypes(decl)
-        assert ctypes.c_size_t not in bound and len(bound) == len(decl.argtypes)
+        assert len(bound) == len(decl.argtypes)
+        assert not {ctypes.c_size_t, ctypes.c_int, ctypes.c_uint} & set(bound), decl.name
+    set_device = decls.call_argtypes(decls.DECL_BY_NAME["hipSetDevice"])[0]
+    assert issubclass(set_device, ctypes.c_int) and set_device is not ctypes.c_int
 
 
 def test_a_size_t_passed_as_void_p_arrives_bit_for_bit():
     """The C library's ``strnlen(s, maxlen)`` bound the way the back ends bind a ``size_t``:
     every bit of ``maxlen`` reaches C (a lost upper half would make ``2**32 + 1`` read 1)."""
-    strnlen = ctypes.CDLL(None).strnlen
-    strnlen.restype = ctypes.c_size_t
-    strnlen.argtypes = decls.call_argtypes(decls.Decl("strnlen", ctypes.c_size_t,
-                                                      (ctypes.c_char_p, ctypes.c_size_t), "-"))
+    strnlen = _libc("strnlen", ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
     assert strnlen.argtypes[1] is ctypes.c_void_p
     for maxlen, expected in ((0, 0), (2, 2), (5, 5), (6, 5), ((1 << 32) + 1, 5),
                              ((1 << 32) + 3, 5), (1 << 63, 5), ((1 << 64) - 1, 5)):
         assert strnlen(b"hello", maxlen) == expected, maxlen
+
+
+def test_int_and_unsigned_values_arrive_as_c_would_pass_them():
+    """``abs(int)`` and ``htonl(uint32_t)`` bound as the back ends bind ``int`` / ``unsigned
+    int``: the extremes and the sign bit arrive; what is no int is refused before the call."""
+    c_abs = _libc("abs", ctypes.c_int, ctypes.c_int)
+    for value, expected in ((0, 0), (-5, 5), (True, 1), ((1 << 31) - 1, (1 << 31) - 1),
+                            (-(1 << 31) + 1, (1 << 31) - 1)):
+        assert c_abs(value) == expected, value
+    htonl = _libc("htonl", ctypes.c_uint, ctypes.c_uint)
+    swap = (lambda v: int.from_bytes(v.to_bytes(4, "little"), "big"))
+    for value in (0, 1, 0x12345678, 0x80000000, 0xFFFFFFFF):
+        assert htonl(value) == (value if sys.byteorder == "big" else swap(value)), value
+    for bad in (None, 1.5, "1", ctypes.c_int(1)):
+        with pytest.raises(ctypes.ArgumentError):
+            c_abs(bad)
 
 
 def test_amd_search_order_env_first():

@@ -18,12 +18,14 @@ take ``ctypes.byref(c_uint64 | c_int)``.  Every function returns the status as a
 the back end's own numbering (CUDA's on ``nvidia``); only a non-zero status is translated.
 
 ``Decl.argtypes`` are the header's types (the ABI test compiles them); the back ends bind
-:func:`call_argtypes`, which passes a ``size_t`` value argument as ``c_void_p`` (see there).
+:func:`call_argtypes`, which converts ``size_t``, ``int`` and ``unsigned int`` value arguments
+faster (the same bits; see there).
 """
 from __future__ import annotations
 
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_size_t, c_ubyte,
                     c_uint, c_ulonglong, c_void_p, sizeof)
+from operator import index
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Dict, List, Tuple
@@ -224,22 +226,41 @@ DECLS: Tuple[Decl, ...] = _read(_TABLE)
 
 DECL_BY_NAME = {d.name: d for d in DECLS}
 
-# What a back end binds as a value argument's type, where it differs from the header's.  ctypes
-# converts an int for ``c_void_p`` at once, but for any other simple type (``c_size_t``...) it
-# first asks ``isinstance`` through the type's metaclass: that costs about a third of a whole
-# call of a four-argument function (measured: 1.19 -> 0.83 us per call on a slow host).
-# ``size_t`` has the width and register class of ``void*`` on every ABI the package runs on
-# (x86-64, AArch64, POWER: one integer register or stack slot), so a ``size_t`` passed as
-# ``c_void_p`` arrives bit for bit.  The package checks every size before a native call, so
-# the looser conversion (``c_void_p`` also takes None, bytes and ctypes objects) is never
-# reached with anything but an int in [0, 2**64).
-_PASSED_AS: Dict[object, object] = (
-    {c_size_t: c_void_p} if sizeof(c_size_t) == sizeof(c_void_p) else {})
+# What a back end binds as a value argument's type, where it differs from the header's.  For
+# every simple type but ``c_void_p``, ctypes converts an argument by first asking ``isinstance``
+# through the type's metaclass: that costs about a third of a whole call of a four-argument
+# function (a no-op C function on a slow host: 1.19 -> 0.83 us per call once its one size_t
+# goes as ``c_void_p``; one ``int``: 0.90 -> 0.52 us).
+# - ``size_t`` has the width and register class of ``void*`` on every ABI the package runs on
+#   (x86-64, AArch64, POWER: one integer register or stack slot), so it is passed as
+#   ``c_void_p``, whose conversion of an int is direct, and arrives bit for bit.
+# - ``int`` and ``unsigned int`` take a ``from_param`` that gives the int itself
+#   (``operator.index``: an int or bool as it is, anything else a TypeError that ctypes
+#   reports as ArgumentError); ctypes passes an int as a C ``int`` with no conversion object,
+#   the same 32 bits its own ``c_int`` / ``c_uint`` pass.
+# The package checks every value before a native call, so nothing but an int in range gets
+# this far.
+
+
+class _IntValue(c_int):
+    """A C ``int`` value argument, converted without ctypes' ``isinstance`` test."""
+    from_param = staticmethod(index)
+
+
+class _UIntValue(c_uint):
+    """A C ``unsigned int`` value argument (the same 32 bits as an ``int``)."""
+    from_param = staticmethod(index)
+
+
+_PASSED_AS: Dict[object, object] = {c_int: _IntValue, c_uint: _UIntValue}
+if sizeof(c_size_t) == sizeof(c_void_p):
+    _PASSED_AS[c_size_t] = c_void_p
 
 
 def call_argtypes(decl: Decl) -> List[object]:
     """The ``argtypes`` a back end sets for ``decl``: its own, with a ``size_t`` value
-    argument passed as ``c_void_p`` (the same bits, converted faster)."""
+    argument passed as ``c_void_p`` and an ``int`` / ``unsigned int`` one as the int itself
+    (the same bits, converted faster)."""
     return [_PASSED_AS.get(t, t) for t in decl.argtypes]
 
 
