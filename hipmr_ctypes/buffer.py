@@ -83,17 +83,17 @@ class _HostView:
 # id(resource) -> (weak reference to it, its shared state).  The weak reference confirms the
 # entry is for this very object (ids are reused) and drops the entry when the resource goes
 # away: nothing here keeps a resource alive.  A resource that takes no weak reference is
-# checked for every buffer.  ``_last`` (weak reference, state, ref class) is the resource seen
-# last and the class of a ref to it seen since (None if none): a buffer on the same resource as
-# the previous one, or on a ref of that class to it, finds its state with one weak-reference
-# call.
+# checked for every buffer.  ``_last`` is the shared state of the resource seen last: its
+# ``owner`` (that weak reference) and ``ref_class`` (the class of a ref to it seen since, or
+# None) let a buffer on the same resource as the previous one, or on a ref of that class to
+# it, find its state with one global read and one weak-reference call.
 
 
 class _State:
     """What a buffer knows beyond its address, size, resource and stream."""
 
     __slots__ = ("device", "host_only", "capacity", "alignment", "keep", "kind", "closed",
-                 "plain", "shared", "gone", "closed_twin", "empty_twin")
+                 "plain", "shared", "gone", "closed_twin", "empty_twin", "owner", "ref_class")
     device: Optional[int]      # the device of the memory; None for host-only memory
     host_only: bool
     capacity: Optional[int]    # bytes allocated; None: the buffer's size
@@ -106,6 +106,8 @@ class _State:
     gone: bool                 # the buffer owns no memory (closed and freed, or empty)
     closed_twin: "_State"      # for a shared state: its closed counterpart
     empty_twin: "_State"       # for a shared plain state: the one of its empty buffers
+    owner: Any                 # for a shared plain state: the weak reference to its resource
+    ref_class: Any             # ... and the class of a ref to that resource seen, or None
 
     def copy(self) -> "_State":
         """A buffer's own copy (not plain, not shared; owning what the original's buffer
@@ -151,8 +153,9 @@ class _Gone:
     __slots__ = ("__weakref__",)
 
 
-_DEAD = weakref.ref(_Gone())   # a weak reference that returns None
-_last: Tuple[Any, Any, Any] = (_DEAD, None, None)
+_last: _State = _shared_state(None, True)
+_last.owner = weakref.ref(_Gone())   # a weak reference that returns None
+_last.ref_class = None
 
 
 def _forget(key: int) -> Callable[[Any], None]:
@@ -193,9 +196,11 @@ def _state_for(resource: Any, alignment: int, keep: Any, device: Optional[int]) 
     wr, state = entry
     if wr is not None and (state.device is not None or state.host_only):
         last = _last
-        ref_class = (type(resource) if is_ref else
-                     last[2] if last[0]() is target else None)
-        _last = (wr, state, ref_class)
+        # a cache field of a shared state, read only beside ``owner``: any value is safe
+        state.ref_class = (type(resource) if is_ref else
+                           last.ref_class if last.owner() is target else None)
+        state.owner = wr
+        _last = state
     if keep is not None or alignment is not DEFAULT_ALIGNMENT or (
             state.device is None and not state.host_only):
         state = state.copy()
@@ -282,11 +287,11 @@ class Buffer:
                 entry = _current.get(device)
                 resource, state = _current_entry(device) if entry is None else entry
             else:
-                last = _last
-                target = last[0]()
-                state = (last[1] if target is resource
-                         or type(resource) is last[2] and resource.resource is target
-                         else _state_for(resource, DEFAULT_ALIGNMENT, None, None))
+                state = _last
+                target = state.owner()
+                if target is not resource and (type(resource) is not state.ref_class
+                                               or resource.resource is not target):
+                    state = _state_for(resource, DEFAULT_ALIGNMENT, None, None)
             self._ref = resource
             self._size = size
             self._handle = 0

@@ -928,6 +928,26 @@ def test_the_resource_check_is_cached_per_object_and_never_keeps_it_alive():
     b.close()
 
 
+def test_the_resource_seen_last_never_lends_its_facts_to_another():
+    """Buffers on two devices' pools, directly and through refs of one class, in every order:
+    each buffer gets the facts of its own resource (the state of the one seen last is reused
+    only for that very resource, or a ref of a class seen with it to that very resource)."""
+    from support import process_runtime
+    two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    with process_runtime(two):
+        pools = [hmr.PoolResource(hmr.AsyncMemoryResource(d)) for d in (0, 1)]
+        refs = [hmr.async_resource_ref[hmr.device_accessible](p) for p in pools]
+        host = hmr.HostMemoryResource()
+        order = [(0, "pool"), (0, "ref"), (1, "ref"), (1, "pool"), (0, "ref"), (1, "ref"),
+                 (None, "host"), (0, "pool"), (0, "pool"), (1, "pool"), (1, "ref"), (0, "ref")]
+        for d, how in order:
+            resource = {"pool": pools[d] if d is not None else None,
+                        "ref": refs[d] if d is not None else None, "host": host}[how]
+            with Buffer(256, resource=resource) as buf:
+                assert buf.device == d, (d, how)
+                assert buf.resource is (host if how == "host" else pools[d])
+
+
 def test_a_ref_and_its_resource_give_the_same_buffer_facts():
     r = hmr.AsyncMemoryResource()
     pool = hmr.PoolResource(r)
