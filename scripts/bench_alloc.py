@@ -662,12 +662,18 @@ def print_table(results, floor, meta, frag) -> None:
               ("LimitingResource over PoolResource", "RMM LimitingResourceAdaptor over its pool"),
               ("TrackingResource over PoolResource", "RMM TrackingResourceAdaptor over its pool"),
               ("Buffer over PoolResource, create + close", "RMM DeviceBuffer on the pool"),
-              (CUPY_OURS, CUPY_POOL), (CUPY_OURS_PINNED, CUPY_POOL), (NUMBA_OURS, CUPY_POOL))
+              (CUPY_OURS, CUPY_POOL), (CUPY_OURS_PINNED, CUPY_POOL), (NUMBA_OURS, CUPY_POOL),
+              ("AsyncMemoryResource direct",
+               "raw ctypes hipMallocFromPoolAsync/hipFreeAsync (same pool)"),
+              ("AsyncMemoryResource direct", "raw ctypes hipMallocFromPoolAsync/hipFreeAsync, "
+               "size as c_size_t (same pool)"))
     print("\n# Ours / the peer's equivalent (lower = we are faster)\n")
     print("| ours | peer | " + " | ".join(cols) + " |")
     print("|---|---|" + "---|" * len(cols))
     for mine, theirs in stacks:
         a_row, b_row = results.get(mine, {}), results.get(theirs, {})
+        if not isinstance(b_row, dict) or not b_row:
+            continue
         cells = []
         for c in cols:
             a, b = a_row.get(c), b_row.get(c)
