@@ -697,6 +697,42 @@ def test_async_free_of_the_pointer_just_allocated_still_checks_everything_else(e
     a.close()
 
 
+def test_async_size_known_by_identity_is_only_ever_a_size_once_tested(emulator):
+    """The int object the last allocation took skips the size's tests (it passed them then);
+    an equal int made otherwise takes them in full, and what is no valid size is refused
+    before any native call, before and after allocations, on both paths."""
+    import copy
+    a = AsyncMemoryResource()
+    calls = []
+    real_malloc, real_free = a._malloc, a._free_fn
+    a._malloc = lambda *args: calls.append("malloc") or real_malloc(*args)
+    a._free_fn = lambda ptr, stream: calls.append("free") or real_free(ptr, stream)
+    bad_sizes = (None, 1.5, "70000", True, -1, 1 << 64)
+    for bad in bad_sizes:
+        with pytest.raises((TypeError, ValueError), match="bytes|size"):
+            a.allocate_async(bad, 256, 0)
+    size = int("70000")                              # not one of CPython's cached ints
+    p = a.allocate_async(size, 256, 0)
+    assert a._bytes is size and calls == ["malloc"]
+    before = emulator.live_allocations().count
+    for bad in bad_sizes:
+        with pytest.raises((TypeError, ValueError), match="bytes|size"):
+            a.allocate_async(bad, 256, 0)
+        with pytest.raises((TypeError, ValueError), match="bytes|size"):
+            a.deallocate_async(p, bad, 256, 0)
+    assert calls == ["malloc"] and emulator.live_allocations().count == before
+    equal = int(str(size))                           # equal, another object: tested in full
+    assert equal == size and equal is not size
+    a.deallocate_async(p, equal, 256, 0)
+    q = a.allocate_async(size, 256, 0)               # the same object again
+    twin = copy.copy(a)
+    assert twin._bytes is size
+    twin.deallocate_async(q, size, 256, 0)
+    assert calls == ["malloc", "free", "malloc", "free"]
+    assert emulator.live_allocations().count == before - 1
+    a.close()
+
+
 def test_async_needs_memory_pool_support(emulator):
     old = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_VERSION": "6.1.0"})
     previous = _hip.set_runtime(old)

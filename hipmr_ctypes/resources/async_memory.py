@@ -357,8 +357,9 @@ class AsyncMemoryResource:
     _checks_arguments = True
 
     __slots__ = ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
-                 "_stream", "_ptr", "__weakref__")
+                 "_stream", "_ptr", "_bytes", "__weakref__")
     _ptr: object
+    _bytes: object
     properties: Tuple[type, ...] = (device_accessible,)
 
     def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[Size] = None,
@@ -459,6 +460,7 @@ class AsyncMemoryResource:
         self._free_fn = rt.fn.hipFreeAsync
         self._stream = 0  # the stream handle last validated (see _stream_arg)
         self._ptr = _NO_PTR  # the pointer last allocated (see allocate_async)
+        self._bytes = _NO_PTR  # the size last allocated (see allocate_async)
         pool._users[id(self)] = self
 
     def __copy__(self) -> "AsyncMemoryResource":
@@ -467,7 +469,7 @@ class AsyncMemoryResource:
         cls = type(self)
         new = cls.__new__(cls)
         for name in ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
-                     "_stream", "_ptr"):
+                     "_stream", "_ptr", "_bytes"):
             setattr(new, name, getattr(self, name))
         self._pool._users[id(new)] = new
         new._malloc, new._free_fn = self._malloc, self._free_fn  # if closed meanwhile
@@ -490,7 +492,10 @@ class AsyncMemoryResource:
     # the stream last validated here, passed again: the same object; or a created stream's
     # int handle up to 2**63, tested in full) and the native call; a free tests the pointer
     # the same way: the int object the last allocation returned (an address the runtime gave,
-    # so an int in range: nothing to test), or any int in (0, 2**63];
+    # so an int in range: nothing to test), or any int in (0, 2**63]; a size is the int object
+    # the last allocation took (tested then; an int never changes: a caller that frees with the
+    # size it allocated with, as Buffer does, or allocates the same size object again, skips
+    # its test), or an int tested here;
     # anything else takes the checked path, which tests the other fast cases, converts what it
     # may (Stream, stream_ref, numpy integers, handles above 2**63), names what it rejects and
     # remembers a validated int handle.  An allocation on the per-thread stream (handle 2)
@@ -501,7 +506,8 @@ class AsyncMemoryResource:
         """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
         returns the pointer as an int (0 for ``bytes == 0``)."""
         if not ((stream is self._stream or type(stream) is int and 2 < stream <= 1 << 63)
-                and type(bytes) is int and 0 < bytes <= _COMPACT and alignment is _A256):
+                and (bytes is self._bytes or type(bytes) is int and 0 < bytes <= _COMPACT)
+                and alignment is _A256):
             bytes, stream = self._alloc_args(bytes, alignment, stream)
             if not bytes:
                 return 0
@@ -513,13 +519,15 @@ class AsyncMemoryResource:
                                  device=self._device)
         ptr: int = out.value  # type: ignore[assignment]  # not NULL on success
         self._ptr = ptr
+        self._bytes = bytes
         return ptr
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
         if not ((stream is self._stream or type(stream) is int and 0 <= stream <= 1 << 63)
                 and (ptr is self._ptr or type(ptr) is int and 0 < ptr <= 1 << 63)
-                and type(bytes) is int and 0 <= bytes <= _COMPACT and alignment is _A256):
+                and (bytes is self._bytes or type(bytes) is int and 0 <= bytes <= _COMPACT)
+                and alignment is _A256):
             ptr, stream = self._free_args(ptr, bytes, alignment, stream)
             if not ptr:
                 return
