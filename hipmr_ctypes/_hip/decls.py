@@ -30,8 +30,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Dict, List, Tuple
 
-__all__ = ["Decl", "DECLS", "DECL_BY_NAME", "HOT", "call_argtypes", "hipMemLocation", "hipMemAccessDesc",
-           "hipMemPoolProps", "hipPointerAttribute_t", "hipIpcMemHandle_t",
+__all__ = ["Decl", "DECLS", "DECL_BY_NAME", "HOT", "call_argtypes", "hipMemLocation",
+           "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t", "hipIpcMemHandle_t",
            "hipMemPoolPtrExportData"]
 
 

@@ -39,7 +39,9 @@ _A256 = DEFAULT_ALIGNMENT
 #: The largest size the hot paths test inline (``2**30 - 1``): CPython compares such ints in
 #: one machine word; larger sizes (up to ``2**63``) take the checked path.
 _COMPACT = (1 << 30) - 1
-_NO_PTR = object()   # no allocation yet: no argument is this object (None and 0 must be tested)
+#: ``_ptr`` and ``_bytes`` before the first allocation: no argument is this object (None and 0,
+#: which must be tested, would be)
+_NO_ALLOCATION = object()
 
 #: Bytes of the random identity of an exportable pool (``resources.ipc.POOL_ID_BYTES``)
 POOL_ID_BYTES = 16
@@ -459,8 +461,8 @@ class AsyncMemoryResource:
         self._malloc = rt.fn.hipMallocFromPoolAsync
         self._free_fn = rt.fn.hipFreeAsync
         self._stream = 0  # the stream handle last validated (see _stream_arg)
-        self._ptr = _NO_PTR  # the pointer last allocated (see allocate_async)
-        self._bytes = _NO_PTR  # the size last allocated (see allocate_async)
+        self._ptr = _NO_ALLOCATION  # the pointer last allocated (see allocate_async)
+        self._bytes = _NO_ALLOCATION  # the size last allocated (see allocate_async)
         pool._users[id(self)] = self
 
     def __copy__(self) -> "AsyncMemoryResource":
