@@ -102,8 +102,12 @@ def _static_kind(cls: type, name: str) -> bool:
 
 def _new_entry(cls: type) -> _Entry:
     attrs = _class_attrs(cls)
+    reason = getattr(cls, "_hipmr_not_a_resource", None)
     if issubclass(cls, type):
         entry = _Entry(attrs, _NOT_A_RESOURCE, True, False)
+    elif isinstance(reason, str):  # the CCCL 3.x wrappers: allocate takes the stream first
+        entry = _Entry(attrs, _Info(0, (MISSING,) * 4, reason.format(name=cls.__name__)),
+                       True, False)
     else:
         marker = cls.__dict__.get("_hipmr_ref_kind") or getattr(cls, "_hipmr_ref_kind", None)
         if marker is not None:  # resource_ref classes: bound methods live in slots
