@@ -157,6 +157,8 @@ def collect_info() -> Dict[str, Any]:
     err = rt.error(st, "hipGetDeviceCount") if st else None
     devices: List[Dict[str, Any]] = []
     report["devices"] = devices
+    from ._config import describe
+    report["device_resource"] = describe()
     if err is not None or count.value == 0:
         report["no_device"] = _why_no_device(platform, err)
         report["hint"] = no_device_hint(platform)
@@ -195,6 +197,13 @@ def print_info(report: Dict[str, Any]) -> None:
                                else ""))
     print(f"runtime version: {report.get('runtime_version')}; "
           f"driver version: {report.get('driver_version')}")
+    config = report.get("device_resource")
+    if config:
+        where = ("the default" if config["source"] == "default"
+                 else f"from {config['source']}={config['spec']!r}")
+        print(f"device resource: {config.get('detail') or 'invalid'} ({where})")
+        if "error" in config:
+            print(f"  error: {config['error']}")
     if report.get("no_device"):
         name = _LIBRARY_NAMES[report["platform"]]
         print(f"devices: none ({name} {version} loaded; {report['no_device']})")

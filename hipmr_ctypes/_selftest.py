@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -60,7 +61,24 @@ def _checks() -> List[Tuple[str, Optional[Callable[[], str]]]]:
     ]
     have_device = hmr.device_count() > 0
     checks += [(name, fn if have_device else None) for name, fn in _DEVICE_CHECKS]
+    from ._config import VARIABLE
+    if os.environ.get(VARIABLE, "").strip():
+        checks.append((VARIABLE, _configured if have_device else None))
     return checks
+
+
+def _configured() -> str:
+    """The resource HIPMR_DEVICE_RESOURCE describes, built for device 0 and round-tripped."""
+    from ._config import build, spec_from_environment
+    spec = spec_from_environment()
+    assert spec is not None
+    mr = build(spec, 0)
+    try:
+        return f"{spec.text!r} on device 0: {type(mr).__name__}; " + _roundtrip(mr)
+    finally:
+        close = getattr(mr, "close", None)  # the outermost: a log closed, a runtime pool freed
+        if close is not None:
+            close()
 
 
 def _event_timing() -> str:

@@ -550,6 +550,10 @@ class shared_resource(forward_property):
 
     __slots__ = ("_block", "allocate_sync", "deallocate_sync", "allocate", "deallocate")
     _hipmr_not_a_resource = _NOT_22
+    allocate_sync: Callable[..., int]
+    deallocate_sync: Callable[..., None]
+    allocate: Callable[..., int]
+    deallocate: Callable[..., None]
 
     def __init__(self, resource: Any) -> None:
         self._share(_Block(resource))
@@ -616,6 +620,10 @@ class synchronous_resource_adapter(forward_property):
 
     __slots__ = ("_upstream", "allocate_sync", "deallocate_sync", "allocate", "deallocate")
     _hipmr_not_a_resource = _NOT_22
+    allocate_sync: Callable[..., int]
+    deallocate_sync: Callable[..., None]
+    allocate: Callable[..., int]
+    deallocate: Callable[..., None]
 
     def __init__(self, upstream: Any) -> None:
         kind, why = _kind(upstream)

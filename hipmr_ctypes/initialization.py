@@ -14,7 +14,7 @@ import threading
 from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar,
                     Union)
 
-from ._sizes import Size, config_size
+from ._sizes import DeviceFraction, Size, parse_config_size, resolve_size
 from .adaptors.logging import LoggingResource
 from .adaptors.pool import PoolResource
 from .device import Device, check_device, get_device
@@ -106,6 +106,10 @@ def log_file_for(base: str, device: int) -> str:
     return f"{root}.dev{device}{ext or '.csv'}"
 
 
+def _resolved(size: Union[None, int, DeviceFraction], name: str, device: int) -> Optional[int]:
+    return None if size is None else resolve_size(size, name, device)
+
+
 def reinitialize(pool_allocator: bool = False, managed_memory: bool = False,
                  initial_pool_size: Optional[Size] = None,
                  maximum_pool_size: Optional[Size] = None,
@@ -128,11 +132,11 @@ def reinitialize(pool_allocator: bool = False, managed_memory: bool = False,
     pool = _check_bool(pool_allocator, "pool_allocator")
     managed = _check_bool(managed_memory, "managed_memory")
     log = _check_bool(logging, "logging")
-    initial = None if initial_pool_size is None else config_size(initial_pool_size,
-                                                                  "initial_pool_size")
-    maximum = None if maximum_pool_size is None else config_size(maximum_pool_size,
-                                                                  "maximum_pool_size")
-    if initial is not None and maximum is not None and initial > maximum:
+    initial = None if initial_pool_size is None else parse_config_size(initial_pool_size,
+                                                                        "initial_pool_size")
+    maximum = None if maximum_pool_size is None else parse_config_size(maximum_pool_size,
+                                                                        "maximum_pool_size")
+    if type(initial) is int and type(maximum) is int and initial > maximum:
         raise ValueError(f"initial_pool_size={initial_pool_size!r} ({initial} bytes) is larger "
                          f"than maximum_pool_size={maximum_pool_size!r} ({maximum} bytes)")
     ordinals = _device_list(devices)
@@ -146,7 +150,8 @@ def reinitialize(pool_allocator: bool = False, managed_memory: bool = False,
                 with Device(device):
                     mr: Any = ManagedMemoryResource() if managed else DeviceMemoryResource(device)
                     if pool:
-                        mr = PoolResource(mr, initial, maximum)
+                        mr = PoolResource(mr, _resolved(initial, "initial_pool_size", device),
+                                          _resolved(maximum, "maximum_pool_size", device))
                     if base is not None:
                         mr = LoggingResource(mr, log_file_for(base, device))
                 built[device] = mr

@@ -266,7 +266,8 @@ def test_bad_constructor_arguments():
         (lambda: PoolResource(HostMemoryResource), TypeError),
         (lambda: PoolResource(object()), TypeError),
         (lambda: PoolResource(up, -1), ValueError),
-        (lambda: PoolResource(up, 1.0), TypeError),
+        (lambda: PoolResource(up, 1.5), ValueError),   # a float is a fraction in (0, 1]
+            (lambda: PoolResource(up, b"1"), TypeError),
         (lambda: PoolResource(up, None, True), TypeError),
         (lambda: PoolResource(up, 1 << 21, 1 << 20), ValueError),
         (lambda: LimitingResource(up, -5), ValueError),

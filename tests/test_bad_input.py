@@ -154,6 +154,8 @@ BAD_SIZES = [("negative", -1, ValueError), ("float", 64.0, TypeError), ("bool", 
 BAD_CONFIG_SIZES = [(label, "64 apples", ValueError) if label == "string" else (label, v, exc)
                     for label, v, exc in BAD_SIZES]
 CONFIG_SIZE_ARGS = {"initial_pool_size", "maximum_pool_size", "block_size", "limit", "threshold"}
+#: ... and a float is a fraction of the device's memory: one outside (0, 1] is a ValueError
+FRACTION_SIZE_ARGS = {"initial_pool_size", "maximum_pool_size", "limit", "release_threshold"}
 BAD_ALIGNMENTS = [("zero", 0, ValueError), ("negative", -256, ValueError),
                   ("not-pow2", 48, ValueError), ("float", 256.0, TypeError),
                   ("bool", True, TypeError), ("string", "256", TypeError),
@@ -631,12 +633,12 @@ for label, v, exc in BAD_DEVICES:
 for label, v, exc in BAD_CONFIG_SIZES:
     if v is not None:  # None: the default
         case(f"AsyncMemoryResource-initial_pool_size-{label}", "AsyncMemoryResource", _none,
-             lambda _, v=v: hmr.AsyncMemoryResource(initial_pool_size=v), exc,
-             "initial_pool_size")
+             lambda _, v=v: hmr.AsyncMemoryResource(initial_pool_size=v),
+             ValueError if label == "float" else exc, "initial_pool_size")
 for label, v, exc in BAD_SIZES:
     case(f"MemoryPool.trim_to-bytes-{label}", "MemoryPool", _async,
          lambda a, v=v: a.pool.trim_to(v), exc, "bytes", state=snapshot, serve=serve)
-for label, v, exc in [("negative", -1, ValueError), ("float", 1.0, TypeError),
+for label, v, exc in [("negative", -1, ValueError), ("float", 1.5, ValueError),
                       ("bool", True, TypeError), ("huge", 1 << 64, ValueError),
                       ("string", "zero", ValueError), ("bytes", b"0", TypeError)]:
     case(f"AsyncMemoryResource-release_threshold-{label}", "AsyncMemoryResource", _none,
@@ -732,6 +734,8 @@ ADAPTOR_SIZE_ARGS = [
 for (label, plain_v, plain_exc), (_, cv, cexc) in zip(BAD_SIZES, BAD_CONFIG_SIZES):
     for target, arg, build in ADAPTOR_SIZE_ARGS:
         v, exc = (cv, cexc) if arg in CONFIG_SIZE_ARGS else (plain_v, plain_exc)
+        if label == "float" and arg in FRACTION_SIZE_ARGS:
+            exc = ValueError
         name = "size" if arg in ("bins", "add_bin") else arg
         if v is None and arg in ("initial_pool_size", "maximum_pool_size", "min_size_exponent"):
             continue  # None is the default
@@ -976,7 +980,7 @@ for label, kwargs, exc, match in [
         ("pool_allocator-int", dict(pool_allocator=1), TypeError, "pool_allocator"),
         ("managed_memory-string", dict(managed_memory="yes"), TypeError, "managed_memory"),
         ("logging-None", dict(logging=None), TypeError, "logging"),
-        ("initial_pool_size-float", dict(initial_pool_size=1.5), TypeError, "initial_pool_size"),
+        ("initial_pool_size-float", dict(initial_pool_size=1.5), ValueError, "initial_pool_size"),
         ("initial_pool_size-string", dict(initial_pool_size="1 lot"), ValueError,
          "initial_pool_size"),
         ("maximum_pool_size-negative", dict(maximum_pool_size=-1), ValueError,

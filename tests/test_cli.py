@@ -51,7 +51,7 @@ CONFIG_ERRORS = [
     ({"HIPMR_PLATFORM": "emulated", "HIPMR_EMULATED_DEVICES": "abc"},
      "HIPMR_EMULATED_DEVICES='abc'", "fix HIPMR_EMULATED_DEVICES", "HIPMR_PLATFORM=emulated"),
     ({"HIPMR_PLATFORM": "emulated", "HIPMR_EMULATED_MEMORY": "lots"},
-     "HIPMR_EMULATED_MEMORY: not a size", "fix HIPMR_EMULATED_MEMORY", "HIPMR_PLATFORM=emulated"),
+     "HIPMR_EMULATED_MEMORY: Could not parse", "fix HIPMR_EMULATED_MEMORY", "HIPMR_PLATFORM=emulated"),
     ({"HIPMR_PLATFORM": "amd", "HIPMR_LIBRARY": _ctypes.__file__},  # a shared library, not HIP
      "is not a HIP runtime library", "point HIPMR_LIBRARY at libamdhip64", "too old"),
 ]

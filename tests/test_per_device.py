@@ -136,15 +136,16 @@ def test_threads_setting_concurrently():
 
 
 def test_lock_not_held_while_making_the_default(monkeypatch):
+    from hipmr_ctypes import _config
     made = []
-    real = per_device.DeviceMemoryResource
+    real = _config.default_resource
 
     def make(device):
         assert not per_device._lock.locked()
         made.append(device)
         return real(device)
 
-    monkeypatch.setattr(per_device, "DeviceMemoryResource", make)
+    monkeypatch.setattr(_config, "default_resource", make)
     get_current_device_resource()
     assert made == [hmr.get_device()]
 

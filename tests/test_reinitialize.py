@@ -87,6 +87,8 @@ def test_reinitialize_maximum_pool_size_is_enforced():
     (dict(pool_allocator=True, initial_pool_size="2k"), "Could not parse '2k'"),
     (dict(pool_allocator=True, maximum_pool_size="lots"), "Could not parse 'lots'"),
     (dict(initial_pool_size=-1), "initial_pool_size=-1 is negative"),
+    (dict(initial_pool_size=1.5), "initial_pool_size: 1.5 as a fraction"),
+    (dict(pool_allocator=True, maximum_pool_size="150%"), "maximum_pool_size: '150%'"),
     (dict(logging=True), "HIPMR_LOG_FILE or RMM_LOG_FILE"),
     (dict(logging=True, log_file_name=""), "not a file name"),
     (dict(devices=[]), "devices is empty"),
@@ -104,7 +106,7 @@ def test_reinitialize_refuses_bad_arguments_before_anything_changes(kwargs, matc
 
 @pytest.mark.parametrize("kwargs", [dict(pool_allocator=1), dict(managed_memory="yes"),
                                     dict(logging=None), dict(devices="0"),
-                                    dict(initial_pool_size=1.5), dict(log_file_name=3,
+                                    dict(initial_pool_size=b"1"), dict(log_file_name=3,
                                                                       logging=True)])
 def test_reinitialize_refuses_wrong_types(kwargs):
     with pytest.raises(TypeError):

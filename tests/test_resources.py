@@ -303,8 +303,10 @@ def test_constructor_arguments(emulator):
             ManagedMemoryResource(None)
         with pytest.raises(ValueError, match="hipMemAttachGlobal"):
             ManagedMemoryResource(4)
-        with pytest.raises(TypeError, match="initial_pool_size"):
+        with pytest.raises(ValueError, match="initial_pool_size: 1.5 as a fraction"):
             AsyncMemoryResource(initial_pool_size=1.5)
+        with pytest.raises(TypeError, match="initial_pool_size"):
+            AsyncMemoryResource(initial_pool_size=b"1")
         with pytest.raises(ValueError, match="initial_pool_size"):
             AsyncMemoryResource(initial_pool_size=-1)
         with pytest.raises(TypeError, match="release_threshold"):

@@ -32,7 +32,7 @@ class AlignedResource(BoundAdaptor):
                  threshold: Size = 0) -> None:
         ref = self._set_upstream(upstream)
         self._alignment = check_alignment(alignment, name="alignment")
-        self._threshold = config_size(threshold, "threshold")
+        self._threshold = config_size(threshold, "threshold", fraction=False)
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:

@@ -266,7 +266,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
     def __init__(self, upstream: Any, block_size: Size = 1 << 20,
                  blocks_to_preallocate: int = 128) -> None:
         ref = self._set_upstream(upstream)
-        block_size = config_size(block_size, "block_size")
+        block_size = config_size(block_size, "block_size", fraction=False)
         per_chunk = check_size(blocks_to_preallocate, "blocks_to_preallocate")
         if not block_size:
             raise ValueError("block_size=0: a block must hold at least one byte")

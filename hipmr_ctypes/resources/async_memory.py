@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import weakref
 from ctypes import byref, c_int, c_uint64, c_void_p
-from typing import TYPE_CHECKING, Any, Callable, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Set, Tuple, Union
 
 from .. import _hip
 from .._exit import finalize, finalizer
@@ -25,7 +25,7 @@ from .._checks import check_ptr, check_size, check_stream
 from .._limits import MAX_ADDRESS
 from .._thread_exit import arm
 from ..stream_ref import PER_THREAD_HANDLE as _PER_THREAD
-from .._sizes import Size, config_size, parse_bytes
+from .._sizes import DeviceFraction, Size, parse_config_size, parse_size, resolve_size
 from ._common import check_args
 
 if TYPE_CHECKING:
@@ -54,17 +54,32 @@ _POOL_SUPPORT_HINT = (
     "environment before the process starts to enable them, or use DeviceMemoryResource")
 
 
-def _check_threshold(value: Any, name: str = "release_threshold") -> int:
-    if isinstance(value, str):
+def _parse_threshold(value: Any, name: str = "release_threshold") -> Union[int, DeviceFraction]:
+    """A release threshold read by the one size grammar: an int in ``[0, 2**64)``, or a
+    fraction of the device's memory (resolved by :func:`_check_threshold`)."""
+    if isinstance(value, DeviceFraction):
+        return value
+    if isinstance(value, (str, float)):
         try:
-            value = parse_bytes(value)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
+            value = parse_size(value)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{name}: {exc}") from None
+        if isinstance(value, DeviceFraction):
+            return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int number of bytes, not {type(value).__name__}")
     if not 0 <= value <= MAX_RELEASE_THRESHOLD:
         raise ValueError(f"{name}={value} is not in [0, 2**64)")
     return int(value)
+
+
+def _check_threshold(value: Any, name: str = "release_threshold",
+                     device: Optional[int] = None) -> int:
+    """A release threshold in bytes: a fraction is of ``device``'s total memory."""
+    parsed = _parse_threshold(value, name)
+    if isinstance(parsed, DeviceFraction):
+        return parsed.of(int(Device(device).memory_info()[1]))
+    return parsed
 
 
 def _require_pools(device: int) -> None:
@@ -227,7 +242,7 @@ class MemoryPool:
 
     @release_threshold.setter
     def release_threshold(self, value: int) -> None:
-        value = _check_threshold(value)
+        value = _check_threshold(value, device=self._device)
         self._set(hipMemPoolAttrReleaseThreshold, value, "release_threshold")
 
     def reset_high(self) -> None:
@@ -366,14 +381,18 @@ class AsyncMemoryResource:
 
     def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[Size] = None,
                  release_threshold: Optional[Size] = None, enable_ipc: bool = False) -> None:
-        if initial_pool_size is not None:
-            initial_pool_size = config_size(initial_pool_size, "initial_pool_size")
-        threshold = (MAX_RELEASE_THRESHOLD if release_threshold is None
-                     else _check_threshold(release_threshold))
+        initial = (None if initial_pool_size is None
+                   else parse_config_size(initial_pool_size, "initial_pool_size"))
+        threshold_size = (None if release_threshold is None
+                          else _parse_threshold(release_threshold))
         if not isinstance(enable_ipc, bool):
             raise TypeError(f"enable_ipc must be a bool, not {type(enable_ipc).__name__}")
         rt = _hip.get_runtime()
         dev = get_device() if device is None else check_device(device)
+        initial_pool_size = (None if initial is None
+                             else resolve_size(initial, "initial_pool_size", dev))
+        threshold = (MAX_RELEASE_THRESHOLD if threshold_size is None
+                     else _check_threshold(threshold_size, device=dev))
         _require_pools(dev)
         if enable_ipc and not _handle_types(dev) & hipMemHandleTypePosixFileDescriptor:
             raise NotSupportedError(801, "hipErrorNotSupported",

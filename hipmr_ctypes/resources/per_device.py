@@ -1,6 +1,7 @@
 """The per-device resource (RMM's ``get/set_per_device_resource``): one async,
 device-accessible resource per device, used by ``Buffer`` and the interop hooks when no resource
-is given.  The default for a device is a :class:`DeviceMemoryResource` for it, made on first use.
+is given.  The default for a device is made on first use: what ``HIPMR_DEVICE_RESOURCE`` says
+(see ``hipmr_ctypes._config``), else a :class:`DeviceMemoryResource` for it.
 
 Thread-safe: a lock guards the table, and is never held while a native call runs (making the
 default resource, checking a device ordinal).
@@ -20,6 +21,7 @@ __all__ = ["get_current_device_resource", "set_current_device_resource",
            "get_per_device_resource", "set_per_device_resource"]
 
 _lock = threading.Lock()
+_making = threading.RLock()  # held while a default resource is made (never under _lock)
 _resources: Dict[int, AsyncResource] = {}
 #: caches of the table (the interop hooks' ``_current.current``): each is cleared, under
 #: ``_lock``, whenever the table changes, so that a cache never holds a resource the table
@@ -74,11 +76,16 @@ def get_per_device_resource(device: Any) -> AsyncResource:
     resource = _resources.get(ordinal)
     if resource is not None:
         return resource
-    made = DeviceMemoryResource(ordinal)  # outside the lock: it asks the runtime
-    with _lock:
-        resource = _resources.setdefault(ordinal, made)
-        _changed()
-        return resource
+    from .._config import default_resource  # HIPMR_DEVICE_RESOURCE, read at first use
+    with _making:  # one default made per device; outside _lock: making it asks the runtime
+        resource = _resources.get(ordinal)
+        if resource is not None:
+            return resource
+        made = default_resource(ordinal)
+        with _lock:
+            resource = _resources.setdefault(ordinal, made)
+            _changed()
+            return resource
 
 
 def set_per_device_resource(device: Any, resource: Any) -> AsyncResource:

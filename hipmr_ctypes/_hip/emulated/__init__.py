@@ -9,9 +9,9 @@ describes the configuration, what is faithful to the real runtimes and what is s
 from __future__ import annotations
 
 import os
-import re
 from typing import Mapping, Optional, Tuple
 
+from ..._sizes import parse_bytes
 from ..decls import DECL_BY_NAME
 from ..runtime import Runtime, decode_hip_version
 from ._core import (DEFAULT_FAULT_CALLS, EmulatorConfig, LiveAllocations, error_name,
@@ -24,12 +24,6 @@ from ._streams import StreamMixin
 
 __all__ = ["Emulator", "EmulatorConfig", "LiveAllocations", "create_emulated_runtime",
            "config_from_env", "parse_size", "DEFAULT_FAULT_CALLS"]
-
-_UNITS = {"": 1, "b": 1,
-          "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
 class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin, IpcMixin):
@@ -45,15 +39,9 @@ class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin, IpcMixin):
 
 
 def parse_size(text: str) -> int:
-    """``"64MiB"`` -> 67108864.  K/M/G/T and KiB/MiB/GiB/TiB are binary, KB/MB/GB/TB decimal."""
-    match = _SIZE.match(str(text).replace("_", ""))
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (examples: 1073741824, 64MiB, 512M, 2GiB)")
-    number = match.group(1)
-    if "." in number:
-        return int(float(number) * _UNITS[unit])
-    return int(number) * _UNITS[unit]
+    """A ``HIPMR_EMULATED_*`` size: the package's one size grammar (``"64MiB"``, ``"2 GB"``,
+    ``"1073741824"``); no fraction, no single-letter unit."""
+    return parse_bytes(text)
 
 
 def _parse_version(text: str) -> Tuple[int, int, int]:
