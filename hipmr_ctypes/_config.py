@@ -11,8 +11,8 @@ kinds: ``device`` (``DeviceMemoryResource``), ``async`` (``AsyncMemoryResource``
 pool of the runtime), ``managed`` (``ManagedMemoryResource``).  Options:
 
 * ``pool``, ``pool=INITIAL`` or ``pool=INITIAL:MAXIMUM``: a ``PoolResource`` over the kind
-  (``device`` and ``managed``);
-* ``initial=SIZE``, ``release_threshold=SIZE``: the runtime pool's (``async``);
+  (``device`` and ``managed``); for ``async``, the runtime pool's initial and maximum sizes;
+* ``release_threshold=SIZE``: the runtime pool's (``async``);
 * ``limit=SIZE``: a ``LimitingResource``;
 * ``tracking``, ``statistics``: a ``TrackingResource``, a ``StatisticsResource``;
 * ``log=PATH``: a ``LoggingResource`` writing ``PATH`` with ``.dev<N>`` before the extension.
@@ -34,10 +34,9 @@ __all__ = ["VARIABLE", "Spec", "parse_spec", "spec_from_environment", "build", "
 VARIABLE = "HIPMR_DEVICE_RESOURCE"
 _KINDS = ("device", "async", "managed")
 _FLAGS = ("tracking", "statistics")
-_SIZE_OPTIONS = {"initial": ("async",), "release_threshold": ("async",),
-                 "limit": _KINDS}
+_SIZE_OPTIONS = {"release_threshold": ("async",), "limit": _KINDS}
 _GRAMMAR = ("a kind (device, async or managed) then options: pool[=INITIAL[:MAXIMUM]], "
-            "initial=SIZE, release_threshold=SIZE, limit=SIZE, tracking, statistics, log=PATH")
+            "release_threshold=SIZE, limit=SIZE, tracking, statistics, log=PATH")
 _SizeValue = Union[int, DeviceFraction]
 
 
@@ -49,9 +48,9 @@ class Spec:
     def __init__(self, text: str, kind: str) -> None:
         self.text = text
         self.kind = kind
-        #: (initial, maximum) of a PoolResource, or None for no pool
+        #: (initial, maximum) of a PoolResource (of the runtime pool for async), or None
         self.pool: Optional[Tuple[Optional[_SizeValue], Optional[_SizeValue]]] = None
-        self.sizes: Dict[str, _SizeValue] = {}   # initial, release_threshold, limit
+        self.sizes: Dict[str, _SizeValue] = {}   # release_threshold, limit
         self.flags: List[str] = []                # tracking, statistics
         self.log: Optional[str] = None
 
@@ -95,9 +94,6 @@ def parse_spec(text: str) -> Spec:
             raise _error(text, part, f"{name} is given twice")
         seen.add(name)
         if name == "pool":
-            if kind == "async":
-                raise _error(text, part, "async is already a memory pool: use "
-                                         "initial=SIZE and release_threshold=SIZE")
             if not eq:
                 spec.pool = (None, None)
                 continue
@@ -156,15 +152,16 @@ def build(spec: Spec, device: int) -> Any:
     with Device(device):
         mr: Any
         if spec.kind == "async":
-            threshold = spec.sizes.get("release_threshold")
-            mr = AsyncMemoryResource(device,
-                                     initial_pool_size=size("initial", spec.sizes.get("initial")),
-                                     release_threshold=size("release_threshold", threshold))
+            initial, maximum = spec.pool or (None, None)
+            mr = AsyncMemoryResource(
+                device, initial_pool_size=size("initial_pool_size", initial),
+                maximum_pool_size=size("maximum_pool_size", maximum),
+                release_threshold=size("release_threshold", spec.sizes.get("release_threshold")))
         elif spec.kind == "managed":
             mr = ManagedMemoryResource()
         else:
             mr = DeviceMemoryResource(device)
-        if spec.pool is not None:
+        if spec.pool is not None and spec.kind != "async":
             mr = PoolResource(mr, size("initial_pool_size", spec.pool[0]),
                               size("maximum_pool_size", spec.pool[1]))
         if "limit" in spec.sizes:
@@ -201,7 +198,7 @@ def describe() -> Dict[str, Any]:
         return {"source": VARIABLE, "spec": text, "error": str(exc)}
     layers = [{"device": "DeviceMemoryResource", "async": "AsyncMemoryResource",
                "managed": "ManagedMemoryResource"}[spec.kind]]
-    if spec.pool is not None:
+    if spec.pool is not None and spec.kind != "async":
         layers.append("PoolResource")
     if "limit" in spec.sizes:
         layers.append("LimitingResource")

@@ -21,9 +21,9 @@ def test_specs_parse():
     spec = parse_spec("device,pool=50%:90%,statistics,log=/tmp/run.csv")
     assert spec.kind == "device" and spec.flags == ["statistics"] and spec.log == "/tmp/run.csv"
     assert spec.pool == (DeviceFraction(0.5, "50%"), DeviceFraction(0.9, "90%"))
-    spec = parse_spec(" Async , release_threshold = 80% , initial=4MiB, tracking")
-    assert spec.kind == "async" and spec.sizes == {"release_threshold": DeviceFraction(0.8, ""),
-                                                   "initial": 4 * MiB}
+    spec = parse_spec(" Async , release_threshold = 80% , pool=4MiB:1GiB, tracking")
+    assert spec.kind == "async" and spec.sizes == {"release_threshold": DeviceFraction(0.8, "")}
+    assert spec.pool == (4 * MiB, 1 << 30) and spec.flags == ["tracking"]
     assert parse_spec("managed,pool").pool == (None, None)
     assert parse_spec("device,pool=1GiB").pool == (1 << 30, None)
     assert parse_spec("device,limit=0.5").sizes == {"limit": DeviceFraction(0.5, "")}
@@ -35,7 +35,6 @@ def test_specs_parse():
     ("device,pool=2k", "'pool=2k'", "single-letter unit"),
     ("device,pool=4MiB:2MiB", "'pool=4MiB:2MiB'", "larger than the maximum"),
     ("device,pool=1MiB:", "'pool=1MiB:'", "nothing after ':'"),
-    ("async,pool=1GiB", "'pool=1GiB'", "already a memory pool"),
     ("device,release_threshold=1GiB", "'release_threshold=1GiB'", "an option of async only"),
     ("device,limit", "'limit'", "needs a size"),
     ("device,limit=150%", "'limit=150%'", "must be in (0, 1]"),
@@ -79,8 +78,9 @@ def test_build_every_kind_and_option(tmp_path, emulator):
     assert stats.statistics.current_bytes == MiB
     buf.close()
     mr.close()
-    asyncmr = build(parse_spec("async,release_threshold=50%,initial=1MiB"), 0)
+    asyncmr = build(parse_spec("async,release_threshold=50%,pool=1MiB:25%"), 0)
     assert asyncmr.pool.release_threshold == total // 2 // 256 * 256
+    assert asyncmr.pool.max_size == total // 4 // 256 * 256
     asyncmr.close()
     assert isinstance(build(parse_spec("managed"), 0), hmr.ManagedMemoryResource)
 

@@ -17,7 +17,9 @@ from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAcc
                           hipMemLocation, hipMemLocationTypeDevice, hipMemPoolAttrReleaseThreshold,
                           hipMemPoolAttrReservedMemCurrent, hipMemPoolAttrReservedMemHigh,
                           hipMemPoolAttrUsedMemCurrent, hipMemPoolAttrUsedMemHigh,
-                          hipMemPoolProps)
+                          hipMemPoolProps, hipMemPoolReuseAllowInternalDependencies,
+                          hipMemPoolReuseAllowOpportunistic,
+                          hipMemPoolReuseFollowEventDependencies)
 from ..device import Device, check_device, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
@@ -82,6 +84,21 @@ def _check_threshold(value: Any, name: str = "release_threshold",
     return parsed
 
 
+#: the first runtime versions whose hipMemPoolProps has maxSize: ROCm 6.2, CUDA 12.2
+_MAX_SIZE_SINCE = {"amd": (6, 2, 0), "emulated": (6, 2, 0), "nvidia": (12, 2, 0)}
+
+
+def _require_max_size(rt: Any) -> None:
+    since = _MAX_SIZE_SINCE.get(rt.platform, (6, 2, 0))
+    version = rt.runtime_version()
+    if tuple(version) < since:
+        name = "CUDA" if rt.platform == "nvidia" else "ROCm"
+        raise NotSupportedError(801, "hipErrorNotSupported",
+                                f"maximum_pool_size needs {name} {since[0]}.{since[1]} or later "
+                                f"(hipMemPoolProps.maxSize); this runtime is "
+                                f"{'.'.join(map(str, version))}", "AsyncMemoryResource")
+
+
 def _require_pools(device: int) -> None:
     if not Device(device).supports_memory_pools:
         raise NotSupportedError(801, "hipErrorNotSupported",
@@ -128,7 +145,7 @@ class MemoryPool:
     """
 
     __slots__ = ("_handle", "_device", "_owned", "_rt", "_finalizer", "_users", "_closed",
-                 "_ipc_id", "_mapped", "_shared", "__weakref__")
+                 "_ipc_id", "_mapped", "_shared", "_max_size", "__weakref__")
 
     def __init__(self, handle: int, device: int, owned: bool, rt: Any = None) -> None:
         rt = _hip.get_runtime() if rt is None else rt
@@ -137,6 +154,7 @@ class MemoryPool:
         self._owned = owned
         self._rt = rt
         self._closed = False
+        self._max_size: Optional[int] = None        # hipMemPoolProps.maxSize, when this made it
         self._ipc_id: Optional[bytes] = None        # an exportable or imported pool's identity
         self._mapped: Optional[Set[int]] = None     # an imported pool: the pointers mapped
         # an exportable pool's own handle, made by the first Buffer.export_ipc: HIP and CUDA
@@ -244,6 +262,62 @@ class MemoryPool:
     def release_threshold(self, value: int) -> None:
         value = _check_threshold(value, device=self._device)
         self._set(hipMemPoolAttrReleaseThreshold, value, "release_threshold")
+
+    @property
+    def max_size(self) -> Optional[int]:
+        """The most the pool may reserve, set when it was made
+        (``AsyncMemoryResource(maximum_pool_size=...)``, ``hipMemPoolProps.maxSize``); None
+        when no maximum was set, or for a pool this package did not make."""
+        self._live()
+        return self._max_size
+
+    @property
+    def reuse_follow_event_dependencies(self) -> bool:
+        """``hipMemPoolReuseFollowEventDependencies``: memory freed on one stream may serve
+        another stream that waits on an event recorded after the free.  Settable (a bool)."""
+        return self._get_flag(hipMemPoolReuseFollowEventDependencies,
+                              "reuse_follow_event_dependencies")
+
+    @reuse_follow_event_dependencies.setter
+    def reuse_follow_event_dependencies(self, value: bool) -> None:
+        self._set_flag(hipMemPoolReuseFollowEventDependencies, value,
+                       "reuse_follow_event_dependencies")
+
+    @property
+    def reuse_allow_opportunistic(self) -> bool:
+        """``hipMemPoolReuseAllowOpportunistic``: memory freed on one stream may serve another
+        once the free's work has completed.  Settable (a bool)."""
+        return self._get_flag(hipMemPoolReuseAllowOpportunistic, "reuse_allow_opportunistic")
+
+    @reuse_allow_opportunistic.setter
+    def reuse_allow_opportunistic(self, value: bool) -> None:
+        self._set_flag(hipMemPoolReuseAllowOpportunistic, value, "reuse_allow_opportunistic")
+
+    @property
+    def reuse_allow_internal_dependencies(self) -> bool:
+        """``hipMemPoolReuseAllowInternalDependencies``: the runtime may make a stream wait on
+        the freeing stream's work to reuse its memory.  Settable (a bool)."""
+        return self._get_flag(hipMemPoolReuseAllowInternalDependencies,
+                              "reuse_allow_internal_dependencies")
+
+    @reuse_allow_internal_dependencies.setter
+    def reuse_allow_internal_dependencies(self, value: bool) -> None:
+        self._set_flag(hipMemPoolReuseAllowInternalDependencies, value,
+                       "reuse_allow_internal_dependencies")
+
+    def _get_flag(self, attr: int, name: str) -> bool:
+        out = c_int()
+        rt = self._rt
+        rt.check(rt.fn.hipMemPoolGetAttribute(self._live(), attr, byref(out)),
+                 "hipMemPoolGetAttribute", device=self._device, detail=name)
+        return bool(out.value)
+
+    def _set_flag(self, attr: int, value: Any, name: str) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+        rt = self._rt
+        rt.check(rt.fn.hipMemPoolSetAttribute(self._live(), attr, byref(c_int(int(value)))),
+                 "hipMemPoolSetAttribute", device=self._device, detail=name)
 
     def reset_high(self) -> None:
         """Reset ``reserved_high`` and ``used_high`` to the current values."""
@@ -358,10 +432,12 @@ class AsyncMemoryResource:
     ``hipFreeAsync`` (RMM's ``CudaAsyncMemoryResource``).
 
     ``AsyncMemoryResource(device=None, *, initial_pool_size=None, release_threshold=None,
-    enable_ipc=False)`` creates and owns a new pool on ``device`` (default: the current one):
-    ``release_threshold`` defaults to ``2**64-1`` so freed memory stays in the pool;
-    ``initial_pool_size`` bytes are allocated and freed once to prime it; ``enable_ipc`` makes
-    the pool exportable as POSIX file descriptors.  :meth:`from_default_pool` uses a device's
+    enable_ipc=False, maximum_pool_size=None)`` creates and owns a new pool on ``device``
+    (default: the current one): ``release_threshold`` defaults to ``2**64-1`` so freed memory
+    stays in the pool; ``initial_pool_size`` bytes are allocated and freed once to prime it;
+    ``enable_ipc`` makes the pool exportable as POSIX file descriptors; ``maximum_pool_size``
+    caps what the pool may reserve (``hipMemPoolProps.maxSize``: ROCm 6.2+ / CUDA 12.2+,
+    NotSupportedError before).  Sizes as everywhere: bytes, ``"4GiB"``, ``"80%"``.  :meth:`from_default_pool` uses a device's
     current pool instead (not owned, never destroyed).
 
     Raises :class:`NotSupportedError` when the device has no memory-pool support (ROCm before
@@ -380,9 +456,15 @@ class AsyncMemoryResource:
     properties: Tuple[type, ...] = (device_accessible,)
 
     def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[Size] = None,
-                 release_threshold: Optional[Size] = None, enable_ipc: bool = False) -> None:
+                 release_threshold: Optional[Size] = None, enable_ipc: bool = False,
+                 maximum_pool_size: Optional[Size] = None) -> None:
         initial = (None if initial_pool_size is None
                    else parse_config_size(initial_pool_size, "initial_pool_size"))
+        most = (None if maximum_pool_size is None
+                else parse_config_size(maximum_pool_size, "maximum_pool_size"))
+        if type(initial) is int and type(most) is int and initial > most:
+            raise ValueError(f"initial_pool_size={initial_pool_size!r} is larger than "
+                             f"maximum_pool_size={maximum_pool_size!r}")
         threshold_size = (None if release_threshold is None
                           else _parse_threshold(release_threshold))
         if not isinstance(enable_ipc, bool):
@@ -393,6 +475,15 @@ class AsyncMemoryResource:
                              else resolve_size(initial, "initial_pool_size", dev))
         threshold = (MAX_RELEASE_THRESHOLD if threshold_size is None
                      else _check_threshold(threshold_size, device=dev))
+        maximum = None if most is None else resolve_size(most, "maximum_pool_size", dev)
+        if maximum is not None:
+            if maximum == 0:
+                raise ValueError("maximum_pool_size=0: a pool needs room for one allocation "
+                                 "(None: no maximum)")
+            if initial_pool_size is not None and initial_pool_size > maximum:
+                raise ValueError(f"initial_pool_size={initial_pool_size} bytes is larger than "
+                                 f"maximum_pool_size={maximum} bytes")
+            _require_max_size(rt)
         _require_pools(dev)
         if enable_ipc and not _handle_types(dev) & hipMemHandleTypePosixFileDescriptor:
             raise NotSupportedError(801, "hipErrorNotSupported",
@@ -404,9 +495,11 @@ class AsyncMemoryResource:
                              else hipMemHandleTypeNone)
         props.location.type = hipMemLocationTypeDevice
         props.location.id = dev
+        props.maxSize = maximum or 0
         out = c_void_p()
         rt.check(rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
         pool = MemoryPool(out.value or 0, dev, True, rt)
+        pool._max_size = maximum
         if enable_ipc:
             pool._ipc_id = os.urandom(POOL_ID_BYTES)
         try:
@@ -417,7 +510,8 @@ class AsyncMemoryResource:
             pool.close()
             raise
         self._bind(pool, rt, (("initial_pool_size", initial_pool_size),
-                              ("release_threshold", threshold), ("enable_ipc", enable_ipc)))
+                              ("release_threshold", threshold), ("enable_ipc", enable_ipc),
+                              ("maximum_pool_size", maximum)))
 
     @classmethod
     def from_default_pool(cls, device: Optional[Any] = None) -> "AsyncMemoryResource":

@@ -167,7 +167,7 @@ class Pool:
     """A stream-ordered memory pool: reserved blocks, either in use or cached for reuse."""
     __slots__ = ("handle", "device", "is_default", "handle_types", "max_size", "threshold",
                  "reuse", "used", "used_high", "reserved", "reserved_high", "cache", "live",
-                 "access", "alive", "arena", "imported", "shared")
+                 "access", "alive", "arena", "imported", "shared", "freed_on")
 
     def __init__(self, handle: int, device: int, is_default: bool, handle_types: int = 0,
                  max_size: int = 0) -> None:
@@ -177,6 +177,8 @@ class Pool:
         self.reuse = [1, 1, 1]     # hipMemPoolReuse* attributes 1..3 (all enabled, as on AMD)
         self.used = self.used_high = self.reserved = self.reserved_high = 0
         self.cache: List[Tuple[int, int]] = []   # (block size, ptr) of freed blocks
+        self.freed_on: Dict[int, int] = {}       # ptr of a cached block -> the stream of its
+                                                 # hipFreeAsync (none: freed synchronously)
         self.live = 0                            # allocations in use
         self.access: Dict[int, int] = {}         # peer device -> hipMemAccessFlags
         self.alive = True
@@ -535,6 +537,7 @@ class EmulatorCore:
         dev = self._devices[pool.device]
         while pool.cache and pool.reserved > keep:
             block, ptr = pool.cache.pop()
+            pool.freed_on.pop(ptr, None)
             if pool.arena is not None:
                 pool.arena.free(ptr, block)
             else:

@@ -42,16 +42,35 @@ class PoolMixin(EmulatorCore):
             raise Status(INVALID_VALUE)
         return pool
 
-    def _pool_alloc(self, pool: Pool, size: int) -> int:
-        """Allocate ``size`` (> 0) bytes from ``pool``; Status(OUT_OF_MEMORY) leaves all unchanged."""
+    def _reusable(self, pool: Pool, ptr: int, stream: Optional[int]) -> bool:
+        """Whether the cached block ``ptr`` may serve an allocation on ``stream``: always on
+        the stream that freed it (or after a synchronous free); on another stream only as the
+        pool's reuse policies allow (``hipMemPoolReuse*``): opportunistically once the freeing
+        stream's work is done, or with a dependency the runtime inserts.  Work runs when it is
+        submitted here, so a freeing stream is done unless a test made it busy."""
+        freed = pool.freed_on.get(ptr)
+        if freed is None or stream is None or freed == stream:
+            return True
+        if pool.reuse[2]:     # AllowInternalDependencies: the runtime orders the two streams
+            return True
+        if pool.reuse[1]:     # AllowOpportunistic: the free's work is done
+            s = self._streams.get(freed)
+            return s is None or not s.busy
+        return False          # FollowEventDependencies alone: no event is followed here
+
+    def _pool_alloc(self, pool: Pool, size: int, stream: Optional[int] = None) -> int:
+        """Allocate ``size`` (> 0) bytes from ``pool`` for ``stream``; Status(OUT_OF_MEMORY)
+        leaves all unchanged."""
         need = round_up(size)
         best = None
-        for i, (block, _) in enumerate(pool.cache):
+        for i, (block, ptr) in enumerate(pool.cache):
             if need <= block and block * 8 <= need * 9 and (
-                    best is None or block < pool.cache[best][0]):
+                    best is None or block < pool.cache[best][0]) and \
+                    self._reusable(pool, ptr, stream):
                 best = i
         if best is not None:
             block, ptr = pool.cache.pop(best)
+            pool.freed_on.pop(ptr, None)
         else:
             dev = self._devices[pool.device]
             keep = pool.reserved   # what the pool may keep reserved so that `need` fits
@@ -88,7 +107,7 @@ class PoolMixin(EmulatorCore):
                 target.value = None
                 return
             try:
-                target.value = self._pool_alloc(pool, nbytes)
+                target.value = self._pool_alloc(pool, nbytes, addr(stream))
             except Status:
                 target.value = None
                 raise
@@ -118,6 +137,9 @@ class PoolMixin(EmulatorCore):
             if alloc is None or alloc.kind not in (DEVICE, MANAGED):
                 raise Status(INVALID_VALUE)
             self._release_alloc(alloc)
+            pool = alloc.pool
+            if pool is not None and pool.alive and not pool.imported:
+                pool.freed_on[ptr] = addr(stream)
 
     def hipMemPoolCreate(self, mem_pool: Any, pool_props: Any) -> None:
         """hipMemPoolCreate(hipMemPool_t*, const hipMemPoolProps*)."""
