@@ -31,7 +31,7 @@ from . import _dlpack as dl
 from ._checks import MAX_PTR, check_ptr, check_size, check_stream
 from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
 from ._hip.types import MEMORY_TYPE_5, MEMORY_TYPE_6, hipPointerAttribute_t
-from .device import check_device, current_device_function, device_count, on_device
+from .device import check_device, current_device_function, on_device
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref
 from .stream_ref import stream_ref
@@ -198,7 +198,7 @@ def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any,
         found_kind, found = pointer_kind(ptr)
         if found_kind is not None:
             kind = found_kind
-        elif resource is not None:   # the resource's memory, unknown to the runtime
+        elif ref is not None:   # the resource's memory, unknown to the runtime
             kind = "pinned" if host_accessible in _declared(ref.resource) else "device"
         else:
             kind = "device" if dev is not None and ptr else "host"
@@ -257,7 +257,7 @@ def _contiguous_nbytes(tensor: dl.DLTensor) -> int:
                     "Buffer.from_dlpack takes contiguous arrays only (make one with the "
                     "producer's own copy, e.g. .copy() or .contiguous())")
             expected *= shape[i]
-    return count * itemsize
+    return int(count * itemsize)
 
 
 def _take(capsule: Any) -> Tuple[int, bool]:
