@@ -874,3 +874,25 @@ def test_nvidia_back_end_maps_the_memsets_through_shims():
     for name in DECL_BY_NAME:
         if name.startswith("hipMemsetD"):
             assert name in nvidia._SHIMS and name not in nvidia.NAME_MAP
+
+
+def test_collector_running_at_every_allocation(emulator, deleted):
+    """gc at odd moments: with a threshold of 1 the collector runs inside the imports, the
+    views, the weak-reference callbacks and the frees; every deleter still runs once."""
+    old = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        for i in range(25):
+            memory = bytearray(_pattern(64, i))
+            view = Buffer.from_dlpack(Producer(memory))
+            mv = view.host_view()
+            junk = [mv, view]
+            junk.append(junk)             # a cycle holding both
+            assert bytes(mv[:4]) == _pattern(64, i)[:4]
+            del mv, view, junk
+            if i % 7 == 0:
+                gc.collect()
+    finally:
+        gc.set_threshold(*old)
+    gc.collect()
+    assert len(deleted) == 25
