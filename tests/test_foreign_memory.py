@@ -431,8 +431,12 @@ def test_from_dlpack_numpy(emulator):
         mv[0] = 1
     assert a[0] == (0xBEEF & 0xFF00) | 1
     view.close()
+    b = np.arange(12).reshape(3, 4)
+    base = sys.getrefcount(b)
     with pytest.raises(ValueError, match="C-contiguous"):
-        Buffer.from_dlpack(np.arange(12).reshape(3, 4).T)
+        Buffer.from_dlpack(b.T)
+    gc.collect()
+    assert sys.getrefcount(b) == base    # the refused capsule let its producer go
     ro = np.arange(4, dtype=np.int64)
     ro.flags.writeable = False
     try:
