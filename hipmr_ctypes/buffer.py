@@ -1069,6 +1069,8 @@ class Buffer:
             return buffer_export(self, flags)
 
         def __release_buffer__(self, view: memoryview) -> None:
+            """The end of a ``memoryview(buf)``: the view from :meth:`__buffer__` is released
+            (and the buffer unpinned once no other view of it is alive)."""
             view.release()
 
     def __repr__(self) -> str:
