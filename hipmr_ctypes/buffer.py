@@ -556,6 +556,7 @@ class Buffer:
 
     def _close(self, stream: Any) -> None:
         handle = None if stream is None else check_stream(stream)
+        _not_viewed(self, "close")
         dl = sys.modules.get("hipmr_ctypes._dlpack")
         if dl is not None and dl.exported(self):
             self._mark_closed()
@@ -642,6 +643,7 @@ class Buffer:
         of the buffer.  With ``stream`` the copy is asynchronous: keep ``obj`` alive and unchanged
         until the stream has done it."""
         self._live()
+        _writable(self, "copy_from_host")
         if stream is not None:
             check_stream(stream)
         self._copy_in(_HostView(obj, "obj", False), stream)
@@ -666,6 +668,7 @@ class Buffer:
         """Copy ``other`` (a Buffer, or an object with ``__cuda_array_interface__``,
         C-contiguous, at most ``size`` bytes) into the start of this buffer."""
         ptr = self._live()
+        _writable(self, "copy_from_device")
         if stream is not None:
             check_stream(stream)
         if isinstance(other, Buffer):
@@ -735,6 +738,7 @@ class Buffer:
     def memset(self, value: int, stream: Any = None) -> None:
         """Set every byte to ``value`` (0..255)."""
         ptr = self._live()
+        _writable(self, "memset")
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"value must be an int in [0, 255], not {type(value).__name__}")
         if not 0 <= value <= 255:
@@ -798,6 +802,7 @@ class Buffer:
         if dl is not None and dl.exported(self):
             raise BufferError(f"Buffer.{what}: a DLPack consumer still uses this buffer's "
                               "memory")
+        _not_viewed(self, what)
 
     def _rearm(self, ptr: int, capacity: int, handle: int, keep: Any) -> None:
         """Own ``ptr`` (``capacity`` bytes, freed on the stream ``handle``) from now on, as
@@ -999,6 +1004,75 @@ class Buffer:
             event.record(own)
             wait_event(consumer, event)
 
+    # ---- foreign memory, patterns and host views (the work is in _foreign.py) ----
+    @classmethod
+    def from_handle(cls, ptr: int, size: int, *, owner: Any = None, resource: Any = None,
+                    device: Any = None, stream: Any = None) -> "Buffer":
+        """A Buffer over ``size`` bytes at ``ptr`` that some other code allocated.
+
+        Without ``resource``: a view.  It frees nothing; it holds ``owner`` (any object: the
+        array or allocation the memory belongs to) until it is closed or dropped, after the
+        work queued on its stream is done.  Its ``resource`` is a ``ForeignMemory``, which
+        allocates nothing (``copy()`` needs ``resource=``; ``resize`` past the size raises
+        BufferError).  With ``resource``: the Buffer owns the memory and frees it exactly once
+        through ``resource.deallocate_async`` on ``stream``, as if it had allocated it there
+        (``owner``, if given, is then held as long as the Buffer).
+
+        ``device`` (default: found from the pointer) and the memory's kind (device, pinned,
+        managed or plain host memory) come from ``hipPointerGetAttributes``; memory the runtime
+        does not know is host memory (``device`` None).  ``stream`` (default: the null stream)
+        is the Buffer's stream.  A negative or non-int ``ptr`` or ``size``, ``ptr`` 0 with a
+        size, an unknown device or a closed stream: TypeError / ValueError before any native
+        call."""
+        from ._foreign import from_handle
+        return from_handle(ptr, size, owner, resource, device, stream)
+
+    @classmethod
+    def from_dlpack(cls, obj: Any) -> "Buffer":
+        """A zero-copy Buffer view of another library's C-contiguous array (CuPy, PyTorch,
+        NumPy, JAX, a Buffer: anything with ``__dlpack__``), ``nbytes`` long.
+
+        It asks for a DLPack 1.x capsule (``max_version=(1, 0)``; a producer without
+        ``max_version`` gives a legacy one), takes ownership of it, and calls the producer's
+        deleter exactly once, when the view is closed or dropped (after the work queued on its
+        stream), so the producer's memory stays valid as long as the view.  Non-contiguous
+        arrays, sub-byte dtypes and memory of another platform raise ValueError (the capsule
+        is then left unused: its own destructor lets the producer go).  A tensor its producer
+        marked read-only gives a read-only view (writes raise BufferError)."""
+        from ._foreign import from_dlpack
+        return from_dlpack(obj)
+
+    def fill(self, value: int, width: int = 1, stream: Any = None) -> None:
+        """Write ``value`` as a ``width``-byte pattern (1, 2 or 4; native byte order) over the
+        whole buffer: hipMemsetD8 / D16 / D32, or their Async forms on ``stream`` (``None``:
+        done when this returns, after the work on the buffer's stream).  ``value`` may be
+        unsigned or signed (``-1`` with width 4 is ``0xFFFFFFFF``).  A width other than 1, 2,
+        4, a value that does not fit, a size that is not a multiple of ``width`` or an address
+        not aligned to it: ValueError before any native call."""
+        from ._foreign import fill
+        fill(self, value, width, stream)
+
+    def host_view(self, readonly: bool = False) -> memoryview:
+        """A writable 1-D ``memoryview`` (format ``B``) of host-accessible memory (host,
+        pinned, managed), on every Python version; ``memoryview(buf)`` is the same on Python
+        3.12+.  Device memory raises BufferError.  While the view (or anything made from it)
+        is alive, ``close()``, ``resize()``, ``reserve()`` and ``release()`` raise BufferError;
+        release it (``view.release()``, or ``with buf.host_view() as view:``) first.  The view
+        does not wait for queued GPU work: synchronize first."""
+        from ._foreign import host_view
+        return host_view(self, readonly)
+
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int) -> memoryview:
+            """The buffer protocol (Python 3.12+): :meth:`host_view`."""
+            from ._foreign import buffer_export
+            return buffer_export(self, flags)
+
+        def __release_buffer__(self, view: memoryview) -> None:
+            """The end of a ``memoryview(buf)``: the view from :meth:`__buffer__` is released
+            (and the buffer unpinned once no other view of it is alive)."""
+            view.release()
+
     def __repr__(self) -> str:
         state = "closed" if self._state.closed else f"{self._ptr:#x}"
         return (f"<Buffer {state} size={self._size} device={self._device} "
@@ -1006,6 +1080,21 @@ class Buffer:
 
 
 _NO_SWITCH = nullcontext()
+
+
+def _not_viewed(buf: Buffer, what: str) -> None:
+    """BufferError while a host view of ``buf`` is alive (see ``_foreign``)."""
+    hv = sys.modules.get("hipmr_ctypes._foreign")
+    if hv is not None and hv.viewed(buf):
+        raise BufferError(f"Buffer.{what}: a memoryview of this buffer's memory is still "
+                          "alive (release it first)")
+
+
+def _writable(buf: Buffer, what: str) -> None:
+    """BufferError for a view of memory its producer marked read-only."""
+    hv = sys.modules.get("hipmr_ctypes._foreign")
+    if hv is not None:
+        hv.check_writable(buf, what)
 
 
 def memory_device(resource: Any) -> Optional[int]:

@@ -24,7 +24,7 @@ faster (the same bits; see there).
 from __future__ import annotations
 
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_size_t, c_ubyte,
-                    c_uint, c_ulonglong, c_void_p, sizeof)
+                    c_uint, c_ulonglong, c_ushort, c_void_p, sizeof)
 from operator import index
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ class Decl(tuple):  # type: ignore[type-arg]  # a NamedTuple, without importing 
 # instance, passed by reference); a structure's bare name passes it by value.
 _TYPES: Dict[str, object] = {
     "status": c_int, "int": c_int, "uint": c_uint, "size_t": c_size_t, "ulonglong": c_ulonglong,
+    "uchar": c_ubyte, "ushort": c_ushort,
     "float": c_float, "char*": c_char_p, "void*": c_void_p, "stream": c_void_p,
     "event": c_void_p, "pool": c_void_p, "hipMemLocation": hipMemLocation,
     "hipMemAccessDesc": hipMemAccessDesc, "hipMemPoolProps": hipMemPoolProps,
@@ -155,6 +156,13 @@ hipMemcpyPeer                       4.2  R    status  void* int void* int size_t
 hipMemcpyPeerAsync                  4.2  R    status  void* int void* int size_t stream
 hipMemset                           4.2  R    status  void* int size_t
 hipMemsetAsync                      4.2  R    status  void* int size_t stream
+# element-wise memset: count elements of 1, 2 or 4 bytes (hipDeviceptr_t is void*)
+hipMemsetD8                         4.2  R    status  void* uchar size_t
+hipMemsetD8Async                    4.2  R    status  void* uchar size_t stream
+hipMemsetD16                        4.2  R    status  void* ushort size_t
+hipMemsetD16Async                   4.2  R    status  void* ushort size_t stream
+hipMemsetD32                        4.2  R    status  void* int size_t
+hipMemsetD32Async                   4.2  R    status  void* int size_t stream
 hipMemPrefetchAsync                 4.2  R    status  void* size_t int stream
 hipPointerGetAttributes             4.2  R    status  hipPointerAttribute_t* void*
 # stream-ordered allocation and memory pools

@@ -15,6 +15,7 @@ function                  prototype                                             
 ``PyCapsule_New``         ``PyObject *(void *, const char *, PyCapsule_Destructor)``  DLPack
 ``PyCapsule_IsValid``     ``int (PyObject *, const char *)``                          DLPack
 ``PyCapsule_GetPointer``  ``void *(PyObject *, const char *)``                        DLPack
+``PyCapsule_SetName``     ``int (PyObject *, const char *)``                          DLPack (import)
 ``Py_IncRef``             ``void (PyObject *)``                                       DLPack
 ========================  ==========================================================  =======
 
@@ -38,11 +39,12 @@ if TYPE_CHECKING:
     PyCapsule_New: Callable[..., Any]
     PyCapsule_IsValid: Callable[..., Any]
     PyCapsule_GetPointer: Callable[..., Any]
+    PyCapsule_SetName: Callable[..., Any]
     Py_IncRef: Callable[..., Any]
 
 __all__ = ["memalign_and_free", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
            "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New", "PyCapsule_IsValid",
-           "PyCapsule_GetPointer", "Py_IncRef"]
+           "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef"]
 
 
 def _declare(lib: Any, name: str, restype: Any, argtypes: Sequence[Any]) -> Any:
@@ -110,6 +112,7 @@ def _declare_the_rest() -> Dict[str, Any]:
         "PyCapsule_IsValid": _declare(py, "PyCapsule_IsValid", c_int, [c_void_p, c_void_p]),
         "PyCapsule_GetPointer": _declare(py, "PyCapsule_GetPointer", c_void_p,
                                          [c_void_p, c_void_p]),
+        "PyCapsule_SetName": _declare(py, "PyCapsule_SetName", c_int, [c_void_p, c_void_p]),
         "Py_IncRef": _declare(py, "Py_IncRef", None, [ctypes.py_object]),
     }
 
@@ -117,7 +120,7 @@ def _declare_the_rest() -> Dict[str, Any]:
 def __getattr__(name: str) -> Any:
     """The functions of :func:`_declare_the_rest`, declared by the first use of any."""
     if name in ("strdup", "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New",
-                "PyCapsule_IsValid", "PyCapsule_GetPointer", "Py_IncRef"):
+                "PyCapsule_IsValid", "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef"):
         if "strdup" not in globals():  # (no lock: two threads declaring at once is harmless)
             globals().update(_declare_the_rest())
         return globals()[name]

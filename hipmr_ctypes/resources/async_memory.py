@@ -20,7 +20,7 @@ from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAcc
                           hipMemPoolProps, hipMemPoolReuseAllowInternalDependencies,
                           hipMemPoolReuseAllowOpportunistic,
                           hipMemPoolReuseFollowEventDependencies)
-from ..device import Device, check_device, get_device
+from ..device import Device, check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
 from .._checks import check_ptr, check_size, check_stream
@@ -565,6 +565,50 @@ class AsyncMemoryResource:
         self._free_fn = unmap_only(self._free_fn, mapped)
         return self
 
+    @classmethod
+    def from_pool_handle(cls, handle: Any, device: Optional[Any] = None
+                         ) -> "AsyncMemoryResource":
+        """A resource over another library's memory pool: ``handle`` is a live
+        ``hipMemPool_t`` (``cudaMemPool_t`` on nvidia) as an int, a ``ctypes.c_void_p``, or an
+        object that ``int()`` or ``getPtr()`` turns into one (hip-python's ``hipMemPool_t``,
+        cuda-bindings' ``cudaMemPool_t`` / ``CUmemoryPool``); CuPy's ``MemoryAsyncPool``
+        is one such library.  The pool is not owned: nothing here destroys it, so keep the
+        library that made it from destroying it while the resource (or memory from it) is
+        in use.
+
+        ``device`` (default: found from the pool) is the device the pool's memory lives on:
+        without it, the one device that has read-write access to the pool
+        (``hipMemPoolGetAccess``); a pool that grants that access to peers too needs
+        ``device``.  A handle the runtime does not know raises ValueError; TypeError /
+        ValueError for a handle that is not a pointer, before any native call."""
+        value = _pool_handle_value(handle)
+        dev = None if device is None else check_device(device)
+        rt = _hip.get_runtime()
+        devices = range(device_count()) if dev is None else (dev,)
+        read_write = []
+        for ordinal in devices:
+            loc = hipMemLocation()
+            loc.type = hipMemLocationTypeDevice
+            loc.id = ordinal
+            flags = c_int()
+            if rt.fn.hipMemPoolGetAccess(flags, value, loc):
+                rt.clear_last_error()
+                raise ValueError(f"handle={value:#x} is not a memory pool the runtime knows "
+                                 "(hipMemPoolGetAccess refused it)")
+            if flags.value == hipMemAccessFlagsProtReadWrite:
+                read_write.append(ordinal)
+        if dev is None:
+            if len(read_write) != 1:
+                raise ValueError(f"the pool {value:#x} is read-write on devices {read_write}: "
+                                 "pass device= (the device its memory lives on)")
+            dev = read_write[0]
+        elif not read_write:
+            raise ValueError(f"the pool {value:#x} cannot be used from device {dev} (no "
+                             "read-write access): pass the pool's own device")
+        self = cls.__new__(cls)
+        self._bind(MemoryPool(value, dev, False, rt), rt, (("foreign_pool", True),))
+        return self
+
     def _bind(self, pool: MemoryPool, rt: Any, settings: Tuple[Any, ...]) -> None:
         self._pool = pool
         self._handle = pool._handle
@@ -730,6 +774,29 @@ class AsyncMemoryResource:
         settings = "".join(f", {k}={v}" for k, v in self._settings if v is not None)
         state = "closed" if self._pool._closed else f"{self._handle:#x}"
         return f"{type(self).__name__}(device={self._device}{settings}) [pool {state}]"
+
+
+def _pool_handle_value(handle: Any) -> int:
+    """The address of a pool handle given as an int, a ``c_void_p`` or a binding's handle
+    object (``int()`` / ``getPtr()``); TypeError / ValueError for anything else or NULL."""
+    if isinstance(handle, c_void_p):
+        value: Any = handle.value or 0
+    elif handle is None or isinstance(handle, (bool, float, str, bytes)):
+        raise TypeError(f"handle must be a hipMemPool_t (an int address), not "
+                        f"{type(handle).__name__}")
+    elif isinstance(handle, int):
+        value = handle
+    else:
+        get_ptr = getattr(handle, "getPtr", None)
+        try:
+            value = get_ptr() if callable(get_ptr) else int(handle)
+        except (TypeError, ValueError):
+            raise TypeError(f"handle must be a hipMemPool_t (an int address), not "
+                            f"{type(handle).__name__}") from None
+    value = check_ptr(value, "handle")
+    if not value:
+        raise ValueError("handle is NULL: not a memory pool")
+    return int(value)
 
 
 def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:

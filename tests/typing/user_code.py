@@ -93,5 +93,20 @@ try:
 except hmr.NoDeviceError as exc:
     message: str = str(exc)
 
+# foreign memory, patterns and host views
+pinned_buf = hmr.Buffer(64, resource=hmr.PinnedMemoryResource())
+pinned_buf.fill(0x01020304, 4)
+with pinned_buf.host_view() as host_mv:
+    first: int = host_mv[0]
+view_buf: hmr.Buffer = hmr.Buffer.from_handle(pinned_buf.ptr, 32, owner=pinned_buf)
+again: hmr.Buffer = hmr.Buffer.from_dlpack(view_buf)
+again.close()
+view_buf.close()
+pinned_buf.close()
+pool_owner = hmr.AsyncMemoryResource()
+foreign_pool = hmr.AsyncMemoryResource.from_pool_handle(pool_owner.pool.handle)
+foreign_pool.close()
+pool_owner.close()
+
 pool.release()
 s.close()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 from ctypes import c_void_p
 from typing import Any, Optional
 
@@ -140,6 +141,31 @@ class MemoryMixin(EmulatorCore):
                 raise Status(INVALID_VALUE)   # pool memory set by another device's stream
             ctypes.memset(d, v & 0xFF, n)
 
+    def _set_elements(self, dst: Any, value: int, count: Any, width: int, stream: Any) -> None:
+        """hipMemsetD8/D16/D32(Async): ``count`` elements of ``width`` bytes, each ``value``
+        (native byte order), inside one live allocation; the address must be aligned to the
+        element (cuda.h requires it of cuMemsetD16/D32; invalid value here)."""
+        d, n = addr(dst), u64(count)
+        if n > MASK64 // width:
+            raise Status(INVALID_VALUE)
+        nbytes = n * width
+        with self._lock:
+            device = (self._tls.device if stream is _SYNC
+                      else self._stream_or(addr(stream)).device)
+            if not n:
+                return
+            if d % width:
+                raise Status(INVALID_VALUE)
+            self._check_range(d, nbytes, True, False)
+            alloc = self._find(d)
+            if alloc is not None and not _reaches(alloc, device):
+                raise Status(INVALID_VALUE)
+            if width == 1:
+                ctypes.memset(d, value, n)
+                return
+            element = value.to_bytes(width, sys.byteorder)
+            ctypes.memmove(d, element * n, nbytes)
+
     def _live(self, ptr: Any, kind: Optional[str] = None) -> Alloc:
         """The live allocation that starts at ``ptr`` (of ``kind``), else invalid value."""
         alloc = self._allocs.get(addr(ptr))
@@ -212,6 +238,30 @@ class MemoryMixin(EmulatorCore):
     def hipMemsetAsync(self, dst: Any, value: Any, size_bytes: Any, stream: Any) -> None:
         """hipMemsetAsync(void*, int, size_t, hipStream_t): done at once."""
         self._set(dst, value, size_bytes, stream)
+
+    def hipMemsetD8(self, dst: Any, value: Any, count: Any) -> None:
+        """hipMemsetD8(hipDeviceptr_t, unsigned char, size_t count)."""
+        self._set_elements(dst, u32(value) & 0xFF, count, 1, _SYNC)
+
+    def hipMemsetD8Async(self, dst: Any, value: Any, count: Any, stream: Any) -> None:
+        """hipMemsetD8Async(..., hipStream_t): done at once."""
+        self._set_elements(dst, u32(value) & 0xFF, count, 1, stream)
+
+    def hipMemsetD16(self, dst: Any, value: Any, count: Any) -> None:
+        """hipMemsetD16(hipDeviceptr_t, unsigned short, size_t count): 2-byte elements."""
+        self._set_elements(dst, u32(value) & 0xFFFF, count, 2, _SYNC)
+
+    def hipMemsetD16Async(self, dst: Any, value: Any, count: Any, stream: Any) -> None:
+        """hipMemsetD16Async(..., hipStream_t): done at once."""
+        self._set_elements(dst, u32(value) & 0xFFFF, count, 2, stream)
+
+    def hipMemsetD32(self, dst: Any, value: Any, count: Any) -> None:
+        """hipMemsetD32(hipDeviceptr_t, int, size_t count): 4-byte elements."""
+        self._set_elements(dst, u32(value), count, 4, _SYNC)
+
+    def hipMemsetD32Async(self, dst: Any, value: Any, count: Any, stream: Any) -> None:
+        """hipMemsetD32Async(..., hipStream_t): done at once."""
+        self._set_elements(dst, u32(value), count, 4, stream)
 
     def hipMemPrefetchAsync(self, dev_ptr: Any, count: Any, device: Any, stream: Any) -> None:
         """hipMemPrefetchAsync(const void*, size_t, int, hipStream_t): validates, moves nothing."""

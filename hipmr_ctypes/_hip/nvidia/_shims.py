@@ -1,13 +1,14 @@
 """The ``nvidia`` back end's shims: the HIP functions that HIP's NVIDIA header implements over the
 driver API (hipInit, hipDeviceGetName, hipDeviceTotalMem, device attributes libcudart does not
-have) or over a CUDA function of another signature (hipPointerGetAttributes,
+have, hipMemsetD8/D16/D32 and their Async forms) or over a CUDA function of another signature (hipPointerGetAttributes,
 hipMemPrefetchAsync).  Built by the first call of any of them (``build_shims``); the package
 (``__init__.py``) binds everything else at load.
 """
 from __future__ import annotations
 
 from _thread import allocate_lock
-from ctypes import POINTER, Structure, c_char_p, c_int, c_long, c_size_t, c_uint, c_void_p
+from ctypes import (POINTER, Structure, c_char_p, c_int, c_long, c_size_t, c_ubyte, c_uint,
+                    c_ushort, c_void_p)
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -83,6 +84,14 @@ class _Driver:
         "cuDeviceGetName": [c_char_p, c_int, c_int],
         "cuDeviceTotalMem_v2": [POINTER(c_size_t), c_int],
         "cuDeviceGetAttribute": [POINTER(c_int), c_int, c_int],
+        # CUdeviceptr is a 64-bit integer, passed like a void*; CUstream is a pointer; D32's
+        # value is an unsigned int in cuda.h, passed as the same 32 bits of HIP's int
+        "cuMemsetD8_v2": [c_void_p, c_ubyte, c_size_t],
+        "cuMemsetD16_v2": [c_void_p, c_ushort, c_size_t],
+        "cuMemsetD32_v2": [c_void_p, c_int, c_size_t],
+        "cuMemsetD8Async": [c_void_p, c_ubyte, c_size_t, c_void_p],
+        "cuMemsetD16Async": [c_void_p, c_ushort, c_size_t, c_void_p],
+        "cuMemsetD32Async": [c_void_p, c_int, c_size_t, c_void_p],
     }
 
     def __init__(self, opener: Callable[[], Any]) -> None:
@@ -143,6 +152,35 @@ def _driver_shims(driver: _Driver) -> Dict[str, Callable[..., int]]:
             "hipDeviceTotalMem": hipDeviceTotalMem}
 
 
+_CU_INVALID_CONTEXT = 201
+
+
+def _memset_shims(driver: _Driver, init_context: Callable[[], int]
+                  ) -> Dict[str, Callable[..., int]]:
+    """hipMemsetD8/D16/D32 and their Async forms: ``cuMemsetD8_v2`` ... ``cuMemsetD32Async``,
+    as HIP's NVIDIA header maps them.  The driver needs a current context: where the calling
+    thread has none yet (CUDA_ERROR_INVALID_CONTEXT), ``init_context`` makes the runtime's
+    primary context current (``cudaFree(NULL)``) and the call is made once more."""
+
+    def shim(name: str, symbol: str) -> Callable[..., int]:
+        def call(*args: Any) -> int:
+            cu = driver.functions()
+            if cu is None:
+                raise NotSupportedError(801, "hipErrorNotSupported",
+                                        f"{name} is not exported by {_NO_DRIVER}", name)
+            result = cu[symbol](*args)
+            if result == _CU_INVALID_CONTEXT and not init_context():
+                result = cu[symbol](*args)
+            return _cu_status(result)
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    return {name: shim(name, symbol) for name, symbol in (
+        ("hipMemsetD8", "cuMemsetD8_v2"), ("hipMemsetD16", "cuMemsetD16_v2"),
+        ("hipMemsetD32", "cuMemsetD32_v2"), ("hipMemsetD8Async", "cuMemsetD8Async"),
+        ("hipMemsetD16Async", "cuMemsetD16Async"), ("hipMemsetD32Async", "cuMemsetD32Async"))}
+
+
 def build_shims(cudart: Any, cuda_version: int,
                 open_libcuda: Callable[[], Any]) -> Dict[str, Callable[..., int]]:
     """The shims over ``cudart`` (of CUDA ``cuda_version``), libcuda opened by the first call
@@ -151,6 +189,8 @@ def build_shims(cudart: Any, cuda_version: int,
     # --- driver API pieces (libcuda), as HIP's header uses them, opened on first use ---
     driver = _Driver(open_libcuda)
     shims = _driver_shims(driver)
+    cuda_free: Callable[..., int] = _raw(cudart, "cudaFree", c_int, [c_void_p])
+    shims.update(_memset_shims(driver, lambda: cuda_free(None)))
 
     get_attr: Callable[..., int] = _raw(cudart, "cudaDeviceGetAttribute", c_int,
                                         [POINTER(c_int), c_int, c_int])

@@ -1,0 +1,479 @@
+"""Memory the package did not allocate, as Buffers, and host views of a Buffer's memory.
+
+- :func:`from_handle` / :func:`from_dlpack` build ``Buffer.from_handle`` / ``Buffer.from_dlpack``:
+  a Buffer whose ``resource`` is a :class:`ForeignMemory` (a view: it keeps its owner alive and
+  frees nothing) or, for ``from_handle(..., resource=r)``, ``r`` itself (the Buffer owns the
+  memory and frees it through ``r``).
+- :func:`fill` is ``Buffer.fill`` (hipMemsetD8/D16/D32 and their Async forms).
+- :func:`host_view` is ``Buffer.host_view`` and ``memoryview(buf)`` (Python 3.12+): a
+  memoryview over a ctypes array that holds the Buffer; while any such array is alive the
+  Buffer is *pinned*: ``close()``, ``resize()``, ``reserve()`` and ``release()`` raise
+  BufferError (:func:`viewed`).
+
+Lifetime of a view: the Buffer's free is claimed exactly once (``Buffer._claim``); that claim
+calls :meth:`ForeignMemory.deallocate_async`, which waits for the Buffer's stream (device-
+accessible memory: work queued on the view must finish before its owner may reuse the memory)
+and then drops the owner, or calls the DLPack deleter once.  This module is imported by the
+first use of any of these, never by ``import hipmr_ctypes``.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import weakref
+from contextlib import nullcontext
+from ctypes import CFUNCTYPE, c_void_p
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+
+from . import _hip
+from . import _dlpack as dl
+from ._checks import MAX_PTR, check_ptr, check_size, check_stream
+from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
+from ._hip.types import MEMORY_TYPE_5, MEMORY_TYPE_6, hipPointerAttribute_t
+from .device import check_device, current_device_function, on_device
+from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
+from .resource_ref import async_resource_ref
+from .stream_ref import stream_ref
+
+if TYPE_CHECKING:
+    from .buffer import Buffer
+
+__all__ = ["ForeignMemory", "from_handle", "from_dlpack", "fill", "host_view", "viewed",
+           "check_writable"]
+
+_HOST_KINDS = frozenset({"host", "pinned", "managed"})
+
+
+class ForeignMemory:
+    """The resource of a Buffer over memory another object owns (``Buffer.from_handle``
+    without ``resource``, ``Buffer.from_dlpack``): it allocates nothing and frees nothing.
+
+    ``owner`` is held until the Buffer gives the memory back (``close()`` or garbage
+    collection); then ``deallocate_async`` waits for the Buffer's stream (device-accessible
+    memory) and drops the owner, or calls the DLPack deleter, exactly once.  ``kind`` is the
+    memory's kind ("device", "pinned", "managed", "host"), ``device`` its device (None for
+    host memory), ``readonly`` whether the producer said it must not be written."""
+
+    __slots__ = ("owner", "_release", "kind", "device", "readonly", "properties", "__weakref__")
+
+    def __init__(self, owner: Any, release: Optional[Callable[[], Any]], kind: str,
+                 device: Optional[int], readonly: bool = False) -> None:
+        self.owner = owner
+        self._release = release
+        self.kind = kind
+        self.device = device
+        self.readonly = readonly
+        self.properties: Tuple[type, ...] = (
+            (host_accessible,) if kind == "host" else
+            (device_accessible,) if kind == "device" else (device_accessible, host_accessible))
+
+    def _refuse(self) -> int:
+        raise BufferError("a Buffer over foreign memory (Buffer.from_handle without a resource, "
+                          "Buffer.from_dlpack) cannot allocate: copy it into memory of a "
+                          "resource with buf.copy(resource=...)")
+
+    def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        """Refused (BufferError): a view allocates nothing."""
+        return self._refuse()
+
+    def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
+        """Refused (BufferError): a view allocates nothing."""
+        return self._refuse()
+
+    def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+        """Let the memory go: release the owner (after the null stream's work)."""
+        self.deallocate_async(ptr, bytes, alignment, 0)
+
+    def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        """Let the memory go: wait for ``stream`` (device-accessible memory), then drop the
+        owner or call the DLPack deleter; later calls do nothing.  A failed wait raises and
+        keeps the owner (the Buffer still owns the view then)."""
+        if self.kind != "host" and (self.owner is not None or self._release is not None):
+            handle = check_stream(stream)
+            rt = _hip.get_runtime()
+            device = self.device
+            with on_device(device) if device is not None else _NO_SWITCH:
+                rt.check(rt.fn.hipStreamSynchronize(handle), "hipStreamSynchronize")
+        release, self._release = self._release, None
+        self.owner = None
+        if release is not None:
+            release()
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return (f"<ForeignMemory kind={self.kind} device={self.device}"
+                f"{' readonly' if self.readonly else ''}>")
+
+
+_NO_SWITCH = nullcontext()
+
+
+# ---- what a pointer is ---------------------------------------------------------------------
+
+def pointer_kind(ptr: int) -> Tuple[Optional[str], Optional[int]]:
+    """``(kind, device)`` of the memory at ``ptr`` from hipPointerGetAttributes: "device",
+    "pinned" (host memory the runtime registered) or "managed"; ``(None, None)`` for memory
+    the runtime does not know (plain host memory)."""
+    if not ptr:
+        return None, None
+    rt = _hip.get_runtime()
+    attrs = hipPointerAttribute_t()
+    if rt.fn.hipPointerGetAttributes(attrs, ptr):
+        rt.clear_last_error()
+        return None, None
+    table = (MEMORY_TYPE_5 if rt.platform == "amd" and rt.runtime_version()[0] < 6
+             else MEMORY_TYPE_6)
+    name = table.get(attrs.type)
+    device = attrs.device if attrs.device >= 0 else None
+    if attrs.isManaged or name in ("managed", "unified"):
+        return "managed", device
+    if name == "device":
+        return "device", device
+    if name == "host":
+        return "pinned", device
+    return None, None
+
+
+def _build(ptr: int, size: int, ref: Any, kind: str, device: Optional[int], handle: int,
+           keep: Any, owns: bool) -> "Buffer":
+    """A Buffer over ``[ptr, ptr + size)`` given back through ``ref.deallocate_async`` (on the
+    stream ``handle``) when ``owns``."""
+    from .buffer import Buffer, _shared_state
+    host_only = kind == "host"
+    if device is None and not host_only:
+        device = current_device_function()()
+    buf = Buffer.__new__(Buffer)
+    buf._size = size
+    buf._ref = ref
+    state = buf._state = _shared_state(None if host_only else device, host_only).copy()
+    state.kind = kind
+    state.keep = keep
+    state.capacity = size
+    buf._ptr = ptr
+    buf._handle = handle
+    if owns:
+        buf._free = ref.deallocate_async
+    state.gone = not owns
+    return buf
+
+
+def _stream_and_keep(stream: Any) -> Tuple[int, Any]:
+    if stream is None:
+        return 0, None
+    handle = check_stream(stream)
+    return handle, (None if type(stream) in (int, stream_ref) else stream)
+
+
+_owners: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any,
+                stream: Any) -> "Buffer":
+    """``Buffer.from_handle``: every argument checked before any native call."""
+    ptr = check_ptr(ptr, "ptr")
+    size = check_size(size, "size")
+    if ptr == 0 and size:
+        raise ValueError(f"ptr is 0 (NULL) but size={size}: no memory is there")
+    if ptr + size > MAX_PTR + 1:
+        raise ValueError(f"ptr={ptr:#x} + size={size} runs past the end of the address space")
+    handle, keep = _stream_and_keep(stream)
+    host_only_resource = False
+    ref = None
+    if resource is not None:
+        ref = async_resource_ref(resource)  # TypeError naming what is missing
+        target = ref.resource
+        props = _declared(target)
+        host_only_resource = device_accessible not in props and bool(props)
+    dev = None if device is None else check_device(device)
+    # ---- native calls from here on
+    if host_only_resource:
+        kind, found = "host", None
+    else:
+        found_kind, found = pointer_kind(ptr)
+        if found_kind is not None:
+            kind = found_kind
+        elif ref is not None:   # the resource's memory, unknown to the runtime
+            kind = "pinned" if host_accessible in _declared(ref.resource) else "device"
+        else:
+            kind = "device" if dev is not None and ptr else "host"
+    if dev is None:
+        dev = found
+    if ref is None:
+        view = ForeignMemory(owner, None, kind, None if kind == "host" else dev)
+        return _build(ptr, size, view, kind, dev, handle, keep, True)
+    buf = _build(ptr, size, resource, kind, dev, handle, keep, bool(size))
+    if owner is not None:
+        _owners[buf] = owner   # held as long as the Buffer
+    return buf
+
+
+# ---- DLPack import -------------------------------------------------------------------------
+
+# never freed: a capsule keeps its name's char* (see _dlpack)
+_USED = strdup(b"used_dltensor")
+_USED_VERSIONED = strdup(b"used_dltensor_versioned")
+_DELETER_T = CFUNCTYPE(None, c_void_p)
+_READ_ONLY = 1   # DLPACK_FLAG_BITMASK_READ_ONLY
+_MAX_NDIM = 64
+_DEVICE_KINDS = {dl.kDLCPU: "host", dl.kDLCUDA: "device", dl.kDLROCM: "device",
+                 dl.kDLCUDAHost: "pinned", dl.kDLROCMHost: "pinned",
+                 dl.kDLCUDAManaged: "managed"}
+_PLATFORM_TYPES = {"amd": frozenset({dl.kDLCPU, dl.kDLROCM, dl.kDLROCMHost}),
+                   "nvidia": frozenset({dl.kDLCPU, dl.kDLCUDA, dl.kDLCUDAHost,
+                                        dl.kDLCUDAManaged})}
+
+
+def _contiguous_nbytes(tensor: dl.DLTensor) -> int:
+    """The bytes of a C-contiguous ``tensor``; ValueError for anything else."""
+    ndim = tensor.ndim
+    if not 0 <= ndim <= _MAX_NDIM:
+        raise ValueError(f"obj: DLPack tensor with ndim={ndim}")
+    bits, lanes = tensor.dtype.bits, tensor.dtype.lanes
+    if not bits or not lanes or (bits * lanes) % 8:
+        raise ValueError(f"obj: DLPack dtype of {bits} bits x {lanes} lanes is not a whole "
+                         "number of bytes per element")
+    itemsize = bits * lanes // 8
+    if ndim and not tensor.shape:
+        raise ValueError("obj: DLPack tensor without a shape")
+    shape = [tensor.shape[i] for i in range(ndim)]
+    if any(extent < 0 for extent in shape):
+        raise ValueError(f"obj: DLPack shape {tuple(shape)} has a negative extent")
+    count = 1
+    for extent in shape:
+        count *= extent
+    if tensor.strides and count:
+        expected = 1
+        for i in reversed(range(ndim)):
+            if shape[i] != 1 and tensor.strides[i] != expected:
+                raise ValueError(
+                    f"obj is not C-contiguous (shape {tuple(shape)}, strides "
+                    f"{tuple(tensor.strides[j] for j in range(ndim))} in elements): "
+                    "Buffer.from_dlpack takes contiguous arrays only (make one with the "
+                    "producer's own copy, e.g. .copy() or .contiguous())")
+            expected *= shape[i]
+    return int(count * itemsize)
+
+
+def _take(capsule: Any) -> Tuple[int, bool]:
+    """(address of the managed tensor, versioned) of an unused DLPack capsule."""
+    address = id(capsule)   # CPython: the object's address, valid while we hold it
+    if type(capsule).__name__ == "PyCapsule":
+        for name, versioned in ((dl._NAME_VERSIONED, True), (dl._NAME, False)):
+            if PyCapsule_IsValid(address, name):
+                return PyCapsule_GetPointer(address, name) or 0, versioned
+    raise TypeError(f"obj.__dlpack__() returned {type(capsule).__name__}, not an unused "
+                    "DLPack capsule ('dltensor' or 'dltensor_versioned')")
+
+
+def from_dlpack(obj: Any) -> "Buffer":
+    """``Buffer.from_dlpack``."""
+    export = getattr(obj, "__dlpack__", None)
+    if export is None or not callable(export):
+        raise TypeError(f"obj must support DLPack (have __dlpack__): CuPy, PyTorch, NumPy "
+                        f"arrays, a Buffer..., not {type(obj).__name__}")
+    try:
+        capsule = export(max_version=(dl.DLPACK_MAJOR, dl.DLPACK_MINOR))
+    except TypeError:   # a producer from before DLPack 1.0: no max_version
+        capsule = export()
+    managed, versioned = _take(capsule)
+    if not managed:
+        raise ValueError("obj: the DLPack capsule holds a NULL tensor")
+    flags = 0
+    if versioned:
+        record = dl.DLManagedTensorVersioned.from_address(managed)
+        if record.version.major != dl.DLPACK_MAJOR:
+            raise ValueError(f"obj: DLPack {record.version.major}.{record.version.minor} "
+                             f"tensor; this package reads DLPack {dl.DLPACK_MAJOR}.x")
+        flags = record.flags
+        tensor = record.dl_tensor
+        deleter = record.deleter or 0
+    else:
+        legacy = dl.DLManagedTensor.from_address(managed)
+        tensor = legacy.dl_tensor
+        deleter = legacy.deleter or 0
+    nbytes = _contiguous_nbytes(tensor)
+    device_type, device_id = tensor.device.device_type, tensor.device.device_id
+    kind = _DEVICE_KINDS.get(device_type)
+    platform = _hip.get_runtime().platform
+    allowed = _PLATFORM_TYPES.get(platform)
+    if kind is None or (allowed is not None and device_type not in allowed):
+        raise ValueError(f"obj: memory of DLPack device type {device_type} is not memory the "
+                         f"{platform} platform can use")
+    ptr = ((tensor.data or 0) + tensor.byte_offset) if nbytes else (tensor.data or 0)
+    if ptr > MAX_PTR or (ptr == 0 and nbytes):
+        raise ValueError("obj: the DLPack tensor has no valid data pointer")
+    device: Optional[int] = None
+    if kind in ("device", "managed"):
+        device = check_device(device_id, "the DLPack device id")
+    elif nbytes:   # host memory: the runtime may know it as pinned or managed
+        found_kind, found_device = pointer_kind(ptr)
+        if found_kind is not None:
+            kind, device = found_kind, found_device
+    # ---- ours from here: the capsule is renamed, so its destructor will not call the deleter
+    if PyCapsule_SetName(id(capsule), _USED_VERSIONED if versioned else _USED):
+        raise RuntimeError("PyCapsule_SetName failed")  # pragma: no cover - a valid capsule
+
+    def release(_call: Any = _DELETER_T(deleter) if deleter else None,
+                _managed: int = managed) -> None:
+        if _call is not None:
+            _call(_managed)
+
+    view = ForeignMemory(None, release, kind, device, bool(flags & _READ_ONLY))
+    try:
+        return _build(ptr, nbytes, view, kind, device, 0, None, True)
+    except BaseException:
+        release()
+        raise
+
+
+# ---- fill ------------------------------------------------------------------------------------
+
+_WIDTHS = {1: ("hipMemsetD8", "hipMemsetD8Async"), 2: ("hipMemsetD16", "hipMemsetD16Async"),
+           4: ("hipMemsetD32", "hipMemsetD32Async")}
+
+
+def check_writable(buf: "Buffer", what: str) -> None:
+    """BufferError for a view of memory its producer marked read-only."""
+    ref = buf._ref
+    if type(ref) is ForeignMemory and ref.readonly:
+        raise BufferError(f"Buffer.{what}: this Buffer views read-only memory (its DLPack "
+                          "producer marked it read-only)")
+
+
+def fill(buf: "Buffer", value: Any, width: Any, stream: Any) -> None:
+    """``Buffer.fill``: every argument checked before any native call."""
+    ptr = buf._live()
+    if isinstance(width, bool) or not isinstance(width, int):
+        raise TypeError(f"width must be 1, 2 or 4 (bytes), not {type(width).__name__}")
+    if width not in _WIDTHS:
+        raise ValueError(f"width={width} is not 1, 2 or 4 (bytes)")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"value must be an int, not {type(value).__name__}")
+    bits = 8 * width
+    if not -(1 << (bits - 1)) <= value < (1 << bits):
+        raise ValueError(f"value={value} does not fit in {width} byte(s): it must be in "
+                         f"[{-(1 << (bits - 1))}, {(1 << bits) - 1}]")
+    value &= (1 << bits) - 1     # the pattern's bits
+    size = buf._size
+    if size % width:
+        raise ValueError(f"the buffer's size ({size} bytes) is not a multiple of width={width}")
+    if ptr % width:
+        raise ValueError(f"the buffer's address {ptr:#x} is not aligned to width={width}")
+    handle = None if stream is None else check_stream(stream)
+    check_writable(buf, "fill")
+    if not size:
+        return
+    if buf._state.host_only:
+        _fill_host(ptr, value, width, size)
+        return
+    count = size // width
+    if width == 4 and value & 0x80000000:
+        value -= 1 << 32     # hipMemsetD32 takes an int: the same 32 bits
+    sync_name, async_name = _WIDTHS[width]
+    rt = _hip.get_runtime()
+    device = buf._state.device
+    with on_device(device) if device is not None else _NO_SWITCH:
+        if handle is None:
+            own = buf._handle
+            if own == 0:
+                rt.check(getattr(rt.fn, sync_name)(ptr, value, count), sync_name, size=size)
+                return
+            rt.check(getattr(rt.fn, async_name)(ptr, value, count, own), async_name,
+                     size=size)
+            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+        else:
+            rt.check(getattr(rt.fn, async_name)(ptr, value, count, handle), async_name,
+                     size=size)
+
+
+def _fill_host(ptr: int, value: int, width: int, size: int) -> None:
+    """The pattern written by the CPU: one element, then doubling copies of what is done."""
+    if width == 1:
+        ctypes.memset(ptr, value, size)
+        return
+    ctypes.memmove(ptr, value.to_bytes(width, sys.byteorder), width)
+    done = width
+    while done < size:
+        step = min(done, size - done)
+        ctypes.memmove(ptr + done, ptr, step)
+        done += step
+
+
+# ---- host views ------------------------------------------------------------------------------
+#
+# id(buffer) -> {id of a weak reference: that weak reference} of its live ctypes arrays (an
+# array is unhashable, and so are weak references to it).  An array holds its Buffer (an
+# attribute), so the Buffer outlives every entry; an array's weak-reference callback (run
+# when the last memoryview over it is released or collected) removes it.  The callback never
+# waits for the lock: where it cannot take it at once, it leaves an empty dict (which means
+# "not viewed") for the next view of that buffer to reuse.
+
+_views: Dict[int, Dict[int, Any]] = {}
+_views_lock = threading.Lock()
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    def forget(wr: Any) -> None:
+        found = _views.get(key)
+        if found is None:
+            return
+        found.pop(id(wr), None)
+        if not found and _views_lock.acquire(False):
+            try:
+                if not found and _views.get(key) is found:
+                    del _views[key]
+            finally:
+                _views_lock.release()
+    return forget
+
+
+def viewed(buf: Any) -> bool:
+    """True while a memoryview from :func:`host_view` (or ``memoryview(buf)``) is alive."""
+    return bool(_views.get(id(buf)))
+
+
+def host_view(buf: "Buffer", readonly: bool = False) -> memoryview:
+    """``Buffer.host_view``: a 1-D ``B`` memoryview over host-accessible memory."""
+    if not isinstance(readonly, bool):
+        raise TypeError(f"readonly must be a bool, not {type(readonly).__name__}")
+    ptr = buf._live()
+    kind = buf._memory_kind()
+    if kind not in _HOST_KINDS:
+        raise BufferError(f"this Buffer holds {kind} memory, which the CPU cannot read: copy "
+                          "it to the host (buf.tobytes(), buf.copy_to_host()) instead")
+    if not readonly:
+        ref = buf._ref
+        if type(ref) is ForeignMemory and ref.readonly:
+            readonly = True
+    size = buf._size
+    array: Any = (ctypes.c_ubyte * size).from_address(ptr) if size else (ctypes.c_ubyte * 0)()
+    array._hipmr_buffer = buf   # the Buffer lives as long as the array
+    key = id(buf)
+    with _views_lock:
+        buf._mutable()          # its own state: close() takes the checked path
+        found = _views.get(key)
+        if found is None:
+            found = _views[key] = {}
+        wr = weakref.ref(array, _forget(key))
+        found[id(wr)] = wr
+    view = memoryview(array).cast("B")
+    return view.toreadonly() if readonly else view
+
+
+PyBUF_WRITABLE = 0x0001
+
+
+def buffer_export(buf: "Buffer", flags: int) -> memoryview:
+    """``Buffer.__buffer__`` (Python 3.12+)."""
+    view = host_view(buf)
+    if view.readonly and flags & PyBUF_WRITABLE:
+        view.release()
+        raise BufferError("this Buffer views read-only memory")
+    return view
+
