@@ -428,12 +428,21 @@ def test_bad_descriptors_map_nothing(imported, emulator):
     legacy.close()
 
 
-def test_a_buffer_is_mapped_once_per_process(imported):
+def test_a_buffer_imported_twice_shares_one_mapping(imported, emulator):
+    """The runtime maps an allocation once per process: a second import of the same
+    descriptor shares the first one's mapping, which is unmapped when the last Buffer on it
+    closes (in either order)."""
     _, buf, _, res = imported
+    before = emulator.live_allocations().count
     first = hmr.Buffer.from_ipc(buf.export_ipc(), res)
-    with pytest.raises(hmr.HipError):
-        hmr.Buffer.from_ipc(buf.export_ipc(), res)
+    second = hmr.Buffer.from_ipc(buf.export_ipc(), res)
+    assert second.ptr == first.ptr and len(res.pool._mapped) == 1
+    assert emulator.live_allocations().count == before + 1
     first.close()
+    assert second.tobytes() == buf.tobytes()      # still mapped
+    second.close()
+    assert not res.pool._mapped
+    assert emulator.live_allocations().count == before
     again = hmr.Buffer.from_ipc(buf.export_ipc(), res)
     again.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import weakref
 from ctypes import byref, c_int, c_uint64, c_void_p
-from typing import TYPE_CHECKING, Any, Callable, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 from .. import _hip
 from .._exit import finalize, finalizer
@@ -29,7 +29,7 @@ from .._sizes import Size, config_size, parse_bytes
 from ._common import check_args
 
 if TYPE_CHECKING:
-    from .ipc import IpcPoolHandle
+    from .ipc import ImportedMappings, IpcPoolHandle
 
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 
@@ -123,7 +123,7 @@ class MemoryPool:
         self._rt = rt
         self._closed = False
         self._ipc_id: Optional[bytes] = None        # an exportable or imported pool's identity
-        self._mapped: Optional[Set[int]] = None     # an imported pool: the pointers mapped
+        self._mapped: Optional["ImportedMappings"] = None   # an imported pool: its mappings
         # an exportable pool's own handle, made by the first Buffer.export_ipc: HIP and CUDA
         # export pointers only of a pool exported already (hipErrorInvalidValue otherwise)
         self._shared: Optional["IpcPoolHandle"] = None
@@ -426,7 +426,7 @@ class AsyncMemoryResource:
         imported pool (``hipMemPoolSetAccess``; the exporter's grants do not carry over).
         ``close()`` destroys the imported pool once nothing mapped from it is left; ``handle``
         stays open (close it when no other import needs it)."""
-        from .ipc import cannot_allocate, import_pool, unmap_only
+        from .ipc import ImportedMappings, cannot_allocate, import_pool, unmap_only
         from .ipc import IpcPoolHandle
         if not isinstance(handle, IpcPoolHandle):
             raise TypeError(f"handle must be an IpcPoolHandle, not {type(handle).__name__}")
@@ -438,7 +438,7 @@ class AsyncMemoryResource:
             check_device(pool_device, "the handle's device")
         pool = MemoryPool(import_pool(handle), pool_device, True, rt)
         pool._ipc_id = handle.pool_id
-        mapped: Set[int] = set()
+        mapped = ImportedMappings()
         pool._mapped = mapped
         try:
             if dev != pool_device:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from ctypes import c_int, c_void_p
+from ctypes import c_int, c_size_t, c_void_p
 from typing import Any
 
 from ..types import (hipIpcMemHandle_t, hipMemHandleTypePosixFileDescriptor,
@@ -36,7 +36,24 @@ _POINTER = struct.Struct(f"<8s{ARENA_ID_BYTES}sQQi")   # tag, arena id, offset, 
 class IpcMixin(EmulatorCore):
     """hipMemPoolExportToShareableHandle, hipMemPoolImportFromShareableHandle,
     hipMemPoolExportPointer, hipMemPoolImportPointer, hipIpcGetMemHandle, hipIpcOpenMemHandle,
-    hipIpcCloseMemHandle."""
+    hipIpcCloseMemHandle; and hipMemGetAddressRange, with which an importer checks what it
+    mapped."""
+
+    # ---- the range of an allocation ----------------------------------------------------------
+    def hipMemGetAddressRange(self, pbase: Any, psize: Any, dptr: Any) -> None:
+        """hipMemGetAddressRange(hipDeviceptr_t*, size_t*, hipDeviceptr_t): the base and size
+        of the live allocation containing ``dptr`` (any kind, imported memory too: the size
+        the exporter's runtime wrote in the export data); hipErrorInvalidValue for memory
+        the runtime does not know."""
+        base_out, size_out = out(pbase, c_void_p), out(psize, c_size_t)
+        p = addr(dptr)
+        with self._lock:
+            alloc = self._find(p) if p else None
+            if alloc is None:
+                raise Status(INVALID_VALUE)
+            base, size = alloc.ptr, alloc.size
+        base_out.value = base
+        size_out.value = size
 
     # ---- pools ----------------------------------------------------------------------------
     def hipMemPoolExportToShareableHandle(self, shared_handle: Any, mem_pool: Any,

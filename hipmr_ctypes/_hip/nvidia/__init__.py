@@ -30,7 +30,7 @@ __all__ = ["create_nvidia_runtime", "nvidia_candidates", "cuda_to_hip", "hip_to_
 
 #: the rows ``_shims.build_shims`` builds (on the first call of any)
 _SHIMS = ("hipInit", "hipDeviceGetName", "hipDeviceTotalMem", "hipDeviceGetAttribute",
-          "hipPointerGetAttributes", "hipMemPrefetchAsync")
+          "hipPointerGetAttributes", "hipMemPrefetchAsync", "hipMemGetAddressRange")
 _build_lock = RLock()  # reentrant: a finalizer run inside a build may call a stand-in
 #: the rows not bound one to one: the shims and three Python functions of their own
 _NOT_DIRECT = frozenset(_SHIMS + ("hipGetErrorName", "hipGetErrorString", "hipExtGetLastError"))

@@ -1,6 +1,6 @@
 """The ``nvidia`` back end's shims: the HIP functions that HIP's NVIDIA header implements over the
 driver API (hipInit, hipDeviceGetName, hipDeviceTotalMem, device attributes libcudart does not
-have) or over a CUDA function of another signature (hipPointerGetAttributes,
+have, hipMemGetAddressRange) or over a CUDA function of another signature (hipPointerGetAttributes,
 hipMemPrefetchAsync).  Built by the first call of any of them (``build_shims``); the package
 (``__init__.py``) binds everything else at load.
 """
@@ -83,6 +83,7 @@ class _Driver:
         "cuDeviceGetName": [c_char_p, c_int, c_int],
         "cuDeviceTotalMem_v2": [POINTER(c_size_t), c_int],
         "cuDeviceGetAttribute": [POINTER(c_int), c_int, c_int],
+        "cuMemGetAddressRange_v2": [POINTER(c_void_p), POINTER(c_size_t), c_void_p],
     }
 
     def __init__(self, opener: Callable[[], Any]) -> None:
@@ -109,7 +110,8 @@ class _Driver:
 
 
 def _driver_shims(driver: _Driver) -> Dict[str, Callable[..., int]]:
-    """hipInit, hipDeviceGetName, hipDeviceTotalMem: driver calls in HIP's NVIDIA header."""
+    """hipInit, hipDeviceGetName, hipDeviceTotalMem, hipMemGetAddressRange: driver calls in
+    HIP's NVIDIA header."""
 
     def functions(name: str) -> Dict[str, Callable[..., int]]:
         cu = driver.functions()
@@ -139,8 +141,15 @@ def _driver_shims(driver: _Driver) -> Dict[str, Callable[..., int]]:
         st, dev = _device(cu, ordinal)
         return st or _cu_status(cu["cuDeviceTotalMem_v2"](out, dev))
 
+    def hipMemGetAddressRange(pbase: Any, psize: Any, ptr: Any) -> int:
+        # HIP's NVIDIA header: cuMemGetAddressRange (the driver; the primary context the
+        # runtime made current is the one asked)
+        return _cu_status(functions("hipMemGetAddressRange")["cuMemGetAddressRange_v2"](
+            pbase, psize, ptr))
+
     return {"hipInit": hipInit, "hipDeviceGetName": hipDeviceGetName,
-            "hipDeviceTotalMem": hipDeviceTotalMem}
+            "hipDeviceTotalMem": hipDeviceTotalMem,
+            "hipMemGetAddressRange": hipMemGetAddressRange}
 
 
 def build_shims(cudart: Any, cuda_version: int,
