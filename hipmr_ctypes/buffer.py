@@ -1001,11 +1001,7 @@ class Buffer:
             self._order_before(0 if stream is None else stream)
         versioned = False
         if max_version is not None:
-            try:
-                versioned = tuple(max_version)[0] >= dl.DLPACK_MAJOR
-            except (TypeError, IndexError):
-                raise TypeError(f"max_version must be a (major, minor) tuple, not "
-                                f"{max_version!r}") from None
+            versioned = dl.check_max_version(max_version)[0] >= dl.DLPACK_MAJOR
         return dl.export(self, ptr, self._size, device, versioned)
 
     def _order_before(self, consumer: int) -> None:
@@ -1091,6 +1087,8 @@ def _memory_kind(buf: Buffer) -> str:
     props = _declared(buf.resource)
     if buf._host_only:
         return "host"
+    if not props:   # a resource that declares nothing: what the runtime knows of the memory
+        return _pointer_kind(buf._ptr)
     if host_accessible not in props:
         return "device"
     # device- and host-accessible: pinned or managed.  Our own resources (also under adaptors
@@ -1114,3 +1112,25 @@ def _memory_kind(buf: Buffer) -> str:
     else:
         table = MEMORY_TYPE_6
     return "managed" if table.get(attrs.type, "") in ("managed", "unified") else "pinned"
+
+
+def _pointer_kind(ptr: int) -> str:
+    """"device", "pinned" or "managed" for memory the runtime knows at ``ptr``; "host" for
+    memory it does not know (a resource that declares no properties, over host memory)."""
+    if not ptr:
+        return "host"
+    rt = _hip.get_runtime()
+    attrs = hipPointerAttribute_t()
+    if rt.fn.hipPointerGetAttributes(attrs, ptr):
+        rt.clear_last_error()
+        return "host"
+    if attrs.isManaged:
+        return "managed"
+    if rt.platform == "amd" and rt.runtime_version()[0] < 6:
+        table = MEMORY_TYPE_5
+    else:
+        table = MEMORY_TYPE_6
+    kind = table.get(attrs.type, "")
+    if kind in ("managed", "unified"):
+        return "managed"
+    return {"device": "device", "host": "pinned"}.get(kind, "host")

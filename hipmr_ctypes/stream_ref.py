@@ -162,7 +162,8 @@ class stream_ref:
         if st:
             raise rt.error(st, "hipStreamSynchronize")
 
-    sync = wait
+    #: the other spellings (RMM's and ``Stream``'s ``synchronize``): the same call
+    sync = synchronize = wait
 
     def ready(self) -> bool:
         """True when all work queued on the stream has finished, False while some is pending
@@ -175,7 +176,8 @@ class stream_ref:
             return False
         raise rt.error(st, "hipStreamQuery")
 
-    is_done = ready
+    #: the other spellings (``Stream``'s ``query``): the same call
+    is_done = query = ready
 
     @property
     def priority(self) -> IntValue:

@@ -480,6 +480,24 @@ class AsyncMemoryResource:
     def __deepcopy__(self, memo: Any) -> "AsyncMemoryResource":
         return self.__copy__()
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """Pickled by its settings, as every resource is: unpickling makes a new pool with
+        the settings this one was made with (``AsyncMemoryResource(device, ...)``), or
+        takes the device's current pool again (:meth:`from_default_pool`).  A pool's memory
+        never travels: an importing resource (:meth:`from_ipc`) or one over another
+        library's pool raises TypeError (send the :class:`IpcPoolHandle` instead)."""
+        settings = dict(self._settings)
+        if settings.get("default_pool"):
+            return (_rebuild, (self._device, None))
+        if "enable_ipc" in settings:
+            return (_rebuild, (self._device, {
+                "initial_pool_size": settings.get("initial_pool_size"),
+                "release_threshold": settings.get("release_threshold"),
+                "enable_ipc": settings["enable_ipc"]}))
+        raise TypeError(f"{self!r} cannot be pickled: its pool belongs to another process or "
+                        "library (pickle the IpcPoolHandle of an exported pool, through "
+                        "multiprocessing, instead)")
+
     @property
     def pool(self) -> MemoryPool:
         """The :class:`MemoryPool` this resource allocates from."""
@@ -617,6 +635,13 @@ class AsyncMemoryResource:
         settings = "".join(f", {k}={v}" for k, v in self._settings if v is not None)
         state = "closed" if self._pool._closed else f"{self._handle:#x}"
         return f"{type(self).__name__}(device={self._device}{settings}) [pool {state}]"
+
+
+def _rebuild(device: int, settings: Optional[Any]) -> AsyncMemoryResource:
+    """Unpickling an :class:`AsyncMemoryResource` (see its ``__reduce__``)."""
+    if settings is None:
+        return AsyncMemoryResource.from_default_pool(device)
+    return AsyncMemoryResource(device, **settings)
 
 
 def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:

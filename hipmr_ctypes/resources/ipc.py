@@ -3,7 +3,8 @@ descriptor of an IPC-enabled pool), the importing side of :class:`AsyncMemoryRes
 the small resource that unmaps memory opened from a legacy per-allocation handle.
 
 A pool handle travels to another process through ``multiprocessing`` (Queue, Pipe, Process
-arguments, ``ProcessPoolExecutor``; spawn, forkserver and fork), which passes the descriptor
+arguments, ``ProcessPoolExecutor``; spawn and forkserver: a child forked after the runtime
+started refuses to use it, see ``hipmr_ctypes._hip.fork``), which passes the descriptor
 itself, or over a Unix socket with :meth:`IpcPoolHandle.send` / :meth:`IpcPoolHandle.receive`
 (``SCM_RIGHTS``), for processes that multiprocessing did not start (MPI ranks).  Plain
 ``pickle`` refuses it: a file descriptor number means nothing in another process.

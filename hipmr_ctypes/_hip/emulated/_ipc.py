@@ -28,6 +28,17 @@ from ._shared import ARENA_ID_BYTES, SharedArena
 __all__ = ["IpcMixin"]
 
 NOT_SUPPORTED = 801
+NOT_INITIALIZED = 3
+
+
+class _Every:
+    """Contains every name: the calls of the fault that fails everything after a fork."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_EVERY_CALL: Any = _Every()
 _LEGACY_TAG = b"HIPMRIPC"
 _POINTER_TAG = b"HMRPTR01"
 _POINTER = struct.Struct(f"<8s{ARENA_ID_BYTES}sQQi")   # tag, arena id, offset, size, device
@@ -38,6 +49,15 @@ class IpcMixin(EmulatorCore):
     hipMemPoolExportPointer, hipMemPoolImportPointer, hipIpcGetMemHandle, hipIpcOpenMemHandle,
     hipIpcCloseMemHandle; and hipMemGetAddressRange, with which an importer checks what it
     mapped."""
+
+    # ---- fork ---------------------------------------------------------------------------------
+    def fail_after_fork(self) -> None:
+        """In a child forked from the process that made this emulator: every call fails from
+        now on with hipErrorNotInitialized, as CUDA's fail in such a child, so that nothing
+        inherited (pools whose shared memory the parent still uses, above all) hands out
+        memory.  Called by ``hipmr_ctypes._hip.fork``; the lock was made free before."""
+        from ._core import _Fault
+        self._faults[:] = [_Fault(NOT_INITIALIZED, 1 << 62, _EVERY_CALL)]
 
     # ---- the range of an allocation ----------------------------------------------------------
     def hipMemGetAddressRange(self, pbase: Any, psize: Any, dptr: Any) -> None:
