@@ -239,7 +239,7 @@ def export_buffer(buf: "Buffer") -> IpcBufferDescriptor:
 # What an importer can check, and does, before a Buffer exists (docs/scale.md, "Trust"): the
 # fields are in range (``from_bytes``), the pool's identity and device match the importing
 # resource's, and what the runtime actually mapped is device memory of that device whose
-# allocation (``hipMemGetAddressRange``) holds ``offset + size`` bytes from the mapped base.
+# range (``hipMemGetAddressRange``) holds ``offset + size`` bytes from the mapped base.
 # Anything else is a ValueError with nothing left mapped.  The runtime maps an allocation once
 # per process: importing the same descriptor again shares that mapping (counted).
 
@@ -250,23 +250,24 @@ def _refuse(why: str) -> ValueError:
 
 
 def _check_mapping(rt: Any, base: int, device: int, need: int) -> int:
-    """The bytes of the allocation mapped at ``base`` (as the runtime tells); ValueError when
-    it is not device memory of ``device`` starting at ``base`` with at least ``need`` bytes."""
+    """The bytes mapped from ``base`` on (to the end of the range the runtime reports for
+    it: the allocation, or a larger segment that holds it); ValueError when that is not
+    device memory of ``device`` with at least ``need`` bytes."""
     from ctypes import c_size_t
     from .buffer import _pointer_device
     found, extent = c_void_p(), c_size_t()
     if rt.fn.hipMemGetAddressRange(found, extent, base):
         rt.clear_last_error()
         raise _refuse("the runtime does not know the memory it mapped")
-    if (found.value or 0) != base:
-        raise _refuse("the mapped address is not the start of an allocation")
-    if extent.value < need:
-        raise _refuse(f"it asks for {need} bytes of an allocation of {extent.value}")
+    start = found.value or 0
+    available = start + extent.value - base
+    if not start <= base or available < need:
+        raise _refuse(f"it asks for {need} bytes of an allocation of {max(available, 0)}")
     actual = _pointer_device(base)
     if actual != device:
         raise _refuse(f"it says device {device}, but the memory mapped is "
                       + ("not device memory" if actual is None else f"on device {actual}"))
-    return int(extent.value)
+    return available
 
 
 def import_buffer(descriptor: IpcBufferDescriptor, resource: Any = None) -> "Buffer":

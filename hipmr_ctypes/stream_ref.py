@@ -163,7 +163,8 @@ class stream_ref:
             raise rt.error(st, "hipStreamSynchronize")
 
     #: the other spellings (RMM's and ``Stream``'s ``synchronize``): the same call
-    sync = synchronize = wait
+    sync = wait
+    synchronize = wait
 
     def ready(self) -> bool:
         """True when all work queued on the stream has finished, False while some is pending
@@ -177,7 +178,8 @@ class stream_ref:
         raise rt.error(st, "hipStreamQuery")
 
     #: the other spellings (``Stream``'s ``query``): the same call
-    is_done = query = ready
+    is_done = ready
+    query = ready
 
     @property
     def priority(self) -> IntValue:

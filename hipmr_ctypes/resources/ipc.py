@@ -178,7 +178,10 @@ class Mapped:
     __slots__ = ("key", "ptr", "extent", "count")
 
     def __init__(self, key: bytes, ptr: int, extent: int) -> None:
-        self.key, self.ptr, self.extent, self.count = key, ptr, extent, 1
+        self.key: bytes = key
+        self.ptr: int = ptr
+        self.extent: int = extent
+        self.count: int = 1
 
 
 class ImportedMappings:
