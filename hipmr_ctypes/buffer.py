@@ -947,6 +947,8 @@ class Buffer:
         if self._host_only:
             raise AttributeError("__cuda_array_interface__: this Buffer holds host-only memory")
         ptr = self._live()
+        if self._memory_kind() == "host":   # a resource that declares nothing, over host memory
+            raise AttributeError("__cuda_array_interface__: this Buffer holds host memory")
         handle = self._own_stream()
         return {"version": 3, "shape": (self._size,), "typestr": "|u1", "data": (ptr, False),
                 "strides": None, "stream": handle if handle else None}

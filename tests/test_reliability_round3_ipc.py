@@ -509,9 +509,11 @@ def test_memory_of_a_resource_that_declares_nothing_is_what_the_runtime_says(emu
     assert host.__dlpack_device__() == (1, 0)          # kDLCPU
     with pytest.raises(hmr.NotSupportedError, match="host memory"):
         host.export_ipc()                              # not device memory
+    assert not hasattr(host, "__cuda_array_interface__")   # never offered as device memory
     device = hmr.Buffer(64, resource=_Undeclared(hmr.DeviceMemoryResource()))
     with pytest.raises(hmr.NotSupportedError, match="memory from _Undeclared"):
         device.export_ipc()   # past the kind check: the runtime knows it as device memory
+    assert device.__cuda_array_interface__["data"][0] == device.ptr
     host.close()
     device.close()
 
@@ -590,3 +592,56 @@ def test_a_block_to_copy_runs_on_its_own(code, tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr
+
+
+# ---- 3. across processes, on the emulated platform and on a real GPU ----------------------------
+def child_forged_then_real(handle, descriptor, out):
+    """In another process: a forged size is refused with nothing mapped; the real descriptor
+    maps, twice, sharing one mapping; the data is the exporter's."""
+    import hipmr_ctypes as hmr
+    from hipmr_ctypes.ipc import IpcBufferDescriptor
+    report = {}
+    res = hmr.AsyncMemoryResource.from_ipc(handle)
+    forged = IpcBufferDescriptor("pool", descriptor.device, 1 << 40, 0, descriptor.pool_id,
+                                 descriptor.data)
+    try:
+        hmr.Buffer.from_ipc(forged, res)
+        report["forged"] = "mapped"
+    except ValueError as exc:
+        report["forged"] = "refused" if "allocation" in str(exc) else str(exc)
+    report["left_mapped"] = len(res.pool._mapped)
+    first = hmr.Buffer.from_ipc(descriptor, res)
+    second = hmr.Buffer.from_ipc(descriptor, res)
+    report["shared"] = first.ptr == second.ptr
+    report["data"] = second.tobytes() == _pattern(descriptor.size, 5)
+    first.close()
+    second.close()
+    report["unmapped"] = len(res.pool._mapped) == 0
+    res.close()
+    handle.close()
+    out.put(report)
+
+
+@pytest.mark.parametrize("where", ["emulated", pytest.param("real", marks=pytest.mark.gpu)])
+def test_forged_and_repeated_imports_in_another_process(where, monkeypatch):
+    rt = _hip.get_runtime()
+    if where == "emulated" and rt.platform != "emulated":
+        pytest.skip("the emulated variant runs where the process-wide platform is emulated")
+    if where == "real" and (rt.platform == "emulated" or hmr.device_count() < 1):
+        if os.environ.get("HIPMR_REQUIRE_GPU") == "1":
+            pytest.fail("a GPU is required (HIPMR_REQUIRE_GPU=1) but missing")
+        pytest.skip("needs a real GPU")
+    mr = hmr.AsyncMemoryResource(0, enable_ipc=True)
+    buf = hmr.Buffer.from_host(_pattern(65536, 5), resource=mr)
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    with mr.pool.export_handle() as handle:
+        proc = ctx.Process(target=child_forged_then_real, args=(handle, buf.export_ipc(), out))
+        proc.start()
+        report = out.get(timeout=TIMEOUT)
+        proc.join(TIMEOUT)
+    assert proc.exitcode == 0
+    assert report == {"forged": "refused", "left_mapped": 0, "shared": True, "data": True,
+                      "unmapped": True}
+    buf.close()
+    mr.close()
