@@ -359,6 +359,7 @@ PATHS = {
     "resize_within": lambda b: b.resize(8),
     "resize_beyond": lambda b: b.resize(1 << 20),
     "reserve": lambda b: b.reserve(1 << 20),
+    "release": lambda b: b.release(),
     "resize_onto_another_stream": lambda b: b.resize(8, stream=0),
     "export_ipc": lambda b: b.export_ipc(),
     "pickle": lambda b: pickle.dumps(b),
