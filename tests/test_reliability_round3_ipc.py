@@ -646,3 +646,19 @@ def test_forged_and_repeated_imports_in_another_process(where, monkeypatch):
                       "unmapped": True}
     buf.close()
     mr.close()
+
+
+def test_the_nvidia_address_range_is_the_drivers(monkeypatch):
+    """On ``nvidia`` hipMemGetAddressRange is the driver's cuMemGetAddressRange_v2 (HIP's
+    header maps it so), through libcuda opened on first use; its status comes back as HIP's."""
+    from hipmr_ctypes._hip import nvidia
+    from test_binding import _FakeLibrary
+    cudart, libcuda = _FakeLibrary(), _FakeLibrary({"cuInit": 0})
+    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
+    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
+    rt = nvidia.create_nvidia_runtime({})
+    base, size = ctypes.c_void_p(), ctypes.c_size_t()
+    assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 0
+    assert libcuda.calls[-1][0] == "cuMemGetAddressRange_v2" and libcuda.calls[-1][3] == 0x1000
+    libcuda.results["cuMemGetAddressRange_v2"] = 1
+    assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 1
