@@ -34,7 +34,7 @@ from ._hip.native import (PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 
 __all__ = ["kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLROCM", "kDLROCMHost", "kDLCUDAManaged",
            "DLDevice", "DLDataType", "DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
-           "export", "exported", "live_exports", "reap"]
+           "export", "exported", "live_exports", "reap", "check_max_version"]
 
 kDLCPU = 1
 kDLCUDA = 2
@@ -44,6 +44,21 @@ kDLROCMHost = 11
 kDLCUDAManaged = 13
 kDLUInt = 1
 DLPACK_MAJOR, DLPACK_MINOR = 1, 0
+
+
+def check_max_version(max_version: Any) -> Tuple[int, int]:
+    """``__dlpack__``'s ``max_version``: a ``(major, minor)`` pair of ints >= 0; TypeError for
+    anything else (a triple, a bare int, a string...)."""
+    try:
+        major, minor = max_version
+    except (TypeError, ValueError):
+        raise TypeError(f"max_version must be a (major, minor) tuple, not "
+                        f"{max_version!r}") from None
+    for part in (major, minor):
+        if isinstance(part, bool) or not isinstance(part, int) or part < 0:
+            raise TypeError(f"max_version must be a (major, minor) tuple of ints >= 0, not "
+                            f"{max_version!r}")
+    return int(major), int(minor)
 
 
 class DLDevice(Structure):

@@ -21,18 +21,24 @@ only the standard library, so every layer may use it.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional
 
-__all__ = ["DeferringLock", "TokenMutex", "wait_token"]
+__all__ = ["DeferringLock", "TokenMutex", "wait_token", "reset_after_fork"]
+
+#: every DeferringLock, held weakly: a forked child makes free those that a thread of the
+#: parent held (:func:`reset_after_fork`)
+_every: "weakref.WeakSet[DeferringLock]" = weakref.WeakSet()
 
 
 class DeferringLock:
     """A non-reentrant lock with an owner and a queue of calls deferred until its release."""
 
-    __slots__ = ("_lock", "owner", "_deferred", "try_acquire", "release_fast")
+    __slots__ = ("_lock", "owner", "_deferred", "try_acquire", "release_fast", "__weakref__")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -42,6 +48,7 @@ class DeferringLock:
         #: Python container (so no finalizer can run inside it); then ``release_fast()``
         self.try_acquire: Callable[..., bool] = self._lock.acquire
         self.release_fast: Callable[[], None] = self._lock.release
+        _every.add(self)
 
     def held_here(self) -> bool:
         """True when the calling thread holds the lock."""
@@ -155,3 +162,26 @@ def wait_token(take: Callable[[], Any]) -> None:
                 f"a mutex was held for over {TokenMutex.TIMEOUT} s: re-entered from a "
                 "finalizer or signal handler of the thread that holds it?")
         time.sleep(0.0001)
+
+
+def reset_after_fork() -> None:
+    """In a forked child (``os.register_at_fork``): every DeferringLock that a thread of the
+    parent held at the fork (a thread that does not exist here, so it would never let go) is
+    made free again, in place (holders keep their bound ``try_acquire`` / ``release_fast``),
+    and its deferred calls are dropped.  A lock the forking thread itself holds stays held:
+    that thread goes on in the child and lets go of it."""
+    me = threading.get_ident()
+    for lock in list(_every):
+        inner = lock._lock
+        if lock.owner == me or not inner.locked():
+            continue
+        reinit = getattr(inner, "_at_fork_reinit", None)
+        if reinit is not None:
+            reinit()
+        else:  # pragma: no cover - every supported CPython has it (3.9+)
+            inner.release()
+        lock.owner = None
+        del lock._deferred[:]
+
+
+os.register_at_fork(after_in_child=reset_after_fork)

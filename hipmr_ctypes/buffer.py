@@ -481,6 +481,17 @@ class Buffer:
             raise ValueError(_CLOSED)
         return self._ptr
 
+    def _own_stream(self) -> int:
+        """The handle of the buffer's own stream, for a native call; ValueError when the
+        :class:`Stream` object the buffer holds was closed (its destroyed handle must never
+        reach the runtime: HIP 7 and CUDA crash on one)."""
+        keep = self._state.keep
+        if keep is not None and type(keep) is Stream and keep.closed:
+            raise ValueError(f"buffer: this Buffer's stream ({keep!r}) was closed; pass a "
+                             "live stream to close(stream=...) to free it, or keep the "
+                             "stream open while the buffer is used")
+        return self._handle
+
     @property
     def ptr(self) -> int:
         """The address of the memory as an int (0 for an empty buffer)."""
@@ -589,7 +600,7 @@ class Buffer:
             ctypes.memmove(dst, src, n)
             return
         rt = _hip.get_runtime()
-        own = self._handle
+        own = self._own_stream()
         with on_device(device) if device is not None else _NO_SWITCH:
             if peer is not None:
                 rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
@@ -644,6 +655,7 @@ class Buffer:
         until the stream has done it."""
         self._live()
         _writable(self, "copy_from_host")
+        self._own_stream()
         if stream is not None:
             check_stream(stream)
         self._copy_in(_HostView(obj, "obj", False), stream)
@@ -653,6 +665,7 @@ class Buffer:
         start of a larger one is written) and return it; without ``out``, to a new
         ``bytearray``.  With ``stream`` the copy is asynchronous."""
         ptr = self._live()
+        self._own_stream()
         if stream is not None:
             check_stream(stream)
         target = bytearray(self._size) if out is None else out
@@ -669,10 +682,12 @@ class Buffer:
         C-contiguous, at most ``size`` bytes) into the start of this buffer."""
         ptr = self._live()
         _writable(self, "copy_from_device")
+        self._own_stream()
         if stream is not None:
             check_stream(stream)
         if isinstance(other, Buffer):
             src = other._live()
+            other._own_stream()
             n = other._size
             host = self._host_only and other._host_only
             producer = None
@@ -713,7 +728,7 @@ class Buffer:
         rt = _hip.get_runtime()
         device = self._device
         with on_device(device) if device is not None else _NO_SWITCH:
-            rt.check(rt.fn.hipStreamSynchronize(self._handle), "hipStreamSynchronize")
+            rt.check(rt.fn.hipStreamSynchronize(self._own_stream()), "hipStreamSynchronize")
 
     def copy(self, resource: Any = None, stream: Any = None) -> "Buffer":
         """A new Buffer with the same contents, allocated from ``resource`` (default: this
@@ -721,6 +736,7 @@ class Buffer:
         that device (a peer copy).  ``stream=None``: the copy is done when this returns; with a
         stream it is asynchronous on it."""
         self._live()
+        self._own_stream()
         if stream is not None:
             check_stream(stream)
         if resource is None:
@@ -739,6 +755,7 @@ class Buffer:
         """Set every byte to ``value`` (0..255)."""
         ptr = self._live()
         _writable(self, "memset")
+        self._own_stream()
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"value must be an int in [0, 255], not {type(value).__name__}")
         if not 0 <= value <= 255:
@@ -751,7 +768,7 @@ class Buffer:
             return
         rt = _hip.get_runtime()
         if handle is None:
-            own = self._handle
+            own = self._own_stream()
             device = self._device
             with on_device(device) if device is not None else _NO_SWITCH:
                 if own == 0:
@@ -790,7 +807,7 @@ class Buffer:
         """The stream handle growth works on (``None``: the buffer's own stream) and the
         object to hold for it."""
         if stream is None:
-            return self._handle, self._keep
+            return self._own_stream(), self._keep
         handle = check_stream(stream)
         if handle == self._handle:
             return handle, self._keep
@@ -798,6 +815,7 @@ class Buffer:
 
     def _movable(self, what: str) -> None:
         self._live()
+        self._own_stream()
         dl = sys.modules.get("hipmr_ctypes._dlpack")
         if dl is not None and dl.exported(self):
             raise BufferError(f"Buffer.{what}: a DLPack consumer still uses this buffer's "
@@ -913,7 +931,7 @@ class Buffer:
         (default: the buffer's own); nothing happens for memory that is not managed."""
         ptr = self._live()
         target = get_device() if device is None else check_device(device)
-        handle = self._handle if stream is None else check_stream(stream)
+        handle = self._own_stream() if stream is None else check_stream(stream)
         if not ptr or not self._size or self._host_only or self._memory_kind() != "managed":
             return
         prefetch_if_managed(ptr, self._size, target, handle)
@@ -934,7 +952,9 @@ class Buffer:
         if self._host_only:
             raise AttributeError("__cuda_array_interface__: this Buffer holds host-only memory")
         ptr = self._live()
-        handle = self._handle
+        if self._memory_kind() == "host":   # a resource that declares nothing, over host memory
+            raise AttributeError("__cuda_array_interface__: this Buffer holds host memory")
+        handle = self._own_stream()
         return {"version": 3, "shape": (self._size,), "typestr": "|u1", "data": (ptr, False),
                 "strides": None, "stream": handle if handle else None}
 
@@ -974,6 +994,7 @@ class Buffer:
         stream.  ``copy=True`` and another ``dl_device`` raise BufferError."""
         from . import _dlpack as dl
         ptr = self._live()
+        self._own_stream()
         if copy:
             raise BufferError("Buffer.__dlpack__: copy=True is not supported (export shares "
                               "the memory)")
@@ -987,16 +1008,12 @@ class Buffer:
             self._order_before(0 if stream is None else stream)
         versioned = False
         if max_version is not None:
-            try:
-                versioned = tuple(max_version)[0] >= dl.DLPACK_MAJOR
-            except (TypeError, IndexError):
-                raise TypeError(f"max_version must be a (major, minor) tuple, not "
-                                f"{max_version!r}") from None
+            versioned = dl.check_max_version(max_version)[0] >= dl.DLPACK_MAJOR
         return dl.export(self, ptr, self._size, device, versioned)
 
     def _order_before(self, consumer: int) -> None:
         """Make work later queued on ``consumer`` wait for the buffer's stream."""
-        own = self._handle
+        own = self._own_stream()
         legacy = (0, 1)
         if consumer == own or (own in legacy and consumer in legacy):
             return
@@ -1099,21 +1116,14 @@ def _writable(buf: Buffer, what: str) -> None:
 
 def memory_device(resource: Any) -> Optional[int]:
     """The device the memory of ``resource`` lives on: its ``device`` when that is an int, else
-    the first such ``device`` below it through ``upstream_resource()`` (adaptors, refs); None
-    when no resource of the stack names one."""
-    for _ in range(64):  # a stack deeper than this is a cycle
-        if isinstance(resource, resource_ref):
-            resource = resource.resource
-        device = getattr(resource, "device", None)
+    the first such ``device`` below it through ``upstream_resource()`` (adaptors, refs; any
+    depth); None when no resource of the stack names one; ValueError for a stack with a
+    cycle."""
+    from ._stack import walk_stack
+    for found in walk_stack(resource, "memory_device"):
+        device = getattr(found, "device", None)
         if type(device) is int:
             return device
-        upstream = getattr(resource, "upstream_resource", None)
-        if not callable(upstream):
-            return None
-        try:
-            resource = upstream()
-        except Exception:  # noqa: BLE001 - a user object's method: no device known
-            return None
     return None
 
 
@@ -1168,22 +1178,18 @@ def _memory_kind(buf: Buffer) -> str:
     props = _declared(buf.resource)
     if buf._host_only:
         return "host"
+    if not props:   # a resource that declares nothing: what the runtime knows of the memory
+        return _pointer_kind(buf._ptr)
     if host_accessible not in props:
         return "device"
     # device- and host-accessible: pinned or managed.  Our own resources (also under adaptors
     # that name their upstream) say which; otherwise ask the runtime about the pointer.
-    resource = buf.resource
-    for _ in range(32):
+    from ._stack import walk_stack
+    for resource in walk_stack(buf.resource, "Buffer"):
         if isinstance(resource, ManagedMemoryResource):
             return "managed"
         if isinstance(resource, PinnedMemoryResource):
             return "pinned"
-        upstream = getattr(resource, "upstream_resource", None)
-        if upstream is None:
-            break
-        resource = upstream()
-        if isinstance(resource, resource_ref):
-            resource = resource.resource
     if not buf._ptr:
         return "pinned"
     rt = _hip.get_runtime()
@@ -1197,3 +1203,25 @@ def _memory_kind(buf: Buffer) -> str:
     else:
         table = MEMORY_TYPE_6
     return "managed" if table.get(attrs.type, "") in ("managed", "unified") else "pinned"
+
+
+def _pointer_kind(ptr: int) -> str:
+    """"device", "pinned" or "managed" for memory the runtime knows at ``ptr``; "host" for
+    memory it does not know (a resource that declares no properties, over host memory)."""
+    if not ptr:
+        return "host"
+    rt = _hip.get_runtime()
+    attrs = hipPointerAttribute_t()
+    if rt.fn.hipPointerGetAttributes(attrs, ptr):
+        rt.clear_last_error()
+        return "host"
+    if attrs.isManaged:
+        return "managed"
+    if rt.platform == "amd" and rt.runtime_version()[0] < 6:
+        table = MEMORY_TYPE_5
+    else:
+        table = MEMORY_TYPE_6
+    kind = table.get(attrs.type, "")
+    if kind in ("managed", "unified"):
+        return "managed"
+    return {"device": "device", "host": "pinned"}.get(kind, "host")

@@ -59,12 +59,13 @@ class IpcBufferDescriptor:
         if kind not in _CODES:
             raise ValueError(f"kind must be 'pool' or 'legacy', not {kind!r}")
         for name, value in (("device", device), ("size", size), ("offset", offset)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an int, not {value!r}")
         if not isinstance(pool_id, bytes) or len(pool_id) != POOL_ID_BYTES:
             raise ValueError(f"pool_id must be {POOL_ID_BYTES} bytes")
         if not isinstance(data, bytes) or len(data) != 64:
             raise ValueError("data must be 64 bytes")
+        _check_fields(kind, device, size, offset)
         body = _BODY.pack(_MAGIC, _CODES[kind], device, size, offset, pool_id, data)
         object.__setattr__(self, "_raw", body + _CRC.pack(zlib.crc32(body)))
 
@@ -83,6 +84,8 @@ class IpcBufferDescriptor:
             raise ValueError("these bytes are not an IpcBufferDescriptor")
         if zlib.crc32(body) != crc:
             raise ValueError("IpcBufferDescriptor: the bytes are corrupted (checksum mismatch)")
+        fields = _BODY.unpack(body)
+        _check_fields(_KINDS[code], fields[2], fields[3], fields[4])
         self = cls.__new__(cls)
         object.__setattr__(self, "_raw", raw)
         return self
@@ -128,7 +131,9 @@ class IpcBufferDescriptor:
         return self._raw
 
     def __reduce__(self) -> Any:
-        return (IpcBufferDescriptor.from_bytes, (self._raw,))
+        # a module-level function: pickled by reference by every pickler (cloudpickle, Dask's
+        # serializer, pickles a classmethod by value, with the module's globals)
+        return (_descriptor, (self._raw,))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, IpcBufferDescriptor):
@@ -143,24 +148,41 @@ class IpcBufferDescriptor:
                 f"{'' if self.pool_id is None else ' pool=' + self.pool_id.hex()[:8]}>")
 
 
+def _check_fields(kind: str, device: int, size: int, offset: int) -> None:
+    """ValueError for fields no exported Buffer has (the checksum proves nothing: anyone can
+    compute it), before anything is packed or mapped."""
+    if not 0 <= device < 1 << 31:
+        raise ValueError(f"IpcBufferDescriptor: device={device} is not a device ordinal")
+    if not 0 < size < 1 << 64:
+        raise ValueError(f"IpcBufferDescriptor: size={size} is not the size of an exported "
+                         "Buffer (1 to 2**64 - 1 bytes)")
+    if not 0 <= offset < 1 << 64 or offset + size >= 1 << 64:
+        raise ValueError(f"IpcBufferDescriptor: offset={offset} with size={size} does not fit "
+                         "an address space")
+    if kind == "pool" and offset:
+        raise ValueError(f"IpcBufferDescriptor: a pool descriptor has offset 0, not {offset}")
+
+
+def _descriptor(raw: bytes) -> IpcBufferDescriptor:
+    """Unpickling: :meth:`IpcBufferDescriptor.from_bytes` (which checks everything again)."""
+    return IpcBufferDescriptor.from_bytes(raw)
+
+
 # ---- export ----------------------------------------------------------------------------------
 def _source(resource: Any) -> Any:
     """The resource that made the memory, through adaptors that hand out their upstream's
     pointers unchanged; NotSupportedError naming the first one that does not."""
     from .adaptors import (FailureCallbackResource, LimitingResource, LoggingResource,
                            StatisticsResource, TrackingResource)
-    from .resource_ref import resource_ref
     from .resources import AsyncMemoryResource, DeviceMemoryResource
     passing = (FailureCallbackResource, LimitingResource, LoggingResource, StatisticsResource,
                TrackingResource)
-    for _ in range(64):
-        if isinstance(resource, resource_ref):
-            resource = resource.resource
+    from ._stack import walk_stack
+    for resource in walk_stack(resource, "Buffer.export_ipc"):   # any depth; a cycle raises
         if isinstance(resource, (AsyncMemoryResource, DeviceMemoryResource)):
             return resource
         if not isinstance(resource, passing):
             break
-        resource = resource.upstream
     raise NotSupportedError(
         801, "hipErrorNotSupported",
         f"memory from {type(resource).__name__} cannot be shared with another process: only "
@@ -173,6 +195,7 @@ def export_buffer(buf: "Buffer") -> IpcBufferDescriptor:
     """``buf.export_ipc()``: see :meth:`hipmr_ctypes.Buffer.export_ipc`."""
     from .resources import AsyncMemoryResource
     ptr = buf._live()
+    buf._own_stream()   # a closed stream's handle never reaches the runtime
     if not buf.size:
         raise ValueError("an empty Buffer has no memory to share")
     kind = buf._memory_kind()
@@ -212,17 +235,52 @@ def export_buffer(buf: "Buffer") -> IpcBufferDescriptor:
 
 
 # ---- import ----------------------------------------------------------------------------------
+#
+# What an importer can check, and does, before a Buffer exists (docs/scale.md, "Trust"): the
+# fields are in range (``from_bytes``), the pool's identity and device match the importing
+# resource's, and what the runtime actually mapped is device memory of that device whose
+# range (``hipMemGetAddressRange``) holds ``offset + size`` bytes from the mapped base.
+# Anything else is a ValueError with nothing left mapped.  The runtime maps an allocation once
+# per process: importing the same descriptor again shares that mapping (counted).
+
+
+def _refuse(why: str) -> ValueError:
+    return ValueError(f"Buffer.from_ipc: {why}; the descriptor is damaged or forged (nothing "
+                      "was mapped)")
+
+
+def _check_mapping(rt: Any, base: int, device: int, need: int) -> int:
+    """The bytes mapped from ``base`` on (to the end of the range the runtime reports for
+    it: the allocation, or a larger segment that holds it); ValueError when that is not
+    device memory of ``device`` with at least ``need`` bytes."""
+    from ctypes import c_size_t
+    from .buffer import _pointer_device
+    found, extent = c_void_p(), c_size_t()
+    if rt.fn.hipMemGetAddressRange(found, extent, base):
+        rt.clear_last_error()
+        raise _refuse("the runtime does not know the memory it mapped")
+    start = found.value or 0
+    available = start + extent.value - base
+    if not start <= base or available < need:
+        raise _refuse(f"it asks for {need} bytes of an allocation of {max(available, 0)}")
+    actual = _pointer_device(base)
+    if actual != device:
+        raise _refuse(f"it says device {device}, but the memory mapped is "
+                      + ("not device memory" if actual is None else f"on device {actual}"))
+    return available
+
+
 def import_buffer(descriptor: IpcBufferDescriptor, resource: Any = None) -> "Buffer":
     """``Buffer.from_ipc(descriptor, resource)``: see :meth:`hipmr_ctypes.Buffer.from_ipc`."""
     from .buffer import Buffer
+    from .device import check_device
     from .resources import AsyncMemoryResource
-    from .resources.ipc import LegacyIpcMapping, ipc_open_flags
+    from .resources.ipc import LEGACY_MAPPINGS, LegacyIpcMapping, Mapped, ipc_open_flags
     if not isinstance(descriptor, IpcBufferDescriptor):
         raise TypeError(f"descriptor must be an IpcBufferDescriptor, not "
                         f"{type(descriptor).__name__}")
-    rt = _hip.get_runtime()
-    size, device = descriptor.size, descriptor.device
-    out = c_void_p()
+    size, device, offset = descriptor.size, descriptor.device, descriptor.offset
+    key = descriptor.data
     if descriptor.kind == "pool":
         if resource is None:
             raise ValueError("pool memory is mapped through the importing resource of its "
@@ -237,37 +295,74 @@ def import_buffer(descriptor: IpcBufferDescriptor, resource: Any = None) -> "Buf
         if descriptor.pool_id != pool._ipc_id:
             raise ValueError("this descriptor belongs to another memory pool than the "
                              "resource's (import that pool's handle first)")
-        export = hipMemPoolPtrExportData.from_buffer_copy(descriptor.data)
-        rt.check(rt.fn.hipMemPoolImportPointer(out, handle, export), "hipMemPoolImportPointer",
-                 device=device)
-        ptr = out.value or 0
-        mapped = pool._mapped
-        assert mapped is not None
-        mapped.add(ptr)
+        if device != pool.device:
+            raise _refuse(f"it says device {device}, but its pool's handle says device "
+                          f"{pool.device}")
+        mappings = pool._mapped
+        assert mappings is not None
+        shared = mappings.share(key)
+        if shared is None:
+            rt = _hip.get_runtime()
+            out = c_void_p()
+            export = hipMemPoolPtrExportData.from_buffer_copy(key)
+            rt.check(rt.fn.hipMemPoolImportPointer(out, handle, export),
+                     "hipMemPoolImportPointer", device=device)
+            ptr = out.value or 0
+            try:
+                extent = _check_mapping(rt, ptr, device, size)
+            except BaseException:
+                rt.fn.hipFreeAsync(ptr, 0)   # unmapped at once: never known to the resource
+                rt.clear_last_error()
+                raise
+            shared = Mapped(key, ptr, extent)
+            mappings.add(shared)   # from now on the resource's free unmaps it
+        elif shared.extent < size:
+            resource.deallocate_async(shared.ptr, size, 256, 0)   # the count taken above
+            raise _refuse(f"it asks for {size} bytes of an allocation of {shared.extent}")
         try:
-            return Buffer._adopt(ptr, size, resource, device)
+            return Buffer._adopt(shared.ptr, size, resource, device)
         except BaseException:
-            resource.deallocate_async(ptr, size, 256, 0)
+            resource.deallocate_async(shared.ptr, size, 256, 0)
             raise
     if resource is not None:
         raise ValueError("legacy (hipMalloc) memory is opened without a resource: "
                          "Buffer.from_ipc(descriptor)")
-    handle_struct = hipIpcMemHandle_t.from_buffer_copy(descriptor.data)
     try:
-        rt.check(rt.fn.hipIpcOpenMemHandle(out, handle_struct, ipc_open_flags(rt)),
-                 "hipIpcOpenMemHandle", device=device)
-    except NotSupportedError as exc:
-        if rt.platform != "emulated":
+        check_device(device, "the descriptor's device")
+    except ValueError as exc:
+        raise _refuse(str(exc)) from None
+    rt = _hip.get_runtime()
+    shared = LEGACY_MAPPINGS.share(key)
+    if shared is None:
+        out = c_void_p()
+        handle_struct = hipIpcMemHandle_t.from_buffer_copy(key)
+        try:
+            rt.check(rt.fn.hipIpcOpenMemHandle(out, handle_struct, ipc_open_flags(rt)),
+                     "hipIpcOpenMemHandle", device=device)
+        except NotSupportedError as exc:
+            if rt.platform != "emulated":
+                raise
+            raise NotSupportedError(801, "hipErrorNotSupported",
+                                    "the emulated platform cannot map hipMalloc memory of "
+                                    "another process (legacy IPC handles); share memory of an "
+                                    "AsyncMemoryResource(enable_ipc=True) instead",
+                                    "hipIpcOpenMemHandle") from exc
+        base = out.value or 0
+        try:
+            extent = _check_mapping(rt, base, device, offset + size)
+        except BaseException:
+            rt.fn.hipIpcCloseMemHandle(base)
+            rt.clear_last_error()
             raise
-        raise NotSupportedError(801, "hipErrorNotSupported",
-                                "the emulated platform cannot map hipMalloc memory of "
-                                "another process (legacy IPC handles); share memory of an "
-                                "AsyncMemoryResource(enable_ipc=True) instead",
-                                "hipIpcOpenMemHandle") from exc
-    base = out.value or 0
-    mapping = LegacyIpcMapping(base, base + descriptor.offset, device)
+        shared = Mapped(key, base, extent)
+        LEGACY_MAPPINGS.add(shared)
+    base = shared.ptr
+    mapping = LegacyIpcMapping(base, base + offset, device)
     try:
-        return Buffer._adopt(base + descriptor.offset, size, mapping, device)
+        if shared.extent < offset + size:
+            raise _refuse(f"it asks for bytes {offset} to {offset + size} of an allocation of "
+                          f"{shared.extent}")
+        return Buffer._adopt(base + offset, size, mapping, device)
     except BaseException:
-        rt.fn.hipIpcCloseMemHandle(base)
+        mapping.deallocate(base + offset, size)   # the count taken above
         raise

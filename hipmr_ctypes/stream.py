@@ -200,9 +200,17 @@ class Stream(_Owned):
         """Block until all work queued on the stream is done."""
         stream_ref(self._live()).wait()
 
+    #: ``stream_ref``'s spellings (and libhipcxx's ``wait``): the same call
+    wait = synchronize
+    sync = synchronize
+
     def query(self) -> bool:
         """True when all queued work is done, False while some is pending."""
         return stream_ref(self._live()).ready()
+
+    #: ``stream_ref``'s spellings (libhipcxx's ``ready``): the same call
+    ready = query
+    is_done = query
 
     def wait_event(self, event: "Event") -> None:
         """Make later work on this stream wait for ``event``."""

@@ -162,7 +162,9 @@ class stream_ref:
         if st:
             raise rt.error(st, "hipStreamSynchronize")
 
+    #: the other spellings (RMM's and ``Stream``'s ``synchronize``): the same call
     sync = wait
+    synchronize = wait
 
     def ready(self) -> bool:
         """True when all work queued on the stream has finished, False while some is pending
@@ -175,7 +177,9 @@ class stream_ref:
             return False
         raise rt.error(st, "hipStreamQuery")
 
+    #: the other spellings (``Stream``'s ``query``): the same call
     is_done = ready
+    query = ready
 
     @property
     def priority(self) -> IntValue:

@@ -57,6 +57,7 @@ TESTS = ["test_shutdown.py", "test_bad_input.py", "test_faults.py", "test_thread
          "test_exit.py", "test_sizes_growth_pickle.py", "test_gc_locks.py",
          "test_stream_identity.py", "test_misbehaving_upstreams.py", "test_logging_failures.py",
          "test_thread_exit.py"]
+TESTS += ["test_reliability_round3_ipc.py"]   # IPC trust, fork, closed streams, deep stacks
 OPTIONAL_TESTS = ["test_pool_threads.py", "test_pool_fuzz.py"]
 
 CRASH = re.compile(r"child process died|rc=-\d|signal|Segmentation|core dumped|Fatal Python",
@@ -572,6 +573,7 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
              misbehaving_cases=ran("tests/test_misbehaving_upstreams.py::")
              + ran("tests/test_logging_failures.py::"),
              size_growth_pickle_cases=ran("tests/test_sizes_growth_pickle.py::"),
+             ipc_fork_stream_cases=ran("tests/test_reliability_round3_ipc.py::"),
              fuzz_ops_in_suite=3000 * sum(1 for t in tests if "test_pool_fuzz.py::test_fuzz_short"
                                           in t["id"] and t["outcome"] == "passed"))
     for key in ("junk_calls", "faults_injected", "thread_ops", "thread_ops_planned",
@@ -607,6 +609,9 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
          "duplicate, unaligned, out-of-range results; failing log files"),
         ("size, growth and pickle cases", c["size_growth_pickle_cases"],
          "integer-like sizes, sizes near 2**63, bounded state, picklable errors"),
+        ("IPC trust, fork, closed-stream and stack cases", c["ipc_fork_stream_cases"],
+         "forged descriptors, one mapping per process, forked children refused, closed "
+         "streams refused, stacks of any depth and cycles"),
         ("tests passed / failed / skipped", None,
          f"{counts['passed']} / {counts['failed'] + counts['error']} / {counts['skipped']}"
          + (f" (+{counts['xfailed']} xfailed)" if counts["xfailed"] else "")),

@@ -202,20 +202,36 @@ def test_handle_travels_through_multiprocessing(platform, route):
     _check_written_back(buf, 5)
 
 
-def test_handle_travels_through_fork():
+def child_forked(handle, descriptor, out):
+    """In a forked child: every use of the runtime is refused, the inherited pool included."""
+    import hipmr_ctypes as hmr
+    seen = []
+    for attempt in (lambda: hmr.AsyncMemoryResource.from_ipc(handle),
+                    lambda: hmr.Buffer(256),
+                    lambda: hmr.set_device(0)):
+        try:
+            attempt()
+            seen.append("allowed")
+        except hmr.HipError as exc:
+            seen.append(type(exc).__name__ + ("/spawn" if "spawn" in str(exc) else ""))
+    out.put(seen)
+
+
+def test_a_child_forked_after_the_runtime_started_is_refused():
     if _hip.get_runtime().platform != "emulated":
         pytest.skip("fork after a GPU runtime started is unsafe; emulated only")
     mr, buf = _exported(size=3000, seed=6)
     handle = mr.pool.export_handle()
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    proc = ctx.Process(target=child_map_check_write, args=(handle, buf.export_ipc(), 0, 6, out))
+    proc = ctx.Process(target=child_forked, args=(handle, buf.export_ipc(), out))
     proc.start()
-    report = out.get(timeout=TIMEOUT)
+    seen = out.get(timeout=TIMEOUT)
     proc.join(TIMEOUT)
-    assert report["ok"] and proc.exitcode == 0
+    assert proc.exitcode == 0
+    assert seen == ["ForkedChildError/spawn"] * 3
     handle.close()
-    _check_written_back(buf, 6)
+    assert buf.tobytes() == _pattern(3000, 6)
 
 
 def test_handle_travels_through_a_unix_socket(platform, tmp_path):
@@ -428,12 +444,21 @@ def test_bad_descriptors_map_nothing(imported, emulator):
     legacy.close()
 
 
-def test_a_buffer_is_mapped_once_per_process(imported):
+def test_a_buffer_imported_twice_shares_one_mapping(imported, emulator):
+    """The runtime maps an allocation once per process: a second import of the same
+    descriptor shares the first one's mapping, which is unmapped when the last Buffer on it
+    closes (in either order)."""
     _, buf, _, res = imported
+    before = emulator.live_allocations().count
     first = hmr.Buffer.from_ipc(buf.export_ipc(), res)
-    with pytest.raises(hmr.HipError):
-        hmr.Buffer.from_ipc(buf.export_ipc(), res)
+    second = hmr.Buffer.from_ipc(buf.export_ipc(), res)
+    assert second.ptr == first.ptr and len(res.pool._mapped) == 1
+    assert emulator.live_allocations().count == before + 1
     first.close()
+    assert second.tobytes() == buf.tobytes()      # still mapped
+    second.close()
+    assert not res.pool._mapped
+    assert emulator.live_allocations().count == before
     again = hmr.Buffer.from_ipc(buf.export_ipc(), res)
     again.close()
 

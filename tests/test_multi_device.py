@@ -280,7 +280,8 @@ def test_memory_device_of_unknown_stacks():
 
     assert memory_device(NoDevice()) is None
     assert memory_device(Broken()) is None
-    assert memory_device(Loop()) is None
+    with pytest.raises(ValueError, match="cycle"):   # never a silent answer
+        memory_device(Loop())
 
 
 # ---- threads, one device each ------------------------------------------------------------------

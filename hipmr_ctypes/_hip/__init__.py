@@ -76,6 +76,8 @@ def _load_locked() -> None:
         _error = exc
     else:
         _bind_lazy_names()
+        from .fork import install
+        install()   # a child forked from now on refuses to use the runtime (fork.py)
 
 
 def _bind_lazy_names() -> None:

@@ -165,6 +165,7 @@ hipMemsetD32                        4.2  R    status  void* int size_t
 hipMemsetD32Async                   4.2  R    status  void* int size_t stream
 hipMemPrefetchAsync                 4.2  R    status  void* size_t int stream
 hipPointerGetAttributes             4.2  R    status  hipPointerAttribute_t* void*
+hipMemGetAddressRange               4.2  R    status  void** size_t* void*
 # stream-ordered allocation and memory pools
 hipMallocAsync                      5.1  R    status  void** size_t stream
 hipFreeAsync                        5.1  R    status  void* stream

@@ -31,7 +31,7 @@ from .._sizes import DeviceFraction, Size, parse_config_size, parse_size, resolv
 from ._common import check_args
 
 if TYPE_CHECKING:
-    from .ipc import IpcPoolHandle
+    from .ipc import ImportedMappings, IpcPoolHandle
 
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 
@@ -156,7 +156,7 @@ class MemoryPool:
         self._closed = False
         self._max_size: Optional[int] = None        # hipMemPoolProps.maxSize, when this made it
         self._ipc_id: Optional[bytes] = None        # an exportable or imported pool's identity
-        self._mapped: Optional[Set[int]] = None     # an imported pool: the pointers mapped
+        self._mapped: Optional["ImportedMappings"] = None   # an imported pool: its mappings
         # an exportable pool's own handle, made by the first Buffer.export_ipc: HIP and CUDA
         # export pointers only of a pool exported already (hipErrorInvalidValue otherwise)
         self._shared: Optional["IpcPoolHandle"] = None
@@ -539,7 +539,7 @@ class AsyncMemoryResource:
         imported pool (``hipMemPoolSetAccess``; the exporter's grants do not carry over).
         ``close()`` destroys the imported pool once nothing mapped from it is left; ``handle``
         stays open (close it when no other import needs it)."""
-        from .ipc import cannot_allocate, import_pool, unmap_only
+        from .ipc import ImportedMappings, cannot_allocate, import_pool, unmap_only
         from .ipc import IpcPoolHandle
         if not isinstance(handle, IpcPoolHandle):
             raise TypeError(f"handle must be an IpcPoolHandle, not {type(handle).__name__}")
@@ -551,7 +551,7 @@ class AsyncMemoryResource:
             check_device(pool_device, "the handle's device")
         pool = MemoryPool(import_pool(handle), pool_device, True, rt)
         pool._ipc_id = handle.pool_id
-        mapped: Set[int] = set()
+        mapped = ImportedMappings()
         pool._mapped = mapped
         try:
             if dev != pool_device:
@@ -636,6 +636,24 @@ class AsyncMemoryResource:
 
     def __deepcopy__(self, memo: Any) -> "AsyncMemoryResource":
         return self.__copy__()
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """Pickled by its settings, as every resource is: unpickling makes a new pool with
+        the settings this one was made with (``AsyncMemoryResource(device, ...)``), or
+        takes the device's current pool again (:meth:`from_default_pool`).  A pool's memory
+        never travels: an importing resource (:meth:`from_ipc`) or one over another
+        library's pool raises TypeError (send the :class:`IpcPoolHandle` instead)."""
+        settings = dict(self._settings)
+        if settings.get("default_pool"):
+            return (_rebuild, (self._device, None))
+        if "enable_ipc" in settings:
+            return (_rebuild, (self._device, {
+                "initial_pool_size": settings.get("initial_pool_size"),
+                "release_threshold": settings.get("release_threshold"),
+                "enable_ipc": settings["enable_ipc"]}))
+        raise TypeError(f"{self!r} cannot be pickled: its pool belongs to another process or "
+                        "library (pickle the IpcPoolHandle of an exported pool, through "
+                        "multiprocessing, instead)")
 
     @property
     def pool(self) -> MemoryPool:
@@ -797,6 +815,13 @@ def _pool_handle_value(handle: Any) -> int:
     if not value:
         raise ValueError("handle is NULL: not a memory pool")
     return int(value)
+
+
+def _rebuild(device: int, settings: Optional[Any]) -> AsyncMemoryResource:
+    """Unpickling an :class:`AsyncMemoryResource` (see its ``__reduce__``)."""
+    if settings is None:
+        return AsyncMemoryResource.from_default_pool(device)
+    return AsyncMemoryResource(device, **settings)
 
 
 def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:

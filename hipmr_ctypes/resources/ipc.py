@@ -3,7 +3,8 @@ descriptor of an IPC-enabled pool), the importing side of :class:`AsyncMemoryRes
 the small resource that unmaps memory opened from a legacy per-allocation handle.
 
 A pool handle travels to another process through ``multiprocessing`` (Queue, Pipe, Process
-arguments, ``ProcessPoolExecutor``; spawn, forkserver and fork), which passes the descriptor
+arguments, ``ProcessPoolExecutor``; spawn and forkserver: a child forked after the runtime
+started refuses to use it, see ``hipmr_ctypes._hip.fork``), which passes the descriptor
 itself, or over a Unix socket with :meth:`IpcPoolHandle.send` / :meth:`IpcPoolHandle.receive`
 (``SCM_RIGHTS``), for processes that multiprocessing did not start (MPI ranks).  Plain
 ``pickle`` refuses it: a file descriptor number means nothing in another process.
@@ -16,7 +17,7 @@ import struct
 import threading
 from ctypes import c_void_p
 from multiprocessing.reduction import DupFd, ForkingPickler
-from typing import Any, Callable, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import _hip
 from .._exit import finalize
@@ -169,20 +170,96 @@ def cannot_allocate(*args: Any) -> int:
                             "hipMallocFromPoolAsync")
 
 
-def unmap_only(free: Callable[[int, int], int], mapped: Set[int]) -> Callable[[int, int], int]:
-    """The free function of an importing resource: ``hipFreeAsync`` of a pointer it mapped
-    (which unmaps it), hipErrorInvalidValue for any other pointer (nothing called)."""
-    lock = threading.Lock()
+class Mapped:
+    """One memory mapping this process holds: the key it was imported with (the export data
+    or legacy handle), its address, the bytes the runtime says the allocation has there, and
+    how many Buffers share it."""
+
+    __slots__ = ("key", "ptr", "extent", "count")
+
+    def __init__(self, key: bytes, ptr: int, extent: int) -> None:
+        self.key: bytes = key
+        self.ptr: int = ptr
+        self.extent: int = extent
+        self.count: int = 1
+
+
+class ImportedMappings:
+    """The memory one importing pool (or the legacy handles of the process) maps: each
+    allocation once, shared by every Buffer imported from the same descriptor (a count), and
+    unmapped when the last of them closes.  Every section under the lock only reads and
+    writes dicts and ints of objects made before it (no Python container is made there, so
+    no finalizer can run inside it)."""
+
+    __slots__ = ("_lock", "_by_ptr", "_by_key")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_ptr: Dict[int, Mapped] = {}
+        self._by_key: Dict[bytes, Mapped] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_ptr)
+
+    def __contains__(self, ptr: object) -> bool:
+        return ptr in self._by_ptr
+
+    def share(self, key: bytes) -> Optional[Mapped]:
+        """The mapping imported with ``key``, one more Buffer counted on it; None if none."""
+        with self._lock:
+            found = self._by_key.get(key)
+            if found is not None:
+                found.count += 1
+        return found
+
+    def add(self, mapped: Mapped) -> None:
+        """Record a new mapping (counted once)."""
+        with self._lock:
+            self._by_ptr[mapped.ptr] = mapped
+            self._by_key[mapped.key] = mapped
+
+    def release(self, ptr: int) -> Optional[Mapped]:
+        """One Buffer on ``ptr`` lets go: the mapping when that was the last one (forgotten
+        now: the caller unmaps it, or gives it back with :meth:`restore`), ``NOT_LAST`` when
+        others still use it, None when ``ptr`` is not mapped here."""
+        with self._lock:
+            found = self._by_ptr.get(ptr)
+            if found is None:
+                return None
+            if found.count > 1:
+                found.count -= 1
+                return NOT_LAST
+            del self._by_ptr[ptr]
+            if self._by_key.get(found.key) is found:
+                del self._by_key[found.key]
+        return found
+
+    def restore(self, mapped: Mapped) -> None:
+        """Undo :meth:`release` of the last Buffer (its unmap failed)."""
+        with self._lock:
+            self._by_ptr[mapped.ptr] = mapped
+            self._by_key.setdefault(mapped.key, mapped)
+
+
+#: what :meth:`ImportedMappings.release` returns while other Buffers still use a mapping
+NOT_LAST = Mapped(b"", 0, 0)
+
+
+def unmap_only(free: Callable[[int, int], int],
+               mapped: ImportedMappings) -> Callable[[int, int], int]:
+    """The free function of an importing resource: for a pointer it mapped, one Buffer less on
+    the mapping, and ``hipFreeAsync`` (which unmaps) when that was the last;
+    hipErrorInvalidValue for any other pointer (nothing called)."""
 
     def unmap_async(ptr: int, stream: int) -> int:
-        with lock:
-            if ptr not in mapped:
-                return 1
-            mapped.discard(ptr)
+        last = mapped.release(ptr)
+        if last is None:
+            return 1
+        if last is NOT_LAST:
+            return 0
         st: int = free(ptr, stream)
         if st:
-            with lock:
-                mapped.add(ptr)
+            mapped.restore(last)
         return st
 
     unmap_async.__qualname__ = "AsyncMemoryResource.from_ipc.unmap_async"
@@ -210,10 +287,15 @@ def ipc_open_flags(rt: Any) -> int:
     return ipc_lazy_enable_peer_access(rt.runtime_version()[0])
 
 
+#: the legacy handles this process has open (``hipIpcOpenMemHandle``), each once
+LEGACY_MAPPINGS = ImportedMappings()
+
+
 class LegacyIpcMapping:
     """The resource of one Buffer opened from a legacy handle (``hipIpcOpenMemHandle``): its
-    only free unmaps the mapping (``hipIpcCloseMemHandle``) after the stream's work; it cannot
-    allocate.  Internal: ``Buffer.from_ipc`` makes one per imported buffer."""
+    only free lets go of the mapping after the stream's work (``hipIpcCloseMemHandle`` once
+    the last Buffer on it let go: see :data:`LEGACY_MAPPINGS`); it cannot allocate.
+    Internal: ``Buffer.from_ipc`` makes one per imported buffer."""
 
     _checks_arguments = True
     __slots__ = ("_base", "_ptr", "_device", "_closed", "_lock", "__weakref__")
@@ -244,8 +326,8 @@ class LegacyIpcMapping:
         self.deallocate_async(ptr, bytes, alignment, 0)
 
     def deallocate_async(self, ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-        """Wait for ``stream``, then unmap (``hipIpcCloseMemHandle``); only the pointer this
-        mapping gave out (ValueError otherwise)."""
+        """Wait for ``stream``, then let go of the mapping (``hipIpcCloseMemHandle`` when no
+        other Buffer uses it); only the pointer this mapping gave out (ValueError otherwise)."""
         ptr = check_ptr(ptr)
         check_size(bytes)
         handle = check_stream(stream)
@@ -256,9 +338,18 @@ class LegacyIpcMapping:
         rt = _hip.get_runtime()
         try:
             rt.check(rt.fn.hipStreamSynchronize(handle), "hipStreamSynchronize")
+        except BaseException:
+            with self._lock:
+                self._closed = False
+            raise
+        last = LEGACY_MAPPINGS.release(self._base)
+        if last is None or last is NOT_LAST:
+            return
+        try:
             rt.check(rt.fn.hipIpcCloseMemHandle(self._base), "hipIpcCloseMemHandle",
                      device=self._device)
         except BaseException:
+            LEGACY_MAPPINGS.restore(last)
             with self._lock:
                 self._closed = False
             raise
@@ -273,4 +364,5 @@ class LegacyIpcMapping:
         return f"<LegacyIpcMapping {self._ptr:#x} device={self._device}>"
 
 
-__all__ += ["cannot_allocate", "unmap_only", "import_pool", "ipc_open_flags"]
+__all__ += ["cannot_allocate", "unmap_only", "import_pool", "ipc_open_flags", "Mapped",
+            "ImportedMappings", "NOT_LAST", "LEGACY_MAPPINGS"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from ctypes import c_int, c_void_p
+from ctypes import c_int, c_size_t, c_void_p
 from typing import Any
 
 from ..types import (hipIpcMemHandle_t, hipMemHandleTypePosixFileDescriptor,
@@ -28,6 +28,17 @@ from ._shared import ARENA_ID_BYTES, SharedArena
 __all__ = ["IpcMixin"]
 
 NOT_SUPPORTED = 801
+NOT_INITIALIZED = 3
+
+
+class _Every:
+    """Contains every name: the calls of the fault that fails everything after a fork."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_EVERY_CALL: Any = _Every()
 _LEGACY_TAG = b"HIPMRIPC"
 _POINTER_TAG = b"HMRPTR01"
 _POINTER = struct.Struct(f"<8s{ARENA_ID_BYTES}sQQi")   # tag, arena id, offset, size, device
@@ -36,7 +47,33 @@ _POINTER = struct.Struct(f"<8s{ARENA_ID_BYTES}sQQi")   # tag, arena id, offset, 
 class IpcMixin(EmulatorCore):
     """hipMemPoolExportToShareableHandle, hipMemPoolImportFromShareableHandle,
     hipMemPoolExportPointer, hipMemPoolImportPointer, hipIpcGetMemHandle, hipIpcOpenMemHandle,
-    hipIpcCloseMemHandle."""
+    hipIpcCloseMemHandle; and hipMemGetAddressRange, with which an importer checks what it
+    mapped."""
+
+    # ---- fork ---------------------------------------------------------------------------------
+    def fail_after_fork(self) -> None:
+        """In a child forked from the process that made this emulator: every call fails from
+        now on with hipErrorNotInitialized, as CUDA's fail in such a child, so that nothing
+        inherited (pools whose shared memory the parent still uses, above all) hands out
+        memory.  Called by ``hipmr_ctypes._hip.fork``; the lock was made free before."""
+        from ._core import _Fault
+        self._faults[:] = [_Fault(NOT_INITIALIZED, 1 << 62, _EVERY_CALL)]
+
+    # ---- the range of an allocation ----------------------------------------------------------
+    def hipMemGetAddressRange(self, pbase: Any, psize: Any, dptr: Any) -> None:
+        """hipMemGetAddressRange(hipDeviceptr_t*, size_t*, hipDeviceptr_t): the base and size
+        of the live allocation containing ``dptr`` (any kind, imported memory too: the size
+        the exporter's runtime wrote in the export data); hipErrorInvalidValue for memory
+        the runtime does not know."""
+        base_out, size_out = out(pbase, c_void_p), out(psize, c_size_t)
+        p = addr(dptr)
+        with self._lock:
+            alloc = self._find(p) if p else None
+            if alloc is None:
+                raise Status(INVALID_VALUE)
+            base, size = alloc.ptr, alloc.size
+        base_out.value = base
+        size_out.value = size
 
     # ---- pools ----------------------------------------------------------------------------
     def hipMemPoolExportToShareableHandle(self, shared_handle: Any, mem_pool: Any,

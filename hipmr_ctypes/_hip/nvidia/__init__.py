@@ -31,7 +31,8 @@ __all__ = ["create_nvidia_runtime", "nvidia_candidates", "cuda_to_hip", "hip_to_
 #: the rows ``_shims.build_shims`` builds (on the first call of any)
 _SHIMS = ("hipInit", "hipDeviceGetName", "hipDeviceTotalMem", "hipDeviceGetAttribute",
           "hipPointerGetAttributes", "hipMemPrefetchAsync", "hipMemsetD8", "hipMemsetD8Async",
-          "hipMemsetD16", "hipMemsetD16Async", "hipMemsetD32", "hipMemsetD32Async")
+          "hipMemsetD16", "hipMemsetD16Async", "hipMemsetD32", "hipMemsetD32Async",
+          "hipMemGetAddressRange")
 _build_lock = RLock()  # reentrant: a finalizer run inside a build may call a stand-in
 #: the rows not bound one to one: the shims and three Python functions of their own
 _NOT_DIRECT = frozenset(_SHIMS + ("hipGetErrorName", "hipGetErrorString", "hipExtGetLastError"))

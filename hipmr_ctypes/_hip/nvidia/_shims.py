@@ -1,7 +1,7 @@
 """The ``nvidia`` back end's shims: the HIP functions that HIP's NVIDIA header implements over the
 driver API (hipInit, hipDeviceGetName, hipDeviceTotalMem, device attributes libcudart does not
-have, hipMemsetD8/D16/D32 and their Async forms) or over a CUDA function of another signature (hipPointerGetAttributes,
-hipMemPrefetchAsync).  Built by the first call of any of them (``build_shims``); the package
+have, hipMemsetD8/D16/D32 and their Async forms, hipMemGetAddressRange) or over a CUDA
+function of another signature (hipPointerGetAttributes, hipMemPrefetchAsync).  Built by the first call of any of them (``build_shims``); the package
 (``__init__.py``) binds everything else at load.
 """
 from __future__ import annotations
@@ -92,6 +92,7 @@ class _Driver:
         "cuMemsetD8Async": [c_void_p, c_ubyte, c_size_t, c_void_p],
         "cuMemsetD16Async": [c_void_p, c_ushort, c_size_t, c_void_p],
         "cuMemsetD32Async": [c_void_p, c_int, c_size_t, c_void_p],
+        "cuMemGetAddressRange_v2": [POINTER(c_void_p), POINTER(c_size_t), c_void_p],
     }
 
     def __init__(self, opener: Callable[[], Any]) -> None:
@@ -118,7 +119,8 @@ class _Driver:
 
 
 def _driver_shims(driver: _Driver) -> Dict[str, Callable[..., int]]:
-    """hipInit, hipDeviceGetName, hipDeviceTotalMem: driver calls in HIP's NVIDIA header."""
+    """hipInit, hipDeviceGetName, hipDeviceTotalMem, hipMemGetAddressRange: driver calls in
+    HIP's NVIDIA header."""
 
     def functions(name: str) -> Dict[str, Callable[..., int]]:
         cu = driver.functions()
@@ -148,8 +150,15 @@ def _driver_shims(driver: _Driver) -> Dict[str, Callable[..., int]]:
         st, dev = _device(cu, ordinal)
         return st or _cu_status(cu["cuDeviceTotalMem_v2"](out, dev))
 
+    def hipMemGetAddressRange(pbase: Any, psize: Any, ptr: Any) -> int:
+        # HIP's NVIDIA header: cuMemGetAddressRange (the driver; the primary context the
+        # runtime made current is the one asked)
+        return _cu_status(functions("hipMemGetAddressRange")["cuMemGetAddressRange_v2"](
+            pbase, psize, ptr))
+
     return {"hipInit": hipInit, "hipDeviceGetName": hipDeviceGetName,
-            "hipDeviceTotalMem": hipDeviceTotalMem}
+            "hipDeviceTotalMem": hipDeviceTotalMem,
+            "hipMemGetAddressRange": hipMemGetAddressRange}
 
 
 _CU_INVALID_CONTEXT = 201
