@@ -35,8 +35,8 @@ EXIT_RUNS = [0]
 THREAD_OPS = [0]
 
 
-def _child(script: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HIPMR_PLATFORM="emulated",
+def _child(script: str, platform: str = "emulated") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HIPMR_PLATFORM=platform,
                PYTHONWARNINGS="default")
     EXIT_RUNS[0] += 1
     try:
@@ -71,6 +71,15 @@ def test_exit_with_daemon_threads_frozen_inside_the_emulator(run):
     thread-exit guards, whose synchronize waited for the lock a frozen thread held."""
     proc = _child(FROZEN_IN_THE_EMULATOR)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_exit_with_daemon_threads_allocating_on_a_gpu(gpu_runtime):
+    """The same program on the real runtime: daemon threads stopped at exit while they
+    allocate and free on their per-thread streams; the process ends, with nothing on stderr."""
+    proc = _child(FROZEN_IN_THE_EMULATOR, platform=gpu_runtime.platform)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
+    assert "Exception" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 FINALIZER_WHILE_FROZEN = textwrap.dedent("""
