@@ -16,23 +16,37 @@ of the package is one of:
 * a :class:`TokenMutex` around int operations only.
 
 Errors are built after the lock is let go.  ``tests/test_gc_locks.py`` runs a collection that
-frees through the same resource inside every lock of the package.  A leaf module: it imports
-only the standard library, so every layer may use it.
+frees through the same resource inside every lock of the package.
+
+Interpreter exit: once the interpreter finalizes, only the finalizing thread runs Python code;
+every other thread is stopped for good at its next attempt to run any, so a lock it holds is
+never let go.  A :class:`DeferringLock` held by another thread then raises
+:class:`AbandonedLockError` at once instead of waiting forever, and a :class:`TokenMutex`
+waits at most ``TIMEOUT`` seconds (docs/internals.md, "Interpreter exit and locks").
+
+A leaf module: it imports only the standard library, so every layer may use it.
 """
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import weakref
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional
 
-__all__ = ["DeferringLock", "TokenMutex", "wait_token", "reset_after_fork"]
+__all__ = ["AbandonedLockError", "DeferringLock", "TokenMutex", "wait_token",
+           "reset_after_fork"]
 
 #: every DeferringLock, held weakly: a forked child makes free those that a thread of the
 #: parent held (:func:`reset_after_fork`)
 _every: "weakref.WeakSet[DeferringLock]" = weakref.WeakSet()
+
+
+class AbandonedLockError(RuntimeError):
+    """A lock of the package is held by a thread the interpreter stopped at exit: it will
+    never be let go, so the call that needs it fails instead of hanging the exit."""
 
 
 class DeferringLock:
@@ -62,8 +76,18 @@ class DeferringLock:
         if self.owner == me:
             raise RuntimeError("a lock of hipmr_ctypes was re-entered by the thread that holds "
                                "it (from a finalizer or a signal handler)")
-        self._lock.acquire()
+        if not self._lock.acquire(False):
+            self._wait()
         self.owner = me
+
+    def _wait(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        """Block until the lock is free, except while the interpreter finalizes: its holder is
+        then a thread that can never run again (module docstring), so AbandonedLockError.
+        (No race: the finalizing thread cannot start finalizing while it waits here.)"""
+        if _finalizing():
+            raise AbandonedLockError("a lock of hipmr_ctypes is held by a thread that the "
+                                     "interpreter stopped at exit")
+        self._lock.acquire()
 
     def release(self) -> None:
         """Let go of the lock, then run the calls deferred meanwhile (their errors are

@@ -11,12 +11,24 @@ place the package queues a stream-ordered allocation) whenever the stream is the
 one.  It keeps, in a ``threading.local``, an object whose ``__del__`` runs in the ending thread
 while its Python state is cleared, before ``Thread.join`` returns and before the driver's exit
 handler: it synchronizes the per-thread stream of every device the thread allocated on.
+
+Interpreter exit: nothing here may wait on a lock that a thread stopped by the interpreter
+holds (docs/internals.md, "Thread exit").  A guard waits only in the thread that armed it
+(``PER_THREAD`` names the *calling* thread's stream: waiting in another thread would wait for
+the wrong one), and never once the interpreter finalizes: then the finalizing thread clears the
+``threading.local`` of daemon threads that can never run again, and those may be stopped
+holding any lock (the emulator's, a lock of the runtime's host callbacks).  The main thread
+waits for its own per-thread streams in an ``atexit`` hook instead, while every thread still
+runs; an allocation on it after that hook is not waited for (the process is ending: no later
+thread can be blocked behind it).
 """
 from __future__ import annotations
 
+import atexit
+import sys
 import threading
 from ctypes import byref, c_int
-from typing import Any, List
+from typing import Any, Callable, List
 
 from .device import current_device_function
 from .stream_ref import PER_THREAD_HANDLE as PER_THREAD
@@ -29,19 +41,26 @@ _local = threading.local()
 class _ExitSync:
     """Waits for the ending thread's per-thread streams (see the module docstring)."""
 
-    __slots__ = ("rt", "devices", "__weakref__")
+    __slots__ = ("rt", "devices", "ident", "__weakref__")
 
     def __init__(self, rt: Any) -> None:
         self.rt = rt
         self.devices: List[int] = []
+        self.ident = threading.get_ident()
 
-    def __del__(self) -> None:
+    def wait(self) -> None:
+        """Synchronize the per-thread stream of each device recorded, in the calling thread
+        (the one that armed the guard), the thread's device restored after; then forget
+        them.  Errors are ignored: the thread is ending, nobody can be told."""
+        devices, self.devices = self.devices, []
+        if not devices:
+            return
         fn = self.rt.fn
         out = c_int(-1)
         try:
             fn.hipGetDevice(byref(out))
             first = now = out.value
-            for device in self.devices:
+            for device in devices:
                 if device != now:
                     fn.hipSetDevice(device)
                     now = device
@@ -50,6 +69,25 @@ class _ExitSync:
                 fn.hipSetDevice(first)
         except Exception:  # noqa: BLE001 - the thread is ending: nobody can be told
             pass
+
+    def __del__(self, _ident: Callable[[], int] = threading.get_ident,
+                _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        try:
+            if _ident() == self.ident and not _finalizing():
+                self.wait()
+        except Exception:  # noqa: BLE001 - (module teardown: nothing to report to)
+            pass
+
+
+def _wait_at_exit() -> None:
+    """The ``atexit`` hook: the exiting thread (the main one) waits for its own per-thread
+    streams now, while every thread still runs (its guard will not wait at finalization)."""
+    guard = getattr(_local, "guard", None)
+    if guard is not None and guard.ident == threading.get_ident():
+        guard.wait()
+
+
+atexit.register(_wait_at_exit)
 
 
 def arm(rt: Any) -> None:

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generator, Optional, TypeVar, cast
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, TypeVar, cast
 
 from .adaptors.statistics import Statistics, StatisticsResource
 from .resources import per_device
@@ -71,6 +71,10 @@ def pop_statistics() -> Optional[Statistics]:
 
 
 _switch_lock = threading.RLock()
+#: the wrappings that open ``statistics()`` blocks made: id(wrapper) -> [wrapper, the resource
+#: it replaced, how many open blocks (in any thread) use it]; the last block to end puts the
+#: replaced resource back, whichever thread opened the wrapping
+_wrappings: Dict[int, List[Any]] = {}
 
 
 @contextlib.contextmanager
@@ -79,30 +83,44 @@ def statistics() -> Generator[None, None, None]:
 
     If statistics are enabled, a fresh set of counters is pushed on entry and popped on exit;
     otherwise the current device's resource is wrapped in a :class:`StatisticsResource` on
-    entry and put back on exit.  ``ValueError`` on exit if the current device's resource was
-    replaced inside the block (the block's counters are then left where they are).
+    entry and put back when the last block using that wrapping ends (blocks of several
+    threads may overlap in any order).  The device is the one current at entry.
+    ``ValueError`` on exit if that device's resource was replaced inside the block (the
+    block's counters are then left where they are).
     """
     with _switch_lock:
-        prior = per_device.get_current_device_resource()
+        device, prior = per_device.current_device_and_resource()
         if isinstance(prior, StatisticsResource):
             prior.push_counters()
-            restore = None
-            inside = prior
+            pushed, inside = True, prior
+            entry = _wrappings.get(id(prior))
+            if entry is not None and entry[0] is prior:   # another block's wrapping
+                entry[2] += 1
+            else:
+                entry = None
         else:
             inside = StatisticsResource(prior)
-            per_device.set_current_device_resource(inside)
-            restore = prior
+            per_device.set_per_device_resource(device, inside)
+            pushed = False
+            entry = _wrappings[id(inside)] = [inside, prior, 1]
     try:
         yield
     finally:
         with _switch_lock:
-            if per_device.get_current_device_resource() is not inside:
-                raise ValueError("the current device resource was replaced inside the "
-                                 "statistics() block")
-            if restore is None:
-                inside.pop_counters()
-            else:
-                per_device.set_current_device_resource(restore)
+            replaced = per_device.get_per_device_resource(device) is not inside
+            try:
+                if pushed and not replaced:
+                    inside.pop_counters()
+            finally:
+                if entry is not None:
+                    entry[2] -= 1
+                    if not entry[2]:
+                        _wrappings.pop(id(inside), None)
+                        if not replaced:
+                            per_device.set_per_device_resource(device, entry[1])
+        if replaced:
+            raise ValueError("the current device resource was replaced inside the "
+                             "statistics() block")
 
 
 # ---- profiler ----------------------------------------------------------------------------------
@@ -255,7 +273,7 @@ class profiler:
     not enabled.  Nested frames are counted in the frames around them too.
     """
 
-    __slots__ = ("_records", "_name", "_frames")
+    __slots__ = ("_records", "_name", "_frames", "_frames_lock")
 
     def __init__(self, *, records: ProfilerRecords = default_profiler_records,
                  name: str = "") -> None:
@@ -265,7 +283,9 @@ class profiler:
             raise TypeError(f"name must be a str, not {type(name).__name__}")
         self._records = records
         self._name = name
-        self._frames = threading.local()
+        #: the blocks open now, oldest first: (thread that entered, frame)
+        self._frames: List[Tuple[int, _Frame]] = []
+        self._frames_lock = threading.Lock()
 
     def __call__(self, func: _F) -> _F:
         if not callable(func):
@@ -291,13 +311,27 @@ class profiler:
         if not self._name:
             raise ValueError("profiler used as a context manager needs a name: "
                              "with profiler(name='...'):")
-        stack = getattr(self._frames, "stack", None)
-        if stack is None:
-            stack = self._frames.stack = []
         frame = _Frame()
         frame.enter()
-        stack.append(frame)
+        item = (threading.get_ident(), frame)
+        with self._frames_lock:
+            self._frames.append(item)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._frames.stack.pop().exit(self._records, self._name)
+        """Ends the calling thread's innermost open block; a thread with none open ends the
+        newest block of another thread (a block may be finished in another thread than the
+        one that opened it)."""
+        me = threading.get_ident()
+        with self._frames_lock:
+            frames = self._frames
+            for i in range(len(frames) - 1, -1, -1):
+                if frames[i][0] == me:
+                    break
+            else:
+                i = len(frames) - 1
+            if i < 0:
+                raise RuntimeError(f"profiler(name={self._name!r}): __exit__ without a "
+                                   "matching __enter__")
+            frame = frames.pop(i)[1]
+        frame.exit(self._records, self._name)

@@ -59,6 +59,8 @@ TESTS = ["test_shutdown.py", "test_bad_input.py", "test_faults.py", "test_thread
          "test_thread_exit.py"]
 TESTS += ["test_reliability_round3_ipc.py"]   # IPC trust, fork, closed streams, deep stacks
 OPTIONAL_TESTS = ["test_pool_threads.py", "test_pool_fuzz.py"]
+#: third round: threads, interpreter exit, constructor messages, RMM parity
+TESTS.append("test_reliability_round3_threads.py")
 
 CRASH = re.compile(r"child process died|rc=-\d|signal|Segmentation|core dumped|Fatal Python",
                    re.I)
@@ -79,6 +81,8 @@ MODULE_COUNTERS = {
     ("test_pool_threads", "THREAD_OPS_PLANNED"): "thread_ops_planned",
     ("test_pool_threads", "THREADS_CUT"): "threads_cut",
 }
+MODULE_COUNTERS[("test_reliability_round3_threads", "THREAD_OPS")] = "thread_ops"
+MODULE_COUNTERS[("test_reliability_round3_threads", "EXIT_RUNS")] = "round3_exit_runs"
 #: seconds before the end of the budget at which the long loops stop (the section still has
 #: to finish its tests) and the report itself stops every section (it still has to report)
 LOOP_MARGIN = 0.12
@@ -580,6 +584,10 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
                 "threads_cut"):
         c.setdefault(key, 0)
 
+    # third round: threads, interpreter exit, constructor messages, RMM parity
+    c["round3_threads_cases"] = ran("tests/test_reliability_round3_threads.py::")
+    c["exit_scenarios"] += c.get("round3_exit_runs", 0)
+
     shortened = [s for s in sections if s.status == "shortened"]
     cut = [s for s in sections if s.status in ("cut", "not run")]
     thread_note = "16 threads per test"
@@ -621,6 +629,10 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
         ("corruptions", kinds["corruption"], "must be 0"),
         ("other failures", kinds["other"], ""),
     ]
+    rows.insert([r[0] for r in rows].index("tests passed / failed / skipped"),
+                ("thread, exit and message cases", c["round3_threads_cases"],
+                 "overlapping statistics() and profiler blocks across threads, exit with "
+                 "frozen threads holding locks, constructor messages, RMM parity"))
     failed = bool(failures) or counts["failed"] + counts["error"] > 0
     complete = not cut
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -27,8 +27,10 @@ def test_binning_routes_by_size():
     assert big_bin.allocation_count() == 1 and b.allocation_count() == 5
     assert p5 % 1024 == 0
     b.add_bin(1 << 16)
-    with pytest.raises(ValueError, match="already a bin"):
-        b.add_bin(1 << 16)
+    first = b.bin_resources[1 << 16]
+    b.add_bin(1 << 16)                          # as RMM: the existing bin is kept
+    b.add_bin(1 << 16, PoolResource(up))
+    assert b.bin_resources[1 << 16] is first
     p6 = b.allocate(60000)    # -> the new bin
     assert b.bin_resources[1 << 16].allocation_count() == 1
     # p3 (70000) was allocated by the pool bin and still goes back there

@@ -770,9 +770,9 @@ case("BinningResource-min-without-max", "BinningResource", _async,
 case("BinningResource-max-below-min", "BinningResource", _async,
      lambda up: hmr.BinningResource(up, min_size_exponent=10, max_size_exponent=8),
      ValueError, "max_size_exponent")
-case("BinningResource.add_bin-duplicate", "BinningResource",
-     lambda: hmr.BinningResource(_async(), [256]), lambda b: b.add_bin(256), ValueError, "size",
-     state=snapshot, serve=serve)
+case("BinningResource.add_bin-duplicate-bad-resource", "BinningResource",
+     lambda: hmr.BinningResource(_async(), [256]), lambda b: b.add_bin(256, 5), TypeError,
+     "resource", state=snapshot, serve=serve)   # (a size that has a bin keeps it, as in RMM)
 case("StatisticsResource.pop_counters-empty", "StatisticsResource",
      lambda: hmr.StatisticsResource(_async()), lambda s: s.pop_counters(), IndexError,
      "pop_counters", state=snapshot, serve=serve)

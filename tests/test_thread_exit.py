@@ -212,9 +212,10 @@ EXIT_SCRIPT = textwrap.dedent("""
 
 
 def test_guards_at_interpreter_exit():
-    """The main thread's guard (cleared while the interpreter finalizes), a daemon thread's
-    (never run: the thread is frozen) and a thread that ends during shutdown: the process
-    exits cleanly, with nothing on stderr."""
+    """The main thread's guard (waited for in the package's atexit hook), a daemon thread's
+    (never waits: the finalizing thread clears it, and waits only in the thread that armed
+    it) and a thread that ends during shutdown: the process exits cleanly, with nothing on
+    stderr."""
     env = dict(os.environ, PYTHONWARNINGS="default")
     proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True,
                           env=env, cwd=str(ROOT), timeout=120)

@@ -1,6 +1,7 @@
 """``BinningResource``: routes each request by size to a bin resource."""
 from __future__ import annotations
 
+import operator
 import threading
 from bisect import bisect_left
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -8,9 +9,22 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, as_upstream_ref,
                     check_args, check_free_args, check_size, check_stream, claim, duplicate)
-from .fixed_size import FixedSizeResource
+from .fixed_size import DEFAULT_BLOCKS, FixedSizeResource, chunk_too_large
 
 __all__ = ["BinningResource"]
+
+
+def _exponent(value: Any, name: str) -> int:
+    """A bin size exponent: an int in ``[0, 62]`` (a bin of ``2**value`` bytes)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int exponent, not bool")
+    try:
+        exponent = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int exponent, not {type(value).__name__}") from None
+    if not 0 <= exponent <= 62:
+        raise ValueError(f"{name}={exponent} is not in [0, 62] (a bin of 2**{name} bytes)")
+    return exponent
 
 
 class BinningResource(BoundAdaptor):
@@ -21,7 +35,8 @@ class BinningResource(BoundAdaptor):
     size is at least ``bytes``; larger requests and larger alignments go to ``upstream``.
     ``bins`` lists bin sizes (each gets a :class:`FixedSizeResource` over the upstream with
     that block size) or ``(size, resource)`` pairs; ``min_size_exponent`` / ``max_size_exponent``
-    (RMM's) add fixed-size bins of ``2**min .. 2**max`` bytes.  :meth:`add_bin` adds one later.
+    (RMM's) add fixed-size bins of ``2**min .. 2**max`` bytes.  :meth:`add_bin` adds one later
+    (a size that has a bin keeps it, as in RMM).
     A bin resource must have every property of the upstream, and be async when the upstream
     is.  Each pointer is freed through the resource that allocated it, also after bins were
     added.  Thread-safe; an async resource when the upstream is one; equal to another over an
@@ -48,10 +63,15 @@ class BinningResource(BoundAdaptor):
         if (min_size_exponent is None) != (max_size_exponent is None):
             raise ValueError("min_size_exponent and max_size_exponent must be given together")
         if min_size_exponent is not None:
-            low = check_size(min_size_exponent, "min_size_exponent")
-            high = check_size(max_size_exponent, "max_size_exponent")
-            if high < low or high > 62:
-                raise ValueError(f"max_size_exponent={high} must be in [min_size_exponent, 62]")
+            low = _exponent(min_size_exponent, "min_size_exponent")
+            high = _exponent(max_size_exponent, "max_size_exponent")
+            if high < low:
+                raise ValueError(f"max_size_exponent={high} is smaller than "
+                                 f"min_size_exponent={low}")
+            if chunk_too_large(1 << high, DEFAULT_BLOCKS):
+                raise ValueError(f"max_size_exponent={high}: its bin is a FixedSizeResource of "
+                                 f"{DEFAULT_BLOCKS} blocks of 2**{high} bytes per chunk, more "
+                                 "than 2**63 bytes (add larger bins as (size, resource) pairs)")
             specs.extend((1 << e, None) for e in range(low, high + 1))
         self._lock = threading.Lock()
         self._sizes: List[int] = []        # sorted bin sizes
@@ -71,6 +91,11 @@ class BinningResource(BoundAdaptor):
         if not size:
             raise ValueError("size=0: a bin must hold at least one byte")
         if resource is None:
+            if chunk_too_large(size, DEFAULT_BLOCKS):
+                raise ValueError(f"size={size}: a bin without a resource of its own is a "
+                                 f"FixedSizeResource of {DEFAULT_BLOCKS} blocks per chunk, and "
+                                 f"{DEFAULT_BLOCKS} blocks of {size} bytes are more than 2**63 "
+                                 "bytes: give this bin a (size, resource) pair")
             return size, None
         bin_ref = as_upstream_ref(resource, "resource")
         if self._reaches_self(bin_ref.resource):
@@ -111,8 +136,8 @@ class BinningResource(BoundAdaptor):
     def _insert(self, size: int, resource: Any) -> None:
         bin_ref = as_upstream_ref(resource, "resource")
         with self._lock:
-            if size in self._sizes:
-                raise ValueError(f"size={size}: there is already a bin of that size")
+            if size in self._sizes:   # (add_bin in another thread meanwhile): the first stays
+                return
             i = bisect_left(self._sizes, size)
             self._sizes.insert(i, size)
             self._refs.insert(i, bin_ref)
@@ -120,11 +145,13 @@ class BinningResource(BoundAdaptor):
 
     def add_bin(self, size: int, resource: Any = None) -> None:
         """Add a bin for requests of up to ``size`` bytes (above the next smaller bin), served
-        by ``resource`` (default: a new ``FixedSizeResource(upstream, size)``)."""
+        by ``resource`` (default: a new ``FixedSizeResource(upstream, size)``).  When a bin
+        of that size exists already it is kept and nothing changes, as in RMM (the
+        arguments are still checked)."""
         size, bin_ref = self._check_bin(size, resource)
         with self._lock:
             if size in self._sizes:
-                raise ValueError(f"size={size}: there is already a bin of that size")
+                return
         self._insert(size, bin_ref if bin_ref is not None
                      else FixedSizeResource(self._upstream, size))
 

@@ -19,7 +19,9 @@ class CallbackResource(BoundMethods):
     alignment, stream)`` (``stream`` is passed as an int handle) it is an async resource.
     ``properties``: the property classes it declares.  Sizes and alignments are checked before
     a function is called; what ``allocate`` returns must be an int address (0 only for 0
-    bytes is up to the function).  Equal to another with the same functions and properties.
+    bytes is up to the function).  An exception a function raises comes through unchanged
+    (RMM raises ``RuntimeError``: docs/porting.md).  Equal to another with the same functions
+    and properties.
     """
 
     def __init__(self, allocate: Callable[[int, int], int],

@@ -1,6 +1,7 @@
 """``FixedSizeResource``: one block size, served from per-stream free lists."""
 from __future__ import annotations
 
+import operator
 from sys import getrefcount
 from typing import Any, Dict, List
 
@@ -8,7 +9,7 @@ from .._sizes import Size, config_size
 from .._exit import finalize
 from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, SYNC, BoundAdaptor, IdentityEqual,
+from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
 from ._order import StreamOrder, handle_of, stream_keys, track_streams
@@ -267,11 +268,12 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                  blocks_to_preallocate: int = 128) -> None:
         ref = self._set_upstream(upstream)
         block_size = config_size(block_size, "block_size", fraction=False)
-        per_chunk = check_size(blocks_to_preallocate, "blocks_to_preallocate")
+        per_chunk = check_count(blocks_to_preallocate, "blocks_to_preallocate", "blocks")
         if not block_size:
             raise ValueError("block_size=0: a block must hold at least one byte")
         if not per_chunk:
             raise ValueError("blocks_to_preallocate=0: a chunk must hold at least one block")
+        check_chunk(block_size, per_chunk)
         self._block_size = round_up(block_size, _GRAIN)
         self._per_chunk = per_chunk
         state = self._state = _Blocks(ref, self._async, self._block_size, per_chunk)
@@ -393,3 +395,38 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
     def __repr__(self) -> str:
         return (f"FixedSizeResource({self._upstream.resource!r}, "
                 f"block_size={self._block_size}, blocks_to_preallocate={self._per_chunk})")
+
+
+# ---- constructor checks (also BinningResource's): messages name the caller's arguments --------
+def check_count(value: Any, name: str, what: str) -> int:
+    """``value`` as a count of ``what`` (an int, not a bool, in ``[0, 2**63]``)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int number of {what}, not bool")
+    try:
+        count = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int number of {what}, not "
+                        f"{type(value).__name__}") from None
+    if count < 0:
+        raise ValueError(f"{name}={count} is negative")
+    if count > MAX_SIZE:
+        raise ValueError(f"{name}={count} is larger than 2**63")
+    return count
+
+
+#: FixedSizeResource's default ``blocks_to_preallocate`` (the blocks of one chunk)
+DEFAULT_BLOCKS = 128
+
+
+def chunk_too_large(block_size: int, per_chunk: int) -> bool:
+    """True when one chunk of ``per_chunk`` blocks of ``block_size`` bytes (rounded up to
+    256) would be more than 2**63 bytes, which no upstream can serve."""
+    return round_up(block_size, _GRAIN) * per_chunk > MAX_SIZE
+
+
+def check_chunk(block_size: int, per_chunk: int) -> None:
+    """ValueError naming the caller's ``block_size`` and ``blocks_to_preallocate`` when
+    :func:`chunk_too_large`."""
+    if chunk_too_large(block_size, per_chunk):
+        raise ValueError(f"block_size={block_size} with blocks_to_preallocate={per_chunk}: "
+                         f"one chunk of {per_chunk} blocks would be more than 2**63 bytes")

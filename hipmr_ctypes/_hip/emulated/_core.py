@@ -15,7 +15,7 @@ import weakref
 from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set,
                     Tuple, Union)
 
-from ..._locks import DeferringLock
+from ..._locks import AbandonedLockError, DeferringLock
 from ..decls import DECL_BY_NAME, DECLS
 from ..errors import ERROR_NAMES
 from ..native import memalign_and_free
@@ -30,6 +30,7 @@ __all__ = ["EmulatorCore", "EmulatorConfig", "LiveAllocations", "HostHeap", "All
 SUCCESS = 0
 INVALID_VALUE = 1
 OUT_OF_MEMORY = 2
+DEINITIALIZED = 4
 INVALID_MEMCPY_DIRECTION = 21
 NO_DEVICE = 100
 INVALID_DEVICE = 101
@@ -418,26 +419,30 @@ class EmulatorCore:
         needs_device = name not in NO_DEVICE_OK
 
         def call(*args: Any) -> int:
-            if emu._faults:
-                status = emu._take_fault(name)
-                if status:
-                    emu._note(status)
-                    return status
-            if needs_device and not emu._devices:
-                status = NO_DEVICE
-            else:
-                try:
+            try:
+                if emu._faults:
+                    status = emu._take_fault(name)
+                    if status:
+                        emu._note(status)
+                        return status
+                if needs_device and not emu._devices:
+                    status = NO_DEVICE
+                else:
                     status = impl(*args) or SUCCESS
-                except _Reentered:
-                    # called by a finalizer that the garbage collector ran while this thread
-                    # was inside the emulator: run it once the outer call lets go (a finalizer
-                    # ignores the status; the real runtime cannot be re-entered like this)
-                    emu._lock.defer(impl, *args)
-                    return SUCCESS
-                except Status as exc:
-                    status = exc.code
-                except (TypeError, ValueError, OverflowError, ctypes.ArgumentError):
-                    status = INVALID_VALUE
+            except _Reentered:
+                # called by a finalizer that the garbage collector ran while this thread
+                # was inside the emulator: run it once the outer call lets go (a finalizer
+                # ignores the status; the real runtime cannot be re-entered like this)
+                emu._lock.defer(impl, *args)
+                return SUCCESS
+            except Status as exc:
+                status = exc.code
+            except (TypeError, ValueError, OverflowError, ctypes.ArgumentError):
+                status = INVALID_VALUE
+            except AbandonedLockError:
+                # the interpreter is finalizing and a thread it stopped holds the lock (in
+                # the middle of an update): what a real runtime answers once it is torn down
+                status = DEINITIALIZED
             emu._note(status)
             return status
 
