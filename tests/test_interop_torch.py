@@ -347,6 +347,8 @@ def test_use_refuses_a_second_install(monkeypatch):
     with pytest.raises(RuntimeError, match="already called"):
         ht.use()
     assert len(calls) == 1 and ht.installed() is made
+    with pytest.raises(RuntimeError, match="caching allocator"):
+        ht.mem_pool(StreamRecording())
 
 
 def test_module_is_typed_and_documented():
@@ -355,3 +357,18 @@ def test_module_is_typed_and_documented():
     assert "size_t" in ht.ALLOC_FN.__doc__ and "size_t" in ht.FREE_FN.__doc__
     for name in ("allocator", "outstanding", "failures", "unknown_frees"):
         assert getattr(ht.Allocator, name).__doc__, name
+
+
+def test_bench_and_demo_scripts_say_what_they_need():
+    env = dict(os.environ, HIPMR_PLATFORM="emulated")
+    done = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_torch.py"),
+                           "--pairs", "5", "--repeats", "1", "--rounds", "1"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    if torch.cuda.is_available():
+        assert done.returncode == 0, done.stderr
+        assert "ours/pytorch" in done.stdout
+    else:
+        assert done.returncode == 2 and "sees no CUDA device" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "frameworks_demo.py"),
+                           "--help"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "outdir" in done.stdout, done.stderr

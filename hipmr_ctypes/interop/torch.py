@@ -323,9 +323,14 @@ def mem_pool(resource: Any = None, **options: Any) -> Any:
     pool's freed blocks for reuse until the pool is dropped (or ``torch.cuda.empty_cache()``),
     and a NULL from the resource becomes ``torch.cuda.OutOfMemoryError``.
 
-    RuntimeError where this PyTorch has no ``torch.cuda.MemPool`` or no CUDA / ROCm support.
+    RuntimeError where this PyTorch has no ``torch.cuda.MemPool`` or no CUDA / ROCm support,
+    and after :func:`use` (a pool needs PyTorch's caching allocator).
     """
     made = resource if isinstance(resource, Allocator) else Allocator(resource)
+    if _installed:
+        raise RuntimeError("use() made a pluggable allocator PyTorch's allocator in this "
+                           "process: a MemPool needs PyTorch's caching allocator, which "
+                           "use_mem_pool would not reach")
     pool_class = getattr(torch.cuda, "MemPool", None)
     if pool_class is None:
         raise RuntimeError(f"this PyTorch ({torch.__version__}) has no torch.cuda.MemPool")
