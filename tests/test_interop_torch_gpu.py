@@ -26,7 +26,7 @@ def run_script(gpu_runtime, tmp_path):
 
     def run(code):
         script = tmp_path / "script.py"
-        script.write_text(textwrap.dedent(code))
+        script.write_text(PRELUDE + textwrap.dedent(code))
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                               text=True, timeout=540)
@@ -50,7 +50,7 @@ def live_bytes(stats):
 
 
 def test_use_tensors_training_streams_threads_and_exit(run_script):
-    out = run_script(PRELUDE + """
+    out = run_script("""
     log = io.StringIO()
     stats = hmr.StatisticsResource(hmr.PoolResource(hmr.AsyncMemoryResource(), "64MiB"))
     alloc = ht.use(hmr.LoggingResource(stats, log))
@@ -133,7 +133,7 @@ def test_use_tensors_training_streams_threads_and_exit(run_script):
 
 
 def test_use_after_cuda_started_is_a_clear_error(run_script):
-    out = run_script(PRELUDE + """
+    out = run_script("""
     t = torch.zeros(4, device="cuda")
     try:
         ht.use()
@@ -147,12 +147,12 @@ def test_use_after_cuda_started_is_a_clear_error(run_script):
 
 
 def test_mem_pool_scopes_the_allocator_and_a_limit_is_pytorchs_oom(run_script):
-    out = run_script(PRELUDE + """
+    out = run_script("""
     stats = hmr.StatisticsResource(hmr.PoolResource(hmr.AsyncMemoryResource(), "64MiB"))
     limited = hmr.LimitingResource(stats, "256MiB")
+    outside = torch.empty(1 << 20, device="cuda")         # PyTorch's own caching allocator
     alloc = ht.allocator(limited)
     pool = ht.mem_pool(alloc)
-    outside = torch.empty(1 << 20, device="cuda")         # PyTorch's own caching allocator
     assert live_bytes(stats) == 0
     with torch.cuda.use_mem_pool(pool):
         inside = torch.ones(1 << 20, device="cuda")       # 4 MiB: a segment from our pool
@@ -175,7 +175,7 @@ def test_a_refused_allocation_under_use(run_script):
     """What PyTorch does with the NULL of a refused allocation when the allocator is installed
     for the process (PyTorch's pluggable allocator does not check it): the process neither
     crashes nor frees anything twice; the behaviour is printed for docs/interop.md."""
-    out = run_script(PRELUDE + """
+    out = run_script("""
     import warnings
     warnings.simplefilter("ignore", RuntimeWarning)       # the refusal's own report
     limited = hmr.LimitingResource(hmr.AsyncMemoryResource(), "64MiB")

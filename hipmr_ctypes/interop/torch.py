@@ -334,5 +334,7 @@ def mem_pool(resource: Any = None, **options: Any) -> Any:
     pool_class = getattr(torch.cuda, "MemPool", None)
     if pool_class is None:
         raise RuntimeError(f"this PyTorch ({torch.__version__}) has no torch.cuda.MemPool")
-    pool = pool_class(made.allocator(), **options)
+    native = made.allocator()
+    torch.cuda.init()  # PyTorch's CUDA state, which a MemPool is made in
+    pool = pool_class(native, **options)
     return pool
