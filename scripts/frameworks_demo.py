@@ -42,7 +42,7 @@ def _stats(resource: Any) -> Dict[str, int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("outdir", help="directory for the log, the picture and the tables")
     parser.add_argument("--limit", default="2GiB", help="the one budget (default 2GiB)")
     parser.add_argument("--steps", type=int, default=30, help="steps of each phase")
