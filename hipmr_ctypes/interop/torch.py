@@ -1,0 +1,340 @@
+# pyright: reportMissingImports=false, reportAttributeAccessIssue=false
+# (PyTorch is optional: this module is imported only where it is installed)
+"""PyTorch allocations through hipmr_ctypes, with no compiled code.
+
+PyTorch's pluggable allocator takes the addresses of two C functions,
+``void* alloc(size_t size, int device, cudaStream_t stream)`` and
+``void free(void* ptr, size_t size, int device, cudaStream_t stream)``
+(``torch._C._cuda_customAllocator``, what ``torch.cuda.memory.CUDAPluggableAllocator`` calls
+after looking the two up in a shared library).  A ctypes callback has such an address, so
+:class:`Allocator` builds the two from Python functions that allocate through a resource:
+
+* :func:`use` makes it PyTorch's allocator for the whole process
+  (``torch.cuda.memory.change_current_allocator``): possible only before PyTorch initializes
+  CUDA in the process, and only once;
+* :func:`mem_pool` gives a ``torch.cuda.MemPool`` over it, for
+  ``with torch.cuda.use_mem_pool(pool):`` around a block of code.
+
+Each allocation is made on the stream PyTorch passes (its current stream) through the
+resource (default: the per-device resource of the device PyTorch passes,
+``get_per_device_resource``), and freed once, on that stream, when PyTorch frees it.  What the
+callbacks guarantee:
+
+* no exception ever leaves a callback (ctypes would print it and return NULL anyway): a
+  failed allocation returns NULL and is counted (:attr:`Allocator.failures`, with
+  :attr:`Allocator.last_error`) and reported as a ``RuntimeWarning``;
+* every pointer handed out is remembered with its size, stream and resource until it is
+  freed: a free of a pointer the allocator does not hold (never allocated, or freed already)
+  is counted (:attr:`Allocator.unknown_frees`), reported and passed to no resource;
+* a zero-byte request returns NULL without asking the resource (PyTorch frees no NULL);
+* the callbacks are never freed: each :class:`Allocator` lives until the process ends, as
+  PyTorch may call it until then.  Once the interpreter exits (the package's exit hook has
+  run), frees do nothing: the memory stays valid for whatever still reaches it, and the
+  driver reclaims it with the process;
+* no lock is taken: the table of live pointers is a ``dict`` changed by single atomic
+  operations, so a free that the garbage collector runs inside an allocation on the same
+  thread cannot deadlock.
+
+See docs/interop.md for what PyTorch does with a NULL (a ``torch.cuda.OutOfMemoryError``
+under ``mem_pool``; under ``use`` a tensor without memory), CUDA graphs and
+``Tensor.record_stream``.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+import torch
+
+from .._exit import _state as _exit_state
+from .._hip import native as _native
+from ..buffer import memory_device
+from ..properties import DEFAULT_ALIGNMENT, device_accessible
+from ..resource_ref import async_resource_ref
+from ._current import current as _current_resources, resource_of as _resource_of
+
+__all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "ALLOC_FN", "FREE_FN"]
+
+#: the C type of PyTorch's allocation function: ``void* (size_t, int, cudaStream_t)``
+ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+#: the C type of PyTorch's free function: ``void (void*, size_t, int, cudaStream_t)``
+FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                           ctypes.c_void_p)
+ALLOC_FN.__doc__ = "PyTorch's allocation function: ``void* alloc(size_t, int, cudaStream_t)``."
+FREE_FN.__doc__ = "PyTorch's free function: ``void free(void*, size_t, int, cudaStream_t)``."
+
+#: every callback ever made, never let go (PyTorch may call one until the process ends);
+#: each is also given one extra reference, so that even the teardown of this module's
+#: globals at exit cannot free it
+_KEEP: List[Any] = []
+#: the Allocator :func:`use` installed in this process, if any
+_installed: List["Allocator"] = []
+_install_lock = threading.Lock()
+
+#: one entry of the table of live pointers: (size, stream handle, the resource's
+#: deallocate_async)
+_Entry = Tuple[int, int, Callable[..., Any]]
+
+
+def _keep_forever(cfunc: Any) -> None:
+    _KEEP.append(cfunc)
+    _native.Py_IncRef(cfunc)
+
+
+def _report(alloc: "Allocator", message: str) -> None:
+    """A ``RuntimeWarning`` from a callback; never raises (warnings turned into errors, a
+    finalizing interpreter)."""
+    try:
+        if not sys.is_finalizing():
+            import warnings
+            warnings.warn(f"hipmr_ctypes PyTorch allocator: {message}", RuntimeWarning,
+                          stacklevel=2)
+    except BaseException:  # noqa: BLE001 - nothing may leave a callback
+        pass
+
+
+class Allocator:
+    """PyTorch's allocator (what ``torch.cuda.memory.CUDAPluggableAllocator`` builds from a
+    shared library) over ``resource``: :func:`use` installs it for the process, and
+    :func:`mem_pool` makes a ``torch.cuda.MemPool`` over it.  Its :meth:`allocator` is
+    PyTorch's own object, what ``torch.cuda.memory.change_current_allocator`` (wrapped in
+    ``torch.cuda.memory._CUDAAllocator``) and ``torch.cuda.MemPool`` take.
+
+    ``resource``: an async, device-accessible resource (or ref), checked now (TypeError naming
+    what is missing); None uses the per-device resource of the device PyTorch passes, looked
+    up at each allocation (a change of the per-device table is seen at the next one).  A
+    resource whose memory lives on one device refuses allocations PyTorch makes for another.
+
+    Builds on any PyTorch; :meth:`allocator` needs one built with CUDA or ROCm.  The C
+    functions are at :attr:`alloc_address` and :attr:`free_address`.
+    """
+
+    resource: Any
+    alloc_address: int
+    free_address: int
+    last_error: Optional[BaseException]
+
+    def __init__(self, resource: Any = None) -> None:
+        live: Dict[int, _Entry] = {}
+        failed: Deque[None] = deque()
+        unknown: Deque[None] = deque()
+        self._live = live
+        self._failed = failed
+        self._unknown = unknown
+        self.last_error = None
+        if resource is None:
+            self.resource = None
+            alloc = _default_alloc(self, live, failed)
+        else:
+            ref = async_resource_ref[device_accessible](resource)  # TypeError now, not later
+            self.resource = ref.resource
+            alloc = _fixed_alloc(self, live, failed, ref.allocate_async, ref.deallocate_async,
+                                 memory_device(ref.resource))
+        alloc_fn = ALLOC_FN(alloc)
+        free_fn = FREE_FN(_free(self, live, unknown))
+        _keep_forever(alloc_fn)
+        _keep_forever(free_fn)
+        self.alloc_address = int(ctypes.cast(alloc_fn, ctypes.c_void_p).value or 0)
+        self.free_address = int(ctypes.cast(free_fn, ctypes.c_void_p).value or 0)
+        custom = getattr(torch._C, "_cuda_customAllocator", None)
+        self._allocator: Any = (None if custom is None
+                                else custom(self.alloc_address, self.free_address))
+
+    def allocator(self) -> Any:
+        """PyTorch's own allocator object (``torch._C._cuda_CUDAAllocator``), what
+        ``change_current_allocator`` and ``torch.cuda.MemPool`` take.  RuntimeError where this
+        PyTorch has no CUDA or ROCm support."""
+        if self._allocator is None:
+            raise RuntimeError(f"this PyTorch ({torch.__version__}) is built without CUDA or "
+                               f"ROCm support (torch._C has no _cuda_customAllocator): its "
+                               f"allocator cannot be replaced")
+        return self._allocator
+
+    @property
+    def failures(self) -> int:
+        """Allocations refused so far (NULL returned to PyTorch)."""
+        return len(self._failed)
+
+    @property
+    def unknown_frees(self) -> int:
+        """Frees of pointers this allocator did not hold, so far (passed to no resource)."""
+        return len(self._unknown)
+
+    def outstanding(self) -> Tuple[int, int]:
+        """``(allocations, bytes)`` handed to PyTorch and not freed yet."""
+        entries = list(self._live.values())
+        return len(entries), sum(entry[0] for entry in entries)
+
+    def __repr__(self) -> str:
+        count, nbytes = self.outstanding()
+        return (f"<hipmr_ctypes PyTorch Allocator over {self.resource!r}: {count} allocations, "
+                f"{nbytes} bytes outstanding>")
+
+
+def _refused(alloc: Allocator, failed: Deque[None], size: int, device: int,
+             exc: BaseException) -> None:
+    try:
+        alloc.last_error = exc
+        failed.append(None)
+        _report(alloc, f"allocating {size} bytes on device {device} failed: "
+                       f"{type(exc).__name__}: {exc}")
+    except BaseException:  # noqa: BLE001 - nothing may leave a callback
+        pass
+
+
+def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
+                 allocate_async: Callable[..., int], deallocate_async: Callable[..., Any],
+                 fixed: Optional[int]) -> Callable[[int, int, Optional[int]], Optional[int]]:
+    def torch_alloc(size: int, device: int, stream: Optional[int]) -> Optional[int]:
+        """PyTorch's ``alloc(size, device, stream)`` over the allocator's resource."""
+        try:
+            if not size:
+                return None
+            if fixed is not None and device != fixed:
+                raise ValueError(f"the resource's memory is on device {fixed}, PyTorch asked "
+                                 f"for device {device}")
+            handle = stream or 0
+            ptr = allocate_async(size, DEFAULT_ALIGNMENT, handle)
+            if not ptr or ptr in live:
+                if ptr:
+                    deallocate_async(ptr, size, DEFAULT_ALIGNMENT, handle)
+                raise RuntimeError(f"the resource returned {ptr!r}, which is NULL or live")
+            live[ptr] = (size, handle, deallocate_async)
+            return ptr
+        except BaseException as exc:  # noqa: BLE001 - nothing may leave a callback
+            _refused(alloc, failed, size, device, exc)
+            return None
+    torch_alloc.__qualname__ = "Allocator.torch_alloc"
+    return torch_alloc
+
+
+def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
+                   current: Dict[int, Any] = _current_resources,
+                   resource_of: Callable[[int], Any] = _resource_of
+                   ) -> Callable[[int, int, Optional[int]], Optional[int]]:
+    def torch_alloc_current(size: int, device: int, stream: Optional[int]) -> Optional[int]:
+        """PyTorch's ``alloc(size, device, stream)`` over the per-device resource of
+        ``device``."""
+        try:
+            if not size:
+                return None
+            try:
+                _, where, allocate_async, deallocate_async = current[device]
+            except KeyError:
+                _, where, allocate_async, deallocate_async = resource_of(device)
+            if where != device:
+                raise ValueError(f"the per-device resource of device {device} has its memory "
+                                 f"on device {where}")
+            handle = stream or 0
+            ptr: int = allocate_async(size, DEFAULT_ALIGNMENT, handle)
+            if not ptr or ptr in live:
+                if ptr:
+                    deallocate_async(ptr, size, DEFAULT_ALIGNMENT, handle)
+                raise RuntimeError(f"the resource returned {ptr!r}, which is NULL or live")
+            live[ptr] = (size, handle, deallocate_async)
+            return ptr
+        except BaseException as exc:  # noqa: BLE001 - nothing may leave a callback
+            _refused(alloc, failed, size, device, exc)
+            return None
+    torch_alloc_current.__qualname__ = "Allocator.torch_alloc_current"
+    return torch_alloc_current
+
+
+def _free(alloc: Allocator, live: Dict[int, _Entry], unknown: Deque[None],
+          state: Dict[str, bool] = _exit_state,
+          finalizing: Callable[[], bool] = sys.is_finalizing
+          ) -> Callable[[Optional[int], int, int, Optional[int]], None]:
+    def torch_free(ptr: Optional[int], size: int, device: int, stream: Optional[int]) -> None:
+        """PyTorch's ``free(ptr, size, device, stream)``: frees ``ptr`` once, with the size
+        and on the stream it was allocated with."""
+        try:
+            if not ptr or state["keep"] or finalizing():
+                return  # exiting: memory that may still be reachable stays valid
+            entry = live.pop(ptr, None)
+            if entry is None:
+                unknown.append(None)
+                _report(alloc, f"free of {ptr:#x} ({size} bytes, device {device}), which this "
+                               f"allocator does not hold (never allocated here, or freed "
+                               f"already): ignored")
+                return
+            nbytes, handle, deallocate_async = entry
+            deallocate_async(ptr, nbytes, DEFAULT_ALIGNMENT, handle)
+        except BaseException as exc:  # noqa: BLE001 - nothing may leave a callback
+            try:
+                alloc.last_error = exc
+                _report(alloc, f"freeing {ptr!r} failed: {type(exc).__name__}: {exc}")
+            except BaseException:  # noqa: BLE001
+                pass
+    torch_free.__qualname__ = "Allocator.torch_free"
+    return torch_free
+
+
+def allocator(resource: Any = None) -> Allocator:
+    """An :class:`Allocator` over ``resource`` (None: the per-device resource of the device
+    PyTorch passes), for ``torch.cuda.memory.change_current_allocator`` or ``MemPool``."""
+    return Allocator(resource)
+
+
+def installed() -> Optional[Allocator]:
+    """The :class:`Allocator` that :func:`use` installed in this process, or None."""
+    return _installed[0] if _installed else None
+
+
+def use(resource: Any = None) -> Allocator:
+    """Make an :class:`Allocator` over ``resource`` PyTorch's CUDA allocator for the rest of
+    the process, and return it.
+
+    PyTorch allows this only before it initializes CUDA in the process (its first CUDA
+    tensor, or any ``torch.cuda`` call that initializes it), and only once: otherwise
+    RuntimeError saying so, and nothing changes.  TypeError for a resource that is not async
+    and device-accessible; RuntimeError where this PyTorch has no CUDA or ROCm support.
+    """
+    made = Allocator(resource)
+    made.allocator()  # RuntimeError without CUDA / ROCm, before anything changes
+    with _install_lock:
+        if _installed:
+            raise RuntimeError("hipmr_ctypes.interop.torch.use() was already called in this "
+                               "process: PyTorch's CUDA allocator can be replaced only once")
+        if torch.cuda.is_initialized():
+            raise RuntimeError("PyTorch has already initialized CUDA in this process, and "
+                               "its allocator can be replaced only before that: call "
+                               "hipmr_ctypes.interop.torch.use() before the first CUDA "
+                               "tensor (or use mem_pool() for a block of code)")
+        try:
+            torch.cuda.memory.change_current_allocator(
+                torch.cuda.memory._CUDAAllocator(made.allocator()))
+        except RuntimeError as exc:
+            raise RuntimeError(f"PyTorch refused to replace its CUDA allocator ({exc}); it "
+                               f"allows that only once, before its first CUDA allocation in "
+                               f"the process: call hipmr_ctypes.interop.torch.use() earlier "
+                               f"(or use mem_pool() for a block of code)") from exc
+        _installed.append(made)
+    return made
+
+
+def mem_pool(resource: Any = None, **options: Any) -> Any:
+    """A ``torch.cuda.MemPool`` whose memory comes from an :class:`Allocator` over
+    ``resource`` (an :class:`Allocator` itself is used as it is): allocations made inside
+    ``with torch.cuda.use_mem_pool(pool):`` (on that thread) go through it.  ``options``
+    go to ``MemPool`` (``use_on_oom``, ``no_split``).  PyTorch's caching allocator keeps the
+    pool's freed blocks for reuse until the pool is dropped (or ``torch.cuda.empty_cache()``),
+    and a NULL from the resource becomes ``torch.cuda.OutOfMemoryError``.
+
+    RuntimeError where this PyTorch has no ``torch.cuda.MemPool`` or no CUDA / ROCm support,
+    and after :func:`use` (a pool needs PyTorch's caching allocator).
+    """
+    made = resource if isinstance(resource, Allocator) else Allocator(resource)
+    if _installed:
+        raise RuntimeError("use() made a pluggable allocator PyTorch's allocator in this "
+                           "process: a MemPool needs PyTorch's caching allocator, which "
+                           "use_mem_pool would not reach")
+    pool_class = getattr(torch.cuda, "MemPool", None)
+    if pool_class is None:
+        raise RuntimeError(f"this PyTorch ({torch.__version__}) has no torch.cuda.MemPool")
+    native = made.allocator()
+    torch.cuda.init()  # PyTorch's CUDA state, which a MemPool is made in
+    pool = pool_class(native, **options)
+    return pool

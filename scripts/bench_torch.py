@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""PyTorch allocation benchmark: median ns per ``torch.empty(size)`` + ``del``, through our
+allocator beside PyTorch's own caching allocator, in one run (see docs/performance.md).
+
+    HIPMR_PLATFORM=nvidia python scripts/bench_torch.py --json torch.json
+
+PyTorch's allocator is chosen once per process, so each variant runs in its own child
+process, the children taking turns (``--rounds`` rounds, one run of each per round, so a slow
+phase of a shared machine falls on every variant alike):
+
+* ``pytorch``: PyTorch's caching allocator, as PyTorch ships;
+* ``ours``: ``hipmr_ctypes.interop.torch.use(PoolResource(AsyncMemoryResource()))``: every
+  tensor allocated and freed through our pool by the two ctypes callbacks;
+* ``mem_pool``: PyTorch's caching allocator inside ``torch.cuda.use_mem_pool`` over our pool
+  (its segments come from our pool, its tensors from its cache).
+
+Each child times ``--repeats`` loops of ``--pairs`` pairs per size after a warm-up, and
+reports the median loop in ns per pair; the figure printed is the median over the rounds.
+The goal: ``ours`` at most 2x ``pytorch`` per tensor.  Never used as a test: timing bounds
+do not belong in unit tests.  Exit status 2 when PyTorch sees no CUDA device.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = (256, 64 << 10, 1 << 20, 16 << 20)
+VARIANTS = ("pytorch", "ours", "mem_pool")
+
+
+def _name(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 else (
+        f"{size >> 10} KiB" if size >= 1 << 10 else f"{size} B")
+
+
+def child(variant: str, pairs: int, repeats: int) -> Dict[str, Any]:
+    """One variant in this process: {size: median ns per pair}."""
+    sys.path.insert(0, REPO)
+    import torch
+    if not torch.cuda.is_available() or not hasattr(torch._C, "_cuda_customAllocator"):
+        return {"error": f"PyTorch {torch.__version__} sees no CUDA device"}
+    import hipmr_ctypes as hmr
+    from hipmr_ctypes.interop import torch as ht
+    scope: Any = None
+    if variant == "ours":
+        ht.use(hmr.PoolResource(hmr.AsyncMemoryResource()))
+    elif variant == "mem_pool":
+        pool = ht.mem_pool(hmr.PoolResource(hmr.AsyncMemoryResource()))
+        scope = torch.cuda.use_mem_pool(pool)
+        scope.__enter__()
+    empty, u8, dev = torch.empty, torch.uint8, torch.device("cuda")
+    result: Dict[str, Any] = {"torch": torch.__version__}
+    for size in SIZES:
+        def loop(n: int) -> None:
+            for _ in range(n):
+                t = empty(size, dtype=u8, device=dev)
+                del t
+        loop(min(pairs, 2000))
+        torch.cuda.synchronize()
+        times: List[float] = []
+        gc.disable()
+        try:
+            for _ in range(repeats):
+                start = time.perf_counter_ns()
+                loop(pairs)
+                times.append((time.perf_counter_ns() - start) / pairs)
+                torch.cuda.synchronize()
+        finally:
+            gc.enable()
+        result[str(size)] = statistics.median(times)
+    if scope is not None:
+        scope.__exit__(None, None, None)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.pairs, args.repeats)))
+        return 0
+    runs: Dict[str, List[Dict[str, Any]]] = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):
+        for variant in VARIANTS:
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", variant,
+                                   "--pairs", str(args.pairs), "--repeats", str(args.repeats)],
+                                  capture_output=True, text=True, timeout=600)
+            try:
+                got = json.loads(done.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                got = {"error": f"exit {done.returncode}: {done.stderr.strip()[-2000:]}"}
+            if "error" in got:
+                print(f"{variant}: {got['error']}", file=sys.stderr)
+                return 2
+            runs[variant].append(got)
+    table = {v: {str(s): statistics.median(r[str(s)] for r in runs[v]) for s in SIZES}
+             for v in VARIANTS}
+    print(f"PyTorch {runs['pytorch'][0]['torch']}, platform "
+          f"{os.environ.get('HIPMR_PLATFORM', 'amd')}: median ns per torch.empty + del "
+          f"({args.rounds} rounds x {args.repeats} loops x {args.pairs} pairs)")
+    print(f"{'size':>8} | {'pytorch':>9} | {'ours':>9} | {'mem_pool':>9} | ours/pytorch")
+    ratios = {}
+    for s in SIZES:
+        p, o, m = (table[v][str(s)] for v in VARIANTS)
+        ratios[str(s)] = o / p
+        print(f"{_name(s):>8} | {p:9,.0f} | {o:9,.0f} | {m:9,.0f} | {o / p:.2f}x")
+    print("goal (ours at most 2x pytorch):", "met" if max(ratios.values()) <= 2 else "NOT met")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"ns_per_pair": table, "ratio_ours_to_pytorch": ratios, "runs": runs,
+                       "pairs": args.pairs, "repeats": args.repeats, "rounds": args.rounds},
+                      fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
