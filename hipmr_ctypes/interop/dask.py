@@ -17,8 +17,11 @@ package does).
   feeds the worker's heartbeat metrics (``"hipmr"``, and ``"rmm"`` where RMM does not) that
   the scheduler keeps per worker and the dashboard's GPU memory plot reads.
 """
+# pyright: reportMissingImports=false, reportUntypedBaseClass=false
+# (distributed is optional: this module is imported only where it is installed)
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
@@ -26,7 +29,6 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import distributed
-from distributed.protocol import dask_deserialize, dask_serialize
 
 from .._sizes import config_size
 from ..adaptors.limiting import LimitingResource
@@ -42,10 +44,6 @@ from ..resources.async_memory import AsyncMemoryResource
 from ..resources.device import DeviceMemoryResource
 from ..resources.managed import ManagedMemoryResource
 
-try:  # the cuda family (distributed >= 2.x); absent from very old releases
-    from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
-except ImportError:  # pragma: no cover - every supported distributed has it
-    cuda_serialize = cuda_deserialize = None
 
 __all__ = ["ResourceSetup", "statistics", "worker_device", "VISIBLE_DEVICES_VARIABLES"]
 
@@ -120,7 +118,7 @@ def _worker_label(worker: Any) -> str:
 
 
 # ---- the plugin --------------------------------------------------------------------------------
-class ResourceSetup(distributed.WorkerPlugin):
+class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignore]
     """A worker plugin giving each worker its own resource on its own device, as dask-cuda's
     ``RMMSetup``: ``client.register_plugin(ResourceSetup(...))``.
 
@@ -430,13 +428,11 @@ def _receiving_resource() -> Any:
     return _installed.get("resource")
 
 
-@dask_serialize.register(Buffer)
 def _dask_serialize_buffer(buf: Buffer) -> Tuple[Dict[str, Any], List[Any]]:
     """The host path: one frame with the bytes."""
     return {"size": buf.size}, [memoryview(buf.copy_to_host())]
 
 
-@dask_deserialize.register(Buffer)
 def _dask_deserialize_buffer(header: Dict[str, Any], frames: List[Any]) -> Buffer:
     data = frames[0] if len(frames) == 1 else b"".join(bytes(f) for f in frames)
     buf = Buffer.from_host(data, resource=_receiving_resource())
@@ -477,6 +473,21 @@ def _cuda_deserialize_buffer(header: Dict[str, Any], frames: List[Any]) -> Buffe
     return Buffer.from_host(frame, resource=resource)   # a transport that staged it on the host
 
 
-if cuda_serialize is not None:
-    cuda_serialize.register(Buffer)(_cuda_serialize_buffer)
-    cuda_deserialize.register(Buffer)(_cuda_deserialize_buffer)
+def _register() -> None:
+    """Buffer's functions in the ``dask`` family and, where distributed has it, ``cuda``."""
+    serialize: Any = importlib.import_module("distributed.protocol.serialize")
+    try:  # the cuda family; absent from very old releases
+        cuda: Any = importlib.import_module("distributed.protocol.cuda")
+    except ImportError:  # pragma: no cover - every supported distributed has it
+        cuda = None
+    families: Any = [(serialize.dask_serialize, serialize.dask_deserialize,
+                      _dask_serialize_buffer, _dask_deserialize_buffer)]
+    if cuda is not None:
+        families.append((cuda.cuda_serialize, cuda.cuda_deserialize,
+                         _cuda_serialize_buffer, _cuda_deserialize_buffer))
+    for dumps, loads, dump_buffer, load_buffer in families:
+        dumps.register(Buffer)(dump_buffer)
+        loads.register(Buffer)(load_buffer)
+
+
+_register()

@@ -18,12 +18,14 @@ Which path a Buffer takes (:func:`path`):
 library that is GPU-aware but cannot say so, or a test).  Every call first waits for the
 Buffer's stream, so MPI sees what was written before it.
 """
+# pyright: reportMissingImports=false
+# (mpi4py is optional: this module is imported only where it is installed)
 from __future__ import annotations
 
 import ctypes
 import os
 import threading
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from mpi4py import MPI
 
@@ -99,7 +101,7 @@ def _comm(comm: Any) -> Any:
     return comm
 
 
-def _rank(value: Any, name: str, special: tuple = ()) -> int:
+def _rank(value: Any, name: str, special: Tuple[int, ...] = ()) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < 0 and value not in special:
