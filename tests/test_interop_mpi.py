@@ -179,3 +179,29 @@ def test_gpu_two_ranks(tmp_path, kind, gpu_runtime):
         expected = "host" if kind == "pinned" else (
             "direct" if r["support"]["gpu_aware"] else "staged")
         assert r["path"] == expected
+
+
+def test_mpi_demo_with_three_ranks_on_two_devices(tmp_path):
+    """scripts/mpi_demo.py with any number of ranks (three, sharing two emulated devices): the
+    IPC reads and every transfer on every path checked, the rates reported."""
+    out = tmp_path / "demo.json"
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
+               HIPMR_EMULATED_MEMORY="512MiB")
+    env.pop("HIPMR_MPI_GPU_AWARE", None)
+    args = [MPIEXEC, "--oversubscribe", "-n", "3"]
+    if os.geteuid() == 0:
+        args.insert(1, "--allow-run-as-root")
+    done = subprocess.run(args + [sys.executable, str(ROOT / "scripts" / "mpi_demo.py"),
+                                  "--size", "256KiB", "--repeat", "2", "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all checks passed" in done.stdout
+    data = json.loads(out.read_text())
+    assert data["failures"] == 0 and len(data["ranks"]) == 3
+    assert sorted(r["device"] for r in data["ranks"]) == [0, 0, 1]
+    assert all(len(r["read"]) == 2 for r in data["ranks"])
+    rows = {(t["path"], t["memory"], t["op"]) for t in data["transfers"]}
+    device_path = "direct" if data["mpi"]["gpu_aware"] else "staged"
+    assert rows == {(p, m, op) for p, m in ((device_path, "device"), ("host", "pinned"))
+                    for op in ("sendrecv", "bcast", "allreduce")}
+    assert all(t["gbps_slowest"] > 0 for t in data["transfers"])

@@ -49,7 +49,7 @@ __all__ = ["ResourceSetup", "statistics", "worker_device", "VISIBLE_DEVICES_VARI
 
 #: The variables that, set in a worker's environment on a real platform, mean "this worker sees
 #: its own GPU as device 0" (dask-cuda sets ``CUDA_VISIBLE_DEVICES`` so for each worker).
-VISIBLE_DEVICES_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+VISIBLE_DEVICES_VARIABLES: Tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                              "ROCR_VISIBLE_DEVICES")
 
 #: A size setting: bytes (an int or a size string such as ``"4GiB"``), or a fraction of the
@@ -152,8 +152,8 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
     Memory allocated before stays valid: each Buffer holds its resource.
     """
 
-    name = "hipmr-resource-setup"
-    idempotent = False
+    name: str = "hipmr-resource-setup"
+    idempotent: bool = False
 
     def __init__(self, pool_allocator: bool = False, managed_memory: bool = False,
                  initial_pool_size: Optional[SizeSetting] = None,
@@ -163,11 +163,11 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
                  release_threshold: Optional[SizeSetting] = None,
                  log_directory: Optional[str] = None, statistics: bool = False,
                  tracking: bool = False) -> None:
-        self.pool_allocator = _check_bool(pool_allocator, "pool_allocator")
-        self.managed_memory = _check_bool(managed_memory, "managed_memory")
-        self.async_allocator = _check_bool(async_allocator, "async_allocator")
-        self.statistics = _check_bool(statistics, "statistics")
-        self.tracking = _check_bool(tracking, "tracking")
+        self.pool_allocator: bool = _check_bool(pool_allocator, "pool_allocator")
+        self.managed_memory: bool = _check_bool(managed_memory, "managed_memory")
+        self.async_allocator: bool = _check_bool(async_allocator, "async_allocator")
+        self.statistics: bool = _check_bool(statistics, "statistics")
+        self.tracking: bool = _check_bool(tracking, "tracking")
         log = _check_bool(logging, "logging")
         self._initial = _size_setting(initial_pool_size, "initial_pool_size")
         self._maximum = _size_setting(maximum_pool_size, "maximum_pool_size")
@@ -195,7 +195,7 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
                                 f"worker) or None, not {type(devices).__name__}")
             if devices < 0:
                 raise ValueError(f"devices={devices} is not a device ordinal")
-        self.devices = devices
+        self.devices: Optional[int] = devices
         for what, value in (("log_directory", log_directory), ("log_file_name", log_file_name)):
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise TypeError(f"{what} must be a str or path, not {type(value).__name__}")
@@ -218,8 +218,8 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
             raise ValueError("logging needs log_directory (one log per worker is written "
                              "there) or a log_file_name with a directory")
         self.log_directory: Optional[str] = directory
-        self.log_stem = stem
-        self.logging = log
+        self.log_stem: str = stem
+        self.logging: bool = log
 
     # ---- on the worker ----
     def device_for(self, worker: Any) -> int:

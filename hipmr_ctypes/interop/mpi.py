@@ -38,7 +38,7 @@ __all__ = ["gpu_aware", "support", "path", "send", "recv", "sendrecv", "bcast", 
            "GPU_AWARE_VARIABLE"]
 
 #: The environment variable that overrides what the MPI library says (``1`` or ``0``).
-GPU_AWARE_VARIABLE = "HIPMR_MPI_GPU_AWARE"
+GPU_AWARE_VARIABLE: str = "HIPMR_MPI_GPU_AWARE"
 
 _support: Optional[Dict[str, Any]] = None
 _support_lock = threading.Lock()
