@@ -171,6 +171,10 @@ def test_a_bad_setting_leaves_the_workers_untouched(cluster):
         client.register_plugin(ResourceSetup(pool_allocator=True, initial_pool_size="lots"))
     assert client.run(_default_resources) == before
     assert all("DeviceMemoryResource" in r[0] for r in before.values())
+    # a setting only a worker can refuse (no such device there): raised here, nothing changed
+    with pytest.raises(ValueError, match="device 5 does not exist"):
+        client.register_plugin(ResourceSetup(devices=5))
+    assert client.run(_default_resources) == before
 
 
 def test_plugin_sets_up_each_worker_on_its_own_device(cluster):

@@ -279,14 +279,14 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
         log_file = self.log_file_for(worker)
         if log_file is not None:
             os.makedirs(os.path.dirname(log_file) or ".", exist_ok=True)
-        set_device(device)
-        mr = self.build(device, log_file)
+        mr = self.build(device, log_file)   # a failure here changes nothing
         with _lock:
             previous = per_device.set_per_device_resource(device, mr)
             if _installed:  # a second set-up in this process: keep the first previous
                 previous = _installed["previous"]
             _installed.clear()
             _installed.update(device=device, resource=mr, previous=previous, log=log_file)
+        set_device(device)
         metrics = getattr(worker, "metrics", None)
         if isinstance(metrics, dict):
             metrics["hipmr"] = _hipmr_metric
