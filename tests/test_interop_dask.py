@@ -99,6 +99,13 @@ def test_cuda_family_moves_the_buffer_itself():
     assert isinstance(other, hmr.Buffer) and other.tobytes() == b"\x09" * 1000
     host = deserialize(header, [memoryview(b"\x05" * 1000)])   # staged through the host
     assert isinstance(host, hmr.Buffer) and host.tobytes() == b"\x05" * 1000
+    with pytest.raises(ValueError, match="1000 bytes arrived"):    # a frame of another size
+        deserialize(header, [Foreign(hmr.Buffer.from_host(b"\x09" * 999))])
+    with pytest.raises(ValueError, match="1000 bytes arrived"):
+        deserialize(header, [memoryview(b"\x05" * 1001)])
+    dask_header, frames = serialize(buf, serializers=["dask"])
+    with pytest.raises(ValueError, match="1000 bytes arrived"):
+        deserialize(dask_header, [b"\x01" * 10])
 
 
 def test_host_only_buffers_fall_back_to_the_dask_family():

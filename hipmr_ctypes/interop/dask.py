@@ -461,8 +461,14 @@ def _cuda_deserialize_buffer(header: Dict[str, Any], frames: List[Any]) -> Buffe
     if isinstance(frame, Buffer):  # already ours (a transport that allocated through us)
         return frame
     resource = _receiving_resource()
-    if hasattr(frame, "__cuda_array_interface__"):  # a device frame the transport allocated
-        size = int(header.get("size", 0))
+    cai = getattr(frame, "__cuda_array_interface__", None)
+    if cai is not None:  # a device frame the transport allocated
+        size = int(cai["typestr"][2:])
+        for extent in cai["shape"]:
+            size *= int(extent)
+        if size != header.get("size", size):
+            raise ValueError(f"a serialized Buffer of {header['size']} bytes arrived in a "
+                             f"device frame of {size}")
         buf = Buffer(size, resource=resource)
         try:
             buf.copy_from_device(frame)
@@ -470,7 +476,12 @@ def _cuda_deserialize_buffer(header: Dict[str, Any], frames: List[Any]) -> Buffe
             buf.close()
             raise
         return buf
-    return Buffer.from_host(frame, resource=resource)   # a transport that staged it on the host
+    buf = Buffer.from_host(frame, resource=resource)   # a transport that staged it on the host
+    if buf.size != header.get("size", buf.size):
+        size = buf.size
+        buf.close()
+        raise ValueError(f"a serialized Buffer of {header['size']} bytes arrived with {size}")
+    return buf
 
 
 def _register() -> None:
