@@ -74,6 +74,37 @@ def test_good_settings_are_kept(tmp_path):
     assert ResourceSetup(devices=3).device_for(Worker()) == 3
 
 
+@pytest.fixture
+def two_devices(emulator):
+    from hipmr_ctypes import _hip
+    from support import process_runtime
+    rt = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    with process_runtime(rt):
+        yield rt
+
+
+def test_the_workers_device(monkeypatch, two_devices):
+    """devices=None: LocalCluster's int names spread workers over the devices; on a real
+    platform a worker that sees its own GPU first (dask-cuda's CUDA_VISIBLE_DEVICES) uses
+    device 0; any other worker device 0."""
+    class Worker:
+        def __init__(self, name):
+            self.name = name
+    plugin = ResourceSetup()
+    count = hmr.device_count()
+    assert count == 2
+    for variable in hdask.VISIBLE_DEVICES_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    assert [plugin.device_for(Worker(i)) for i in range(3)] == [i % count for i in range(3)]
+    assert plugin.device_for(Worker("tcp://10.0.0.1:1234")) == 0
+    assert plugin.device_for(Worker(True)) == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,0,1,2")
+    assert plugin.device_for(Worker(count + 1)) == (count + 1) % count   # emulated: names
+    monkeypatch.setattr(hmr, "platform", lambda: "nvidia")
+    assert plugin.device_for(Worker(count + 1)) == 0                       # real: its own GPU
+    assert ResourceSetup(devices=2).device_for(Worker(1)) == 2
+
+
 # ---- serialization in this process -------------------------------------------------------------
 def test_dask_family_is_the_host_path():
     buf = hmr.Buffer.from_host(bytes(range(256)) * 4)
