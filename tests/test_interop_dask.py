@@ -105,6 +105,20 @@ def test_the_workers_device(monkeypatch, two_devices):
     assert ResourceSetup(devices=2).device_for(Worker(1)) == 2
 
 
+def test_the_package_pickles_by_name():
+    """A task defined in __main__ or a notebook is sent by value, with the modules its globals
+    name: the package (a module of its own type) goes by name, as a plain module does."""
+    import pickle
+
+    import cloudpickle
+    assert pickle.loads(pickle.dumps(hmr)) is hmr
+
+    def task():
+        return hmr.device_count()
+    task.__module__ = "__main__"              # what cloudpickle sends by value
+    assert cloudpickle.loads(cloudpickle.dumps(task))() == hmr.device_count()
+
+
 # ---- serialization in this process -------------------------------------------------------------
 def test_dask_family_is_the_host_path():
     buf = hmr.Buffer.from_host(bytes(range(256)) * 4)
@@ -314,6 +328,25 @@ def test_a_restarted_worker_gets_the_plugin_again(cluster):
     assert info["resource"].startswith("StatisticsResource(")
     s = hdask.statistics(client)[after[1]]
     assert isinstance(s, hmr.Statistics)
+
+
+def test_the_docs_example_runs(tmp_path):
+    """docs/scale.md's Dask example, as a script, with two emulated devices."""
+    import re
+    import subprocess
+    import sys
+    text = (ROOT / "docs" / "scale.md").read_text()
+    section = text[text.index("### Dask: `hipmr_ctypes.interop.dask`"):]
+    code = re.search(r"^```text\n(.*?)^```", section, re.S | re.M).group(1)
+    assert "ResourceSetup(" in code and "statistics(client)" in code
+    (tmp_path / "example.py").write_text(code)
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT * 2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("Statistics(current_bytes=") == 2, done.stdout
+    assert len(list((tmp_path / "logs").iterdir())) == 2
 
 
 # ---- the GPU: one worker -----------------------------------------------------------------------
