@@ -61,6 +61,16 @@ else:
     hm.send(mine, 0, tag=8)
 assert got.tobytes() == pattern(1 - rank)
 assert status.Get_source() == 1 - rank and status.Get_count(MPI.BYTE) == n
+# the direct path is mpi4py's own: comm.Send(buf) / comm.Recv(buf) with the Buffer itself
+if how == "direct":
+    plain = buf(bytes(n))
+    if rank == 0:
+        comm.Send(mine, dest=1, tag=9)
+    else:
+        comm.Recv(plain, source=0, tag=9)
+        assert plain.tobytes() == pattern(0)
+    comm.Bcast(mine if rank == 0 else plain, root=0)
+    assert (mine if rank == 0 else plain).tobytes() == pattern(0)
 # sendrecv
 other = buf(bytes(n))
 hm.sendrecv(mine, 1 - rank, other, 1 - rank, tag=3)
