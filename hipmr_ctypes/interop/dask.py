@@ -58,8 +58,9 @@ SizeSetting = Union[int, float, str]
 
 _GRAIN = 256
 _lock = threading.Lock()
-#: what the plugin installed in this worker process: {"device", "resource", "previous",
-#: "statistics", "log"}; empty before set-up and after teardown
+#: what the plugin installed in this worker process: {"device", "resource", "previous" (the
+#: device's resource before), "log" (the log file or None)}; empty before set-up and after
+#: teardown
 _installed: Dict[str, Any] = {}
 
 
