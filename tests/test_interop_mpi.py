@@ -90,11 +90,14 @@ peak = buf(bytes(4000))
 hm.allreduce(ints, peak, op=MPI.MAX, datatype=MPI.INT32_T)
 assert peak.tobytes() == (2).to_bytes(4, "little") * 1000
 # bad arguments: refused before MPI is called
-for call, error in [(lambda: hm.send(b"x", 1), TypeError), (lambda: hm.send(mine, -1), ValueError),
-                    (lambda: hm.send(mine, 1.0), TypeError), (lambda: hm.recv(mine, 0, comm=3), TypeError),
+for call, error in [(lambda: hm.send(b"x", 1), TypeError),
+                    (lambda: hm.send(mine, -1), ValueError),
+                    (lambda: hm.send(mine, 1.0), TypeError),
+                    (lambda: hm.recv(mine, 0, comm=3), TypeError),
                     (lambda: hm.allreduce(mine, mine), ValueError),
                     (lambda: hm.allreduce(mine, buf(bytes(10))), ValueError),
-                    (lambda: hm.allreduce(buf(bytes(6)), buf(bytes(6)), datatype=MPI.INT32_T), ValueError),
+                    (lambda: hm.allreduce(buf(bytes(6)), buf(bytes(6)), datatype=MPI.INT32_T),
+                     ValueError),
                     (lambda: hm.allreduce(mine, total, op="sum"), TypeError)]:
     try:
         call()

@@ -16,7 +16,7 @@ function                  prototype                                             
 ``PyCapsule_IsValid``     ``int (PyObject *, const char *)``                          DLPack
 ``PyCapsule_GetPointer``  ``void *(PyObject *, const char *)``                        DLPack
 ``Py_IncRef``             ``void (PyObject *)``                                       DLPack
-``MPIX_Query_*_support``  ``int (void)`` (Open MPI's ``cuda`` / ``rocm`` extensions)       interop.mpi
+``MPIX_Query_*_support``  ``int (void)`` (Open MPI's ``cuda`` / ``rocm`` extensions)  interop.mpi
 ========================  ==========================================================  =======
 
 Each declares on first use: ``posix_memalign`` and ``free`` through
