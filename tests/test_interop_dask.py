@@ -352,13 +352,13 @@ def test_the_docs_example_runs(tmp_path):
 # ---- the GPU: one worker -----------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_one_worker(gpu_runtime):
-    """One worker process with the real GPU: an async pool of a tenth of its memory, Buffers
+    """One worker process with the real GPU: an async pool starting at 1% of its memory, Buffers
     to the worker and back, statistics."""
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                                   dashboard_address=None, worker_dashboard_address=None,
                                   scheduler_port=0, silence_logs=40) as lc, \
             distributed.Client(lc, timeout=TIMEOUT) as client:
-        client.register_plugin(ResourceSetup(async_allocator=True, initial_pool_size="10%",
+        client.register_plugin(ResourceSetup(async_allocator=True, initial_pool_size="1%",
                                              release_threshold="1GiB", statistics=True))
         info = client.run(_describe)
         (addr, seen), = info.items()
