@@ -90,6 +90,12 @@ class _Package(_ModuleType):
             return
         super().__setattr__(name, value)
 
+    def __reduce__(self) -> "tuple[object, tuple[str]]":
+        """Pickled by name, as cloudpickle pickles a plain module (it sends the modules a
+        function's globals name so, e.g. Dask tasks): the receiving process imports it."""
+        import importlib
+        return (importlib.import_module, (self.__name__,))
+
 
 _sys.modules[__name__].__class__ = _Package
 _MACHINERY = frozenset("_sys _ModuleType TYPE_CHECKING _LAZY_MODULES _LAZY _SUBMODULES _Package "

@@ -17,6 +17,7 @@ function                  prototype                                             
 ``PyCapsule_GetPointer``  ``void *(PyObject *, const char *)``                        DLPack
 ``PyCapsule_SetName``     ``int (PyObject *, const char *)``                          DLPack (import)
 ``Py_IncRef``             ``void (PyObject *)``                                       DLPack
+``MPIX_Query_*_support``  ``int (void)`` (Open MPI's ``cuda`` / ``rocm`` extensions)  interop.mpi
 ========================  ==========================================================  =======
 
 Each declares on first use: ``posix_memalign`` and ``free`` through
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["memalign_and_free", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
            "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New", "PyCapsule_IsValid",
-           "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef"]
+           "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef", "mpi_gpu_queries"]
 
 
 def _declare(lib: Any, name: str, restype: Any, argtypes: Sequence[Any]) -> Any:
@@ -125,3 +126,22 @@ def __getattr__(name: str) -> Any:
             globals().update(_declare_the_rest())
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---- MPI libraries' GPU queries ----------------------------------------------------------------
+def mpi_gpu_queries(path: str) -> Dict[str, Optional[bool]]:
+    """``{"cuda": ..., "rocm": ...}``: what Open MPI's extensions ``int
+    MPIX_Query_cuda_support(void)`` and ``int MPIX_Query_rocm_support(void)`` say, looked up in
+    the library at ``path`` (mpi4py's extension module: its dependencies, libmpi among them,
+    are searched too) on a handle of our own; None where the library has no such function.
+    ``OSError`` when ``path`` cannot be opened."""
+    lib = ctypes.CDLL(path)
+    found: Dict[str, Optional[bool]] = {}
+    for key, name in (("cuda", "MPIX_Query_cuda_support"), ("rocm", "MPIX_Query_rocm_support")):
+        try:
+            query = _declare(lib, name, c_int, [])
+        except AttributeError:
+            found[key] = None
+        else:
+            found[key] = bool(query())
+    return found

@@ -6,6 +6,10 @@
 * ``hipmr_ctypes.interop.torch``: PyTorch's pluggable allocator from two ctypes callbacks:
   ``use(resource=None)`` for the process, ``mem_pool(resource=None)`` for a
   ``torch.cuda.MemPool`` (docs/interop.md).
+* ``hipmr_ctypes.interop.dask``: ``ResourceSetup``, a Dask worker plugin; Buffer serialization;
+  ``statistics(client)``.
+* ``hipmr_ctypes.interop.mpi``: Buffers through mpi4py (``send``, ``recv``, ``bcast``,
+  ``allreduce``), direct or staged through pinned memory.
 
 DLPack and ``__cuda_array_interface__`` need no hook: ``Buffer`` implements both, so
 ``torch.from_dlpack(buf)``, ``cupy.from_dlpack(buf)`` and ``cupy.asarray(buf)`` see its memory.
