@@ -16,6 +16,9 @@ function                  prototype                                             
 ``PyCapsule_IsValid``     ``int (PyObject *, const char *)``                          DLPack
 ``PyCapsule_GetPointer``  ``void *(PyObject *, const char *)``                        DLPack
 ``Py_IncRef``             ``void (PyObject *)``                                       DLPack
+``PyBytes_FromStringAndSize``  ``PyObject *(const char *, Py_ssize_t)``               Buffer (tobytes)
+``PyBytes_AsString``      ``char *(PyObject *)``                                      Buffer (tobytes)
+``PyByteArray_FromStringAndSize``  ``PyObject *(const char *, Py_ssize_t)``           Buffer (copy_to_host)
 ========================  ==========================================================  =======
 
 Each declares on first use: ``posix_memalign`` and ``free`` through
@@ -39,10 +42,14 @@ if TYPE_CHECKING:
     PyCapsule_IsValid: Callable[..., Any]
     PyCapsule_GetPointer: Callable[..., Any]
     Py_IncRef: Callable[..., Any]
+    PyBytes_FromStringAndSize: Callable[..., Any]
+    PyBytes_AsString: Callable[..., Any]
+    PyByteArray_FromStringAndSize: Callable[..., Any]
 
 __all__ = ["memalign_and_free", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
            "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New", "PyCapsule_IsValid",
-           "PyCapsule_GetPointer", "Py_IncRef"]
+           "PyCapsule_GetPointer", "Py_IncRef", "PyBytes_FromStringAndSize", "PyBytes_AsString",
+           "PyByteArray_FromStringAndSize"]
 
 
 def _declare(lib: Any, name: str, restype: Any, argtypes: Sequence[Any]) -> Any:
@@ -111,13 +118,22 @@ def _declare_the_rest() -> Dict[str, Any]:
         "PyCapsule_GetPointer": _declare(py, "PyCapsule_GetPointer", c_void_p,
                                          [c_void_p, c_void_p]),
         "Py_IncRef": _declare(py, "Py_IncRef", None, [ctypes.py_object]),
+        # NULL contents: a new object of that size, not yet written (the caller fills it
+        # before anyone else sees it)
+        "PyBytes_FromStringAndSize": _declare(py, "PyBytes_FromStringAndSize",
+                                              ctypes.py_object, [c_void_p, c_ssize_t]),
+        "PyBytes_AsString": _declare(py, "PyBytes_AsString", c_void_p, [ctypes.py_object]),
+        "PyByteArray_FromStringAndSize": _declare(py, "PyByteArray_FromStringAndSize",
+                                                  ctypes.py_object, [c_void_p, c_ssize_t]),
     }
 
 
 def __getattr__(name: str) -> Any:
     """The functions of :func:`_declare_the_rest`, declared by the first use of any."""
     if name in ("strdup", "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New",
-                "PyCapsule_IsValid", "PyCapsule_GetPointer", "Py_IncRef"):
+                "PyCapsule_IsValid", "PyCapsule_GetPointer", "Py_IncRef",
+                "PyBytes_FromStringAndSize", "PyBytes_AsString",
+                "PyByteArray_FromStringAndSize"):
         if "strdup" not in globals():  # (no lock: two threads declaring at once is harmless)
             globals().update(_declare_the_rest())
         return globals()[name]
