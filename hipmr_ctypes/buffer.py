@@ -14,7 +14,8 @@ from ._checks import (FAST_ALIGNMENTS, MAX_PTR, check_alignment, check_size,
                       check_stream)
 from ._exit import _state as _exit_state, warn_failed_free
 from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
-                          PyObject_GetBuffer)
+                          PyByteArray_FromStringAndSize, PyBytes_AsString,
+                          PyBytes_FromStringAndSize, PyObject_GetBuffer)
 from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
                          hipPointerAttribute_t)
 from .concepts import AsyncResource
@@ -668,7 +669,8 @@ class Buffer:
         self._own_stream()
         if stream is not None:
             check_stream(stream)
-        target = bytearray(self._size) if out is None else out
+        # a fresh destination is not zeroed first: the copy writes every byte of it
+        target = PyByteArray_FromStringAndSize(None, self._size) if out is None else out
         view = _HostView(target, "out", True)
         if view.nbytes < self._size:
             raise ValueError(f"out has {view.nbytes} bytes, fewer than the buffer's "
@@ -783,11 +785,19 @@ class Buffer:
                      size=self._size)
 
     def tobytes(self, stream: Any = None) -> bytes:
-        """A copy of the contents as ``bytes`` (with ``stream``: copied on it, and waited for)."""
-        data = self.copy_to_host(stream=stream)
-        if stream is not None and not self._host_only:
-            stream_ref(stream).wait()
-        return bytes(data)
+        """A copy of the contents as ``bytes`` (with ``stream``: copied on it, and waited for).
+        The copy lands in the new ``bytes`` object itself: no zero-filled staging and no
+        second copy."""
+        ptr = self._live()
+        if stream is not None:
+            check_stream(stream)
+        n = self._size
+        data = PyBytes_FromStringAndSize(None, n)   # not yet written: nobody else sees it
+        if n:
+            self._copy(PyBytes_AsString(data), ptr, n, stream, self._host_only)
+            if stream is not None and not self._host_only:
+                stream_ref(stream).wait()
+        return data  # type: ignore[no-any-return]
 
     def __bytes__(self) -> bytes:
         return self.tobytes()
@@ -939,11 +949,10 @@ class Buffer:
     # ---- pickling: through the host, allocated again on the current device resource ----
     def __reduce_ex__(self, protocol: SupportsIndex) -> Tuple[Any, ...]:
         protocol = operator.index(protocol)
-        data = self.copy_to_host()
         if protocol >= 5:
             import pickle
-            return (_unpickle, (pickle.PickleBuffer(data),))
-        return (_unpickle, (bytes(data),))
+            return (_unpickle, (pickle.PickleBuffer(self.copy_to_host()),))
+        return (_unpickle, (self.tobytes(),))
 
     # ---- interop ----
     @property

@@ -90,3 +90,15 @@ def test_bench_import(tmp_path):
                                       "import hipmr_ctypes, no .pyc"}
     assert all(v > 0 for v in data["median_ms"].values())
     assert "beyond the library" in text
+
+
+def test_bench_copy(tmp_path):
+    out = tmp_path / "copy.json"
+    text = _run("bench_copy.py", "--sizes", "4KiB,64KiB", "--rounds", "2", "--min-ms", "1",
+                "--json", str(out))
+    data = json.loads(out.read_text())
+    rows = {(r["row"], r["bytes"]): r for r in data["rows"]}
+    assert len(rows) == 2 * 9 and (("D2H new bytes", 65536) in rows)
+    assert all(r["GB/s"]["ours"] > 0 for r in rows.values())
+    assert "ours/best" in text
+    assert _run("bench_copy.py", "--rows", "nope", returncode=2).count("unknown rows") == 1

@@ -4,21 +4,24 @@ HIP's functions are in the one declaration table (``decls.py``); everything else
 here, once, each with its prototype, on handles of this module's own (so no other library's
 ``argtypes`` are changed):
 
-========================  ==========================================================  =======
-function                  prototype                                                   used by
-========================  ==========================================================  =======
-``posix_memalign``        ``int (void **, size_t alignment, size_t size)``            host resource, emulator
-``free``                  ``void (void *)``                                           host resource, emulator
-``strdup``                ``char *(const char *)``                                    DLPack (capsule names)
-``PyObject_GetBuffer``    ``int (PyObject *, Py_buffer *, int flags)``                Buffer (host views)
-``PyBuffer_Release``      ``void (Py_buffer *)``                                      Buffer (host views)
-``PyCapsule_New``         ``PyObject *(void *, const char *, PyCapsule_Destructor)``  DLPack
-``PyCapsule_IsValid``     ``int (PyObject *, const char *)``                          DLPack
-``PyCapsule_GetPointer``  ``void *(PyObject *, const char *)``                        DLPack
-``PyCapsule_SetName``     ``int (PyObject *, const char *)``                          DLPack (import)
-``Py_IncRef``             ``void (PyObject *)``                                       DLPack
-``MPIX_Query_*_support``  ``int (void)`` (Open MPI's ``cuda`` / ``rocm`` extensions)  interop.mpi
-========================  ==========================================================  =======
+=================================  ==========================================================  =======================
+function                           prototype                                                   used by
+=================================  ==========================================================  =======================
+``posix_memalign``                 ``int (void **, size_t alignment, size_t size)``            host resource, emulator
+``free``                           ``void (void *)``                                           host resource, emulator
+``strdup``                         ``char *(const char *)``                                    DLPack (capsule names)
+``PyObject_GetBuffer``             ``int (PyObject *, Py_buffer *, int flags)``                Buffer (host views)
+``PyBuffer_Release``               ``void (Py_buffer *)``                                      Buffer (host views)
+``PyCapsule_New``                  ``PyObject *(void *, const char *, PyCapsule_Destructor)``  DLPack
+``PyCapsule_IsValid``              ``int (PyObject *, const char *)``                          DLPack
+``PyCapsule_GetPointer``           ``void *(PyObject *, const char *)``                        DLPack
+``PyCapsule_SetName``              ``int (PyObject *, const char *)``                          DLPack (import)
+``Py_IncRef``                      ``void (PyObject *)``                                       DLPack
+``MPIX_Query_*_support``           ``int (void)`` (Open MPI's ``cuda`` / ``rocm`` extensions)  interop.mpi
+``PyBytes_FromStringAndSize``      ``PyObject *(const char *, Py_ssize_t)``                    Buffer (tobytes)
+``PyBytes_AsString``               ``char *(PyObject *)``                                      Buffer (tobytes)
+``PyByteArray_FromStringAndSize``  ``PyObject *(const char *, Py_ssize_t)``                    Buffer (copy_to_host)
+=================================  ==========================================================  =======================
 
 Each declares on first use: ``posix_memalign`` and ``free`` through
 :func:`memalign_and_free`, the others when a module first imports one of them (PEP 562), so
@@ -42,10 +45,14 @@ if TYPE_CHECKING:
     PyCapsule_GetPointer: Callable[..., Any]
     PyCapsule_SetName: Callable[..., Any]
     Py_IncRef: Callable[..., Any]
+    PyBytes_FromStringAndSize: Callable[..., Any]
+    PyBytes_AsString: Callable[..., Any]
+    PyByteArray_FromStringAndSize: Callable[..., Any]
 
 __all__ = ["memalign_and_free", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
            "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New", "PyCapsule_IsValid",
-           "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef", "mpi_gpu_queries"]
+           "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef", "mpi_gpu_queries",
+           "PyBytes_FromStringAndSize", "PyBytes_AsString", "PyByteArray_FromStringAndSize"]
 
 
 def _declare(lib: Any, name: str, restype: Any, argtypes: Sequence[Any]) -> Any:
@@ -115,13 +122,22 @@ def _declare_the_rest() -> Dict[str, Any]:
                                          [c_void_p, c_void_p]),
         "PyCapsule_SetName": _declare(py, "PyCapsule_SetName", c_int, [c_void_p, c_void_p]),
         "Py_IncRef": _declare(py, "Py_IncRef", None, [ctypes.py_object]),
+        # NULL contents: a new object of that size, not yet written (the caller fills it
+        # before anyone else sees it)
+        "PyBytes_FromStringAndSize": _declare(py, "PyBytes_FromStringAndSize",
+                                              ctypes.py_object, [c_void_p, c_ssize_t]),
+        "PyBytes_AsString": _declare(py, "PyBytes_AsString", c_void_p, [ctypes.py_object]),
+        "PyByteArray_FromStringAndSize": _declare(py, "PyByteArray_FromStringAndSize",
+                                                  ctypes.py_object, [c_void_p, c_ssize_t]),
     }
 
 
 def __getattr__(name: str) -> Any:
     """The functions of :func:`_declare_the_rest`, declared by the first use of any."""
     if name in ("strdup", "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New",
-                "PyCapsule_IsValid", "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef"):
+                "PyCapsule_IsValid", "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef",
+                "PyBytes_FromStringAndSize", "PyBytes_AsString",
+                "PyByteArray_FromStringAndSize"):
         if "strdup" not in globals():  # (no lock: two threads declaring at once is harmless)
             globals().update(_declare_the_rest())
         return globals()[name]
