@@ -789,6 +789,7 @@ class Buffer:
         The copy lands in the new ``bytes`` object itself: no zero-filled staging and no
         second copy."""
         ptr = self._live()
+        self._own_stream()
         if stream is not None:
             check_stream(stream)
         n = self._size
