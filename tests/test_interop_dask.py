@@ -39,7 +39,7 @@ TIMEOUT = 120   # seconds any one wait on the cluster may take (a hang fails, ne
     (dict(pool_allocator=True, initial_pool_size="lots"), ValueError, "Could not parse"),
     (dict(pool_allocator=True, initial_pool_size=-1), ValueError, "initial_pool_size"),
     (dict(pool_allocator=True, initial_pool_size=1.5), ValueError, "fraction"),
-    (dict(pool_allocator=True, initial_pool_size="150%"), ValueError, "percentage"),
+    (dict(pool_allocator=True, initial_pool_size="150%"), ValueError, "fraction"),
     (dict(pool_allocator=True, initial_pool_size=True), TypeError, "not bool"),
     (dict(pool_allocator=True, initial_pool_size="2MiB", maximum_pool_size="1MiB"),
      ValueError, "larger than"),

@@ -22,7 +22,6 @@ package does).
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import re
 import threading
@@ -30,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import distributed
 
-from .._sizes import config_size
+from .._sizes import DeviceFraction, parse_config_size, resolve_size
 from ..adaptors.limiting import LimitingResource
 from ..adaptors.logging import LoggingResource
 from ..adaptors.pool import PoolResource
@@ -56,7 +55,6 @@ VISIBLE_DEVICES_VARIABLES: Tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "HIP_VISIB
 #: device's memory (a float ``0 < x <= 1`` or a string such as ``"80%"``).
 SizeSetting = Union[int, float, str]
 
-_GRAIN = 256
 _lock = threading.Lock()
 #: what the plugin installed in this worker process: {"device", "resource", "previous" (the
 #: device's resource before), "log" (the log file or None)}; empty before set-up and after
@@ -71,43 +69,17 @@ def _check_bool(value: Any, name: str) -> bool:
     return value
 
 
-_PERCENT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*%\s*")
+def _size_setting(value: Any, name: str) -> Union[None, int, DeviceFraction]:
+    """``None``, bytes, or a fraction of the device's memory (the package's one size grammar,
+    ``docs/resources.md``); TypeError / ValueError naming ``name`` for anything else."""
+    return None if value is None else parse_config_size(value, name)
 
 
-def _size_setting(value: Any, name: str) -> Optional[Tuple[str, Union[int, float]]]:
-    """``None``, ``("bytes", n)`` or ``("fraction", x)`` for one size setting (TypeError /
-    ValueError naming ``name`` for anything else)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be bytes (an int or a size string) or a fraction of the "
-                        f"device's memory, not bool")
-    if isinstance(value, float):
-        if not (math.isfinite(value) and 0 < value <= 1):
-            raise ValueError(f"{name}={value!r}: a float is a fraction of the device's memory "
-                             f"and must be in (0, 1]; give bytes as an int or a string")
-        return ("fraction", value)
-    if isinstance(value, str):
-        match = _PERCENT.fullmatch(value)
-        if match is not None:
-            fraction = float(match.group(1)) / 100
-            if not 0 < fraction <= 1:
-                raise ValueError(f"{name}={value!r}: a percentage of the device's memory must "
-                                 f"be in (0%, 100%]")
-            return ("fraction", fraction)
-    return ("bytes", config_size(value, name))
-
-
-def _resolve(setting: Optional[Tuple[str, Union[int, float]]], total: int) -> Optional[int]:
-    """The bytes a checked setting names on a device of ``total`` bytes (a fraction rounded
-    down to a multiple of 256 bytes)."""
-    if setting is None:
-        return None
-    kind, value = setting
-    if kind == "bytes":
-        return int(value)
-    size = int(total * value)
-    return size - size % _GRAIN
+def _resolve(setting: Union[None, int, DeviceFraction], name: str,
+             device: int) -> Optional[int]:
+    """The bytes a checked setting names on ``device`` (a fraction of its total memory,
+    rounded down to a multiple of 256 bytes)."""
+    return None if setting is None else resolve_size(setting, name, device)
 
 
 def _worker_label(worker: Any) -> str:
@@ -185,9 +157,10 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
                                      f"async_allocator=True")
         if self._threshold is not None and not self.async_allocator:
             raise ValueError("release_threshold needs async_allocator=True")
-        if (self._initial is not None and self._maximum is not None
-                and self._initial[0] == self._maximum[0]
-                and self._initial[1] > self._maximum[1]):
+        first, most = self._initial, self._maximum
+        if ((type(first) is int and type(most) is int and first > most)
+                or (isinstance(first, DeviceFraction) and isinstance(most, DeviceFraction)
+                    and first.fraction > most.fraction)):
             raise ValueError(f"initial_pool_size={initial_pool_size!r} is larger than "
                              f"maximum_pool_size={maximum_pool_size!r}")
         if devices is not None:
@@ -244,17 +217,17 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
 
     def build(self, device: int, log_file: Optional[str] = None) -> Any:
         """The resource stack for ``device`` (made while it is current)."""
-        with Device(device) as dev:
-            total = dev.memory_info()[1]
-            initial = _resolve(self._initial, total)
-            maximum = _resolve(self._maximum, total)
+        with Device(device):
+            initial = _resolve(self._initial, "initial_pool_size", device)
+            maximum = _resolve(self._maximum, "maximum_pool_size", device)
             if initial is not None and maximum is not None and initial > maximum:
                 raise ValueError(f"initial_pool_size ({initial} bytes) is larger than "
                                  f"maximum_pool_size ({maximum} bytes) on device {device}")
             mr: Any
             if self.async_allocator:
                 mr = AsyncMemoryResource(device, initial_pool_size=initial,
-                                         release_threshold=_resolve(self._threshold, total))
+                                         release_threshold=_resolve(
+                                             self._threshold, "release_threshold", device))
                 if maximum is not None:
                     mr = LimitingResource(mr, maximum)
             else:

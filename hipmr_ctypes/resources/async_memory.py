@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import weakref
 from ctypes import byref, c_int, c_uint64, c_void_p
-from typing import TYPE_CHECKING, Any, Callable, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
 
 from .. import _hip
 from .._exit import finalize, finalizer
