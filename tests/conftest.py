@@ -2,7 +2,8 @@
 
 Unit tests run on the emulated platform unless HIPMR_PLATFORM says otherwise (the GPU run sets
 HIPMR_PLATFORM=nvidia).  Tests that need a real GPU are marked ``gpu`` and use ``gpu_runtime``;
-tests that need two real GPUs are marked ``multi_gpu`` too; tests that need the real
+tests that need two real GPUs are marked ``multi_gpu`` too (they skip on a one-GPU machine
+unless HIPMR_REQUIRE_MULTI_GPU=1); tests that need the real
 libamdhip64 are marked ``amd_library`` and use ``amd_runtime``.  They skip when the thing is
 missing, and FAIL instead when HIPMR_REQUIRE_GPU=1 / HIPMR_REQUIRE_AMD_LIBRARY=1 is set.
 HIPMR_REQUIRE_TOOLS=1 (CI) requires numpy, mypy, pyright and setuptools, whose tests otherwise
@@ -105,7 +106,10 @@ def emulator():
 
 
 def pytest_runtest_setup(item):
-    """``multi_gpu`` tests need a real platform with at least two devices."""
+    """``multi_gpu`` tests need a real platform with at least two devices.  With fewer they
+    skip, saying so, also under HIPMR_REQUIRE_GPU=1 on a one-GPU machine (whose GPU tests
+    still must run); HIPMR_REQUIRE_MULTI_GPU=1 (the two-GPU machine) makes them fail instead.
+    No real GPU at all under HIPMR_REQUIRE_GPU=1 is a failure as for every GPU test."""
     if item.get_closest_marker("multi_gpu") is None:
         return
     try:
@@ -115,5 +119,7 @@ def pytest_runtest_setup(item):
     if rt.platform == "emulated":
         _missing("two real GPUs (HIPMR_PLATFORM is emulated)", "HIPMR_REQUIRE_GPU")
     count = hipmr_ctypes.device_count()
+    if count < 1:
+        _missing(f"two GPUs ({rt.platform} runtime sees none)", "HIPMR_REQUIRE_GPU")
     if count < 2:
-        _missing(f"two GPUs ({rt.platform} runtime sees {count})", "HIPMR_REQUIRE_GPU")
+        _missing(f"two GPUs ({rt.platform} runtime sees {count})", "HIPMR_REQUIRE_MULTI_GPU")
