@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from ..errors import HipError
 from ..logfile import read_columns, replay
 from ._model import Source, View, build_view
 from ._sources import Recording, describe_path, from_columns, from_recording, from_tracking
@@ -120,7 +122,16 @@ def _replay_pool(events: List[Any], pool: Any) -> "tuple[List[int], str]":
         raise TypeError(f"pool must be True or a PoolResource, not {type(pool).__name__}")
     sizes: List[int] = []
     size_of = pool.pool_size
-    replay(events, pool, on_event=lambda event: sizes.append(size_of()))
+    try:
+        replay(events, pool, on_event=lambda event: sizes.append(size_of()))
+    except (MemoryError, ValueError, OverflowError, HipError) as exc:
+        # an allocation of the log that this pool cannot give (larger than its maximum, or
+        # than the memory there is): the line that asked for it, and why
+        line = events[len(sizes)].line if len(sizes) < len(events) else 0
+        where = f"line {line}: " if line else ""
+        raise ValueError(f"{where}the log cannot be replayed against {pool!r}: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                         ) from exc
     return sizes, repr(pool)
 
 
@@ -174,9 +185,15 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     of them in each view of one stream or thread; see docs/observability.md).  Bad arguments raise ``TypeError`` / ``ValueError`` before any
     file is read or written.
     """
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
     if format is None:
         suffix = os.path.splitext(os.fsdecode(path))[1].lower() if path is not None else ""
-        format = "svg" if suffix == ".svg" else "html"
+        format = _FORMATS.get(suffix)
+        if format is None:
+            raise ValueError(f"cannot tell the format from the suffix {suffix!r} of "
+                             f"{os.fsdecode(path)!r}: name the file .html or .svg, or pass "
+                             f"format='html' or format='svg'")
     if format not in ("html", "svg"):
         raise ValueError(f"format must be 'html' or 'svg', not {format!r}")
     if axis not in ("time", "event"):
@@ -191,8 +208,8 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
         raise TypeError(f"split must be a bool, not {type(split).__name__}")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str, not {type(title).__name__}")
-    if path is not None and not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
+    if path is not None:
+        _not_the_log(source, path)
     layout = Layout(width, height)
     src = _source(source, pool, axis, layout.plot_width)
     if color == "auto":
@@ -209,9 +226,71 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     else:
         text = render_html(views, layout, title=title, about=about, color=color)
     if path is not None:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        write_file(path, text)
     return text
+
+
+#: The format each suffix of ``path`` names (no suffix: html).
+_FORMATS = {"": "html", ".html": "html", ".htm": "html", ".svg": "svg"}
+
+
+def _log_path(source: Any) -> Optional[str]:
+    """The file ``source`` reads its log from, if it is one."""
+    from ..adaptors.logging import LoggingResource
+    if isinstance(source, LoggingResource):
+        return source.get_file_name()
+    if isinstance(source, (str, os.PathLike)):
+        return os.fsdecode(source)
+    return None
+
+
+def _not_the_log(source: Any, path: Union[str, "os.PathLike[str]"]) -> None:
+    """ValueError when ``path`` is the very file the log is read from (the picture would
+    replace the log it draws)."""
+    log = _log_path(source)
+    if log is None:
+        return
+    out = os.fsdecode(path)
+    try:
+        same = os.path.samefile(log, out)
+    except OSError:                      # one of them does not exist (yet)
+        same = os.path.realpath(log) == os.path.realpath(out)
+    if same:
+        raise ValueError(f"the output file {out!r} is the log being drawn: name another "
+                         f"output file")
+
+
+def write_file(path: Union[str, "os.PathLike[str]"], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so that ``path`` is replaced only by the complete
+    document: it is written to a new file in the same directory first, then renamed over
+    ``path`` (an error leaves an earlier file as it was, and no partial file)."""
+    target = os.fsdecode(path)           # round-trips any POSIX name (surrogateescape)
+    data = text.encode("utf-8")
+    directory, base = os.path.split(target)
+    for attempt in range(100):
+        tmp = os.path.join(directory, f".{base}.{os.getpid()}-{attempt}.tmp")
+        try:
+            # mode 0o666 less the umask, as open() would give the file itself
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise FileExistsError(f"cannot create a temporary file next to {target!r}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:                             # an existing file keeps its mode
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        except OSError:
+            pass
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _about(src: Source, view: View) -> str:
