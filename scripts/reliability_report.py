@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run the reliability suite and print one table: bad inputs tried, faults injected, thread
 operations run, fuzz operations run, exit scenarios, collections inside locks, stream identity,
-misbehaving upstream and size cases; crashes, hangs, leaks, corruptions (all four must be 0).
+misbehaving upstream, size, and log, plot and command-line cases; crashes, hangs, leaks,
+corruptions (all four must be 0).
 
     python scripts/reliability_report.py                       # emulated unless HIPMR_PLATFORM says
     python scripts/reliability_report.py --budget 200          # ends within 200 s, says what it cut
@@ -58,6 +59,8 @@ TESTS = ["test_shutdown.py", "test_bad_input.py", "test_faults.py", "test_thread
          "test_stream_identity.py", "test_misbehaving_upstreams.py", "test_logging_failures.py",
          "test_thread_exit.py"]
 OPTIONAL_TESTS = ["test_pool_threads.py", "test_pool_fuzz.py"]
+#: the third round's plot, log reader, logging and command-line cases (a few seconds)
+TESTS += ["test_reliability_round3_plot.py"]
 
 CRASH = re.compile(r"child process died|rc=-\d|signal|Segmentation|core dumped|Fatal Python",
                    re.I)
@@ -572,6 +575,7 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
              misbehaving_cases=ran("tests/test_misbehaving_upstreams.py::")
              + ran("tests/test_logging_failures.py::"),
              size_growth_pickle_cases=ran("tests/test_sizes_growth_pickle.py::"),
+             log_plot_cli_cases=ran("tests/test_reliability_round3_plot.py::"),
              fuzz_ops_in_suite=3000 * sum(1 for t in tests if "test_pool_fuzz.py::test_fuzz_short"
                                           in t["id"] and t["outcome"] == "passed"))
     for key in ("junk_calls", "faults_injected", "thread_ops", "thread_ops_planned",
@@ -607,6 +611,9 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
          "duplicate, unaligned, out-of-range results; failing log files"),
         ("size, growth and pickle cases", c["size_growth_pickle_cases"],
          "integer-like sizes, sizes near 2**63, bounded state, picklable errors"),
+        ("log, plot and command-line cases", c["log_plot_cli_cases"],
+         "any time span, bad logs named by line, valid XML, whole output files, one writer "
+         "per log, one-line CLI errors, closed pipes"),
         ("tests passed / failed / skipped", None,
          f"{counts['passed']} / {counts['failed'] + counts['error']} / {counts['skipped']}"
          + (f" (+{counts['xfailed']} xfailed)" if counts["xfailed"] else "")),

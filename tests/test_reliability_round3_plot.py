@@ -546,3 +546,28 @@ def test_replay_log_errors_are_one_line(tmp_path):
                     "no_such_mod")
     _one_line_error(_run([sys.executable, REPLAY, str(big), "--resource", "os:sep"]),
                     "not callable")
+
+
+def test_record_finds_a_pool_under_more_than_64_adaptors():
+    pool = hmr.PoolResource(hmr.HostMemoryResource())
+    top = pool
+    for _ in range(100):
+        top = hmr.StatisticsResource(top)
+    rec = hplot.record(top)
+    p = rec.allocate(4096)
+    rec.deallocate(p, 4096)
+    assert rec.file.pool is pool
+    root = ET.fromstring(hplot.timeline(rec, format="svg"))
+    assert root.find("{http://www.w3.org/2000/svg}g[@class='bands']") is not None
+
+
+def test_the_reliability_report_counts_these_cases(tmp_path):
+    out = tmp_path / "report.json"
+    proc = _run([sys.executable, os.path.join(ROOT, "scripts", "reliability_report.py"),
+                 "--fuzz-ops", "0", "--only", "test_reliability_round3_plot", "--json",
+                 str(out), "--", "-k", "any_span"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    row = [r for r in result["rows"] if r["measure"] == "log, plot and command-line cases"]
+    assert row and row[0]["count"] == len(SPANS)
+    assert result["counters"]["log_plot_cli_cases"] == len(SPANS)

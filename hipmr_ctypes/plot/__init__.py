@@ -44,14 +44,15 @@ def _int_option(name: str, value: Any, low: int) -> int:
 def _find_pool(resource: Any) -> Any:
     """The first ``PoolResource`` down the chain of upstreams of ``resource`` (or None)."""
     from ..adaptors.pool import PoolResource
-    seen = 0
-    while resource is not None and seen < 64:
+    seen = set()                      # no depth limit (it would miss a deep pool): no cycle
+    while resource is not None and id(resource) not in seen:
         if isinstance(resource, PoolResource):
             return resource
+        seen.add(id(resource))
         nxt = getattr(resource, "upstream", None)
         if nxt is None:
             nxt = getattr(resource, "resource", None)  # a resource_ref
-        resource, seen = nxt, seen + 1
+        resource = nxt
     return None
 
 
