@@ -311,7 +311,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``python -m hipmr_ctypes``; returns the exit status."""
     original = sys.stdout
     safe = _PipeSafeStdout(original)
-    sys.stdout = safe  # type: ignore[assignment]
+    sys.stdout = safe
     try:
         return _main(argv)
     finally:

@@ -189,11 +189,12 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
     if format is None:
-        suffix = os.path.splitext(os.fsdecode(path))[1].lower() if path is not None else ""
+        shown = os.fsdecode(path) if path is not None else ""
+        suffix = os.path.splitext(shown)[1].lower()
         format = _FORMATS.get(suffix)
         if format is None:
             raise ValueError(f"cannot tell the format from the suffix {suffix!r} of "
-                             f"{os.fsdecode(path)!r}: name the file .html or .svg, or pass "
+                             f"{shown!r}: name the file .html or .svg, or pass "
                              f"format='html' or format='svg'")
     if format not in ("html", "svg"):
         raise ValueError(f"format must be 'html' or 'svg', not {format!r}")
