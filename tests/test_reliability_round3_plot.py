@@ -571,3 +571,35 @@ def test_the_reliability_report_counts_these_cases(tmp_path):
     row = [r for r in result["rows"] if r["measure"] == "log, plot and command-line cases"]
     assert row and row[0]["count"] == len(SPANS)
     assert result["counters"]["log_plot_cli_cases"] == len(SPANS)
+
+
+def test_threads_opening_one_log_share_it_and_lose_nothing(tmp_path):
+    import threading
+    path = str(tmp_path / "threads.csv")
+    up = hmr.HostMemoryResource()
+    start = threading.Barrier(8)
+    made = []
+
+    def work():
+        start.wait()
+        lr = hmr.LoggingResource(up, path)
+        made.append(lr)
+        for i in range(200):
+            lr.deallocate(lr.allocate(64 + i), 64 + i)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(lr.file) for lr in made}) == 1
+    for lr in made:
+        lr.close()
+    assert all(lr.lines_dropped == 0 for lr in made) and made[0].file.closed
+    with open(path) as f:
+        text = f.read()
+    assert text.startswith(HEAD) and text.count(LOG_HEADER) == 1
+    events = read_log(path)
+    assert len(events) == 8 * 400
+    report = replay(events)
+    assert report.replayed == report.from_log and report.unmatched_frees == 0

@@ -55,10 +55,11 @@ def _file_key(name: str) -> Optional[Tuple[int, int]]:
     return (st.st_dev, st.st_ino)
 
 
-def _join_or_open(adaptor: "LoggingResource", name: str) -> Tuple[_SharedFile, bool]:
+def _join_or_open(adaptor: "LoggingResource", name: str,
+                  auto_flush: bool) -> _SharedFile:
     """The writer of ``name`` that a live LoggingResource of this process already has (joined,
-    not truncated), or a new one (the file opened for writing, truncated); and whether it is
-    new."""
+    not truncated), or a new one: the file opened for writing, truncated, and its header
+    written before any other LoggingResource can join it."""
     with _shared_lock:
         while True:
             key = _file_key(name)
@@ -66,13 +67,16 @@ def _join_or_open(adaptor: "LoggingResource", name: str) -> Tuple[_SharedFile, b
             if shared is not None:
                 shared.add(adaptor)
                 if not getattr(shared.file, "closed", False):
-                    return shared, False
+                    return shared
                 shared.discard(adaptor)              # closed meanwhile (by a finalizer)
                 if _shared.get(shared.key) is shared:
                     del _shared[shared.key]
                 continue
             file = open(name, "w", encoding="ascii", newline="\n")
             try:
+                file.write(LOG_HEADER + "\n")
+                if auto_flush:
+                    file.flush()
                 st = os.fstat(file.fileno())
                 shared = _SharedFile(file, (st.st_dev, st.st_ino))
                 shared.add(adaptor)
@@ -80,7 +84,7 @@ def _join_or_open(adaptor: "LoggingResource", name: str) -> Tuple[_SharedFile, b
             except BaseException:
                 file.close()
                 raise
-            return shared, True
+            return shared
 
 
 def _leave(shared: _SharedFile, adaptor: "LoggingResource") -> bool:
@@ -124,10 +128,9 @@ class LoggingResource(BoundAdaptor):
         if not isinstance(auto_flush, bool):
             raise TypeError(f"auto_flush must be a bool, not {type(auto_flush).__name__}")
         self._shared: Optional[_SharedFile] = None
-        header = True
         if isinstance(file, (str, bytes, os.PathLike)):
             self._file_name: Optional[str] = os.fsdecode(file)
-            self._shared, header = _join_or_open(self, self._file_name)
+            self._shared = _join_or_open(self, self._file_name, auto_flush)
             self._file: TextIO = self._shared.file
             self._owned = True
         elif callable(getattr(file, "write", None)):
@@ -145,15 +148,10 @@ class LoggingResource(BoundAdaptor):
         self._write_error: Optional[BaseException] = None
         # a finalizer's free inside write() defers itself; one lock per file written
         self._lock = self._shared.lock if self._shared is not None else DeferringLock()
-        try:
-            if header:
-                self._file.write(LOG_HEADER + "\n")
-                if auto_flush:
-                    self._flush_file()
-        except BaseException:
-            if self._shared is not None and _leave(self._shared, self):
-                self._file.close()
-            raise
+        if self._shared is None:          # a path's header is written when it is opened
+            self._file.write(LOG_HEADER + "\n")
+            if auto_flush:
+                self._flush_file()
         self._bind(ref)
 
     def _flush_file(self) -> None:
