@@ -15,6 +15,7 @@ the command-line form.  See docs/observability.md.
 """
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
@@ -268,6 +269,8 @@ def write_file(path: Union[str, "os.PathLike[str]"], text: str) -> None:
     ``path`` (an error leaves an earlier file as it was, and no partial file)."""
     target = os.fsdecode(path)           # round-trips any POSIX name (surrogateescape)
     data = text.encode("utf-8")
+    if os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, "the output is a directory", target)
     directory, base = os.path.split(target)
     for attempt in range(100):
         tmp = os.path.join(directory, f".{base}.{os.getpid()}-{attempt}.tmp")
@@ -276,6 +279,8 @@ def write_file(path: Union[str, "os.PathLike[str]"], text: str) -> None:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
+        except OSError as exc:           # name the file asked for, not the temporary one
+            raise type(exc)(exc.errno, f"cannot write {target!r} ({exc.strerror})") from None
         break
     else:
         raise FileExistsError(f"cannot create a temporary file next to {target!r}")
