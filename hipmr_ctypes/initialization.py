@@ -205,10 +205,11 @@ def disable_logging() -> None:
     """Put back the resource under each per-device :class:`LoggingResource` (its log is
     flushed; it stays open for buffers allocated through it, which still free through it)."""
     with _lock:
-        for device, mr in sorted(per_device._resources.items()):
-            if isinstance(mr, LoggingResource):
-                mr.flush()
-                per_device.set_per_device_resource(device, mr.upstream)
+        logging = {device: mr for device, mr in sorted(per_device._resources.items())
+                   if isinstance(mr, LoggingResource)}
+        for mr in logging.values():
+            mr.flush()
+        _set_all({device: mr.upstream for device, mr in logging.items()})   # in one step
 
 
 def get_log_filenames() -> Dict[int, Optional[str]]:
