@@ -310,6 +310,8 @@ class _PipeSafeStdout(io.TextIOBase):
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``python -m hipmr_ctypes``; returns the exit status."""
     original = sys.stdout
+    if original is None:              # standard output closed (>&-): print() writes nothing
+        return _main(argv)
     safe = _PipeSafeStdout(original)
     sys.stdout = safe
     try:

@@ -487,6 +487,17 @@ def test_output_into_a_closed_pipe(tmp_path, args, status):
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
+def test_closed_standard_output(tmp_path):
+    log = tmp_path / "run.csv"
+    log.write_text(_log("1,00:00:00.000001,allocate,0x10,1024,0"))
+    for args in (["check"], ["plot", str(log)], ["--version"]):
+        proc = subprocess.run(f"{sys.executable} -m hipmr_ctypes {' '.join(args)} >&-",
+                              shell=True, executable="/bin/bash", cwd=ROOT, env=_env(),
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
+    assert (tmp_path / "run.html").exists()
+
+
 def test_output_piped_into_head_keeps_the_exit_status():
     proc = subprocess.run(f"{sys.executable} -m hipmr_ctypes check | head -n 1; "
                           "echo status=${{PIPESTATUS[0]}}".replace("{{", "{").replace("}}", "}"),
