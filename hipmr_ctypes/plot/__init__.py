@@ -184,8 +184,11 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     has several).  ``pool``: for a log, ``True`` or a ``PoolResource`` to replay it against,
     drawing the pool's size.  ``split``: in html, a view per stream and per thread where there
     are several.  ``max_bands`` / ``max_points`` bound what is drawn one by one (a quarter
-    of them in each view of one stream or thread; see docs/observability.md).  Bad arguments raise ``TypeError`` / ``ValueError`` before any
-    file is read or written.
+    of them in each view of one stream or thread; see docs/observability.md).  Bad arguments
+    raise ``TypeError`` / ``ValueError`` before any file is read or written: among them a
+    ``path`` whose suffix names no format (without ``format``) and a ``path`` that is the log
+    being drawn.  A bad log raises ``ValueError`` naming its line.  ``path`` is replaced only
+    by the complete document (written beside it, then renamed over it).
     """
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
@@ -229,7 +232,7 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     else:
         text = render_html(views, layout, title=title, about=about, color=color)
     if path is not None:
-        write_file(path, text)
+        _write_file(path, text)
     return text
 
 
@@ -263,7 +266,7 @@ def _not_the_log(source: Any, path: Union[str, "os.PathLike[str]"]) -> None:
                          f"output file")
 
 
-def write_file(path: Union[str, "os.PathLike[str]"], text: str) -> None:
+def _write_file(path: Union[str, "os.PathLike[str]"], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` so that ``path`` is replaced only by the complete
     document: it is written to a new file in the same directory first, then renamed over
     ``path`` (an error leaves an earlier file as it was, and no partial file)."""
