@@ -640,3 +640,16 @@ def test_bench_json_on_a_nearly_full_gpu(gpu_runtime, capsys):
         row = report["ns_per_pair"][name]
         assert (row is None) == (name in report["errors"]), report
     assert report["ns_per_pair"]["HostMemoryResource"]["256 B"] > 0
+
+
+@pytest.mark.parametrize("option, value", [("width", 10 ** 400), ("height", 10 ** 400),
+                                           ("width", 100_001), ("height", 100_001)])
+def test_picture_sizes_are_bounded(option, value):
+    with pytest.raises(ValueError, match=f"{option} must be at most 100,000"):
+        hplot.timeline(io.StringIO(_log("1,0,allocate,0x10,16,0")), **{option: value})
+
+
+def test_huge_band_and_point_limits_are_fine():
+    text = _log("1,0,allocate,0x10,16,0", "1,1,free,0x10,16,0")
+    root = _svg_of(text, max_bands=10 ** 400, max_points=10 ** 400)
+    assert root.get("data-bands") == "1"

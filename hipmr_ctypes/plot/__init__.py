@@ -34,11 +34,17 @@ __all__ = ["timeline", "record", "Recording"]
 MAX_SPLIT_VIEWS = 8
 
 
-def _int_option(name: str, value: Any, low: int) -> int:
+#: The largest picture, in pixels each way (a larger one would only be a larger file).
+MAX_PIXELS = 100_000
+
+
+def _int_option(name: str, value: Any, low: int, high: Optional[int] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < low:
         raise ValueError(f"{name} must be at least {low}, not {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be at most {high:,}, not {value:,}")
     return int(value)
 
 
@@ -206,8 +212,8 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
         raise ValueError(f"axis must be 'time' or 'event', not {axis!r}")
     if color not in ("auto", "size", "stream"):
         raise ValueError(f"color must be 'auto', 'size' or 'stream', not {color!r}")
-    width = _int_option("width", width, 400)
-    height = _int_option("height", height, 240)
+    width = _int_option("width", width, 400, MAX_PIXELS)
+    height = _int_option("height", height, 240, MAX_PIXELS)
     max_bands = _int_option("max_bands", max_bands, 0)
     max_points = _int_option("max_points", max_points, 1000)
     if not isinstance(split, bool):
