@@ -318,6 +318,8 @@ def test_the_picture_never_replaces_the_log_it_draws(tmp_path):
             hplot.timeline(lr, str(tmp_path / "live.csv"), format="svg")
     assert log.read_text() == before
     proc = _run([sys.executable, "-m", "hipmr_ctypes", "plot", str(log)])
+    _one_line_error(proc, "name the picture with -o")
+    proc = _run([sys.executable, "-m", "hipmr_ctypes", "plot", str(log), "-o", str(log)])
     _one_line_error(proc, "is the log being drawn")
     assert log.read_text() == before
 

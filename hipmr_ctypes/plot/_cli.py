@@ -104,7 +104,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     if output is None:
         if args.log == "-":
             parser.error("-o is needed when the log comes from standard input")
-        output = os.path.splitext(args.log)[0] + ".html"
+        root, suffix = os.path.splitext(args.log)
+        if suffix.lower() == ".html":   # the default picture would be the log itself
+            return _fail(f"the log {args.log!r} is named .html, as its picture would be: "
+                         f"name the picture with -o", as_json)
+        output = root + ".html"
     from . import timeline
     try:
         pool = _make_pool(args.initial, args.maximum) if args.pool else None
