@@ -11,6 +11,7 @@ a short allocation benchmark of the package's resources (the full comparison wit
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -236,9 +237,11 @@ _COMMANDS = {
 }
 
 EPILOG = """exit status: 0 when the command ran on a valid configuration (a machine without a
-GPU included); 1 when a check failed; 2 when the environment is misconfigured (an unknown
-HIPMR_PLATFORM, a library that cannot load, a malformed HIPMR_EMULATED_* variable), with one
-line saying what and a hint."""
+GPU included); 1 when a check failed (or a bench row could not be measured); 2 when the
+environment is misconfigured (an unknown HIPMR_PLATFORM, a library that cannot load, a
+malformed HIPMR_EMULATED_* variable) or plot cannot draw its log, with one line saying what
+(and a hint).  Output piped into a reader that stops early (| head, | grep -q) is cut there,
+silently; the exit status stays the command's own."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,26 +253,93 @@ def build_parser() -> argparse.ArgumentParser:
                     "from HIPMR_LIBRARY, as for any import of the package.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--version", action="version", version=f"hipmr_ctypes {hmr.__version__}",
+                        help="print the package's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join([*_COMMANDS, "plot"]) + "}",
                                 title="commands")
     for name, (line, text) in _COMMANDS.items():
         cmd = sub.add_parser(name, help=line, description=text)
         cmd.add_argument("--json", action="store_true", dest="json_sub",
                          help="print JSON instead of text")
-    # handled before this parser runs (main): listed here for --help
-    sub.add_parser("plot", help="draw a CSV log of LoggingResource (plot --help for its options)")
+    from hipmr_ctypes.plot import _cli as plot_cli
+    plot = sub.add_parser("plot", help="draw a CSV log of LoggingResource (plot --help for its "
+                                       "options)", description=plot_cli.DESCRIPTION)
+    plot_cli.add_arguments(plot)
+    plot.add_argument("--json", action="store_true", dest="json_sub",
+                      help="print what was written as JSON (errors too)")
+    plot.set_defaults(plot_parser=plot)     # its usage errors name it
     return parser
+
+
+class _PipeSafeStdout(io.TextIOBase):
+    """Standard output for one command: when the reader of a pipe goes away (``| head``,
+    ``| grep -q``), the rest of the output is dropped (standard output is pointed at
+    ``os.devnull``, so that the interpreter's own flush at exit does not fail either) and the
+    command goes on to its real exit status, with no ``BrokenPipeError`` traceback."""
+
+    def __init__(self, out: Any) -> None:
+        super().__init__()
+        self._out = out
+        self.broken = False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self._out, "encoding", "utf-8"))
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return int(self._out.write(text))
+            except BrokenPipeError:
+                self._broke()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._out.flush()
+            except BrokenPipeError:
+                self._broke()
+
+    def _broke(self) -> None:
+        self.broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._out.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass                          # not a file descriptor (a test's capture): dropped
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``python -m hipmr_ctypes``; returns the exit status."""
+    original = sys.stdout
+    if original is None:              # standard output closed (>&-): print() writes nothing
+        return _main(argv)
+    safe = _PipeSafeStdout(original)
+    sys.stdout = safe
+    try:
+        return _main(argv)
+    finally:
+        safe.flush()
+        if sys.stdout is safe:
+            sys.stdout = original
+
+
+def _main(argv: Optional[List[str]]) -> int:
     args_in = sys.argv[1:] if argv is None else argv
-    if args_in[:1] == ["plot"]:
-        from hipmr_ctypes.plot._cli import main as plot_main
-        return plot_main(args_in[1:])
-    args = build_parser().parse_args(args_in)
+    parser = build_parser()
+    args = parser.parse_args(args_in)
     command = args.command or "info"
     as_json = bool(args.json or getattr(args, "json_sub", False))
+    if command == "plot":             # needs no runtime: the log is replayed on host memory
+        from hipmr_ctypes.plot import _cli as plot_cli
+        return plot_cli.run(args, args.plot_parser, as_json=as_json)
     try:
         load_runtime()
         if command == "info":

@@ -145,7 +145,9 @@ def bench(as_json: bool = False) -> int:
     """Median ns per allocate+deallocate pair of the package's own resources (no peers).
 
     On a machine without a device the device rows say so (JSON: ``null`` rows, listed in
-    ``"no_device"``); the host rows are measured everywhere.
+    ``"no_device"``); the host rows are measured everywhere.  A row whose resource cannot be
+    made or cannot allocate (a nearly full device) is ``null`` with its error in
+    ``"errors"``, the other rows are still measured, and the exit status is 1.
     """
     platform = hmr.platform()
     table: Dict[str, Optional[Dict[str, float]]] = {}
@@ -159,24 +161,31 @@ def bench(as_json: bool = False) -> int:
     ]
     have_device = hmr.device_count() > 0
     no_device = [] if have_device else [name for name, _ in device_rows]
+    errors: Dict[str, str] = {}
     for name, make in candidates + (device_rows if have_device else []):
-        r = make()
-        ref = hmr.async_resource_ref[()](r)
-        table[name] = {f"{s} B": _time_pairs(ref.allocate_async, ref.deallocate_async, s)
-                       for s in (256, 65536)}
+        try:
+            r = make()
+            ref = hmr.async_resource_ref[()](r)
+            table[name] = {f"{s} B": _time_pairs(ref.allocate_async, ref.deallocate_async, s)
+                           for s in (256, 65536)}
+        except (hmr.HipError, MemoryError) as exc:  # a nearly full device: that row failed
+            table[name] = None
+            errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     for name in no_device:
         table[name] = None
     if as_json:
-        print(json.dumps({"platform": platform, "ns_per_pair": table, "no_device": no_device},
-                         indent=2))
+        print(json.dumps({"platform": platform, "ns_per_pair": table, "no_device": no_device,
+                          "errors": errors}, indent=2))
     else:
         print(f"platform: {platform} (median ns per allocate+deallocate pair through "
               f"async_resource_ref; scripts/bench_alloc.py compares with peers)")
         for name, row in table.items():
-            if row is None:
+            if name in errors:
+                print(f"  {name}: failed: {errors[name]}")
+            elif row is None:
                 print(f"  {name}: no device")
             else:
                 print(f"  {name}: " + ", ".join(f"{k}: {v:,.0f} ns" for k, v in row.items()))
         if no_device:
             print(f"hint: {no_device_hint(platform)}")
-    return 0
+    return 1 if errors else 0

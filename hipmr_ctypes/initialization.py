@@ -176,26 +176,45 @@ def enable_logging(log_file_name: Optional[_PathLike] = None) -> None:
     """Wrap each per-device resource that is not already a :class:`LoggingResource` in one
     writing ``<log_file_name>.dev<N>.csv`` (see :func:`reinitialize`); with no per-device
     resource yet, the current device's.  ``log_file_name`` defaults to ``$HIPMR_LOG_FILE``,
-    then ``$RMM_LOG_FILE`` (ValueError when neither is set)."""
+    then ``$RMM_LOG_FILE`` (ValueError when neither is set).  All or nothing: when a log cannot
+    be opened (or a resource cannot be set), no resource is wrapped, the logs already opened
+    are closed and the error is raised."""
     base = _log_base(log_file_name)
     with _lock:
-        table = dict(per_device._resources)
-        devices = sorted(table) or [get_device()]
-        for device in devices:
-            mr = per_device.get_per_device_resource(device)
-            if not isinstance(mr, LoggingResource):
-                per_device.set_per_device_resource(
-                    device, LoggingResource(mr, log_file_for(base, device)))
+        devices = sorted(per_device._resources) or [get_device()]
+        current = {device: per_device.get_per_device_resource(device) for device in devices}
+        # every log opened first, then every resource set in one step: all or nothing
+        built: Dict[int, Any] = {}
+        try:
+            for device, mr in current.items():
+                if not isinstance(mr, LoggingResource):
+                    built[device] = LoggingResource(mr, log_file_for(base, device))
+            _set_all(built)
+        except BaseException:
+            for mr in built.values():
+                mr.close()
+            raise
+
+
+def _set_all(resources: Dict[int, Any]) -> None:
+    """Set several per-device resources in one step: each is checked first, so that a bad one
+    changes nothing."""
+    for device, mr in resources.items():
+        per_device._check_resource(mr, device)
+    with per_device._lock:
+        per_device._resources.update(resources)
+        per_device._changed()
 
 
 def disable_logging() -> None:
     """Put back the resource under each per-device :class:`LoggingResource` (its log is
     flushed; it stays open for buffers allocated through it, which still free through it)."""
     with _lock:
-        for device, mr in sorted(per_device._resources.items()):
-            if isinstance(mr, LoggingResource):
-                mr.flush()
-                per_device.set_per_device_resource(device, mr.upstream)
+        logging = {device: mr for device, mr in sorted(per_device._resources.items())
+                   if isinstance(mr, LoggingResource)}
+        for mr in logging.values():
+            mr.flush()
+        _set_all({device: mr.upstream for device, mr in logging.items()})   # in one step
 
 
 def get_log_filenames() -> Dict[int, Optional[str]]:

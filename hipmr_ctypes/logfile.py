@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import math
 import operator
 import os
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,12 @@ LogSource = Union[str, "os.PathLike[str]", TextIO, Iterable["LogEvent"]]
 
 _DAY = 86400.0
 
+#: The largest size, pointer, stream or thread id a log line may carry (a 64-bit value).
+MAX_FIELD = (1 << 64) - 1
+#: The largest time a line may carry as plain seconds (about 31,700 years): spans of such
+#: times, and the picture's scale, stay finite.
+MAX_SECONDS = 1e12
+
 
 class LogEvent(NamedTuple):
     """One line of a log.  ``seconds`` is the time in seconds since midnight of the first
@@ -55,13 +62,18 @@ def _clock(text: str) -> float:
     """``"HH:MM:SS.ffffff"`` -> seconds since midnight; a plain number is taken as seconds."""
     h, sep, rest = text.partition(":")
     if not sep:
-        return float(text)
+        value = float(text)
+        if not (math.isfinite(value) and 0.0 <= value <= MAX_SECONDS):   # nan, inf, -1
+            raise ValueError(text)
+        return value
     m, sep, s = rest.partition(":")
     if not sep:
         raise ValueError(text)
     whole, dot, fraction = s.partition(".")
     hours, minutes, seconds = int(h), int(m), int(whole)
     if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61):
+        raise ValueError(text)
+    if dot and not (fraction.isascii() and fraction.isdigit()):    # not "1e999" nor "nan"
         raise ValueError(text)
     value = hours * 3600 + minutes * 60 + seconds      # the same sums as the fast path's
     return value + float(dot + fraction) if dot else float(value)
@@ -73,21 +85,37 @@ def _address(text: str) -> int:
     if text == "(nil)":
         return 0
     value = int(text, 16)
-    if value < 0:
+    if not 0 <= value <= MAX_FIELD:
         raise ValueError(text)
     return value
 
 
 def _rows(f: TextIO) -> Iterator[Tuple[int, List[str]]]:
+    """``(line number, fields)`` of each line after the header; every error of the csv module
+    (a quoted field longer than its limit, a NUL, a carriage return inside a field) is a
+    ValueError naming the line."""
     reader = csv.reader(f)
-    header = next(reader, None)
-    found = ",".join(h.strip() for h in header or []).lstrip("\ufeff")
-    if found != LOG_HEADER:
-        raise ValueError(f"not a LoggingResource log: the first line must be {LOG_HEADER!r}, "
-                         f"not {found!r}")
-    for lineno, row in enumerate(reader, start=2):
-        if row:
-            yield lineno, row
+    start = 1
+    try:
+        header = next(reader, None)
+        found = ",".join(h.strip() for h in header or []).lstrip("\ufeff")
+        if found != LOG_HEADER:
+            raise ValueError(f"not a LoggingResource log: the first line must be "
+                             f"{LOG_HEADER!r}, not {_short(found)!r}")
+        while True:
+            start = reader.line_num + 1
+            row = next(reader, None)
+            if row is None:
+                return
+            if row:
+                yield start, row
+    except csv.Error as exc:
+        raise ValueError(f"line {start}: not a line of a log ({exc})") from None
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters for a message (a bad line may be huge)."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _events(f: TextIO) -> Iterator[LogEvent]:
@@ -95,24 +123,29 @@ def _events(f: TextIO) -> Iterator[LogEvent]:
     last = None
     for lineno, row in _rows(f):
         if len(row) != 6:
-            raise ValueError(f"line {lineno}: expected 6 fields, got {len(row)}: {row!r}")
+            raise ValueError(f"line {lineno}: expected 6 fields, got {len(row)}: "
+                             f"{_short(repr(row))}")
         thread, stamp, action, ptr, size, stream = row
         action = action.strip()
         if action not in ACTIONS:
-            raise ValueError(f"line {lineno}: unknown action {action!r}")
+            raise ValueError(f"line {lineno}: unknown action {_short(repr(action))}")
         stamp = stamp.strip()
         try:
             clock = _clock(stamp)
         except ValueError:
-            raise ValueError(f"line {lineno}: bad time {stamp!r} (expected HH:MM:SS.ffffff)") \
+            raise ValueError(f"line {lineno}: bad time {_short(repr(stamp))} (expected "
+                             f"HH:MM:SS.ffffff, or seconds from 0 to {MAX_SECONDS:g})") \
                 from None
         try:
             values = (int(thread), _address(ptr), int(size), _address(stream))
         except ValueError:
             raise ValueError(f"line {lineno}: bad thread, pointer, size or stream in "
-                             f"{row!r}") from None
+                             f"{_short(repr(row))}") from None
         if values[2] < 0:
-            raise ValueError(f"line {lineno}: negative size in {row!r}")
+            raise ValueError(f"line {lineno}: negative size in {_short(repr(row))}")
+        if values[2] > MAX_FIELD or not 0 <= values[0] <= MAX_FIELD:
+            raise ValueError(f"line {lineno}: a size or thread id above 2**64 - 1 in "
+                             f"{_short(repr(row))}")
         if last is not None and clock + day < last - _DAY / 2:
             day += _DAY                      # the clock passed midnight
         last = clock + day
@@ -131,12 +164,29 @@ def _open(source: LogSource) -> Any:
                     f"{type(source).__name__}")
 
 
+def _check_event(event: LogEvent) -> None:
+    """ValueError naming the line for a LogEvent made by hand that no log could hold."""
+    seconds = event.seconds
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
+            and 0 <= seconds <= 2 * MAX_SECONDS):
+        raise ValueError(f"line {event.line}: bad time {_short(repr(seconds))} (finite "
+                         f"seconds from 0 are needed)")
+    if event.action not in ACTIONS:
+        raise ValueError(f"line {event.line}: unknown action {_short(repr(event.action))}")
+    for name in ("thread", "ptr", "size", "stream"):
+        value = getattr(event, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FIELD:
+            raise ValueError(f"line {event.line}: {name} {_short(repr(value))} is not an "
+                             f"int from 0 to 2**64 - 1")
+
+
 def iter_log(source: LogSource) -> Iterator[LogEvent]:
     """The events of a log, one at a time (see :func:`read_log`)."""
     if isinstance(source, (list, tuple)):
         for event in source:
             if not isinstance(event, LogEvent):
                 raise TypeError(f"expected LogEvent items, not {type(event).__name__}")
+            _check_event(event)
             yield event
         return
     f = _open(source)
@@ -178,6 +228,8 @@ def _seconds_of(stamps: List[str]) -> List[float]:
     cache = {h: _clock(h) for h in set(heads)}
     base = list(map(cache.__getitem__, heads))
     out = list(map(operator.add, base, map(float, [t[8:] for t in stamps])))
+    if not math.isfinite(math.fsum(out)):       # ".1e3000": the line-by-line path says where
+        raise ValueError("a time that is not finite")
     if max(base) - min(base) > _DAY / 2:        # maybe past midnight: unwrap one by one
         day, last = 0.0, out[0]
         for i, value in enumerate(out):
@@ -195,8 +247,8 @@ def _addresses(column: List[str]) -> List[int]:
     if "(nil)" in column:
         column = ["0" if text == "(nil)" else text for text in column]
     values = list(map(_hex, column))
-    if values and min(values) < 0:
-        raise ValueError("a negative address")
+    if values and (min(values) < 0 or max(values) > MAX_FIELD):
+        raise ValueError("an address out of range")
     return values
 
 
@@ -213,8 +265,10 @@ def read_columns(source: LogSource) -> LogColumns:
         f.close()
     try:
         return _bulk(text)
-    except (ValueError, IndexError, TypeError):
-        events = list(_events(io.StringIO(text)))     # raises the precise error
+    except (ValueError, IndexError, TypeError, OverflowError):
+        # newline="": lines end at \n, \r\n or \r, as csv expects (a log written with CR
+        # line endings reads as one; a stray CR ends a line, which then has too few fields)
+        events = list(_events(io.StringIO(text, newline="")))   # raises the precise error
         return LogColumns(*(list(c) for c in zip(*events))) if events else \
             LogColumns([], [], [], [], [], [], [], [])
 
@@ -238,9 +292,10 @@ def _bulk(text: str) -> LogColumns:
     if not set(action) <= set(ACTIONS):       # also catches a line with too few / many fields
         raise ValueError("an unknown action")
     sizes = list(map(int, size))
-    if min(sizes) < 0:
-        raise ValueError("a negative size")
-    return LogColumns(list(range(2, n + 2)), list(map(int, thread)), stamp,
+    threads = list(map(int, thread))
+    if min(sizes) < 0 or max(sizes) > MAX_FIELD or min(threads) < 0 or max(threads) > MAX_FIELD:
+        raise ValueError("a size or thread out of range")
+    return LogColumns(list(range(2, n + 2)), threads, stamp,
                       _seconds_of(stamp), action, _addresses(ptr), sizes, _addresses(stream))
 
 

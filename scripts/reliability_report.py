@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run the reliability suite and print one table: bad inputs tried, faults injected, thread
 operations run, fuzz operations run, exit scenarios, collections inside locks, stream identity,
-misbehaving upstream and size cases; crashes, hangs, leaks, corruptions (all four must be 0).
+misbehaving upstream, size, and log, plot and command-line cases; crashes, hangs, leaks,
+corruptions (all four must be 0).
 
     python scripts/reliability_report.py                       # emulated unless HIPMR_PLATFORM says
     python scripts/reliability_report.py --budget 200          # ends within 200 s, says what it cut
@@ -61,6 +62,8 @@ TESTS += ["test_reliability_round3_ipc.py"]   # IPC trust, fork, closed streams,
 OPTIONAL_TESTS = ["test_pool_threads.py", "test_pool_fuzz.py"]
 #: third round: threads, interpreter exit, constructor messages, RMM parity
 TESTS.append("test_reliability_round3_threads.py")
+#: the third round's plot, log reader, logging and command-line cases (a few seconds)
+TESTS += ["test_reliability_round3_plot.py"]
 
 CRASH = re.compile(r"child process died|rc=-\d|signal|Segmentation|core dumped|Fatal Python",
                    re.I)
@@ -578,6 +581,7 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
              + ran("tests/test_logging_failures.py::"),
              size_growth_pickle_cases=ran("tests/test_sizes_growth_pickle.py::"),
              ipc_fork_stream_cases=ran("tests/test_reliability_round3_ipc.py::"),
+             log_plot_cli_cases=ran("tests/test_reliability_round3_plot.py::"),
              fuzz_ops_in_suite=3000 * sum(1 for t in tests if "test_pool_fuzz.py::test_fuzz_short"
                                           in t["id"] and t["outcome"] == "passed"))
     for key in ("junk_calls", "faults_injected", "thread_ops", "thread_ops_planned",
@@ -620,6 +624,9 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
         ("IPC trust, fork, closed-stream and stack cases", c["ipc_fork_stream_cases"],
          "forged descriptors, one mapping per process, forked children refused, closed "
          "streams refused, stacks of any depth and cycles"),
+        ("log, plot and command-line cases", c["log_plot_cli_cases"],
+         "any time span, bad logs named by line, valid XML, whole output files, one writer "
+         "per log, one-line CLI errors, closed pipes"),
         ("tests passed / failed / skipped", None,
          f"{counts['passed']} / {counts['failed'] + counts['error']} / {counts['skipped']}"
          + (f" (+{counts['xfailed']} xfailed)" if counts["xfailed"] else "")),

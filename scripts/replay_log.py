@@ -13,8 +13,11 @@ stream handles belong to the process that wrote it).  The report gives the repla
 current / peak / total bytes and counts, the same figures computed from the log itself (they
 must agree), and for a PoolResource target its peak pool size and the fragmentation figure
 peak pool size / peak live bytes.  Allocations still live at the end of the log are freed
-after the report's figures are taken.  The parser and the replay are
-``hipmr_ctypes.logfile.read_log`` / ``replay``; ``python -m hipmr_ctypes plot`` draws a log.
+after the report's figures are taken.  A missing or bad log (the line named), or a resource
+that cannot be made or cannot replay it (the line named), is one line on standard error and
+exit status 2; a ``--resource module:callable`` module is found in the current directory
+too.  The parser and the replay are ``hipmr_ctypes.logfile.read_log`` / ``replay``;
+``python -m hipmr_ctypes plot`` draws a log.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from typing import Any, List, Optional, TextIO
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 from hipmr_ctypes.adaptors import PoolResource  # noqa: E402
-from hipmr_ctypes.logfile import ReplayReport, replay  # noqa: E402,F401  (this script's API)
+from hipmr_ctypes.errors import HipError  # noqa: E402
+from hipmr_ctypes.logfile import ReplayReport, read_log, replay  # noqa: E402,F401  (its API)
 
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1 << 10,
           "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
@@ -63,9 +67,18 @@ def resource_from_spec(spec: Optional[str], initial: Optional[int] = None,
     if ":" not in spec:
         raise ValueError(f"--resource {spec!r}: expected pool, host or module:callable")
     module, _, name = spec.partition(":")
-    factory = importlib.import_module(module)
-    for part in name.split("."):
-        factory = getattr(factory, part)
+    # as ``python -m`` and the interpreter's prompt do: a module in the current directory
+    # can be named (this script's own directory is first on sys.path, not the caller's)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(1, os.getcwd())
+    try:
+        factory: Any = importlib.import_module(module)
+        for part in name.split("."):
+            factory = getattr(factory, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"--resource {spec!r}: {exc}") from None
+    if not callable(factory):
+        raise ValueError(f"--resource {spec!r}: {name} is not callable")
     return factory()
 
 
@@ -97,9 +110,29 @@ def main(argv: Optional[List[str]] = None, out: Optional[TextIO] = None) -> int:
                         help="maximum pool size of the default pool")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
-    resource = resource_from_spec(args.resource, args.initial, args.maximum)
-    source = io.TextIOWrapper(sys.stdin.buffer, newline="") if args.log == "-" else args.log
-    report = replay(source, resource)
+    try:
+        resource = resource_from_spec(args.resource, args.initial, args.maximum)
+        source = io.TextIOWrapper(sys.stdin.buffer, newline="", encoding="utf-8",
+                                  errors="replace") if args.log == "-" else args.log
+        events = read_log(source)
+        done = [0]
+
+        def count(event: Any) -> None:
+            done[0] += 1
+
+        try:
+            report = replay(events, resource, on_event=count)
+        except (ValueError, MemoryError, HipError) as exc:
+            line = events[done[0]].line if done[0] < len(events) else 0
+            raise ValueError(f"line {line}: cannot replay it against {resource!r}: "
+                             f"{type(exc).__name__}: {exc}") from None
+    except (OSError, ValueError, TypeError, MemoryError, HipError) as exc:
+        # a missing or bad log, a resource that cannot be made or cannot replay it: one line
+        # and status 2, as ``python -m hipmr_ctypes plot`` says it
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        print(f"replay_log.py: {first}", file=sys.stderr)
+        return 2
     out = out if out is not None else sys.stdout
     if args.json:
         out.write(json.dumps(report.as_dict(), default=lambda o: asdict(o), indent=2) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from typing import Any, Optional, TextIO, Tuple
 
 from .._locks import DeferringLock
@@ -17,11 +18,94 @@ __all__ = ["LoggingResource", "LOG_HEADER"]
 LOG_HEADER = "Thread,Time,Action,Pointer,Size,Stream"
 
 
+class _SharedFile:
+    """One log file opened by a path, with the lock its lines are written under, shared by
+    every live ``LoggingResource`` of this process given that file (``users``): one writer
+    per file, so that no line of one overwrites or truncates another's."""
+
+    def __init__(self, file: TextIO, key: Tuple[int, int]) -> None:
+        self.file = file
+        self.key = key
+        self.lock = DeferringLock()  # a finalizer's free inside write() defers itself
+        # id -> weak reference (adaptors compare by value: a WeakSet would merge equal ones)
+        self.users: "dict[int, weakref.ref[LoggingResource]]" = {}
+
+    def add(self, adaptor: "LoggingResource") -> None:
+        self.users[id(adaptor)] = weakref.ref(adaptor)
+
+    def discard(self, adaptor: "LoggingResource") -> int:
+        """Forget ``adaptor`` (and users already collected); the live users left."""
+        self.users = {k: r for k, r in self.users.items()
+                      if k != id(adaptor) and r() is not None}
+        return len(self.users)
+
+
+#: (st_dev, st_ino) -> the _SharedFile writing that file; an entry goes with its last user.
+#: Reentrant: a finalizer that closes a LoggingResource may run while a constructor holds it.
+_shared_lock = threading.RLock()
+_shared: "weakref.WeakValueDictionary[Tuple[int, int], _SharedFile]" = \
+    weakref.WeakValueDictionary()
+
+
+def _file_key(name: str) -> Optional[Tuple[int, int]]:
+    try:
+        st = os.stat(name)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _join_or_open(adaptor: "LoggingResource", name: str,
+                  auto_flush: bool) -> _SharedFile:
+    """The writer of ``name`` that a live LoggingResource of this process already has (joined,
+    not truncated), or a new one: the file opened for writing, truncated, and its header
+    written before any other LoggingResource can join it."""
+    with _shared_lock:
+        while True:
+            key = _file_key(name)
+            shared = _shared.get(key) if key is not None else None
+            if shared is not None:
+                shared.add(adaptor)
+                if not getattr(shared.file, "closed", False):
+                    return shared
+                shared.discard(adaptor)              # closed meanwhile (by a finalizer)
+                if _shared.get(shared.key) is shared:
+                    del _shared[shared.key]
+                continue
+            file = open(name, "w", encoding="ascii", newline="\n")
+            try:
+                file.write(LOG_HEADER + "\n")
+                if auto_flush:
+                    file.flush()
+                st = os.fstat(file.fileno())
+                shared = _SharedFile(file, (st.st_dev, st.st_ino))
+                shared.add(adaptor)
+                _shared[shared.key] = shared
+            except BaseException:
+                file.close()
+                raise
+            return shared
+
+
+def _leave(shared: _SharedFile, adaptor: "LoggingResource") -> bool:
+    """``adaptor`` stops using ``shared``; True when it was the last live user (then the
+    caller closes the file)."""
+    with _shared_lock:
+        if shared.discard(adaptor):
+            return False
+        if _shared.get(shared.key) is shared:
+            del _shared[shared.key]
+        return True
+
+
 class LoggingResource(BoundAdaptor):
     """``LoggingResource(upstream, file, auto_flush=False)``: logs every event as CSV.
 
     ``file`` is a path (opened for writing, truncated, and closed by :meth:`close` or when the
-    adaptor is garbage-collected) or any object with a ``write(str)`` method (written to, never
+    adaptor is garbage-collected; a path whose file another live LoggingResource of this
+    process is writing joins that one's writer instead: the file is not truncated, no second
+    header is written, the lines of both go through one lock so that none is lost, and the
+    file is closed when the last of them closes) or any object with a ``write(str)`` method (written to, never
     closed; flushed when it has ``flush()``).  The log starts with the header
     ``Thread,Time,Action,Pointer,Size,Stream``; then one line per event: the native thread id,
     the local time as ``HH:MM:SS.ffffff``, the action (``allocate``, ``allocate failure`` or
@@ -43,9 +127,11 @@ class LoggingResource(BoundAdaptor):
         ref = self._set_upstream(upstream)
         if not isinstance(auto_flush, bool):
             raise TypeError(f"auto_flush must be a bool, not {type(auto_flush).__name__}")
+        self._shared: Optional[_SharedFile] = None
         if isinstance(file, (str, bytes, os.PathLike)):
             self._file_name: Optional[str] = os.fsdecode(file)
-            self._file: TextIO = open(self._file_name, "w", encoding="ascii", newline="\n")
+            self._shared = _join_or_open(self, self._file_name, auto_flush)
+            self._file: TextIO = self._shared.file
             self._owned = True
         elif callable(getattr(file, "write", None)):
             self._file_name = getattr(file, "name", None)
@@ -60,10 +146,12 @@ class LoggingResource(BoundAdaptor):
         self._closed = False
         self._dropped = 0
         self._write_error: Optional[BaseException] = None
-        self._lock = DeferringLock()  # a finalizer's free inside write() defers itself
-        self._file.write(LOG_HEADER + "\n")
-        if auto_flush:
-            self._flush_file()
+        # a finalizer's free inside write() defers itself; one lock per file written
+        self._lock = self._shared.lock if self._shared is not None else DeferringLock()
+        if self._shared is None:          # a path's header is written when it is opened
+            self._file.write(LOG_HEADER + "\n")
+            if auto_flush:
+                self._flush_file()
         self._bind(ref)
 
     def _flush_file(self) -> None:
@@ -228,7 +316,8 @@ class LoggingResource(BoundAdaptor):
             try:
                 self._flush_file()
             finally:
-                if self._owned:
+                # a file shared with other live LoggingResources stays open for them
+                if self._owned and (self._shared is None or _leave(self._shared, self)):
                     self._file.close()
 
     def __enter__(self) -> "LoggingResource":

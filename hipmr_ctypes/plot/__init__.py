@@ -15,10 +15,13 @@ the command-line form.  See docs/observability.md.
 """
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from ..errors import HipError
 from ..logfile import read_columns, replay
 from ._model import Source, View, build_view
 from ._sources import Recording, describe_path, from_columns, from_recording, from_tracking
@@ -31,25 +34,32 @@ __all__ = ["timeline", "record", "Recording"]
 MAX_SPLIT_VIEWS = 8
 
 
-def _int_option(name: str, value: Any, low: int) -> int:
+#: The largest picture, in pixels each way (a larger one would only be a larger file).
+MAX_PIXELS = 100_000
+
+
+def _int_option(name: str, value: Any, low: int, high: Optional[int] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < low:
         raise ValueError(f"{name} must be at least {low}, not {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be at most {high:,}, not {value:,}")
     return int(value)
 
 
 def _find_pool(resource: Any) -> Any:
     """The first ``PoolResource`` down the chain of upstreams of ``resource`` (or None)."""
     from ..adaptors.pool import PoolResource
-    seen = 0
-    while resource is not None and seen < 64:
+    seen = set()                      # no depth limit (it would miss a deep pool): no cycle
+    while resource is not None and id(resource) not in seen:
         if isinstance(resource, PoolResource):
             return resource
+        seen.add(id(resource))
         nxt = getattr(resource, "upstream", None)
         if nxt is None:
             nxt = getattr(resource, "resource", None)  # a resource_ref
-        resource, seen = nxt, seen + 1
+        resource = nxt
     return None
 
 
@@ -120,7 +130,16 @@ def _replay_pool(events: List[Any], pool: Any) -> "tuple[List[int], str]":
         raise TypeError(f"pool must be True or a PoolResource, not {type(pool).__name__}")
     sizes: List[int] = []
     size_of = pool.pool_size
-    replay(events, pool, on_event=lambda event: sizes.append(size_of()))
+    try:
+        replay(events, pool, on_event=lambda event: sizes.append(size_of()))
+    except (MemoryError, ValueError, OverflowError, HipError) as exc:
+        # an allocation of the log that this pool cannot give (larger than its maximum, or
+        # than the memory there is): the line that asked for it, and why
+        line = events[len(sizes)].line if len(sizes) < len(events) else 0
+        where = f"line {line}: " if line else ""
+        raise ValueError(f"{where}the log cannot be replayed against {pool!r}: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                         ) from exc
     return sizes, repr(pool)
 
 
@@ -171,28 +190,38 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     has several).  ``pool``: for a log, ``True`` or a ``PoolResource`` to replay it against,
     drawing the pool's size.  ``split``: in html, a view per stream and per thread where there
     are several.  ``max_bands`` / ``max_points`` bound what is drawn one by one (a quarter
-    of them in each view of one stream or thread; see docs/observability.md).  Bad arguments raise ``TypeError`` / ``ValueError`` before any
-    file is read or written.
+    of them in each view of one stream or thread; see docs/observability.md).  Bad arguments
+    raise ``TypeError`` / ``ValueError`` before any file is read or written: among them a
+    ``path`` whose suffix names no format (without ``format``) and a ``path`` that is the log
+    being drawn.  A bad log raises ``ValueError`` naming its line.  ``path`` is replaced only
+    by the complete document (written beside it, then renamed over it).
     """
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
     if format is None:
-        suffix = os.path.splitext(os.fsdecode(path))[1].lower() if path is not None else ""
-        format = "svg" if suffix == ".svg" else "html"
+        shown = os.fsdecode(path) if path is not None else ""
+        suffix = os.path.splitext(shown)[1].lower()
+        format = _FORMATS.get(suffix)
+        if format is None:
+            raise ValueError(f"cannot tell the format from the suffix {suffix!r} of "
+                             f"{shown!r}: name the file .html or .svg, or pass "
+                             f"format='html' or format='svg'")
     if format not in ("html", "svg"):
         raise ValueError(f"format must be 'html' or 'svg', not {format!r}")
     if axis not in ("time", "event"):
         raise ValueError(f"axis must be 'time' or 'event', not {axis!r}")
     if color not in ("auto", "size", "stream"):
         raise ValueError(f"color must be 'auto', 'size' or 'stream', not {color!r}")
-    width = _int_option("width", width, 400)
-    height = _int_option("height", height, 240)
+    width = _int_option("width", width, 400, MAX_PIXELS)
+    height = _int_option("height", height, 240, MAX_PIXELS)
     max_bands = _int_option("max_bands", max_bands, 0)
     max_points = _int_option("max_points", max_points, 1000)
     if not isinstance(split, bool):
         raise TypeError(f"split must be a bool, not {type(split).__name__}")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str, not {type(title).__name__}")
-    if path is not None and not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
+    if path is not None:
+        _not_the_log(source, path)
     layout = Layout(width, height)
     src = _source(source, pool, axis, layout.plot_width)
     if color == "auto":
@@ -209,9 +238,75 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     else:
         text = render_html(views, layout, title=title, about=about, color=color)
     if path is not None:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        _write_file(path, text)
     return text
+
+
+#: The format each suffix of ``path`` names (no suffix: html).
+_FORMATS = {"": "html", ".html": "html", ".htm": "html", ".svg": "svg"}
+
+
+def _log_path(source: Any) -> Optional[str]:
+    """The file ``source`` reads its log from, if it is one."""
+    from ..adaptors.logging import LoggingResource
+    if isinstance(source, LoggingResource):
+        return source.get_file_name()
+    if isinstance(source, (str, os.PathLike)):
+        return os.fsdecode(source)
+    return None
+
+
+def _not_the_log(source: Any, path: Union[str, "os.PathLike[str]"]) -> None:
+    """ValueError when ``path`` is the very file the log is read from (the picture would
+    replace the log it draws)."""
+    log = _log_path(source)
+    if log is None:
+        return
+    out = os.fsdecode(path)
+    try:
+        same = os.path.samefile(log, out)
+    except OSError:                      # one of them does not exist (yet)
+        same = os.path.realpath(log) == os.path.realpath(out)
+    if same:
+        raise ValueError(f"the output file {out!r} is the log being drawn: name another "
+                         f"output file")
+
+
+def _write_file(path: Union[str, "os.PathLike[str]"], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so that ``path`` is replaced only by the complete
+    document: it is written to a new file in the same directory first, then renamed over
+    ``path`` (an error leaves an earlier file as it was, and no partial file)."""
+    target = os.fsdecode(path)           # round-trips any POSIX name (surrogateescape)
+    data = text.encode("utf-8")
+    if os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, "the output is a directory", target)
+    directory, base = os.path.split(target)
+    for attempt in range(100):
+        tmp = os.path.join(directory, f".{base}.{os.getpid()}-{attempt}.tmp")
+        try:
+            # mode 0o666 less the umask, as open() would give the file itself
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:           # name the file asked for, not the temporary one
+            raise type(exc)(exc.errno, f"cannot write {target!r} ({exc.strerror})") from None
+        break
+    else:
+        raise FileExistsError(f"cannot create a temporary file next to {target!r}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:                             # an existing file keeps its mode
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        except OSError:
+            pass
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _about(src: Source, view: View) -> str:

@@ -1,11 +1,23 @@
-"""``python -m hipmr_ctypes plot LOG.csv [-o memory.html] [...]``: draw a CSV log."""
+"""``python -m hipmr_ctypes plot LOG.csv [-o memory.html] [...]``: draw a CSV log.
+
+Every error of the command (a log that cannot be read or is not a log, an output file that
+cannot be written or is the log itself, a pool that cannot be made or cannot replay the log)
+is one line on standard error and exit status 2; a usage error is argparse's (also 2).
+"""
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
+
+PROG = "python -m hipmr_ctypes plot"
+DESCRIPTION = ("Draw a LoggingResource (or RMM) CSV log as a timeline of live memory: one "
+               "self-contained HTML page (with statistics and a view per stream and per "
+               "thread) or SVG picture.")
+
 
 def parse_size(text: str) -> int:
     """``"64MiB"``, ``"2 GB"``, ``"4096"`` -> bytes (the package's size strings)."""
@@ -16,12 +28,9 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m hipmr_ctypes plot",
-        description="Draw a LoggingResource (or RMM) CSV log as a timeline of live memory: "
-                    "one self-contained HTML page (with statistics and a view per stream and "
-                    "per thread) or SVG picture.")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments, on ``parser`` (its own, or the subcommand's of
+    ``python -m hipmr_ctypes``)."""
     parser.add_argument("log", help="the CSV log (- for standard input)")
     parser.add_argument("-o", "--output", default=None,
                         help="the file to write: .html (default: LOG with .html) or .svg")
@@ -42,26 +51,88 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--max-bands", type=int, default=1000,
                         help="most allocations drawn as bands of their own")
     parser.add_argument("--title", default=None, help="the picture's title")
-    args = parser.parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``plot`` on its own (``main``)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    add_arguments(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print what was written as JSON (errors too)")
+    return parser
+
+
+class PlotError(Exception):
+    """One line for the user: what stopped the command."""
+
+
+def _fail(message: str, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"ok": False, "error": message}, indent=2))
+    print(f"plot: {message}", file=sys.stderr)
+    return 2
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _make_pool(initial: Optional[int], maximum: Optional[int]) -> Any:
+    """The PoolResource over host memory to replay against; PlotError when it cannot be
+    made."""
+    if initial is not None and maximum is not None and initial > maximum:
+        raise PlotError(f"--initial ({initial:,} bytes) is larger than --maximum "
+                        f"({maximum:,} bytes)")
+    from ..adaptors.pool import PoolResource
+    from ..errors import HipError
+    from ..resources.host import HostMemoryResource
+    try:
+        return PoolResource(HostMemoryResource(), initial, maximum)
+    except (ValueError, TypeError, OverflowError, MemoryError, HipError) as exc:
+        size = f"--initial {initial:,} bytes" if initial is not None else "the pool"
+        raise PlotError(f"cannot make a pool of {size} over host memory: "
+                        f"{_first_line(exc)}") from None
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser,
+        as_json: bool = False) -> int:
+    """Run the command for the parsed ``args`` (usage errors through ``parser.error``)."""
     if (args.initial is not None or args.maximum is not None) and not args.pool:
         parser.error("--initial and --maximum need --pool")
-    from . import timeline
     output = args.output
     if output is None:
         if args.log == "-":
             parser.error("-o is needed when the log comes from standard input")
-        output = os.path.splitext(args.log)[0] + ".html"
-    pool = None
-    if args.pool:
-        from ..adaptors.pool import PoolResource
-        from ..resources.host import HostMemoryResource
-        pool = PoolResource(HostMemoryResource(), args.initial, args.maximum)
-    source = (io.TextIOWrapper(sys.stdin.buffer, newline="") if args.log == "-" else args.log)
+        root, suffix = os.path.splitext(args.log)
+        if suffix.lower() == ".html":   # the default picture would be the log itself
+            return _fail(f"the log {args.log!r} is named .html, as its picture would be: "
+                         f"name the picture with -o", as_json)
+        output = root + ".html"
+    from . import timeline
     try:
+        pool = _make_pool(args.initial, args.maximum) if args.pool else None
+        source: Any = (io.TextIOWrapper(sys.stdin.buffer, newline="", encoding="utf-8",
+                                        errors="replace") if args.log == "-" else args.log)
         timeline(source, output, axis=args.axis, color=args.color, width=args.width,
                  height=args.height, max_bands=args.max_bands, title=args.title, pool=pool)
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"plot: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {output}")
+    except PlotError as exc:
+        return _fail(str(exc), as_json)
+    except (OSError, ValueError, TypeError, MemoryError) as exc:
+        return _fail(_first_line(exc), as_json)
+    if as_json:
+        report: Dict[str, Any] = {"ok": True, "output": output,
+                                  "format": "svg" if output.lower().endswith(".svg")
+                                  else "html"}
+        print(json.dumps(report, indent=2))
+    else:
+        # a name that is not UTF-8 (argv decoded with surrogateescape) printed as best it can
+        print("wrote " + output.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``plot`` on its own: parse ``argv`` and run."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run(args, parser, as_json=args.json)

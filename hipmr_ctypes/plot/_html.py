@@ -4,10 +4,8 @@ Content-Security-Policy forbids any network access)."""
 from __future__ import annotations
 
 from typing import List, Sequence, Tuple
-from xml.sax.saxutils import escape
-
 from ._model import View
-from ._svg import Layout, format_bytes, render_svg
+from ._svg import Layout, format_bytes, render_svg, xml_text as escape
 
 __all__ = ["render_html"]
 

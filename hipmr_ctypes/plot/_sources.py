@@ -65,8 +65,8 @@ def _positions(axis: str, seconds: Sequence[float], width: float) -> List[float]
             last = s
         clamped.append(last)
     span = (last - first) or 1.0
-    scale = width / span
-    return [(s - first) * scale for s in clamped]
+    # divided by the span first: a span of 1e-300 s would make width / span infinite
+    return [(s - first) / span * width for s in clamped]
 
 
 def from_columns(log: LogColumns, *, axis: str, width: float, kind: str = "log",

@@ -3,12 +3,30 @@ hovering a band shows its tooltip through the SVG ``<title>`` element)."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Dict, List, Sequence, Tuple
 from xml.sax.saxutils import escape, quoteattr
 
 from ._model import View
 
-__all__ = ["Layout", "render_svg", "format_bytes", "stats_lines"]
+__all__ = ["Layout", "render_svg", "format_bytes", "stats_lines", "xml_text", "xml_attr"]
+
+#: What XML 1.0 cannot hold at all: control characters other than tab, newline and carriage
+#: return, lone surrogates (a file name that is not UTF-8, decoded by ``os.fsdecode``) and
+#: the two non-characters U+FFFE and U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` escaped for an element's content, each character XML cannot hold replaced by
+    U+FFFD (so that a title or a file name with control characters still gives valid XML
+    that can be written as UTF-8)."""
+    return escape(_NOT_XML.sub("\ufffd", text))
+
+
+def xml_attr(text: str) -> str:
+    """``text`` as a quoted attribute value (see :func:`xml_text`)."""
+    return quoteattr(_NOT_XML.sub("\ufffd", text))
 
 TAB10 = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
          "#ff9da7", "#9c755f", "#bab0ac")
@@ -43,9 +61,17 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+#: Most ticks on an axis.  Every tick loop counts whole steps (``k * step``), never adds a
+#: step to a running value, so it ends for any span: a step below the running value's
+#: precision cannot stall it.
+MAX_TICKS = 24
+
+
 def _nice(span: float, count: int) -> float:
+    """A round step (1, 2 or 5 times a power of ten) giving about ``count`` steps over
+    ``span``; 1.0 for a span that is zero, negative or not finite."""
     raw = span / max(count, 1)
-    if raw <= 0:
+    if not (raw > 0 and math.isfinite(raw)):
         return 1.0
     mag = 10.0 ** math.floor(math.log10(raw))
     for m in (1, 2, 5, 10):
@@ -54,16 +80,24 @@ def _nice(span: float, count: int) -> float:
     return 10 * mag
 
 
+def _steps(top: float, step: float) -> List[float]:
+    """``0, step, 2 * step, ...`` up to ``top`` (a little past it for rounding), at most
+    ``MAX_TICKS`` of them."""
+    if not (top > 0 and math.isfinite(top)) or not (step > 0 and math.isfinite(step)):
+        return [0.0]
+    n = min(int(top * 1.0001 / step), MAX_TICKS - 1)
+    return [k * step for k in range(n + 1)]
+
+
 def _byte_ticks(y_max: int) -> List[Tuple[float, str]]:
     scale, unit = next(((s, u) for s, u in _UNITS if y_max >= s), (1, "B"))
-    step = _nice(y_max / scale, 5)
-    ticks = []
-    v = 0.0
-    while v <= y_max / scale * 1.0001:
-        label = f"{v:g} {unit}" if v else "0"
-        ticks.append((v * scale, label))
-        v = round(v + step, 10)
-    return ticks
+    top = y_max / scale                 # y_max is below 2**64 * events: a finite float
+    step = _nice(top, 5)
+    return [(v * scale, f"{v:.6g} {unit}" if v else "0") for v in _steps(top, step)]
+
+
+#: The x axis's units of time, largest first: (at least this span in seconds, unit, factor).
+_TIME_UNITS = ((1.0, "s", 1.0), (1e-3, "ms", 1e3), (1e-6, "us", 1e6), (1e-9, "ns", 1e9))
 
 
 def _x_ticks(view: View, plot_width: float) -> List[Tuple[float, str]]:
@@ -75,22 +109,20 @@ def _x_ticks(view: View, plot_width: float) -> List[Tuple[float, str]]:
         step = max(1.0, _nice(max(n - 1, 1), 8))
         what = "allocation #" if src.kind == "tracking" else "event #"
         out: List[Tuple[float, str]] = []
-        i = 0.0
-        while i <= n - 1:
-            out.append((src.xs[int(i)], f"{what}{int(i) + 1}" if not out else f"#{int(i) + 1}"))
-            i += step
+        for v in _steps(n - 1, step) if n > 1 else [0.0]:
+            i = min(int(v), n - 1)
+            out.append((src.xs[i], f"{what}{i + 1}" if not out else f"#{i + 1}"))
         return out
     first = src.seconds[0]
     span = max(src.seconds) - first
-    if span <= 0:
+    if not (span > 0 and math.isfinite(span)):
         return [(0.0, "+0 s")]
-    unit, factor = (("s", 1.0) if span >= 1 else ("ms", 1e3) if span >= 1e-3 else ("us", 1e6))
-    step = _nice(span * factor, 8)
+    unit, factor = next(((u, f) for least, u, f in _TIME_UNITS if span >= least),
+                        ("s", 1.0))
+    top = span * factor
     out = []
-    v = 0.0
-    while v <= span * factor * 1.0001:
-        out.append((v / factor / span * plot_width, f"+{v:g} {unit}"))
-        v = round(v + step, 9)
+    for v in _steps(top, _nice(top, 8)):
+        out.append((min(v / top, 1.0) * plot_width, f"+{v:.6g} {unit}"))
     return out
 
 
@@ -239,27 +271,27 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
     }
     if standalone:
         attrs["xmlns"] = "http://www.w3.org/2000/svg"
-    out.append("<svg " + " ".join(f"{k}={quoteattr(v)}" for k, v in attrs.items()) + ">")
-    out.append(f"<title>{escape(title)}</title>")
+    out.append("<svg " + " ".join(f"{k}={xml_attr(v)}" for k, v in attrs.items()) + ">")
+    out.append(f"<title>{xml_text(title)}</title>")
     out.append("<style>.band{stroke:#fff;stroke-width:" + (".3" if len(view.bands) < 300
                                                              else "0") + "}.band:hover{stroke:#000;"
                "stroke-width:1}.axis{stroke:#888;stroke-width:1}.grid{stroke:#e4e4e4;"
                "stroke-width:1}text{fill:#222}</style>")
     out.append(f'<rect width="{layout.width}" height="{layout.height}" fill="#fff"/>')
     out.append(f'<text x="{_f(L)}" y="20" font-size="14" font-weight="bold">'
-               f'{escape(title)}</text>')
+               f'{xml_text(title)}</text>')
     # axes and grid
     out.append('<g class="y-axis" text-anchor="end">')
     for b, label in _byte_ticks(view.y_max):
         yy = y(b)
         out.append(f'<line class="grid" x1="{_f(L)}" x2="{_f(L + pw)}" y1="{yy}" y2="{yy}"/>'
-                   f'<text x="{_f(L - 6)}" y="{yy}" dy="4">{escape(label)}</text>')
+                   f'<text x="{_f(L - 6)}" y="{yy}" dy="4">{xml_text(label)}</text>')
     out.append("</g>")
     out.append('<g class="x-axis" text-anchor="middle">')
     for x, label in _x_ticks(view, pw):
         out.append(f'<line class="axis" x1="{_f(L + x)}" x2="{_f(L + x)}" y1="{y(0)}" '
                    f'y2="{float(y(0)) + 4:.1f}"/><text x="{_f(L + x)}" y="{float(y(0)) + 16:.1f}"'
-                   f'>{escape(label)}</text>')
+                   f'>{xml_text(label)}</text>')
     out.append("</g>")
     # the other allocations: between the stacked bands' top and the live-bytes curve
     right = L + pw
@@ -273,7 +305,7 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
         tip = (f"{view.other_count:,} other allocations drawn together (smaller than "
                f"{format_bytes(view.min_band_bytes)}, or covering less area than the "
                f"{len(view.bands):,} drawn)")
-        out.append(f'<path class="other" d="{other}" fill="{OTHER}"><title>{escape(tip)}'
+        out.append(f'<path class="other" d="{other}" fill="{OTHER}"><title>{xml_text(tip)}'
                    f'</title></path>')
     # bands
     fills, legend = _colors(view, color)
@@ -287,7 +319,7 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
                    f'data-x0="{_f(L + band.steps[0][0])}" data-x1="{_f(L + band.end_x)}" '
                    f'data-start-line="{src.lines[al.start]}" '
                    f'data-end-line="{src.lines[al.end] if al.end is not None else ""}">'
-                   f'<title>{escape(_band_title(view, a))}</title></path>')
+                   f'<title>{xml_text(_band_title(view, a))}</title></path>')
     out.append("</g>")
     # the live-bytes curve, the pool, failures, the peak
     if view.columns:
@@ -309,7 +341,7 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
                                              else "")
                    + f", stream {stream:#x}, thread {thread}")
             out.append(f'<path class="failure" d="M{_f(x)} {base - 9:.1f}l-5 9h10z">'
-                       f'<title>{escape(tip)}</title></path>')
+                       f'<title>{xml_text(tip)}</title></path>')
         out.append("</g>")
     if view.peak_event is not None and s["peak_bytes"]:
         px = L + peak_x
@@ -322,7 +354,7 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
                    f'<circle cx="{_f(px)}" cy="{py}" r="3.5" fill="#000"/>'
                    f'<text x="{_f(px + dx)}" y="{_f(T + 12)}" text-anchor="{anchor}" '
                    f'font-weight="bold" stroke="#fff" stroke-width="3" paint-order="stroke">'
-                   f'{escape(label)}</text></g>')
+                   f'{xml_text(label)}</text></g>')
     out.append(f'<rect x="{_f(L)}" y="{_f(T)}" width="{_f(pw)}" height="{_f(ph)}" '
                f'fill="none" stroke="#888"/>')
     # legend and statistics
@@ -334,7 +366,7 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
     x += 46
     for c, label in items:
         out.append(f'<rect x="{_f(x)}" y="{ly:.1f}" width="11" height="11" fill="{c}"/>'
-                   f'<text x="{_f(x + 15)}" y="{ly + 9:.1f}">{escape(label)}</text>')
+                   f'<text x="{_f(x + 15)}" y="{ly + 9:.1f}">{xml_text(label)}</text>')
         x += 22 + 6.5 * len(label)
     out.append(f'<line x1="{_f(x)}" x2="{_f(x + 18)}" y1="{ly + 5:.1f}" y2="{ly + 5:.1f}" '
                f'stroke="#222"/><text x="{_f(x + 22)}" y="{ly + 9:.1f}">live bytes</text>')
@@ -346,6 +378,6 @@ def render_svg(view: View, layout: Layout, *, title: str, color: str,
     out.append("</g>")
     out.append('<g class="stats">')
     for i, line in enumerate(stats_lines(view)):
-        out.append(f'<text x="{_f(L)}" y="{ly + 28 + 14 * i:.1f}">{escape(line)}</text>')
+        out.append(f'<text x="{_f(L)}" y="{ly + 28 + 14 * i:.1f}">{xml_text(line)}</text>')
     out.append("</g></svg>")
     return "\n".join(out)
