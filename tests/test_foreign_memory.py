@@ -780,9 +780,12 @@ def test_from_pool_handle_never_destroys_a_pool_made_elsewhere(emulator):
     assert rt.fn.hipMemPoolCreate(out, props) == 0
     handle = out.value
 
-    class CudaBindingsPool:          # cuda-bindings' handle objects: getPtr()
-        def getPtr(self):
+    class CudaBindingsPool:          # cuda-bindings' handle objects: int() is the handle,
+        def __int__(self):           # getPtr() the address of the object's own storage
             return handle
+
+        def getPtr(self):
+            return id(self)
 
     class HipPythonPool:             # hip-python's: int()
         def __int__(self):

@@ -123,8 +123,8 @@ def test_gpu_from_pool_handle_cuda_bindings_pool(gpu_runtime):
     props.location.id = dev
     err, pool = cudart.cudaMemPoolCreate(props)
     assert err == cudart.cudaError_t.cudaSuccess
-    r = hmr.AsyncMemoryResource.from_pool_handle(pool)      # getPtr()
-    assert r.device == dev and r.pool.handle == int(pool.getPtr())
+    r = hmr.AsyncMemoryResource.from_pool_handle(pool)      # int(pool) is the handle
+    assert r.device == dev and r.pool.handle == int(pool)
     with Buffer(4096, resource=r) as buf:
         buf.fill(0xCAFE, 2)
         assert buf.tobytes() == b"\xfe\xca" * 2048

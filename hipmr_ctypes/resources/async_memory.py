@@ -570,7 +570,7 @@ class AsyncMemoryResource:
                          ) -> "AsyncMemoryResource":
         """A resource over another library's memory pool: ``handle`` is a live
         ``hipMemPool_t`` (``cudaMemPool_t`` on nvidia) as an int, a ``ctypes.c_void_p``, or an
-        object that ``int()`` or ``getPtr()`` turns into one (hip-python's ``hipMemPool_t``,
+        object that ``int()`` turns into one (hip-python's ``hipMemPool_t``,
         cuda-bindings' ``cudaMemPool_t`` / ``CUmemoryPool``); CuPy's ``MemoryAsyncPool``
         is one such library.  The pool is not owned: nothing here destroys it, so keep the
         library that made it from destroying it while the resource (or memory from it) is
@@ -796,7 +796,7 @@ class AsyncMemoryResource:
 
 def _pool_handle_value(handle: Any) -> int:
     """The address of a pool handle given as an int, a ``c_void_p`` or a binding's handle
-    object (``int()`` / ``getPtr()``); TypeError / ValueError for anything else or NULL."""
+    object (``int()``); TypeError / ValueError for anything else or NULL."""
     if isinstance(handle, c_void_p):
         value: Any = handle.value or 0
     elif handle is None or isinstance(handle, (bool, float, str, bytes)):
@@ -805,9 +805,10 @@ def _pool_handle_value(handle: Any) -> int:
     elif isinstance(handle, int):
         value = handle
     else:
-        get_ptr = getattr(handle, "getPtr", None)
+        # the handle's own value: cuda-bindings' and hip-python's handle objects give it to
+        # int(); their getPtr() is the address of the object's storage, not the handle
         try:
-            value = get_ptr() if callable(get_ptr) else int(handle)
+            value = int(handle)
         except (TypeError, ValueError):
             raise TypeError(f"handle must be a hipMemPool_t (an int address), not "
                             f"{type(handle).__name__}") from None
