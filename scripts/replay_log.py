@@ -26,27 +26,21 @@ import importlib
 import io
 import json
 import os
-import re
 import sys
 from dataclasses import asdict
 from typing import Any, List, Optional, TextIO
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
+from hipmr_ctypes._sizes import parse_bytes as _parse_bytes  # noqa: E402
 from hipmr_ctypes.adaptors import PoolResource  # noqa: E402
 from hipmr_ctypes.errors import HipError  # noqa: E402
 from hipmr_ctypes.logfile import ReplayReport, read_log, replay  # noqa: E402,F401  (its API)
 
-_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1 << 10,
-          "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
 def parse_bytes(text: str) -> int:
-    """``"64MiB"``, ``"2kb"``, ``"4096"`` -> bytes (ValueError otherwise)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"could not parse {text!r} as a size (e.g. 4096, 64MiB, 2kb)")
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+    """``"64MiB"``, ``"2kB"``, ``"4096"`` -> bytes: the package's one size grammar, without
+    fractions (a replayed pool has no device to take a fraction of); ValueError otherwise."""
+    return _parse_bytes(text)
 
 
 def default_resource(initial: Optional[int] = None, maximum: Optional[int] = None) -> Any:
