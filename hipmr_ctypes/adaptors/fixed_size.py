@@ -1,8 +1,7 @@
 """``FixedSizeResource``: one block size, served from per-stream free lists."""
 from __future__ import annotations
 
-from sys import getrefcount
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from .._sizes import Size, config_size
 from .._exit import finalize
@@ -17,6 +16,22 @@ __all__ = ["FixedSizeResource"]
 
 _GRAIN = DEFAULT_ALIGNMENT
 _NONE: Any = object()
+
+
+class _FreeList(List[int]):
+    """A stream's free list: a ``list`` of block starts, and ``dead``: ``None`` while the
+    resource keeps it, else the key its blocks belong to once the resource has let it go (the
+    stream forgotten: its own key; destroyed: ``SYNC``).  A lock-free free may have fetched the
+    list just before and append to it afterwards: it reads ``dead`` after its ``append``, and
+    if the list is dead it gives the block to :meth:`_Blocks.rescue`.  The resource sets
+    ``dead`` before its last drain of the list, so each block appended is seen by that drain or
+    by the free that appended it: nothing is lost, and no count of references decides."""
+
+    __slots__ = ("dead",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dead: Optional[Any] = None
 
 
 class _Blocks:
@@ -35,12 +50,11 @@ class _Blocks:
         self.up_alloc_async = up.allocate_async if is_async else None
         self.block_size = block_size
         self.per_chunk = per_chunk
-        self.free: Dict[Any, List[int]] = {SYNC: []}   # SYNC or stream key -> free blocks
+        self.free: Dict[Any, _FreeList] = {SYNC: _FreeList()}  # SYNC or stream key -> blocks
         self.live: Dict[int, int] = {}                  # ptr -> requested size
         self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
         self.returning: Dict[int, int] = {}             # chunks on their way back
         self.streams = StreamOrder()
-        self.graveyard: List[Any] = []                  # see forget_streams
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
 
     def holds_stream(self, handle: int) -> bool:
@@ -50,14 +64,34 @@ class _Blocks:
     def stream_closed(self, handle: int) -> None:
         """The package is about to destroy stream ``handle``, whose work is complete: its
         blocks go to the host's list (safe for every stream) and it is forgotten.  A free may
-        have fetched its list just before: the list waits in ``graveyard`` under SYNC."""
+        have fetched its list just before: see :class:`_FreeList`."""
         with self.lock:
             lst = self.free.pop(handle, None)
             if lst is not None:
+                lst.dead = SYNC   # first: a free appending from now on rescues its block
                 self.free[SYNC].extend(self.drain(lst))
-                if getrefcount(lst) > 2:  # `lst`, the argument; more: a free holds it
-                    self.graveyard.append((SYNC, lst))
             self.streams.drop(handle)
+
+    def rescue(self, lst: _FreeList) -> None:
+        """A lock-free free appended to ``lst`` after the resource let it go: move its blocks
+        to the list of the key it died with.  Deferred until the lock is let go when the
+        calling thread holds it (a finalizer run inside a locked section)."""
+        lock = self.lock
+        if lock.held_here():
+            lock.defer(self.rescue, lst)
+            return
+        with lock:
+            self.put_back(lst.dead, self.drain(lst))
+
+    def put_back(self, key: Any, blocks: List[int]) -> None:
+        """Put ``blocks`` on the free list of ``key``, made anew if it was forgotten (lock
+        held)."""
+        if blocks:
+            lst = self.free.get(key)
+            if lst is None:
+                self.streams.note(key)
+                lst = self.free[key] = _FreeList()
+            lst.extend(blocks)
 
     @staticmethod
     def drain(lst: List[int]) -> List[int]:
@@ -87,8 +121,9 @@ class _Blocks:
                              self.returning)
         self.chunks[ptr] = size
         self.streams.note(key)
-        lst = self.free.setdefault(key, [])
-        lst.extend(range(ptr + size - self.block_size, ptr - 1, -self.block_size))
+        self.streams.note(key)
+        self.put_back(key, list(range(ptr + size - self.block_size, ptr - 1,
+                                      -self.block_size)))
 
     def take(self, key: Any) -> Any:
         """A free block for ``key`` (lock held): ``(ptr, None)``, or, for the host, ``(None,
@@ -115,9 +150,8 @@ class _Blocks:
                     ev.close()
                 return self.take(key)
             self.streams.order((source,), key)
-            self.streams.note(key)
-            mine = free.setdefault(key, [])
-            mine.extend(self.drain(free[source]))
+            self.put_back(key, self.drain(free[source]))
+            mine = free.get(key)
             if mine:
                 return mine.pop(), None
         self.grow(key)
@@ -144,7 +178,8 @@ class _Blocks:
             for ev in events:
                 ev.synchronize()
         except BaseException:
-            self.free[source].extend(blocks)
+            with self.lock:
+                self.put_back(source, blocks)
             raise
         finally:
             for ev in events:
@@ -168,8 +203,10 @@ class _Blocks:
             lst = self.free.get(key)
             if lst is None:  # a new stream: its device first
                 self.streams.note(key)
-                lst = self.free.setdefault(key, [])
+                lst = self.free.setdefault(key, _FreeList())
             lst.append(ptr)  # atomic
+            if lst.dead is not None:  # the resource let the list go meanwhile
+                self.rescue(lst)
             return
         if known is not None:
             live[ptr] = known
@@ -178,24 +215,13 @@ class _Blocks:
     def forget_streams(self) -> None:
         """Forget the streams with nothing cached (lock held), so that the state kept is
         bounded by the streams in use.  A free may have fetched a list just before and append
-        to it afterwards: such lists wait in ``graveyard``, whose blocks go back to their
-        stream's list at every release, until nobody else holds them."""
+        to it afterwards: see :class:`_FreeList`."""
         free = self.free
-        keep = []
-        for key, lst in self.graveyard:
-            blocks = self.drain(lst)
-            if blocks:
-                free.setdefault(key, []).extend(blocks)
-            if getrefcount(lst) > 3:  # the tuple, `lst`, the argument; more: a free holds it
-                keep.append((key, lst))
         for key in [k for k, lst in list(free.items()) if k is not SYNC and not lst]:
-            lst = free.pop(key, None)
-            if lst is not None:
-                keep.append((key, lst))
-        self.graveyard[:] = [(k, lst) for k, lst in keep if lst or getrefcount(lst) > 3]
-        used = set(free)  # bound the devices noted by the streams still used
-        used.update(k for k, _ in self.graveyard)
-        self.streams.prune(used)
+            lst = free.pop(key)
+            lst.dead = key   # first: a free appending from now on rescues its block
+            self.put_back(key, self.drain(lst))  # a block freed meanwhile: the key stays
+        self.streams.prune(set(free))  # bound the devices noted by the streams still used
 
     def release(self) -> int:
         # the runtime may block (event waits, the upstream's frees): the lock is let go for
@@ -208,14 +234,15 @@ class _Blocks:
                 events = self.streams.record_for_host(list(moved))
             except BaseException:
                 for k, blocks in moved.items():
-                    free[k].extend(blocks)
+                    self.put_back(k, blocks)
                 raise
         try:
             for ev in events:
                 ev.synchronize()
         except BaseException:
-            for k, blocks in moved.items():
-                free[k].extend(blocks)
+            with self.lock:
+                for k, blocks in moved.items():
+                    self.put_back(k, blocks)
             raise
         finally:
             for ev in events:
@@ -296,6 +323,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         block_size = self._block_size
         allocate_slow = state.allocate_slow
         deallocate_slow = state.deallocate_slow
+        rescue = state.rescue
         # free lists are keyed by stream_key: a handle whose key is not itself (the per-thread
         # stream; the null streams with several devices) has no list of its own, so the fast
         # paths miss and the slow paths use its key
@@ -359,6 +387,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                     known = live_pop(ptr, _NONE)
                     if known == bytes:
                         lst.append(ptr)
+                        if lst.dead is not None:  # the resource let the list go meanwhile
+                            rescue(lst)
                         return
                     if known is not _NONE:  # put it back; the checked path decides
                         live[ptr] = known

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, insort
-from collections import deque
-from sys import getrefcount
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
@@ -76,8 +74,8 @@ class _Keyed(dict):  # type: ignore[type-arg]
         self.key = key
         self.handle = handle
 
-    def __getitem__(self, nbytes: int) -> Deque[int]:
-        found: Deque[int] = self.lists[self.key(self.handle)][nbytes]
+    def __getitem__(self, nbytes: int) -> _FreeList:
+        found: _FreeList = self.lists[self.key(self.handle)][nbytes]
         return found
 
 
@@ -91,13 +89,30 @@ class _PerThread(_Keyed):
         super().__init__(lists, key, handle)
         self.local = threading.local()
 
-    def __getitem__(self, nbytes: int) -> Deque[int]:
+    def __getitem__(self, nbytes: int) -> _FreeList:
         try:
             key = self.local.key
         except AttributeError:  # this thread's first look-up
             key = self.local.key = self.key(self.handle)
-        found: Deque[int] = self.lists[key][nbytes]
+        found: _FreeList = self.lists[key][nbytes]
         return found
+
+
+class _FreeList(Deque[int]):
+    """A free list of one (stream, size class): a ``deque`` of block starts, and ``dead``:
+    ``None`` while the arena keeps it, ``(tag, size)`` once the arena has let it go (its stream
+    forgotten or destroyed).  A lock-free free may have fetched the list just before and append
+    to it afterwards: it reads ``dead`` after its ``append``, and if the list is dead it gives
+    the block to :meth:`_Arena.rescue`.  The arena sets ``dead`` before its last drain of the
+    list, so each block appended is seen by that drain or by the free that appended it (the
+    deque's own operations order the two): nothing is lost, and no count of references
+    decides."""
+
+    __slots__ = ("dead",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dead: Optional[Any] = None
 
 
 class _Arena:
@@ -114,8 +129,8 @@ class _Arena:
         # classes: key -> {block size -> the same lists}
         # free lists are deques: a list that the pair pattern empties and refills would give
         # its storage back and take it again on every allocate + deallocate pair
-        self.free: Dict[Any, Dict[int, Deque[int]]] = {SYNC: {}}
-        self.classes: Dict[Any, Dict[int, Deque[int]]] = {SYNC: {}}
+        self.free: Dict[Any, Dict[int, _FreeList]] = {SYNC: {}}
+        self.classes: Dict[Any, Dict[int, _FreeList]] = {SYNC: {}}
         self.live: Dict[int, int] = {}         # ptr -> requested size
         # best-fit structure: free block start -> size / tag, end -> start, sorted (size, start)
         self.fsize: Dict[int, int] = {}
@@ -128,9 +143,6 @@ class _Arena:
         self.pending = 0                       # bytes being asked of the upstream right now
         self.peak_pool_size = 0
         self.streams = StreamOrder()           # events for cross-stream reuse
-        # (tag, size, list): free lists of streams forgotten by _flush_all that a fast path
-        # may still hold: drained by every flush, dropped once empty and held by nobody else
-        self.graveyard: List[Any] = []
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
 
     # ----------------------------------------------------------------- best-fit structure
@@ -250,7 +262,6 @@ class _Arena:
             self._flush(key)
             if key is not SYNC:
                 self._forget_key(key)
-        self._drain_graveyard()
         used = set(self.classes)  # bound the devices noted by the streams still used
         for tag in self.ftag.values():
             if tag:
@@ -259,26 +270,29 @@ class _Arena:
 
     def _forget_key(self, key: Any, tag: Optional[FrozenSet[Any]] = None) -> None:
         """Drop ``key``'s free-list maps (flushed, lock held) and its ordering event.  A fast
-        path may have fetched one of its lists just before and append to it afterwards: the
-        lists go to the graveyard, which later flushes drain."""
+        path may have fetched one of its lists just before and append to it afterwards: each
+        list is marked dead, then drained once more, and such a free rescues its block (see
+        :class:`_FreeList`)."""
         self.free.pop(key, None)
         classes = self.classes.pop(key, None)
         if classes:
             tag = frozenset((key,)) if tag is None else tag
-            self.graveyard.extend((tag, size, lst) for size, lst in classes.items())
+            for size, lst in classes.items():
+                lst.dead = (tag, size)       # first: a free appending from now on rescues
+                self._drain(lst, size, tag)  # then the last drain (see _FreeList)
         self.streams.forget(key)
 
-    def _drain_graveyard(self) -> None:
-        keep = []
-        drain = self._drain
-        for entry in self.graveyard:
-            tag, size, lst = entry
-            drain(lst, size, tag)
-            # references: the entry, `lst`, getrefcount's argument; more: a fast path (or a
-            # forgotten map it fetched) that may still append to it
-            if getrefcount(lst) > 3:
-                keep.append(entry)
-        self.graveyard[:] = keep
+    def rescue(self, lst: "_FreeList") -> None:
+        """A lock-free free appended to ``lst`` after the arena let it go: move its blocks into
+        the best-fit structure (with the tag the list died with).  Deferred until the lock is
+        let go when the calling thread holds it (a finalizer run inside a slow path)."""
+        lock = self.lock
+        if lock.held_here():
+            lock.defer(self.rescue, lst)
+            return
+        with lock:
+            tag, size = lst.dead
+            self._drain(lst, size, tag)
 
     # ------------------------------------------------------------ a stream is destroyed
     def holds_stream(self, handle: int) -> bool:
@@ -293,7 +307,6 @@ class _Arena:
             if handle in self.classes:
                 self._flush(handle, _CLEAN)
                 self._forget_key(handle, _CLEAN)
-                self._drain_graveyard()
             self._forget_streams(clean)
             self.streams.drop(handle)
 
@@ -326,7 +339,7 @@ class _Arena:
             return ptr
         return None
 
-    def _remember(self, key: Any, nbytes: int, lst: Deque[int]) -> None:
+    def _remember(self, key: Any, nbytes: int, lst: _FreeList) -> None:
         sizes = self.free[key]
         if len(sizes) >= _MAX_SIZES_PER_STREAM:  # bound the map; it refills on misses
             sizes.clear()
@@ -516,7 +529,7 @@ class _Arena:
             classes = self.classes[key]
             lst = classes.get(size)
             if lst is None:
-                lst = classes[size] = deque()
+                lst = classes[size] = _FreeList()
             self._remember(key, nbytes, lst)
         lst.append(ptr)
 
@@ -575,6 +588,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         A256 = _FAST[256]                 # the default alignment: `is` spares the lookup
         allocate_slow = arena.allocate_slow
         deallocate_slow = arena.deallocate_slow
+        rescue = arena.rescue
         # the free lists are keyed by stream_key (only checked streams have an entry): a
         # created stream's key is its handle, and so are the null and legacy streams' with one
         # device visible; the per-thread stream's entry (and with several devices visible the
@@ -631,6 +645,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
                         lst.append(ptr)
+                        if lst.dead is not None:  # the arena let the list go meanwhile
+                            rescue(lst)
                         return
             except _MISS:
                 pass
