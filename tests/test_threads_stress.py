@@ -30,6 +30,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes._exit import Finalizer
+from hipmr_ctypes.adaptors import _dead
 from hipmr_ctypes.adaptors._base import SYNC
 
 from support import LiveRanges, process_runtime
@@ -348,14 +349,17 @@ def test_a_pool_free_into_a_list_let_go_meanwhile_keeps_its_block(emu):
         def flush() -> None:
             with arena.lock:
                 arena._flush_all()                 # forgets the stream's lists
-            assert s.handle not in arena.free and lst.dead is not None
+            assert s.handle not in arena.free and id(lst) in _dead.DEAD
 
         tracer, done = _at_line("deallocate_async", "live_pop(ptr)", flush)
         _traced(tracer, lambda: pool.deallocate_async(p, 1000, 256, s))
         assert done[0]
-        assert len(lst) == 0                       # the free saw the mark and moved its block
+        assert len(lst) == 0                       # the free saw the entry and moved its block
         pool.deallocate_async(q, 1000, 256, s)
         s.synchronize()
+    key = id(lst)
+    del lst
+    assert key not in _dead.DEAD      # the entry lived as long as the list
     assert pool.allocation_count() == 0
     pool.release()
     assert pool.pool_size() == 0
@@ -373,17 +377,17 @@ def test_a_fixed_size_free_into_a_list_let_go_meanwhile_keeps_its_block(emu):
         mr.deallocate_async(q, 4096, 256, s)
         assert mr.allocate_async(4096, 256, s) == q   # the stream's list exists, empty
         lst = state.free[s.handle]
-        assert lst == []
+        assert not lst
 
         def forget() -> None:
             with state.lock:
                 state.forget_streams()
-            assert s.handle not in state.free and lst.dead == s.handle
+            assert s.handle not in state.free and _dead.owner(lst) == s.handle
 
         tracer, done = _at_line("deallocate_async", "live_pop(ptr, _NONE)", forget)
         _traced(tracer, lambda: mr.deallocate_async(p, 4096, 256, s))
         assert done[0]
-        assert lst == [] and state.free[s.handle] == [p]   # rescued onto a list of its own
+        assert not lst and list(state.free[s.handle]) == [p]   # rescued onto a list anew
         mr.deallocate_async(q, 4096, 256, s)
         s.synchronize()
     assert mr.allocation_count() == 0
@@ -407,12 +411,12 @@ def test_a_fixed_size_free_into_a_closed_streams_list_keeps_its_block(emu):
     def closed() -> None:
         s.synchronize()
         state.stream_closed(handle)
-        assert lst.dead is SYNC
+        assert _dead.owner(lst) is SYNC
 
     tracer, done = _at_line("deallocate_async", "live_pop(ptr, _NONE)", closed)
     _traced(tracer, lambda: mr.deallocate_async(p, 4096, 256, handle))
     assert done[0]
-    assert lst == [] and p in state.free[SYNC]
+    assert not lst and p in state.free[SYNC]
     mr.deallocate_async(q, 4096, 256, s)
     s.close()
     mr.release()

@@ -1,7 +1,8 @@
 """``FixedSizeResource``: one block size, served from per-stream free lists."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from collections import deque
+from typing import Any, Deque, Dict, List
 
 from .._sizes import Size, config_size
 from .._exit import finalize
@@ -10,28 +11,13 @@ from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
+from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
 from ._order import StreamOrder, handle_of, stream_keys, track_streams
 
 __all__ = ["FixedSizeResource"]
 
 _GRAIN = DEFAULT_ALIGNMENT
 _NONE: Any = object()
-
-
-class _FreeList(List[int]):
-    """A stream's free list: a ``list`` of block starts, and ``dead``: ``None`` while the
-    resource keeps it, else the key its blocks belong to once the resource has let it go (the
-    stream forgotten: its own key; destroyed: ``SYNC``).  A lock-free free may have fetched the
-    list just before and append to it afterwards: it reads ``dead`` after its ``append``, and
-    if the list is dead it gives the block to :meth:`_Blocks.rescue`.  The resource sets
-    ``dead`` before its last drain of the list, so each block appended is seen by that drain or
-    by the free that appended it: nothing is lost, and no count of references decides."""
-
-    __slots__ = ("dead",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dead: Optional[Any] = None
 
 
 class _Blocks:
@@ -50,7 +36,8 @@ class _Blocks:
         self.up_alloc_async = up.allocate_async if is_async else None
         self.block_size = block_size
         self.per_chunk = per_chunk
-        self.free: Dict[Any, _FreeList] = {SYNC: _FreeList()}  # SYNC or stream key -> blocks
+        # SYNC or stream key -> free blocks (deques: see _dead)
+        self.free: Dict[Any, Deque[int]] = {SYNC: deque()}
         self.live: Dict[int, int] = {}                  # ptr -> requested size
         self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
         self.returning: Dict[int, int] = {}             # chunks on their way back
@@ -64,24 +51,24 @@ class _Blocks:
     def stream_closed(self, handle: int) -> None:
         """The package is about to destroy stream ``handle``, whose work is complete: its
         blocks go to the host's list (safe for every stream) and it is forgotten.  A free may
-        have fetched its list just before: see :class:`_FreeList`."""
+        have fetched its list just before: see ``_dead``."""
         with self.lock:
             lst = self.free.pop(handle, None)
             if lst is not None:
-                lst.dead = SYNC   # first: a free appending from now on rescues its block
+                let_go(lst, self.rescue, SYNC)  # first: a free appending from now on rescues
                 self.free[SYNC].extend(self.drain(lst))
             self.streams.drop(handle)
 
-    def rescue(self, lst: _FreeList) -> None:
+    def rescue(self, lst: Deque[int], belongs: Any) -> None:
         """A lock-free free appended to ``lst`` after the resource let it go: move its blocks
         to the list of the key it died with.  Deferred until the lock is let go when the
         calling thread holds it (a finalizer run inside a locked section)."""
         lock = self.lock
         if lock.held_here():
-            lock.defer(self.rescue, lst)
+            lock.defer(self.rescue, lst, belongs)
             return
         with lock:
-            self.put_back(lst.dead, self.drain(lst))
+            self.put_back(belongs, self.drain(lst))
 
     def put_back(self, key: Any, blocks: List[int]) -> None:
         """Put ``blocks`` on the free list of ``key``, made anew if it was forgotten (lock
@@ -90,11 +77,11 @@ class _Blocks:
             lst = self.free.get(key)
             if lst is None:
                 self.streams.note(key)
-                lst = self.free[key] = _FreeList()
+                lst = self.free[key] = deque()
             lst.extend(blocks)
 
     @staticmethod
-    def drain(lst: List[int]) -> List[int]:
+    def drain(lst: Deque[int]) -> List[int]:
         """Every block of ``lst``, taken with atomic pops (frees may append meanwhile)."""
         out: List[int] = []
         pop = lst.pop
@@ -203,10 +190,10 @@ class _Blocks:
             lst = self.free.get(key)
             if lst is None:  # a new stream: its device first
                 self.streams.note(key)
-                lst = self.free.setdefault(key, _FreeList())
+                lst = self.free.setdefault(key, deque())
             lst.append(ptr)  # atomic
-            if lst.dead is not None:  # the resource let the list go meanwhile
-                self.rescue(lst)
+            if _ANY and id(lst) in _DEAD:   # the resource let the list go meanwhile
+                _rescue(lst)
             return
         if known is not None:
             live[ptr] = known
@@ -215,11 +202,11 @@ class _Blocks:
     def forget_streams(self) -> None:
         """Forget the streams with nothing cached (lock held), so that the state kept is
         bounded by the streams in use.  A free may have fetched a list just before and append
-        to it afterwards: see :class:`_FreeList`."""
+        to it afterwards: see ``_dead``."""
         free = self.free
         for key in [k for k, lst in list(free.items()) if k is not SYNC and not lst]:
             lst = free.pop(key)
-            lst.dead = key   # first: a free appending from now on rescues its block
+            let_go(lst, self.rescue, key)  # first: a free appending from now on rescues
             self.put_back(key, self.drain(lst))  # a block freed meanwhile: the key stays
         self.streams.prune(set(free))  # bound the devices noted by the streams still used
 
@@ -323,7 +310,6 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         block_size = self._block_size
         allocate_slow = state.allocate_slow
         deallocate_slow = state.deallocate_slow
-        rescue = state.rescue
         # free lists are keyed by stream_key: a handle whose key is not itself (the per-thread
         # stream; the null streams with several devices) has no list of its own, so the fast
         # paths miss and the slow paths use its key
@@ -387,8 +373,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                     known = live_pop(ptr, _NONE)
                     if known == bytes:
                         lst.append(ptr)
-                        if lst.dead is not None:  # the resource let the list go meanwhile
-                            rescue(lst)
+                        if _ANY and id(lst) in _DEAD:   # the resource let the list go
+                            _rescue(lst)                # meanwhile
                         return
                     if known is not _NONE:  # put it back; the checked path decides
                         live[ptr] = known

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, insort
+from collections import deque
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
@@ -38,6 +39,7 @@ from .._sizes import Size, config_size
 from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
 from ..stream_ref import PER_THREAD_HANDLE, IntValue
+from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
@@ -74,8 +76,8 @@ class _Keyed(dict):  # type: ignore[type-arg]
         self.key = key
         self.handle = handle
 
-    def __getitem__(self, nbytes: int) -> _FreeList:
-        found: _FreeList = self.lists[self.key(self.handle)][nbytes]
+    def __getitem__(self, nbytes: int) -> Deque[int]:
+        found: Deque[int] = self.lists[self.key(self.handle)][nbytes]
         return found
 
 
@@ -89,30 +91,13 @@ class _PerThread(_Keyed):
         super().__init__(lists, key, handle)
         self.local = threading.local()
 
-    def __getitem__(self, nbytes: int) -> _FreeList:
+    def __getitem__(self, nbytes: int) -> Deque[int]:
         try:
             key = self.local.key
         except AttributeError:  # this thread's first look-up
             key = self.local.key = self.key(self.handle)
-        found: _FreeList = self.lists[key][nbytes]
+        found: Deque[int] = self.lists[key][nbytes]
         return found
-
-
-class _FreeList(Deque[int]):
-    """A free list of one (stream, size class): a ``deque`` of block starts, and ``dead``:
-    ``None`` while the arena keeps it, ``(tag, size)`` once the arena has let it go (its stream
-    forgotten or destroyed).  A lock-free free may have fetched the list just before and append
-    to it afterwards: it reads ``dead`` after its ``append``, and if the list is dead it gives
-    the block to :meth:`_Arena.rescue`.  The arena sets ``dead`` before its last drain of the
-    list, so each block appended is seen by that drain or by the free that appended it (the
-    deque's own operations order the two): nothing is lost, and no count of references
-    decides."""
-
-    __slots__ = ("dead",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dead: Optional[Any] = None
 
 
 class _Arena:
@@ -129,8 +114,8 @@ class _Arena:
         # classes: key -> {block size -> the same lists}
         # free lists are deques: a list that the pair pattern empties and refills would give
         # its storage back and take it again on every allocate + deallocate pair
-        self.free: Dict[Any, Dict[int, _FreeList]] = {SYNC: {}}
-        self.classes: Dict[Any, Dict[int, _FreeList]] = {SYNC: {}}
+        self.free: Dict[Any, Dict[int, Deque[int]]] = {SYNC: {}}
+        self.classes: Dict[Any, Dict[int, Deque[int]]] = {SYNC: {}}
         self.live: Dict[int, int] = {}         # ptr -> requested size
         # best-fit structure: free block start -> size / tag, end -> start, sorted (size, start)
         self.fsize: Dict[int, int] = {}
@@ -271,27 +256,27 @@ class _Arena:
     def _forget_key(self, key: Any, tag: Optional[FrozenSet[Any]] = None) -> None:
         """Drop ``key``'s free-list maps (flushed, lock held) and its ordering event.  A fast
         path may have fetched one of its lists just before and append to it afterwards: each
-        list is marked dead, then drained once more, and such a free rescues its block (see
-        :class:`_FreeList`)."""
+        list is recorded as let go, then drained once more, and such a free rescues its block
+        (see ``_dead``)."""
         self.free.pop(key, None)
         classes = self.classes.pop(key, None)
         if classes:
             tag = frozenset((key,)) if tag is None else tag
             for size, lst in classes.items():
-                lst.dead = (tag, size)       # first: a free appending from now on rescues
-                self._drain(lst, size, tag)  # then the last drain (see _FreeList)
+                let_go(lst, self.rescue, (tag, size))  # first: a free appending from now
+                self._drain(lst, size, tag)            # on rescues; then the last drain
         self.streams.forget(key)
 
-    def rescue(self, lst: "_FreeList") -> None:
+    def rescue(self, lst: Deque[int], belongs: Any) -> None:
         """A lock-free free appended to ``lst`` after the arena let it go: move its blocks into
         the best-fit structure (with the tag the list died with).  Deferred until the lock is
         let go when the calling thread holds it (a finalizer run inside a slow path)."""
         lock = self.lock
         if lock.held_here():
-            lock.defer(self.rescue, lst)
+            lock.defer(self.rescue, lst, belongs)
             return
         with lock:
-            tag, size = lst.dead
+            tag, size = belongs
             self._drain(lst, size, tag)
 
     # ------------------------------------------------------------ a stream is destroyed
@@ -339,7 +324,7 @@ class _Arena:
             return ptr
         return None
 
-    def _remember(self, key: Any, nbytes: int, lst: _FreeList) -> None:
+    def _remember(self, key: Any, nbytes: int, lst: Deque[int]) -> None:
         sizes = self.free[key]
         if len(sizes) >= _MAX_SIZES_PER_STREAM:  # bound the map; it refills on misses
             sizes.clear()
@@ -529,7 +514,7 @@ class _Arena:
             classes = self.classes[key]
             lst = classes.get(size)
             if lst is None:
-                lst = classes[size] = _FreeList()
+                lst = classes[size] = deque()
             self._remember(key, nbytes, lst)
         lst.append(ptr)
 
@@ -588,7 +573,6 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         A256 = _FAST[256]                 # the default alignment: `is` spares the lookup
         allocate_slow = arena.allocate_slow
         deallocate_slow = arena.deallocate_slow
-        rescue = arena.rescue
         # the free lists are keyed by stream_key (only checked streams have an entry): a
         # created stream's key is its handle, and so are the null and legacy streams' with one
         # device visible; the per-thread stream's entry (and with several devices visible the
@@ -645,8 +629,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
                         lst.append(ptr)
-                        if lst.dead is not None:  # the arena let the list go meanwhile
-                            rescue(lst)
+                        if _ANY and id(lst) in _DEAD:   # the arena let the list go
+                            _rescue(lst)                # meanwhile
                         return
             except _MISS:
                 pass
