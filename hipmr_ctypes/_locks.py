@@ -170,10 +170,10 @@ def wait_token(take: Callable[[], Any]) -> None:
 # lock, so the claim sites are the same code on every build.  On a build with the GIL it does
 # nothing: the hot paths are unchanged.
 #
-# The lock is an ``RLock`` held around no more than the test and the delete of one slot: if the
-# garbage collector runs a finalizer there that claims another object's slot, it re-enters and
-# does the same to that object (never to the one being claimed, which the caller holds), so no
-# lock waits on itself.
+# The lock is an ``RLock`` held around no more than the delete of one slot (the claim sites
+# read the value first, so the delete never drops its last reference): if the garbage
+# collector runs a finalizer there that claims another object's slot, it re-enters and does
+# the same to that object, so no lock waits on itself.
 
 #: True on a free-threaded build (PEP 703), whether or not the GIL was turned on at run time
 FREE_THREADED: bool = ("t" in getattr(sys, "abiflags", "")
@@ -187,13 +187,12 @@ def atomic_slot(cls: type, name: str) -> None:
     if not FREE_THREADED:
         return
     member = cls.__dict__[name]          # the slot's member descriptor
-    get, set_, delete = member.__get__, member.__set__, member.__delete__
+    delete = member.__delete__
     lock = threading.RLock()
 
     def claim(obj: Any) -> None:
-        with lock:
-            value = get(obj)   # AttributeError: unset (another caller claimed it first)
-            delete(obj)
-        del value              # the last reference, if it is, goes after the lock
+        with lock:          # every delete of the slot in turn: its test for "unset" too
+            delete(obj)     # AttributeError: unset (another caller claimed it first)
 
-    setattr(cls, name, property(get, set_, claim, f"the slot {name} (claimed atomically)"))
+    setattr(cls, name, property(member.__get__, member.__set__, claim,
+                                f"the slot {name} (claimed atomically)"))
