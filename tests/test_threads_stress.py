@@ -601,3 +601,32 @@ def test_the_buffer_claim_is_atomic_on_this_build(emu):
     b._free = free   # still the owner's to give back
     b.close()
     assert b.closed
+
+
+def test_nothing_is_reported_ignored_at_exit(tmp_path):
+    """Objects alive at exit whose finalizers run while the interpreter clears module globals
+    (a pool's ``Finalizer``, a buffer's weak-reference callback on its resource's plan, threads
+    that used them): no "Exception ignored" (3.13t reported ``_registry`` being None)."""
+    import subprocess
+    code = ("import threading, hipmr_ctypes as hmr\n"
+            "class R(hmr.PoolResource):\n"
+            "    pass\n"
+            "pools = [R(hmr.AsyncMemoryResource()) for _ in range(8)]\n"
+            "bufs = []\n"
+            "def work(i):\n"
+            "    for k in range(50):\n"
+            "        b = hmr.Buffer(256 + k, resource=pools[(i + k) % 8])\n"
+            "        bufs.append(b) if k % 7 == 0 else b.close()\n"
+            "ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]\n"
+            "[t.start() for t in ts]\n"
+            "[t.join() for t in ts]\n"
+            "a, b = R(hmr.AsyncMemoryResource()), R(hmr.AsyncMemoryResource())\n"
+            "a.other, b.other = b, a   # a cycle: collected during teardown\n"
+            "print('ok')\n")
+    env = dict(os.environ, HIPMR_PLATFORM="emulated")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+        assert "Exception ignored" not in out.stderr, out.stderr[-2000:]
