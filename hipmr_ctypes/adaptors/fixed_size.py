@@ -108,7 +108,6 @@ class _Blocks:
                              self.returning)
         self.chunks[ptr] = size
         self.streams.note(key)
-        self.streams.note(key)
         self.put_back(key, list(range(ptr + size - self.block_size, ptr - 1,
                                       -self.block_size)))
 
