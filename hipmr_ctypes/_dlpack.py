@@ -203,15 +203,25 @@ def export(owner: Any, ptr: int, size: int, device: Tuple[int, int],
     return capsule
 
 
+def _refs(table: Dict[int, Any], token: int) -> int:
+    """``sys.getrefcount`` of ``table[token]`` as seen from here (-1: no such entry)."""
+    obj = table.get(token)
+    return -1 if obj is None else sys.getrefcount(obj)
+
+
+# What _refs counts for an object nobody but its table holds, measured on this build: the
+# count of the look-up's own references differs between versions (CPython 3.14 borrows them
+# on the evaluation stack), so no version's number is written here.
+_ALONE = _refs({0: object()}, 0)
+
+
 def reap() -> None:
     """Drop the capsules nobody else holds: their destructors run now, in a safe context, and
-    release the exports nobody consumed."""
+    release the exports nobody consumed.  Whether anybody else holds a capsule is only known
+    from its reference count (the consumer's references are not the package's to see)."""
     with _reap_lock:
         for token in list(_capsules):
-            capsule = _capsules.get(token)
-            # references: _capsules, `capsule`, getrefcount's argument
-            if capsule is not None and sys.getrefcount(capsule) <= 3:
-                del capsule
+            if 0 <= _refs(_capsules, token) <= _ALONE:
                 _capsules.pop(token, None)
 
 

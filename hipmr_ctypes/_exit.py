@@ -64,16 +64,19 @@ class Finalizer:
         self._ref = weakref.ref(obj, self._collected)
         _registry.add(self)
 
-    def _claim(self) -> Optional[Tuple[Callable[..., Any], Tuple[Any, ...]]]:
+    # the module's tables are bound as default arguments: the collector may run these while
+    # shutdown clears module globals
+    def _claim(self, _registry: Set["Finalizer"] = _registry
+               ) -> Optional[Tuple[Callable[..., Any], Tuple[Any, ...]]]:
         try:
-            _registry.remove(self)
+            _registry.remove(self)   # atomic on every build (one set operation)
         except KeyError:
             return None
         func, args = self._func, self._args
         self._func, self._args = None, ()
         return func, args  # type: ignore[return-value]
 
-    def _collected(self, _ref: Any) -> None:
+    def _collected(self, _ref: Any, _state: Dict[str, bool] = _state) -> None:
         claimed = self._claim()
         if claimed is not None and not _state["keep"]:
             try:

@@ -37,7 +37,8 @@ from collections import deque
 from typing import Any, Callable, Deque, List, Optional
 
 __all__ = ["AbandonedLockError", "DeferringLock", "TokenMutex", "wait_token",
-           "reset_after_fork"]
+           "reset_after_fork", "FREE_THREADED", "atomic_slot"]
+
 
 #: every DeferringLock, held weakly: a forked child makes free those that a thread of the
 #: parent held (:func:`reset_after_fork`)
@@ -209,3 +210,43 @@ def reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=reset_after_fork)
+
+
+# ---- exactly-once claims on a slot, atomic on every build ----------------------------------
+# Several objects of the package own memory through one slot (``Buffer._free``) and free it
+# exactly once: ``free = obj.slot; del obj.slot`` is the claim, and only the caller whose ``del``
+# succeeds frees.  With the GIL that is atomic: deleting a slot runs as one C call, and a second
+# ``del`` raises AttributeError.  On a free-threaded build (PEP 703) CPython 3.13 does not make
+# it atomic: the slot is tested for "unset" outside the object's lock, so two threads can both
+# delete it and both free (a double free).  :func:`atomic_slot` makes the claim atomic there: on
+# a free-threaded build it replaces the slot's descriptor with a ``property`` whose getter and
+# setter are the slot's own (C, no lock) and whose deleter tests and deletes the slot under one
+# lock, so the claim sites are the same code on every build.  On a build with the GIL it does
+# nothing: the hot paths are unchanged.
+#
+# The lock is an ``RLock`` held around no more than the delete of one slot (the claim sites
+# read the value first, so the delete never drops its last reference): if the garbage
+# collector runs a finalizer there that claims another object's slot, it re-enters and does
+# the same to that object, so no lock waits on itself.
+
+#: True on a free-threaded build (PEP 703), whether or not the GIL was turned on at run time
+FREE_THREADED: bool = ("t" in getattr(sys, "abiflags", "")
+                       or "free-threading" in sys.version)
+
+
+def atomic_slot(cls: type, name: str) -> None:
+    """Make ``del obj.<name>`` on instances of ``cls`` (a slot of ``cls``) an atomic claim on
+    this build: exactly one of several concurrent deletes succeeds, the others raise
+    AttributeError as when the slot is unset.  Nothing to do with the GIL."""
+    if not FREE_THREADED:
+        return
+    member = cls.__dict__[name]          # the slot's member descriptor
+    delete = member.__delete__
+    lock = threading.RLock()
+
+    def claim(obj: Any) -> None:
+        with lock:          # every delete of the slot in turn: its test for "unset" too
+            delete(obj)     # AttributeError: unset (another caller claimed it first)
+
+    setattr(cls, name, property(member.__get__, member.__set__, claim,
+                                f"the slot {name} (claimed atomically)"))

@@ -13,6 +13,7 @@ from . import _hip
 from ._checks import (FAST_ALIGNMENTS, MAX_PTR, check_alignment, check_size,
                       check_stream)
 from ._exit import _state as _exit_state, warn_failed_free
+from ._locks import atomic_slot
 from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
                           PyByteArray_FromStringAndSize, PyBytes_AsString,
                           PyBytes_FromStringAndSize, PyObject_GetBuffer)
@@ -160,7 +161,8 @@ _last.ref_class = None
 
 
 def _forget(key: int) -> Callable[[Any], None]:
-    def forget(wr: Any) -> None:
+    # the table is bound now: the callback may run while shutdown clears module globals
+    def forget(wr: Any, _plans: Dict[int, Tuple[Any, _State]] = _plans) -> None:
         entry = _plans.get(key)
         if entry is not None and entry[0] is wr:
             _plans.pop(key, None)
@@ -1105,6 +1107,8 @@ class Buffer:
         return (f"<Buffer {state} size={self._size} device={self._device} "
                 f"stream={self.stream!r} resource={self.resource!r}>")
 
+
+atomic_slot(Buffer, "_free")   # `del self._free` is an atomic claim on every build (_locks)
 
 _NO_SWITCH = nullcontext()
 

@@ -47,13 +47,15 @@ def test_interop_is_imported_only_on_demand():
 
 
 class Counting:
-    """An async, device-accessible resource over another that counts live allocations."""
+    """An async, device-accessible resource over another that counts live allocations (the
+    count under a lock: ``+=`` is not atomic without the GIL)."""
     properties = (hmr.device_accessible,)
 
     def __init__(self, upstream):
         self.up = upstream
         self.live = {}
         self.total = 0
+        self.lock = threading.Lock()
 
     def allocate(self, bytes, alignment=256):
         return self.allocate_async(bytes, alignment, 0)
@@ -64,7 +66,8 @@ class Counting:
     def allocate_async(self, bytes, alignment, stream):
         ptr = self.up.allocate_async(bytes, alignment, stream)
         self.live[ptr] = bytes
-        self.total += 1
+        with self.lock:
+            self.total += 1
         return ptr
 
     def deallocate_async(self, ptr, bytes, alignment, stream):

@@ -18,19 +18,23 @@ from support import check_pool_tiles
 
 class AddressSpace:
     """A fake address space: 256-aligned addresses from 1 MiB up, never reused unless
-    ``bad`` says otherwise; ``live`` maps each live address to its size."""
+    ``bad`` says otherwise; ``live`` maps each live address to its size.  Thread-safe on
+    every build: taking the next address (a read and a write of ``next``) is one step under a
+    lock, which the GIL alone does not make atomic once it is off."""
 
     def __init__(self, bad: Optional[Callable[[int, int], Any]] = None) -> None:
         self.next = 1 << 20
         self.live: Dict[int, int] = {}
         self.freed: list = []
         self.bad = bad
+        self.lock = threading.Lock()
 
     def allocate(self, nbytes: int, alignment: int) -> Any:
         if not nbytes:
             return 0
-        ptr = self.next
-        self.next += (nbytes + 4095) & ~4095
+        with self.lock:
+            ptr = self.next
+            self.next += (nbytes + 4095) & ~4095
         if self.bad is not None:
             forced = self.bad(ptr, nbytes)
             if forced is not None:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The harness, imported first by every scenario.  It lives in a module of its own, not in
@@ -364,6 +366,8 @@ def test_the_harness_sees_failed_calls_and_leaks(tmp_path):
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if not n.startswith("control")])
 def test_exit_with_everything_alive(name, tmp_path):
     """Exit with everything alive: nothing fails, nothing is printed."""
+    if name.startswith("daemon") and DAEMON_EXIT_HANGS:
+        pytest.skip(DAEMON_EXIT_REASON)
     proc, report, _ = _run(name, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "", proc.stdout[-2000:]

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import operator
-from sys import getrefcount
-from typing import Any, Dict, List
+from collections import deque
+from typing import Any, Deque, Dict, List
 
 from .._sizes import Size, config_size
 from .._exit import finalize
@@ -12,6 +12,7 @@ from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
+from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
 from ._order import StreamOrder, handle_of, stream_keys, track_streams
 
 __all__ = ["FixedSizeResource"]
@@ -36,12 +37,12 @@ class _Blocks:
         self.up_alloc_async = up.allocate_async if is_async else None
         self.block_size = block_size
         self.per_chunk = per_chunk
-        self.free: Dict[Any, List[int]] = {SYNC: []}   # SYNC or stream key -> free blocks
+        # SYNC or stream key -> free blocks (deques: see _dead)
+        self.free: Dict[Any, Deque[int]] = {SYNC: deque()}
         self.live: Dict[int, int] = {}                  # ptr -> requested size
         self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
         self.returning: Dict[int, int] = {}             # chunks on their way back
         self.streams = StreamOrder()
-        self.graveyard: List[Any] = []                  # see forget_streams
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
 
     def holds_stream(self, handle: int) -> bool:
@@ -51,17 +52,37 @@ class _Blocks:
     def stream_closed(self, handle: int) -> None:
         """The package is about to destroy stream ``handle``, whose work is complete: its
         blocks go to the host's list (safe for every stream) and it is forgotten.  A free may
-        have fetched its list just before: the list waits in ``graveyard`` under SYNC."""
+        have fetched its list just before: see ``_dead``."""
         with self.lock:
             lst = self.free.pop(handle, None)
             if lst is not None:
+                let_go(lst, self.rescue, SYNC)  # first: a free appending from now on rescues
                 self.free[SYNC].extend(self.drain(lst))
-                if getrefcount(lst) > 2:  # `lst`, the argument; more: a free holds it
-                    self.graveyard.append((SYNC, lst))
             self.streams.drop(handle)
 
+    def rescue(self, lst: Deque[int], belongs: Any) -> None:
+        """A lock-free free appended to ``lst`` after the resource let it go: move its blocks
+        to the list of the key it died with.  Deferred until the lock is let go when the
+        calling thread holds it (a finalizer run inside a locked section)."""
+        lock = self.lock
+        if lock.held_here():
+            lock.defer(self.rescue, lst, belongs)
+            return
+        with lock:
+            self.put_back(belongs, self.drain(lst))
+
+    def put_back(self, key: Any, blocks: List[int]) -> None:
+        """Put ``blocks`` on the free list of ``key``, made anew if it was forgotten (lock
+        held)."""
+        if blocks:
+            lst = self.free.get(key)
+            if lst is None:
+                self.streams.note(key)
+                lst = self.free[key] = deque()
+            lst.extend(blocks)
+
     @staticmethod
-    def drain(lst: List[int]) -> List[int]:
+    def drain(lst: Deque[int]) -> List[int]:
         """Every block of ``lst``, taken with atomic pops (frees may append meanwhile)."""
         out: List[int] = []
         pop = lst.pop
@@ -88,8 +109,8 @@ class _Blocks:
                              self.returning)
         self.chunks[ptr] = size
         self.streams.note(key)
-        lst = self.free.setdefault(key, [])
-        lst.extend(range(ptr + size - self.block_size, ptr - 1, -self.block_size))
+        self.put_back(key, list(range(ptr + size - self.block_size, ptr - 1,
+                                      -self.block_size)))
 
     def take(self, key: Any) -> Any:
         """A free block for ``key`` (lock held): ``(ptr, None)``, or, for the host, ``(None,
@@ -116,9 +137,8 @@ class _Blocks:
                     ev.close()
                 return self.take(key)
             self.streams.order((source,), key)
-            self.streams.note(key)
-            mine = free.setdefault(key, [])
-            mine.extend(self.drain(free[source]))
+            self.put_back(key, self.drain(free[source]))
+            mine = free.get(key)
             if mine:
                 return mine.pop(), None
         self.grow(key)
@@ -145,7 +165,8 @@ class _Blocks:
             for ev in events:
                 ev.synchronize()
         except BaseException:
-            self.free[source].extend(blocks)
+            with self.lock:
+                self.put_back(source, blocks)
             raise
         finally:
             for ev in events:
@@ -169,8 +190,10 @@ class _Blocks:
             lst = self.free.get(key)
             if lst is None:  # a new stream: its device first
                 self.streams.note(key)
-                lst = self.free.setdefault(key, [])
+                lst = self.free.setdefault(key, deque())
             lst.append(ptr)  # atomic
+            if _ANY and id(lst) in _DEAD:   # the resource let the list go meanwhile
+                _rescue(lst)
             return
         if known is not None:
             live[ptr] = known
@@ -179,24 +202,13 @@ class _Blocks:
     def forget_streams(self) -> None:
         """Forget the streams with nothing cached (lock held), so that the state kept is
         bounded by the streams in use.  A free may have fetched a list just before and append
-        to it afterwards: such lists wait in ``graveyard``, whose blocks go back to their
-        stream's list at every release, until nobody else holds them."""
+        to it afterwards: see ``_dead``."""
         free = self.free
-        keep = []
-        for key, lst in self.graveyard:
-            blocks = self.drain(lst)
-            if blocks:
-                free.setdefault(key, []).extend(blocks)
-            if getrefcount(lst) > 3:  # the tuple, `lst`, the argument; more: a free holds it
-                keep.append((key, lst))
         for key in [k for k, lst in list(free.items()) if k is not SYNC and not lst]:
-            lst = free.pop(key, None)
-            if lst is not None:
-                keep.append((key, lst))
-        self.graveyard[:] = [(k, lst) for k, lst in keep if lst or getrefcount(lst) > 3]
-        used = set(free)  # bound the devices noted by the streams still used
-        used.update(k for k, _ in self.graveyard)
-        self.streams.prune(used)
+            lst = free.pop(key)
+            let_go(lst, self.rescue, key)  # first: a free appending from now on rescues
+            self.put_back(key, self.drain(lst))  # a block freed meanwhile: the key stays
+        self.streams.prune(set(free))  # bound the devices noted by the streams still used
 
     def release(self) -> int:
         # the runtime may block (event waits, the upstream's frees): the lock is let go for
@@ -209,14 +221,15 @@ class _Blocks:
                 events = self.streams.record_for_host(list(moved))
             except BaseException:
                 for k, blocks in moved.items():
-                    free[k].extend(blocks)
+                    self.put_back(k, blocks)
                 raise
         try:
             for ev in events:
                 ev.synchronize()
         except BaseException:
-            for k, blocks in moved.items():
-                free[k].extend(blocks)
+            with self.lock:
+                for k, blocks in moved.items():
+                    self.put_back(k, blocks)
             raise
         finally:
             for ev in events:
@@ -361,6 +374,8 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                     known = live_pop(ptr, _NONE)
                     if known == bytes:
                         lst.append(ptr)
+                        if _ANY and id(lst) in _DEAD:   # the resource let the list go
+                            _rescue(lst)                # meanwhile
                         return
                     if known is not _NONE:  # put it back; the checked path decides
                         live[ptr] = known

@@ -31,7 +31,6 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, insort
 from collections import deque
-from sys import getrefcount
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
@@ -40,6 +39,7 @@ from .._sizes import Size, config_size
 from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
 from ..stream_ref import PER_THREAD_HANDLE, IntValue
+from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
                     check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
@@ -128,9 +128,6 @@ class _Arena:
         self.pending = 0                       # bytes being asked of the upstream right now
         self.peak_pool_size = 0
         self.streams = StreamOrder()           # events for cross-stream reuse
-        # (tag, size, list): free lists of streams forgotten by _flush_all that a fast path
-        # may still hold: drained by every flush, dropped once empty and held by nobody else
-        self.graveyard: List[Any] = []
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
 
     # ----------------------------------------------------------------- best-fit structure
@@ -250,7 +247,6 @@ class _Arena:
             self._flush(key)
             if key is not SYNC:
                 self._forget_key(key)
-        self._drain_graveyard()
         used = set(self.classes)  # bound the devices noted by the streams still used
         for tag in self.ftag.values():
             if tag:
@@ -259,26 +255,29 @@ class _Arena:
 
     def _forget_key(self, key: Any, tag: Optional[FrozenSet[Any]] = None) -> None:
         """Drop ``key``'s free-list maps (flushed, lock held) and its ordering event.  A fast
-        path may have fetched one of its lists just before and append to it afterwards: the
-        lists go to the graveyard, which later flushes drain."""
+        path may have fetched one of its lists just before and append to it afterwards: each
+        list is recorded as let go, then drained once more, and such a free rescues its block
+        (see ``_dead``)."""
         self.free.pop(key, None)
         classes = self.classes.pop(key, None)
         if classes:
             tag = frozenset((key,)) if tag is None else tag
-            self.graveyard.extend((tag, size, lst) for size, lst in classes.items())
+            for size, lst in classes.items():
+                let_go(lst, self.rescue, (tag, size))  # first: a free appending from now
+                self._drain(lst, size, tag)            # on rescues; then the last drain
         self.streams.forget(key)
 
-    def _drain_graveyard(self) -> None:
-        keep = []
-        drain = self._drain
-        for entry in self.graveyard:
-            tag, size, lst = entry
-            drain(lst, size, tag)
-            # references: the entry, `lst`, getrefcount's argument; more: a fast path (or a
-            # forgotten map it fetched) that may still append to it
-            if getrefcount(lst) > 3:
-                keep.append(entry)
-        self.graveyard[:] = keep
+    def rescue(self, lst: Deque[int], belongs: Any) -> None:
+        """A lock-free free appended to ``lst`` after the arena let it go: move its blocks into
+        the best-fit structure (with the tag the list died with).  Deferred until the lock is
+        let go when the calling thread holds it (a finalizer run inside a slow path)."""
+        lock = self.lock
+        if lock.held_here():
+            lock.defer(self.rescue, lst, belongs)
+            return
+        with lock:
+            tag, size = belongs
+            self._drain(lst, size, tag)
 
     # ------------------------------------------------------------ a stream is destroyed
     def holds_stream(self, handle: int) -> bool:
@@ -293,7 +292,6 @@ class _Arena:
             if handle in self.classes:
                 self._flush(handle, _CLEAN)
                 self._forget_key(handle, _CLEAN)
-                self._drain_graveyard()
             self._forget_streams(clean)
             self.streams.drop(handle)
 
@@ -631,6 +629,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
                         lst.append(ptr)
+                        if _ANY and id(lst) in _DEAD:   # the arena let the list go
+                            _rescue(lst)                # meanwhile
                         return
             except _MISS:
                 pass

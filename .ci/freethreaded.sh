@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# CI's free-threaded step: builds (or reuses) a free-threaded CPython with
+# .ci/build_freethreaded.sh, then runs the thread-related tests and a longer stress run of
+# tests/test_threads_stress.py on it with the GIL off (-X gil=0 and PYTHON_GIL=0), checked by
+# .ci/nogil_check.py before the run, after every test and at the end: the step fails if the GIL
+# is ever on.  FREETHREADED_VERSION=3.14 for 3.14t; HIPMR_STRESS multiplies the stress run's
+# operations (default 5).  Needs network for the source tarball and PyPI (pytest; numpy when a
+# wheel for the build exists, else the tests that need it skip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="$(.ci/build_freethreaded.sh "${FREETHREADED_VERSION:-3.13}" | tail -n 1)"
+VENV="$(mktemp -d)/venv"
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "pytest>=7"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --only-binary=:all: numpy \
+    || echo "no numpy wheel for $("$PY" -c 'import sys; print(sys.version)'): its tests skip"
+export PYTHON_GIL=0 HIPMR_PLATFORM=emulated HIPMR_REQUIRE_NO_GIL=1 PYTHONPATH=.ci
+run() { "$VENV/bin/python" -X gil=0 -m pytest -q -p nogil_check "$@"; }
+run tests/test_threads_stress.py tests/test_threads.py tests/test_pool_threads.py \
+    tests/test_locks.py tests/test_gc_locks.py tests/test_thread_exit.py tests/test_exit.py \
+    tests/test_shutdown.py tests/test_buffer.py tests/test_misbehaving_upstreams.py \
+    tests/test_adaptors_logging.py tests/test_logging_failures.py tests/test_per_device.py \
+    tests/test_interop.py tests/test_stream_lifetime.py tests/test_pool.py \
+    tests/test_adaptors_fixed_size.py
+HIPMR_STRESS="${HIPMR_STRESS:-5}" run tests/test_threads_stress.py
