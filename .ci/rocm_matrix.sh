@@ -8,7 +8,8 @@
 #
 # Environment: PYTHON (the interpreter to test, default python3; a venv's python works),
 # ROCM_MATRIX_DIR (the one download and unpack folder of a run, shared by its steps; default
-# ${TMPDIR:-/tmp}/hipmr-rocm-matrix).
+# ${TMPDIR:-/tmp}/hipmr-rocm-matrix), ROCM_MATRIX_MIRROR (the Debian archive, default
+# http://deb.debian.org/debian).
 #
 # How: `apt-get download` fetches the .deb files through a private sources list, package lists
 # and cache (the -o Dir::... options below; the system's apt state is never touched), the
