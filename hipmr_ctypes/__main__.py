@@ -71,6 +71,26 @@ def _package_version(path: Optional[str]) -> Optional[str]:
     return _dpkg_release(real) or (_dpkg_release(path) if real != path else None)
 
 
+#: the ROCm releases whose HIP runtime is HIP <major>.<minor> (a ROCm x.y release ships HIP x.y,
+#: e.g. ROCm 6.4.3's libamdhip64.so.6.4.43484); HIP minors past the last release here come
+#: from development builds (HIP 7.12 ...), which name no ROCm release
+_ROCM_RELEASES = {5: 7, 6: 4, 7: 2}  # major -> the newest minor released
+
+
+def rocm_release(hip_version: Any) -> Optional[str]:
+    """The ROCm release of a HIP runtime version ``(major, minor, patch)``, in a user's words:
+    ``"ROCm 6.4"``; a development build (a minor past the releases known here) is ``"a ROCm 7
+    development build"``; None for anything else."""
+    try:
+        major, minor = int(hip_version[0]), int(hip_version[1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    newest = _ROCM_RELEASES.get(major)
+    if newest is None or minor < 0:
+        return None
+    return f"ROCm {major}.{minor}" if minor <= newest else f"a ROCm {major} development build"
+
+
 def _why_no_device(platform: str, err: Optional[BaseException]) -> str:
     what = {"amd": "no AMD GPU visible", "nvidia": "no NVIDIA GPU visible",
             "emulated": "HIPMR_EMULATED_DEVICES is 0"}[platform]
@@ -152,6 +172,8 @@ def collect_info() -> Dict[str, Any]:
         except hmr.HipError as exc:
             report[key] = None
             report[key + "_error"] = str(exc)
+    if platform == "amd" and report.get("runtime_version"):
+        report["rocm_release"] = rocm_release(report["runtime_version"].split("."))
     import ctypes
     count = ctypes.c_int(0)
     st = rt.fn.hipGetDeviceCount(count)
@@ -196,7 +218,8 @@ def print_info(report: Dict[str, Any]) -> None:
     version = report.get("release") or report.get("runtime_version")
     print(f"library: {lib}" + (f" (release {version})" if report.get("library") and version
                                else ""))
-    print(f"runtime version: {report.get('runtime_version')}; "
+    words = f" ({report['rocm_release']})" if report.get("rocm_release") else ""
+    print(f"runtime version: {report.get('runtime_version')}{words}; "
           f"driver version: {report.get('driver_version')}")
     config = report.get("device_resource")
     if config:

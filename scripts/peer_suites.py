@@ -141,7 +141,19 @@ def _say_why_empty(label: str, head: str) -> None:
     first = next((i for i, line in enumerate(lines)
                   if "Error" in line or "error" in line or "Traceback" in line), 0)
     print(f"!! {label} collected no test; its first error lines:", flush=True)
-    for line in lines[max(0, first - 2):first + 14] or ["(no output)"]:
+    shown = list(range(max(0, first - 2), min(len(lines), first + 14)))
+    # the exception that ends this traceback (its last frame and the "XError: message" line),
+    # however many frames and caret lines the Python version prints before it (3.13 prints
+    # more than 3.11)
+    tb = next((i for i in range(max(0, first - 2), len(lines))
+               if lines[i].startswith("Traceback")), None)
+    end = None if tb is None else next(
+        (i for i in range(tb + 1, len(lines)) if lines[i] and not lines[i][0].isspace()), None)
+    if end is not None and end not in shown:
+        shown = [i for i in shown if i <= tb + 2] + [-1] + list(range(max(tb + 3, end - 2),
+                                                                      end + 1))
+    for i in shown or [-2]:
+        line = "..." if i == -1 else "(no output)" if i == -2 else lines[i]
         print(f"   {line}", flush=True)
 
 

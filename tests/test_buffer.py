@@ -612,8 +612,17 @@ def test_numpy_from_dlpack(exports, emulator):
         view = np.from_dlpack(buf)
         assert view.dtype == np.uint8 and view.shape == (1000,)
         assert view.tobytes() == data
-        view[:3] = 7  # the same memory, not a copy
+        assert view.ctypes.data == buf.ptr  # the same memory, not a copy
+        # numpy before 2.1 marks every DLPack import read-only (its DLPack 0.x import has no
+        # read-only flag to read); from 2.1 a writable export gives a writable array
+        numpy_version = tuple(int(x) for x in np.__version__.split(".")[:2])
+        assert view.flags.writeable == (numpy_version >= (2, 1))
+        if view.flags.writeable:
+            view[:3] = 7
+        else:
+            buf.copy_from_host(b"\x07\x07\x07")
         assert buf.tobytes()[:4] == b"\x07\x07\x07" + data[3:4]
+        assert view[:4].tobytes() == b"\x07\x07\x07" + data[3:4]
         del buf
         gc.collect()
         assert view[3] == data[3]  # still alive through the export
