@@ -21,5 +21,5 @@ run tests/test_threads_stress.py tests/test_threads.py tests/test_pool_threads.p
     tests/test_shutdown.py tests/test_buffer.py tests/test_misbehaving_upstreams.py \
     tests/test_adaptors_logging.py tests/test_logging_failures.py tests/test_per_device.py \
     tests/test_interop.py tests/test_stream_lifetime.py tests/test_pool.py \
-    tests/test_adaptors_fixed_size.py
+    tests/test_adaptors_fixed_size.py tests/test_reliability_round3_threads.py
 HIPMR_STRESS="${HIPMR_STRESS:-5}" run tests/test_threads_stress.py
