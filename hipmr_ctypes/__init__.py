@@ -20,6 +20,7 @@ else:
 _LAZY_MODULES = {  # (each module's names in one string: less to compile without .pyc)
     "_hip.errors": "HipError InvalidHandleError InvalidValueError LibraryNotFoundError "
                    "NoDeviceError NotReadyError NotSupportedError OutOfMemoryError",
+    "_hip.fork": "ForkedChildError",
     "properties": "Property device_accessible forward_property get_property has_property "
                   "has_property_with host_accessible property_with_value",
     "concepts": "AsyncResource Resource is_async_resource is_async_resource_with is_resource "
@@ -46,7 +47,7 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
 }
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names.split()}
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
-_SUBMODULES = frozenset("""adaptors buffer concepts device properties resource_ref resources stream
+_SUBMODULES = frozenset("""adaptors buffer cccl3 concepts device properties resource_ref resources stream
     stream_ref ipc _checks _exit _hip _limits _locks _sizes _thread_exit errors initialization logfile
     plot statistics""".split())
 

@@ -3,6 +3,7 @@ defines it (at run time ``__init__.py`` loads each on first use)."""
 from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError,
                           LibraryNotFoundError, NoDeviceError, NotReadyError,
                           NotSupportedError, OutOfMemoryError)
+from ._hip.fork import ForkedChildError
 from .properties import (Property, device_accessible, forward_property, get_property,
                          has_property, has_property_with, host_accessible,
                          property_with_value)
@@ -31,7 +32,8 @@ from .initialization import (available_device_memory, disable_logging, enable_lo
 from . import logfile as logfile, plot as plot  # submodules used as hmr.plot.timeline(...)
 
 __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
-    "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError", "Property",
+    "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError",
+    "ForkedChildError", "Property",
     "device_accessible", "forward_property", "get_property", "has_property", "has_property_with",
     "host_accessible", "property_with_value", "AsyncResource", "Resource", "is_async_resource",
     "is_async_resource_with", "is_resource", "is_resource_with", "DEFAULT_ALIGNMENT",

@@ -37,7 +37,8 @@ from collections import deque
 from typing import Any, Callable, Deque, List, Optional
 
 __all__ = ["AbandonedLockError", "DeferringLock", "TokenMutex", "wait_token",
-           "reset_after_fork", "FREE_THREADED", "atomic_slot"]
+           "reset_after_fork", "FREE_THREADED", "atomic_slot", "on_forked_child",
+           "run_forked_child_hooks"]
 
 
 #: every DeferringLock, held weakly: a forked child makes free those that a thread of the
@@ -210,6 +211,26 @@ def reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=reset_after_fork)
+
+#: what a child forked after the runtime started must also refuse (the layers above the
+#: binding register here: this leaf is the one place both may reach); run by the binding's
+#: fork handler once it has refused the runtime (``hipmr_ctypes._hip.fork``)
+_forked_child_hooks: List[Callable[[], None]] = []
+
+
+def on_forked_child(hook: Callable[[], None]) -> None:
+    """Run ``hook()`` in a child forked after the runtime started in its parent."""
+    _forked_child_hooks.append(hook)
+
+
+def run_forked_child_hooks() -> None:
+    """Run every hook of :func:`on_forked_child` (their errors dropped: nobody to report to
+    inside ``fork``)."""
+    for hook in list(_forked_child_hooks):
+        try:
+            hook()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 # ---- exactly-once claims on a slot, atomic on every build ----------------------------------

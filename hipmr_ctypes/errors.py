@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
                           NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
+from ._hip.fork import ForkedChildError
 
 __all__ = ["HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
-           "InvalidHandleError", "NotSupportedError", "LibraryNotFoundError"]
+           "InvalidHandleError", "NotSupportedError", "LibraryNotFoundError", "ForkedChildError"]

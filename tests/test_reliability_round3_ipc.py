@@ -662,3 +662,45 @@ def test_the_nvidia_address_range_is_the_drivers(monkeypatch):
     assert libcuda.calls[-1][0] == "cuMemGetAddressRange_v2" and libcuda.calls[-1][3] == 0x1000
     libcuda.results["cuMemGetAddressRange_v2"] = 1
     assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 1
+
+
+def _child_uses_sub_allocators(resources, out):
+    """Every cached block of the inherited pool / fixed-size resource is the parent's: each
+    allocation and free refuses, naming the fork."""
+    seen = []
+    for mr in resources:
+        for attempt in (lambda: mr.allocate(4096), lambda: mr.deallocate(1 << 20, 4096),
+                        lambda: mr.allocate_async(4096, 256, 0),
+                        lambda: mr.deallocate_async(1 << 20, 4096, 256, 0)):
+            try:
+                attempt()
+                seen.append("allowed")
+            except hmr.ForkedChildError:
+                seen.append("refused")
+            except Exception as exc:  # noqa: BLE001
+                seen.append(repr(exc))
+    out.put(seen)
+
+
+def test_a_forked_child_refuses_the_inherited_sub_allocators(emulator):
+    ctx = _fork_context()
+    shared = hmr.AsyncMemoryResource(enable_ipc=True)
+    pool = hmr.PoolResource(shared, initial_pool_size=1 << 16)
+    fixed = hmr.FixedSizeResource(shared, block_size=4096, blocks_to_preallocate=4)
+    keep = [hmr.Buffer.from_host(_pattern(4096, 5), resource=r) for r in (pool, fixed)]
+    for r in (pool, fixed):           # blocks the children's copies see as free
+        r.deallocate(r.allocate(4096), 4096)
+    out = ctx.Queue()
+    proc = ctx.Process(target=_child_uses_sub_allocators, args=((pool, fixed), out))
+    proc.start()
+    seen = out.get(timeout=TIMEOUT)
+    proc.join(TIMEOUT)
+    assert proc.exitcode == 0
+    assert seen == ["refused"] * 8
+    for buf in keep:                  # the parent's memory: untouched, and still its own
+        assert buf.tobytes() == _pattern(4096, 5)
+    for r in (pool, fixed):
+        with hmr.Buffer(4096, resource=r) as again:
+            again.memset(3)
+    assert all(buf.tobytes() == _pattern(4096, 5) for buf in keep)
+    assert issubclass(hmr.ForkedChildError, hmr.HipError)

@@ -21,7 +21,10 @@ the package had been used, not merely imported), :func:`after_fork_in_child` mak
   parent's;
 * ``get_runtime``'s lock free again if a thread of the parent held it (the package's other
   locks: ``hipmr_ctypes._locks.reset_after_fork``), so nothing waits on a thread that does
-  not exist in the child.
+  not exist in the child;
+* the hooks of ``hipmr_ctypes._locks.on_forked_child`` run: the pool and fixed-size
+  sub-allocators then refuse every allocation and free (the blocks they cache are the
+  parent's memory, shared with it on the emulated platform's IPC pools).
 
 A child forked before the runtime started is an ordinary process.  Nothing here runs on a hot
 path: the handler runs at ``fork`` only, registered when the runtime is first created.
@@ -90,6 +93,8 @@ def after_fork_in_child() -> None:
     emulator = getattr(rt, "emulator", None)
     if emulator is not None:
         emulator.fail_after_fork()
+    from .._locks import run_forked_child_hooks
+    run_forked_child_hooks()   # the sub-allocators' cached blocks are the parent's too
 
 
 def install() -> None:

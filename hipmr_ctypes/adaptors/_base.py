@@ -22,10 +22,13 @@ so that tracebacks, profilers and argument errors read as calls of the public me
 """
 from __future__ import annotations
 
+import weakref
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .._exit import finalizer
+from .._locks import on_forked_child
+from ..errors import ForkedChildError
 from ..concepts import is_async_resource, is_resource
 from ..properties import DEFAULT_ALIGNMENT, forward_property
 from ..resource_ref import async_resource_ref, resource_ref
@@ -497,3 +500,29 @@ class BoundMethods(_Declared):
 
 class BoundAdaptor(BoundMethods, Adaptor):
     """An :class:`Adaptor` with :class:`BoundMethods`."""
+
+
+# ---- a forked child: the sub-allocators refuse ------------------------------------------------
+#: the pool and fixed-size resources of this process, weakly: in a child forked after the
+#: runtime started they refuse every call (the blocks they cache are the parent's memory)
+_SUB_ALLOCATORS: "weakref.WeakSet[BoundMethods]" = weakref.WeakSet()
+
+
+def refuse_in_forked_child(resource: BoundMethods) -> None:
+    """Make ``resource`` (a sub-allocator) refuse every call in a child forked after the
+    runtime started (see ``hipmr_ctypes._hip.fork``)."""
+    _SUB_ALLOCATORS.add(resource)
+
+
+def _refusal() -> Callable[..., Any]:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise ForkedChildError()
+    return refused
+
+
+def _refuse_sub_allocators() -> None:
+    for resource in list(_SUB_ALLOCATORS):
+        resource._install(_refusal(), _refusal(), _refusal(), _refusal())
+
+
+on_forked_child(_refuse_sub_allocators)

@@ -11,7 +11,8 @@ from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
-                    check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
+                    check_upstream_chunk, give_back_chunks, overlaps, refuse_in_forked_child,
+                    return_chunks, round_up)
 from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
 from ._order import StreamOrder, handle_of, stream_keys, track_streams
 
@@ -294,6 +295,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             state.grow(SYNC)
         finalize(self, give_back_chunks, state.up_dealloc, state.chunks)
         self._bind(state)
+        refuse_in_forked_child(self)
 
     def _bind(self, state: _Blocks) -> None:
         """Allocations pop under the lock, taken with ``try_acquire(False)`` (a busy lock

@@ -42,7 +42,8 @@ from ..stream_ref import PER_THREAD_HANDLE, IntValue
 from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
 from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
                     check_alignment, check_free, check_ptr, check_size, check_stream,
-                    check_upstream_chunk, give_back_chunks, overlaps, return_chunks, round_up)
+                    check_upstream_chunk, give_back_chunks, overlaps, refuse_in_forked_child,
+                    return_chunks, round_up)
 from ._order import (StreamOrder, handle_of, own_keys_below,
                      stream_keys, track_streams)
 
@@ -556,6 +557,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 arena._add_chunk(initial, SYNC)
         finalize(self, give_back_chunks, arena.up_dealloc, arena.chunks)
         self._bind(arena)
+        refuse_in_forked_child(self)
 
     def _bind(self, arena: _Arena) -> None:
         """Build the hot-path closures and store them on the instance.
