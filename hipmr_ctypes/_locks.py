@@ -214,19 +214,25 @@ os.register_at_fork(after_in_child=reset_after_fork)
 
 #: what a child forked after the runtime started must also refuse (the layers above the
 #: binding register here: this leaf is the one place both may reach); run by the binding's
-#: fork handler once it has refused the runtime (``hipmr_ctypes._hip.fork``)
-_forked_child_hooks: List[Callable[[], None]] = []
+#: fork handler once it has refused the runtime (``hipmr_ctypes._hip.fork``).  Held weakly: a
+#: hook lives as long as its module, and this leaf (torn down last at exit) keeps no other
+#: module's globals alive through it
+_forked_child_hooks: List["weakref.ref[Callable[[], None]]"] = []
 
 
 def on_forked_child(hook: Callable[[], None]) -> None:
-    """Run ``hook()`` in a child forked after the runtime started in its parent."""
-    _forked_child_hooks.append(hook)
+    """Run ``hook()`` in a child forked after the runtime started in its parent (``hook``
+    must be kept alive by its owner, a module-level function for example)."""
+    _forked_child_hooks.append(weakref.ref(hook))
 
 
 def run_forked_child_hooks() -> None:
-    """Run every hook of :func:`on_forked_child` (their errors dropped: nobody to report to
-    inside ``fork``)."""
-    for hook in list(_forked_child_hooks):
+    """Run every live hook of :func:`on_forked_child` (their errors dropped: nobody to
+    report to inside ``fork``)."""
+    for ref in list(_forked_child_hooks):
+        hook = ref()
+        if hook is None:
+            continue
         try:
             hook()
         except Exception:  # noqa: BLE001
