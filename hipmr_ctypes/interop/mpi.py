@@ -106,7 +106,7 @@ def _rank(value: Any, name: str, special: Tuple[int, ...] = ()) -> int:
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < 0 and value not in special:
         raise ValueError(f"{name}={value} is not a rank")
-    return value
+    return int(value)
 
 
 def _host_view(buf: Buffer) -> Any:
