@@ -968,7 +968,8 @@ case("Device.can_access_peer-string", "Device", _none,
 
 # ---- names with nothing to misuse -----------------------------------------------------------------
 for name in ("HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFoundError",
-             "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError"):
+             "NoDeviceError", "NotReadyError", "NotSupportedError", "OutOfMemoryError",
+             "ForkedChildError"):
     EXEMPT[name] = "an exception class: constructed by the library, any arguments are kept"
 EXEMPT["Property"] = "the base class (rejected as a property: see *-prop-base-class)"
 EXEMPT["device_accessible"] = EXEMPT["host_accessible"] = "a property tag class, no arguments"
