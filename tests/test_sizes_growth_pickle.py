@@ -100,7 +100,8 @@ def test_every_exception_class_survives_a_pickle_round_trip():
     from hipmr_ctypes import errors
     made = [errors.HipError(1, "hipErrorInvalidValue", "bad", "hipMalloc"),
             errors.OutOfMemoryError(call="PoolResource.allocate", size=5, detail="d"),
-            errors.LibraryNotFoundError("no library", tried=("/a", "/b"))]
+            errors.LibraryNotFoundError("no library", tried=("/a", "/b")),
+            errors.ForkedChildError("hipMalloc")]
     for name in ("NotReadyError", "NoDeviceError", "InvalidValueError", "InvalidHandleError",
                  "NotSupportedError"):
         made.append(getattr(errors, name)(1, name, "m", "call"))
