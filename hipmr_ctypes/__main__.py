@@ -112,30 +112,30 @@ class ConfigurationError(Exception):
 
 def configuration_error(exc: BaseException, platform: Optional[str]) -> ConfigurationError:
     """The one-line message and the fitting hint for an error that stopped the runtime from
-    loading."""
-    text = str(exc)
-    first, _, rest = text.partition("\n")
+    loading.  The hint is chosen by what the error carries (its type, the variable a
+    ``search.setting_error`` names, the library problem a ``NotSupportedError`` notes), never
+    by its text."""
+    first = str(exc).partition("\n")[0]
     if isinstance(exc, hmr.LibraryNotFoundError):
-        tried = [line.strip() for line in rest.splitlines() if line.startswith("  ")]
-        advice = [line.strip() for line in rest.splitlines()
-                  if line.strip() and not line.startswith("  ")]
-        message = first.rstrip(":; ") + (": " + "; ".join(tried) if tried else "")
+        tried = [entry.strip() for entry in exc.tried]
+        head = f"could not load {exc._what}; tried" if exc._what else first.rstrip(":; ")
+        message = head + (": " + "; ".join(tried) if tried else "")
+        advice = [line.strip() for line in exc._hint.splitlines() if line.strip()]
         hint = " ".join(advice) or "set HIPMR_LIBRARY to the exact library file"
         return ConfigurationError(message, hint)
-    if "HIPMR_PLATFORM" in text:
+    setting = getattr(exc, "setting", None) if isinstance(exc, ValueError) else None
+    if setting == "HIPMR_PLATFORM":
         return ConfigurationError(first, "set HIPMR_PLATFORM to amd, nvidia or emulated, or "
                                          "unset it (default: amd)")
-    for variable in ("HIPMR_EMULATED_DEVICES", "HIPMR_EMULATED_MEMORY",
-                     "HIPMR_EMULATED_HOST_MEMORY", "HIPMR_EMULATED_VERSION",
-                     "HIPMR_EMULATED_MISSING"):
-        if variable in text:
-            return ConfigurationError(first, f"fix {variable} or unset it (the README's "
-                                             f"'Environment variables' lists the forms)")
-    if isinstance(exc, hmr.NotSupportedError) and ("not a HIP" in text or "not a CUDA" in text):
+    if isinstance(setting, str):
+        return ConfigurationError(first, f"fix {setting} or unset it (the README's "
+                                         f"'Environment variables' lists the forms)")
+    problem = exc._library_problem if isinstance(exc, hmr.NotSupportedError) else None
+    if problem == "not a runtime":
         lib = "libcudart" if platform == "nvidia" else "libamdhip64"
         return ConfigurationError(first, f"point HIPMR_LIBRARY at {lib}, or unset it to search "
                                          f"the usual places")
-    if isinstance(exc, hmr.NotSupportedError) and "too old" in text:
+    if problem == "too old":
         return ConfigurationError(first, "install a newer runtime (ROCm 5.2 or later), or point "
                                          "HIPMR_LIBRARY at one")
     hint = "set HIPMR_LIBRARY to the exact library file"

@@ -13,13 +13,11 @@ from typing import Any, Dict, Optional
 from ._limits import MAX_ADDRESS
 from .stream_ref import HANDLE_READERS, as_stream_handle, stream_ref
 
-__all__ = ["MAX_SIZE", "MAX_PTR", "STREAM_REF", "FAST_ALIGNMENTS", "check_size",
+__all__ = ["MAX_SIZE", "STREAM_REF", "FAST_ALIGNMENTS", "check_size",
            "check_alignment", "check_ptr", "check_stream"]
 
 #: Largest size accepted, in bytes: anything larger raises ValueError.
 MAX_SIZE = 1 << 63
-#: Largest pointer / stream handle (an address): ``2**64 - 1``.
-MAX_PTR = MAX_ADDRESS
 #: The stream_ref class, for ``type(stream) is STREAM_REF`` fast paths.
 STREAM_REF = stream_ref
 #: alignment -> alignment for every power of two up to 256 (the default alignment).
@@ -70,7 +68,7 @@ def check_alignment(value: Any, max_alignment: Optional[int] = None,
 def check_ptr(value: Any, name: str = "ptr") -> int:
     """``value`` as a pointer: an int address in ``[0, 2**64)``."""
     ptr = _as_int(value, name, "address")
-    if not 0 <= ptr <= MAX_PTR:
+    if not 0 <= ptr <= MAX_ADDRESS:
         raise ValueError(f"{name}={ptr:#x} is not an address in [0, 2**64)")
     return ptr
 
@@ -81,7 +79,7 @@ _READERS = HANDLE_READERS
 def check_stream(stream: Any, name: str = "stream") -> int:
     """The int handle of ``stream`` (anything :class:`stream_ref` accepts)."""
     if type(stream) is int:
-        if 0 <= stream <= MAX_PTR:
+        if 0 <= stream <= MAX_ADDRESS:
             return stream
         raise ValueError(f"{name}={stream} is not a stream handle (an address in [0, 2**64))")
     if type(stream) is STREAM_REF:

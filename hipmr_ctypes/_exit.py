@@ -77,8 +77,13 @@ class Finalizer:
         return func, args  # type: ignore[return-value]
 
     def _collected(self, _ref: Any, _state: Dict[str, bool] = _state) -> None:
+        if _state["keep"]:
+            # after the exit hook: nothing is freed, and the object stays alive (not claimed),
+            # since a ``__del__`` of the same garbage may still use it (the collector clears
+            # weak references before it runs finalizers) and an explicit close() still works
+            return
         claimed = self._claim()
-        if claimed is not None and not _state["keep"]:
+        if claimed is not None:
             try:
                 claimed[0](*claimed[1])
             except Exception:  # noqa: BLE001 - a finalizer has nobody to report to

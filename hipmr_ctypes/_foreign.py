@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from . import _hip
 from . import _dlpack as dl
-from ._checks import MAX_PTR, check_ptr, check_size, check_stream
+from ._checks import check_ptr, check_size, check_stream
+from ._limits import MAX_ADDRESS
 from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
 from ._hip.types import MEMORY_TYPE_5, MEMORY_TYPE_6, hipPointerAttribute_t
 from .device import check_device, current_device_function, on_device
@@ -180,7 +181,7 @@ def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any,
     size = check_size(size, "size")
     if ptr == 0 and size:
         raise ValueError(f"ptr is 0 (NULL) but size={size}: no memory is there")
-    if ptr + size > MAX_PTR + 1:
+    if ptr + size > MAX_ADDRESS + 1:
         raise ValueError(f"ptr={ptr:#x} + size={size} runs past the end of the address space")
     handle, keep = _stream_and_keep(stream)
     host_only_resource = False
@@ -306,7 +307,7 @@ def from_dlpack(obj: Any) -> "Buffer":
         raise ValueError(f"obj: memory of DLPack device type {device_type} is not memory the "
                          f"{platform} platform can use")
     ptr = ((tensor.data or 0) + tensor.byte_offset) if nbytes else (tensor.data or 0)
-    if ptr > MAX_PTR or (ptr == 0 and nbytes):
+    if ptr > MAX_ADDRESS or (ptr == 0 and nbytes):
         raise ValueError("obj: the DLPack tensor has no valid data pointer")
     device: Optional[int] = None
     if kind in ("device", "managed"):

@@ -122,10 +122,10 @@ class TokenMutex:
     """A mutex for critical sections of a few int operations: one token in a ``deque``.
 
     ``take_nowait()`` pops the token and ``put(True)`` appends it back; both are single atomic
-    operations on a built-in deque (also without the GIL), about three times cheaper than a
-    ``threading.Lock`` acquire / release pair in CPython.  (A deque rather than a list: a list
-    emptied by ``pop`` frees its storage and ``append`` allocates it again, on every take and
-    put; a deque keeps its block.)  When the token is out, ``take()`` yields until it is back,
+    operations on a built-in deque (also without the GIL), cheaper than a ``threading.Lock``
+    acquire / release pair in CPython (the figure: ``benchmarks/results/history.md``).  (A
+    deque rather than a list: a list emptied by ``pop`` frees its storage and ``append``
+    allocates it again, on every take and put; a deque keeps its block.)  When the token is out, ``take()`` yields until it is back,
     so it suits sections that make no call which can block or take long: the holder always
     comes back at once.  Not reentrant: code that a finalizer may re-enter (a deallocation run
     by the garbage collector inside the section) must not take it; such code appends to a

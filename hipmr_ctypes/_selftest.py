@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import hipmr_ctypes as hmr
+from hipmr_ctypes.properties import DEFAULT_ALIGNMENT
 from hipmr_ctypes._hip.errors import no_device_hint
 
 PATTERN = bytes(range(256)) * 16  # 4 KiB of known data
@@ -30,8 +31,8 @@ def _roundtrip(resource: Any) -> str:
 
 def _stream_ordered(resource: Any) -> str:
     with hmr.Stream() as s:
-        p = resource.allocate_async(1 << 20, 256, s)
-        resource.deallocate_async(p, 1 << 20, 256, s)
+        p = resource.allocate_async(1 << 20, DEFAULT_ALIGNMENT, s)
+        resource.deallocate_async(p, 1 << 20, DEFAULT_ALIGNMENT, s)
         s.synchronize()
     return "allocate_async/deallocate_async on a new stream"
 
@@ -133,8 +134,8 @@ def _time_pairs(alloc: Callable[..., int], free: Callable[..., None], size: int,
     for i in range(repeats + 1):
         t0 = time.perf_counter_ns()
         for _ in range(pairs):
-            p = alloc(size, 256, 0)
-            free(p, size, 256, 0)
+            p = alloc(size, DEFAULT_ALIGNMENT, 0)
+            free(p, size, DEFAULT_ALIGNMENT, 0)
         t1 = time.perf_counter_ns()
         if i:
             runs.append((t1 - t0) / pairs)

@@ -10,9 +10,9 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, SupportsIndex, Tuple
 
 from . import _hip
-from ._checks import (FAST_ALIGNMENTS, MAX_PTR, check_alignment, check_size,
-                      check_stream)
+from ._checks import FAST_ALIGNMENTS, check_alignment, check_size, check_stream
 from ._exit import _state as _exit_state, warn_failed_free
+from ._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from ._locks import atomic_slot
 from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
                           PyByteArray_FromStringAndSize, PyBytes_AsString,
@@ -235,8 +235,6 @@ def _current_entry(device: int) -> Tuple[Any, _State]:
 # ---- freeing ------------------------------------------------------------------------------------
 
 _CLOSED = "buffer: this Buffer is closed"
-_FAST_SIZE = (1 << 30) - 1   # a one-digit int: compared without the generic path
-_MAX_PTR = MAX_PTR
 _FAST = FAST_ALIGNMENTS
 
 
@@ -282,7 +280,7 @@ class Buffer:
     def __init__(self, size: int = 0, *, resource: Any = None, stream: Any = None,
                  alignment: int = DEFAULT_ALIGNMENT) -> None:
         if (stream is None and alignment is DEFAULT_ALIGNMENT and type(size) is int
-                and size > 0 and size <= _FAST_SIZE):  # the usual: every argument checked here
+                and size > 0 and size <= MAX_ONE_DIGIT_INT):  # the usual: every argument checked
             if resource is None:  # the current device's resource
                 devices = _device_module._devices  # the cached function, unless the runtime changed
                 device = (devices[1] if devices[0] is _hip._runtime and devices[0] is not None
@@ -306,14 +304,14 @@ class Buffer:
 
     def _init(self, size: Any, resource: Any, stream: Any, alignment: Any) -> None:
         """``__init__`` for every call but the usual one: the same, checking everything."""
-        if type(size) is not int or size < 0 or size > _FAST_SIZE:
+        if type(size) is not int or size < 0 or size > MAX_ONE_DIGIT_INT:
             size = check_size(size, "size")
         if alignment is not DEFAULT_ALIGNMENT and _FAST.get(alignment) is not alignment:
             alignment = check_alignment(alignment, None)
         keep = None
         if stream is None:
             handle = 0
-        elif type(stream) is int and 0 <= stream <= _MAX_PTR:
+        elif type(stream) is int and 0 <= stream <= MAX_ADDRESS:
             handle = stream
         else:
             handle = check_stream(stream)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from . import _hip
 from .errors import NotSupportedError
+from .properties import DEFAULT_ALIGNMENT
 from ._hip.types import hipIpcMemHandle_t, hipMemPoolPtrExportData
 from .resources.ipc import POOL_ID_BYTES, IpcPoolHandle
 
@@ -317,12 +318,12 @@ def import_buffer(descriptor: IpcBufferDescriptor, resource: Any = None) -> "Buf
             shared = Mapped(key, ptr, extent)
             mappings.add(shared)   # from now on the resource's free unmaps it
         elif shared.extent < size:
-            resource.deallocate_async(shared.ptr, size, 256, 0)   # the count taken above
+            resource.deallocate_async(shared.ptr, size, DEFAULT_ALIGNMENT, 0)  # the count taken above
             raise _refuse(f"it asks for {size} bytes of an allocation of {shared.extent}")
         try:
             return Buffer._adopt(shared.ptr, size, resource, device)
         except BaseException:
-            resource.deallocate_async(shared.ptr, size, 256, 0)
+            resource.deallocate_async(shared.ptr, size, DEFAULT_ALIGNMENT, 0)
             raise
     if resource is not None:
         raise ValueError("legacy (hipMalloc) memory is opened without a resource: "

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, TextIO,
                     Tuple, Union)
 
+from ._limits import MAX_ADDRESS  # the largest size, pointer, stream or thread id of a line
 from .adaptors.logging import LOG_HEADER
 from .adaptors.statistics import Statistics
 
@@ -37,8 +38,6 @@ LogSource = Union[str, "os.PathLike[str]", TextIO, Iterable["LogEvent"]]
 
 _DAY = 86400.0
 
-#: The largest size, pointer, stream or thread id a log line may carry (a 64-bit value).
-MAX_FIELD = (1 << 64) - 1
 #: The largest time a line may carry as plain seconds (about 31,700 years): spans of such
 #: times, and the picture's scale, stay finite.
 MAX_SECONDS = 1e12
@@ -85,7 +84,7 @@ def _address(text: str) -> int:
     if text == "(nil)":
         return 0
     value = int(text, 16)
-    if not 0 <= value <= MAX_FIELD:
+    if not 0 <= value <= MAX_ADDRESS:
         raise ValueError(text)
     return value
 
@@ -143,7 +142,7 @@ def _events(f: TextIO) -> Iterator[LogEvent]:
                              f"{_short(repr(row))}") from None
         if values[2] < 0:
             raise ValueError(f"line {lineno}: negative size in {_short(repr(row))}")
-        if values[2] > MAX_FIELD or not 0 <= values[0] <= MAX_FIELD:
+        if values[2] > MAX_ADDRESS or not 0 <= values[0] <= MAX_ADDRESS:
             raise ValueError(f"line {lineno}: a size or thread id above 2**64 - 1 in "
                              f"{_short(repr(row))}")
         if last is not None and clock + day < last - _DAY / 2:
@@ -175,7 +174,7 @@ def _check_event(event: LogEvent) -> None:
         raise ValueError(f"line {event.line}: unknown action {_short(repr(event.action))}")
     for name in ("thread", "ptr", "size", "stream"):
         value = getattr(event, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FIELD:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ADDRESS:
             raise ValueError(f"line {event.line}: {name} {_short(repr(value))} is not an "
                              f"int from 0 to 2**64 - 1")
 
@@ -247,7 +246,7 @@ def _addresses(column: List[str]) -> List[int]:
     if "(nil)" in column:
         column = ["0" if text == "(nil)" else text for text in column]
     values = list(map(_hex, column))
-    if values and (min(values) < 0 or max(values) > MAX_FIELD):
+    if values and (min(values) < 0 or max(values) > MAX_ADDRESS):
         raise ValueError("an address out of range")
     return values
 
@@ -293,7 +292,7 @@ def _bulk(text: str) -> LogColumns:
         raise ValueError("an unknown action")
     sizes = list(map(int, size))
     threads = list(map(int, thread))
-    if min(sizes) < 0 or max(sizes) > MAX_FIELD or min(threads) < 0 or max(threads) > MAX_FIELD:
+    if min(sizes) < 0 or max(sizes) > MAX_ADDRESS or min(threads) < 0 or max(threads) > MAX_ADDRESS:
         raise ValueError("a size or thread out of range")
     return LogColumns(list(range(2, n + 2)), threads, stamp,
                       _seconds_of(stamp), action, _addresses(ptr), sizes, _addresses(stream))

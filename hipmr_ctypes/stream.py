@@ -21,7 +21,7 @@ from .stream_ref import (HANDLE_READERS, PER_THREAD_HANDLE, IntValue, _binding_m
 
 _T = TypeVar("_T")
 __all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize",
-           "stream_key", "handle_of", "is_foreign", "SPECIAL_STREAMS", "DeviceWait",
+           "stream_key", "handle_of", "is_foreign", "LAST_SPECIAL_HANDLE", "DeviceWait",
            "track_streams", "device_of"]
 
 if not _binding_module:  # stream_ref reaches the binding without an import from now on
@@ -326,7 +326,7 @@ def new_event() -> Event:
 
 #: handles above this name one created stream each; 0 (null) and 1 (legacy) name one stream
 #: per device, 2 (per-thread) one per thread and device
-SPECIAL_STREAMS = 2
+LAST_SPECIAL_HANDLE = 2
 _PER_THREAD = PER_THREAD_HANDLE
 _local = threading.local()
 _tokens = itertools.count(1)
@@ -367,7 +367,7 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
     current = device_function(rt)
 
     def several_devices(handle: int) -> Any:
-        if handle > SPECIAL_STREAMS:
+        if handle > LAST_SPECIAL_HANDLE:
             return handle
         try:
             device = current()
@@ -409,7 +409,7 @@ def stream_key(handle: int) -> Any:
     handles a tuple ``(handle, device, thread)``: the null and legacy streams are one per
     device (thread 0; with one device visible, the handle itself), the per-thread stream one
     per thread and device.  ``handle`` must be a checked handle (an int in ``[0, 2**64)``)."""
-    if handle > SPECIAL_STREAMS:
+    if handle > LAST_SPECIAL_HANDLE:
         return handle
     return stream_keys()(handle)
 
@@ -448,7 +448,7 @@ def device_of(handle: int) -> int:
     device = _stream_devices.get(handle)
     if device is not None:
         return device
-    if handle > SPECIAL_STREAMS:
+    if handle > LAST_SPECIAL_HANDLE:
         try:
             return stream_ref(handle).device()
         except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream

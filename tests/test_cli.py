@@ -192,3 +192,59 @@ def test_info_reports_the_loaded_files_own_release(tmp_path):
     (tmp_path / ".info").mkdir()
     (tmp_path / ".info" / "version").write_text("6.2.4\n")
     assert _package_version(str(fake)) == "6.2.4"
+
+
+# ---- the hint comes from what the error carries, not from its text -------------------------
+
+def test_a_hint_is_chosen_by_the_setting_an_error_names_not_by_its_words():
+    import pickle
+
+    from hipmr_ctypes.__main__ import configuration_error
+    from hipmr_ctypes._hip.search import selected_platform, setting_error
+    with pytest.raises(ValueError) as info:
+        selected_platform({"HIPMR_PLATFORM": "amdd"})
+    assert type(info.value) is ValueError and info.value.setting == "HIPMR_PLATFORM"
+    assert "amd, nvidia or emulated" in configuration_error(info.value, None).hint
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert copy.setting == "HIPMR_PLATFORM" and str(copy) == str(info.value)
+    # words alone choose nothing: a plain error that mentions a variable gets the general hint
+    plain = configuration_error(ValueError("HIPMR_PLATFORM HIPMR_EMULATED_DEVICES too old"), "amd")
+    assert plain.hint.startswith("set HIPMR_LIBRARY to the exact library file")
+    # and the variable named is the one in the hint, whatever the message says
+    named = configuration_error(setting_error("HIPMR_EMULATED_MISSING", "HIPMR_PLATFORM"),
+                                "emulated")
+    assert named.hint.startswith("fix HIPMR_EMULATED_MISSING or unset it")
+
+
+def test_emulator_settings_raise_value_errors_naming_the_variable():
+    from hipmr_ctypes._hip.emulated import config_from_env
+    for variable, value in (("HIPMR_EMULATED_DEVICES", "abc"), ("HIPMR_EMULATED_DEVICES", "99"),
+                            ("HIPMR_EMULATED_MEMORY", "lots"),
+                            ("HIPMR_EMULATED_HOST_MEMORY", "lots"),
+                            ("HIPMR_EMULATED_VERSION", "x.y"), ("HIPMR_EMULATED_VERSION", "1.200"),
+                            ("HIPMR_EMULATED_MISSING", "hipMalloc")):
+        with pytest.raises(ValueError) as info:
+            config_from_env({variable: value})
+        assert info.value.setting == variable, (variable, value)
+
+
+def test_a_library_missing_one_required_function_gets_the_too_old_hint():
+    from hipmr_ctypes import NotSupportedError
+    from hipmr_ctypes.__main__ import configuration_error
+    from hipmr_ctypes._hip import amd
+    from hipmr_ctypes._hip.decls import DECLS
+
+    class Function:  # what a stand-in library's look-up returns
+        pass
+
+    required = [d.name for d in DECLS if d.required]
+    library = type("Library", (), {name: Function() for name in required[1:]})()
+    with pytest.raises(NotSupportedError) as info:
+        amd.bind_library(library, {}, "/stand-in/libamdhip64.so")
+    assert "too old" in str(info.value)
+    error = configuration_error(info.value, "amd")
+    assert error.hint.startswith("install a newer runtime (ROCm 5.2 or later)")
+    with pytest.raises(NotSupportedError) as info:
+        amd.bind_library(type("Empty", (), {})(), {}, "/stand-in/libc.so")
+    assert configuration_error(info.value, "amd").hint.startswith(
+        "point HIPMR_LIBRARY at libamdhip64")

@@ -473,7 +473,7 @@ def test_accounting_helpers():
     pool = PoolResource(AddressSpaceResource(), initial_pool_size=MiB)
     a, b = pool.allocate(100), pool.allocate(1000)
     assert pool.allocation_count() == 2
-    assert pool.allocated_bytes() == 256 + 1024
+    assert pool.get_allocated_bytes() == 256 + 1024
     assert pool.free_bytes() == MiB - 256 - 1024
     pool.deallocate(a, 100)
     pool.deallocate(b, 1000)

@@ -31,6 +31,7 @@ import hipmr_ctypes.plot as hplot
 from hipmr_ctypes import initialization
 from hipmr_ctypes.__main__ import configuration_error
 from hipmr_ctypes.__main__ import main as cli_main
+from hipmr_ctypes._hip.search import setting_error
 from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, read_columns, read_log, replay
 from hipmr_ctypes.plot import _svg
 from hipmr_ctypes.resources import per_device
@@ -524,7 +525,7 @@ def test_bench_json_on_a_nearly_full_device():
                                       "HIPMR_EMULATED_HOST_MEMORY", "HIPMR_EMULATED_VERSION",
                                       "HIPMR_EMULATED_MISSING"])
 def test_a_hint_names_a_readme_section_that_lists_the_variable(variable):
-    hint = configuration_error(ValueError(f"{variable}='x' is bad"), "emulated").hint
+    hint = configuration_error(setting_error(variable, f"{variable}='x' is bad"), "emulated").hint
     assert variable in hint and "'Environment variables'" in hint
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()

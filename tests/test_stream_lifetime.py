@@ -161,4 +161,4 @@ def test_a_closed_stream_object_is_refused_by_the_pool_fast_paths(emulator):
     with pytest.raises(ValueError, match="Stream is closed"):
         pool.deallocate_async(r, 512, 256, s)
     pool.deallocate_async(r, 512, 256, 0)   # still live: the refused free changed nothing
-    assert pool.allocated_bytes() == 0
+    assert pool.get_allocated_bytes() == 0

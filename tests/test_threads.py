@@ -151,7 +151,7 @@ def test_sixteen_threads_on_one_pool(emu, streams):
     up = hmr.AsyncMemoryResource()
     pool = hmr.PoolResource(up, initial_pool_size=4 * MiB)
     _hammer_all(pool, streams)
-    assert pool.allocation_count() == 0 and pool.allocated_bytes() == 0
+    assert pool.allocation_count() == 0 and pool.get_allocated_bytes() == 0
     assert pool.free_bytes() == pool.pool_size()
     pool.release()
     assert pool.pool_size() == 0

@@ -29,14 +29,18 @@ def bind_library(lib: Any, names_to_symbols: Dict[str, str], where: str) -> Func
             if decl.required:
                 if not any(hasattr(lib, names_to_symbols.get(d.name, d.name))
                            for d in DECLS if d.required):
-                    raise NotSupportedError(
+                    err = NotSupportedError(
                         801, "hipErrorNotSupported",
                         f"{where} is not a HIP runtime library (it exports none of the "
                         f"required functions, {symbol} among them)", decl.name)
-                raise NotSupportedError(
+                    err._library_problem = "not a runtime"
+                    raise err
+                err = NotSupportedError(
                     801, "hipErrorNotSupported",
                     f"required symbol {symbol} is missing from {where}; this library is too old "
                     f"(needs HIP {decl.since} or later)", decl.name)
+                err._library_problem = "too old"
+                raise err
             setattr(fn, decl.name, missing_function(decl.name, where))
             continue
         cfunc.__name__ = symbol

@@ -237,9 +237,8 @@ DECL_BY_NAME = {d.name: d for d in DECLS}
 
 # What a back end binds as a value argument's type, where it differs from the header's.  For
 # every simple type but ``c_void_p``, ctypes converts an argument by first asking ``isinstance``
-# through the type's metaclass: that costs about a third of a whole call of a four-argument
-# function (a no-op C function on a slow host: 1.19 -> 0.83 us per call once its one size_t
-# goes as ``c_void_p``; one ``int``: 0.90 -> 0.52 us).
+# through the type's metaclass, a large part of a short call (the figures:
+# benchmarks/results/history.md, "Figures behind the rules").
 # - ``size_t`` has the width and register class of ``void*`` on every ABI the package runs on
 #   (x86-64, AArch64, POWER: one integer register or stack slot), so it is passed as
 #   ``c_void_p``, whose conversion of an int is direct, and arrives bit for bit.

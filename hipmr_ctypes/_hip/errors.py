@@ -151,12 +151,20 @@ class InvalidHandleError(HipError, ValueError):
 class NotSupportedError(HipError):
     """The runtime, the device or the loaded library does not support this operation."""
 
+    #: Set where the library itself is the problem: ``"not a runtime"`` (no HIP / CUDA runtime
+    #: library; on ``nvidia`` possibly also too old) or ``"too old"``; None otherwise.  The
+    #: command line chooses its hint by it.
+    _library_problem: Optional[str] = None
+
 
 class LibraryNotFoundError(HipError, OSError):
     """No HIP (or CUDA runtime) library could be loaded; the message lists every path tried."""
 
-    def __init__(self, message: str, tried: Iterable[str] = ()) -> None:
+    def __init__(self, message: str, tried: Iterable[str] = (), *, what: str = "",
+                 hint: str = "") -> None:
         self.tried: Tuple[str, ...] = tuple(tried)
+        self._what = what   # the library searched for, and what to do: the command line's
+        self._hint = hint   # message and hint are made of these and ``tried``
         HipError.__init__(self, None, "LibraryNotFound", message, None)
 
     def _format(self) -> str:

@@ -23,7 +23,8 @@ def load_first(candidates: "List[str]", what: str, hint: str) -> "Tuple[ctypes.C
         return found[0], _real_path(*found)
     from .errors import LibraryNotFoundError
     lines = "\n  ".join(tried)
-    raise LibraryNotFoundError(f"could not load {what}; tried:\n  {lines}\n{hint}", tried)
+    raise LibraryNotFoundError(f"could not load {what}; tried:\n  {lines}\n{hint}", tried,
+                               what=what, hint=hint)
 
 
 def _real_path(lib: "ctypes.CDLL", fallback: str) -> str:

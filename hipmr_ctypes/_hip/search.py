@@ -16,13 +16,24 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-__all__ = ["PLATFORMS", "selected_platform", "preload_library", "open_first", "candidates",
-           "amd_candidates", "nvidia_candidates", "AMD_NAMES", "CUDART_NAMES"]
+__all__ = ["PLATFORMS", "setting_error", "selected_platform", "preload_library", "open_first",
+           "candidates", "amd_candidates", "nvidia_candidates", "AMD_NAMES", "CUDART_NAMES"]
 
 #: Every value ``HIPMR_PLATFORM`` may take.
 PLATFORMS = ("amd", "nvidia", "emulated")
 AMD_NAMES = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
 CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
+
+
+
+def setting_error(variable: str, message: str) -> ValueError:
+    """The ValueError for a ``HIPMR_*`` environment variable whose value the package cannot
+    use; its ``setting`` attribute names the variable (the command line chooses its hint by
+    it, not by the message)."""
+    error = ValueError(message)
+    setattr(error, "setting", variable)
+    return error
+
 
 #: the libraries import opened: candidate -> handle (a handle is never closed)
 _opened: "Dict[str, ctypes.CDLL]" = {}
@@ -36,7 +47,8 @@ def selected_platform(env: "Optional[Mapping[str, str]]" = None) -> str:
         hip_platform = (env.get("HIP_PLATFORM") or "").strip().lower()
         value = "nvidia" if hip_platform in ("nvidia", "nvcc") else "amd"
     if value not in PLATFORMS:
-        raise ValueError(f"HIPMR_PLATFORM={value!r} is not one of {', '.join(PLATFORMS)}")
+        raise setting_error("HIPMR_PLATFORM",
+                            f"HIPMR_PLATFORM={value!r} is not one of {', '.join(PLATFORMS)}")
     return value
 
 

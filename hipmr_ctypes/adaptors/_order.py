@@ -16,18 +16,15 @@ from typing import Any, Dict, Iterable, List
 # module globals, so that tests can replace them with fakes
 from ..errors import NoDeviceError
 from ..stream import DeviceWait as _DeviceWait
-from ..stream import (SPECIAL_STREAMS, device_of, event_for, handle_of, is_foreign,
+from ..stream import (LAST_SPECIAL_HANDLE, device_of, event_for, handle_of, is_foreign,
                       own_keys_below, record_or_synchronize, stream_key, stream_keys,
                       track_streams,
                       wait_event)
 
 from ._base import SYNC
 
-__all__ = ["StreamOrder", "SPECIAL", "stream_key", "stream_keys", "own_keys_below", "handle_of",
+__all__ = ["StreamOrder", "stream_key", "stream_keys", "own_keys_below", "handle_of",
            "track_streams"]
-
-#: Stream handles up to this one are keyed per device (and thread): see ``stream_key``.
-SPECIAL = SPECIAL_STREAMS
 
 
 def _event_or_none(stream: int, device: Any = None) -> Any:
@@ -41,7 +38,7 @@ def _event_or_none(stream: int, device: Any = None) -> Any:
 
 class StreamOrder:
     """One reusable event per stream that has freed memory another user took, and the device
-    of every created stream (handle > :data:`SPECIAL`) the sub-allocator keeps blocks of,
+    of every created stream (handle > ``LAST_SPECIAL_HANDLE``) the sub-allocator keeps blocks of,
     noted while the stream was in use: the runtime is never asked about a stream later (it
     may be gone)."""
 
@@ -54,7 +51,7 @@ class StreamOrder:
     def note(self, key: Any) -> None:
         """Remember the device of ``key``'s stream (a created one), which the caller is using
         now: before any block is kept for it."""
-        if type(key) is int and key > SPECIAL and key not in self.devices:
+        if type(key) is int and key > LAST_SPECIAL_HANDLE and key not in self.devices:
             self.devices[key] = device_of(key)  # (a null stream's key is 0 with one device)
 
     def holds(self, handle: int) -> bool:

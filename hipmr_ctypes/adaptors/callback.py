@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT, Property
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, BoundMethods, check_args,
+from ._base import (FAST_ALIGNMENTS, MAX_ADDRESS, MAX_SIZE, BoundMethods, check_args,
                     check_callable, check_free_args, check_stream, check_upstream_ptr)
 
 __all__ = ["CallbackResource"]
@@ -55,7 +55,7 @@ class CallbackResource(BoundMethods):
             """What the function returned: an address whose bytes fit below 2**64, aligned
             as asked (0 is left to the function); anything else is given back when it can
             be and refused (the one upstream-result check)."""
-            if type(ptr) is int and 0 <= ptr <= MAX_PTR - nbytes + 1 \
+            if type(ptr) is int and 0 <= ptr <= MAX_ADDRESS - nbytes + 1 \
                     and not ptr & (alignment - 1):
                 return ptr
             dealloc_async = fn_dealloc_async
@@ -71,7 +71,7 @@ class CallbackResource(BoundMethods):
             return result(fn_alloc(bytes, alignment), bytes, alignment)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+            if (type(ptr) is not int or not 0 <= ptr <= MAX_ADDRESS or type(bytes) is not int
                     or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             fn_dealloc(ptr, bytes, alignment)
@@ -85,7 +85,7 @@ class CallbackResource(BoundMethods):
                           bytes, alignment, handle)
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            if (type(ptr) is not int or not 0 <= ptr <= MAX_PTR or type(bytes) is not int
+            if (type(ptr) is not int or not 0 <= ptr <= MAX_ADDRESS or type(bytes) is not int
                     or not 0 <= bytes <= MAX_SIZE or aligned(alignment) is not alignment):
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
             fn_dealloc_async(ptr, bytes, alignment, check_stream(stream))  # type: ignore[misc]

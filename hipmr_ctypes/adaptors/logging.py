@@ -9,7 +9,7 @@ from typing import Any, Optional, TextIO, Tuple
 
 from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (MAX_PTR, BoundAdaptor, check_args, check_free_args, check_stream,
+from ._base import (MAX_ADDRESS, BoundAdaptor, check_args, check_free_args, check_stream,
                     must_check_arguments, upstream_calls)
 
 __all__ = ["LoggingResource", "LOG_HEADER"]
@@ -226,7 +226,7 @@ class LoggingResource(BoundAdaptor):
                                  "closed")
 
         def handle_of(stream: Any) -> int:
-            if type(stream) is int and 0 <= stream <= MAX_PTR:
+            if type(stream) is int and 0 <= stream <= MAX_ADDRESS:
                 return stream
             return check_stream(stream)
 

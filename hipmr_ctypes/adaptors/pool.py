@@ -672,10 +672,6 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         live = self._arena.live.copy()  # atomic snapshot: the fast paths take no lock
         return sum(round_up(n, _GRAIN) for n in live.values())
 
-    def allocated_bytes(self) -> int:
-        """The same as :meth:`get_allocated_bytes` (the earlier name)."""
-        return self.get_allocated_bytes()
-
     def allocation_count(self) -> int:
         """Number of live allocations."""
         return len(self._arena.live)

@@ -24,23 +24,20 @@ from ..device import Device, check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
 from .._checks import check_ptr, check_size, check_stream
-from .._limits import MAX_ADDRESS
+from .._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from .._thread_exit import arm
 from ..stream_ref import PER_THREAD_HANDLE as _PER_THREAD
 from .._sizes import DeviceFraction, Size, parse_config_size, parse_size, resolve_size
-from ._common import check_args
+from ._common import MAX_DEVICE_ALIGNMENT, check_args
 
 if TYPE_CHECKING:
     from .ipc import ImportedMappings, IpcPoolHandle
 
 __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 
-#: The default alignment: ``alignment is _A256`` holds for the int 256 only (CPython keeps one
-#: object for each small int), never for ``256.0`` or a numpy integer.
-_A256 = DEFAULT_ALIGNMENT
-#: The largest size the hot paths test inline (``2**30 - 1``): CPython compares such ints in
-#: one machine word; larger sizes (up to ``2**63``) take the checked path.
-_COMPACT = (1 << 30) - 1
+# The hot paths test ``alignment is DEFAULT_ALIGNMENT``: true for the int 256 only (CPython
+# keeps one object for each small int), never for ``256.0`` or a numpy integer.  Sizes up to
+# MAX_ONE_DIGIT_INT are tested inline; larger ones (up to ``2**63``) take the checked path.
 #: ``_ptr`` and ``_bytes`` before the first allocation: no argument is this object (None and 0,
 #: which must be tested, would be)
 _NO_ALLOCATION = object()
@@ -683,8 +680,8 @@ class AsyncMemoryResource:
         """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
         returns the pointer as an int (0 for ``bytes == 0``)."""
         if not ((stream is self._stream or type(stream) is int and 2 < stream <= 1 << 63)
-                and (bytes is self._bytes or type(bytes) is int and 0 < bytes <= _COMPACT)
-                and alignment is _A256):
+                and (bytes is self._bytes or type(bytes) is int and 0 < bytes <= MAX_ONE_DIGIT_INT)
+                and alignment is DEFAULT_ALIGNMENT):
             bytes, stream = self._alloc_args(bytes, alignment, stream)
             if not bytes:
                 return 0
@@ -703,8 +700,8 @@ class AsyncMemoryResource:
         """``hipFreeAsync(ptr)`` on ``stream``; ``ptr == 0`` does nothing."""
         if not ((stream is self._stream or type(stream) is int and 0 <= stream <= 1 << 63)
                 and (ptr is self._ptr or type(ptr) is int and 0 < ptr <= 1 << 63)
-                and (bytes is self._bytes or type(bytes) is int and 0 <= bytes <= _COMPACT)
-                and alignment is _A256):
+                and (bytes is self._bytes or type(bytes) is int and 0 <= bytes <= MAX_ONE_DIGIT_INT)
+                and alignment is DEFAULT_ALIGNMENT):
             ptr, stream = self._free_args(ptr, bytes, alignment, stream)
             if not ptr:
                 return
@@ -723,7 +720,7 @@ class AsyncMemoryResource:
         except (KeyError, TypeError):  # an alignment that is no key / not hashable
             fast = False
         if not fast:
-            nbytes = check_args(nbytes, alignment, 256)
+            nbytes = check_args(nbytes, alignment, MAX_DEVICE_ALIGNMENT)
         handle = self._stream_arg(stream)
         if handle == _PER_THREAD:  # the calling thread's own: waited for when it ends
             arm(self._rt)
@@ -739,7 +736,7 @@ class AsyncMemoryResource:
             fast = False
         if not fast:
             ptr = check_ptr(ptr)
-            check_args(nbytes, alignment, 256)
+            check_args(nbytes, alignment, MAX_DEVICE_ALIGNMENT)
         return ptr, self._stream_arg(stream)
 
     def _stream_arg(self, stream: Any) -> int:

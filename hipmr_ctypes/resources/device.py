@@ -8,8 +8,9 @@ from typing import Any, Callable, Optional, Tuple
 from .. import _hip
 from ..device import check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
-from .._checks import MAX_PTR, MAX_SIZE, check_ptr
-from ._common import DEVICE_ALIGNMENTS, SyncResource, check_args
+from .._checks import MAX_SIZE, check_ptr
+from .._limits import MAX_ADDRESS
+from ._common import DEVICE_ALIGNMENTS, MAX_DEVICE_ALIGNMENT, SyncResource, check_args
 
 __all__ = ["DeviceMemoryResource"]
 
@@ -60,7 +61,7 @@ class DeviceMemoryResource(SyncResource):
         """``hipMalloc(bytes)`` on this device; ``allocate(0)`` returns 0."""
         if (type(bytes) is not int or not 0 < bytes <= MAX_SIZE or type(alignment) is not int
                 or alignment not in DEVICE_ALIGNMENTS):
-            bytes = check_args(bytes, alignment, 256)
+            bytes = check_args(bytes, alignment, MAX_DEVICE_ALIGNMENT)
             if not bytes:
                 return 0
         out = c_void_p()
@@ -79,11 +80,11 @@ class DeviceMemoryResource(SyncResource):
 
     def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
         """``hipFree(ptr)``; ``deallocate(0, ...)`` does nothing."""
-        if (type(ptr) is not int or not 0 < ptr <= MAX_PTR
+        if (type(ptr) is not int or not 0 < ptr <= MAX_ADDRESS
                 or type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
                 or type(alignment) is not int or alignment not in DEVICE_ALIGNMENTS):
             ptr = check_ptr(ptr)
-            check_args(bytes, alignment, 256)
+            check_args(bytes, alignment, MAX_DEVICE_ALIGNMENT)
             if not ptr:
                 return
         self._free(ptr)

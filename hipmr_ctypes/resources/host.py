@@ -11,7 +11,7 @@ from typing import Any, Dict, Tuple
 from .. import _hip
 from ..errors import NoDeviceError, OutOfMemoryError
 from .._hip.native import memalign_and_free
-from ..properties import host_accessible
+from ..properties import DEFAULT_ALIGNMENT, host_accessible
 from ._common import SyncResource, check_args, sync_stream
 
 __all__ = ["HostMemoryResource"]
@@ -50,7 +50,7 @@ class HostMemoryResource(SyncResource):
     def __init__(self) -> None:
         self._memalign, self._free_fn = _load_libc()
 
-    def allocate(self, bytes: int, alignment: int = 256) -> int:
+    def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """``posix_memalign`` ``bytes`` bytes aligned to ``alignment`` (any power of two);
         ``allocate(0)`` returns 0."""
         bytes = check_args(bytes, alignment, None)

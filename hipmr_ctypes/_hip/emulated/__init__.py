@@ -14,6 +14,7 @@ from typing import Mapping, Optional, Tuple
 from ..._sizes import parse_bytes
 from ..decls import DECL_BY_NAME
 from ..runtime import Runtime, decode_hip_version
+from ..search import setting_error
 from ._core import (DEFAULT_FAULT_CALLS, EmulatorConfig, LiveAllocations, error_name,
                     error_string)
 from ._devices import DeviceMixin
@@ -50,10 +51,12 @@ def _parse_version(text: str) -> Tuple[int, int, int]:
         return decode_hip_version(int(text))
     parts = text.split(".")
     if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"HIPMR_EMULATED_VERSION={text!r} is not a version like 6.2.0")
+        raise setting_error("HIPMR_EMULATED_VERSION",
+                            f"HIPMR_EMULATED_VERSION={text!r} is not a version like 6.2.0")
     major, minor, patch = (list(map(int, parts)) + [0, 0])[:3]
     if not (minor < 100 and patch < 100_000):
-        raise ValueError(f"HIPMR_EMULATED_VERSION={text!r} is out of range")
+        raise setting_error("HIPMR_EMULATED_VERSION",
+                            f"HIPMR_EMULATED_VERSION={text!r} is out of range")
     return major, minor, patch
 
 
@@ -69,9 +72,11 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> EmulatorConfig:
     try:
         devices = int(devices_text) if devices_text else defaults.devices
     except ValueError:
-        raise ValueError(f"HIPMR_EMULATED_DEVICES={devices_text!r} is not an integer") from None
+        raise setting_error("HIPMR_EMULATED_DEVICES",
+                            f"HIPMR_EMULATED_DEVICES={devices_text!r} is not an integer") from None
     if not 0 <= devices <= 64:
-        raise ValueError(f"HIPMR_EMULATED_DEVICES={devices} is not between 0 and 64")
+        raise setting_error("HIPMR_EMULATED_DEVICES",
+                            f"HIPMR_EMULATED_DEVICES={devices} is not between 0 and 64")
     def size(name: str, default: int) -> int:
         text = get(name)
         if not text:
@@ -79,7 +84,7 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> EmulatorConfig:
         try:
             return parse_size(text)
         except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
+            raise setting_error(name, f"{name}: {exc}") from None
 
     memory = size("HIPMR_EMULATED_MEMORY", defaults.memory)
     host_memory = size("HIPMR_EMULATED_HOST_MEMORY", defaults.host_memory)
@@ -89,8 +94,9 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> EmulatorConfig:
     for name in missing:
         decl = DECL_BY_NAME.get(name)
         if decl is None or decl.required:
-            raise ValueError(f"HIPMR_EMULATED_MISSING: {name} is not an optional function "
-                             f"of the table")
+            raise setting_error("HIPMR_EMULATED_MISSING",
+                                f"HIPMR_EMULATED_MISSING: {name} is not an optional function "
+                                f"of the table")
     return EmulatorConfig(devices, memory, host_memory, version, missing)
 
 

@@ -15,9 +15,8 @@ from typing import Any, List, Optional, Sequence, Tuple, Type, TypeVar
 from ..._limits import MAX_ADDRESS
 
 __all__ = ["Status", "addr", "extent", "i32", "u32", "u64", "out", "out_array", "char_buffer",
-           "int_cell", "MASK64"]
+           "int_cell", "MAX_ADDRESS"]
 
-MASK64 = MAX_ADDRESS  # a C uint64's bits
 _CArgObject = type(ctypes.byref(ctypes.c_int()))
 _SimpleCData = ctypes.c_int.__bases__[0]
 _INTEGER_CODES = frozenset("bBhHiIlLqQ")
@@ -56,7 +55,7 @@ def u32(value: Any) -> int:
 
 def u64(value: Any) -> int:
     """A C ``size_t`` / ``uint64_t`` argument (wrapped to 64 bits, as ctypes converts it)."""
-    return _int(value) & MASK64
+    return _int(value) & MAX_ADDRESS  # a C uint64's bits
 
 
 def addr(value: Any) -> int:
@@ -64,11 +63,11 @@ def addr(value: Any) -> int:
     if value is None:
         return 0
     if type(value) is int:
-        return value & MASK64
+        return value & MAX_ADDRESS
     if isinstance(value, ctypes.c_void_p):
         return value.value or 0
     if isinstance(value, int):
-        return int(value) & MASK64
+        return int(value) & MAX_ADDRESS
     if isinstance(value, (float, str, complex)):
         raise TypeError(f"a {type(value).__name__} is not a pointer")
     try:

@@ -42,7 +42,7 @@ PEER_ACCESS_NOT_ENABLED = 705
 ALIGNMENT = 256                      # of every allocation; sizes are accounted rounded up to it
 HANDLE_BASE = 0x7E5A_0000_0000       # stream / event / pool handles: HANDLE_BASE + n * HANDLE_STEP
 HANDLE_STEP = 0x40
-SPECIAL_STREAMS = (0, 1, 2)          # null stream, hipStreamLegacy, hipStreamPerThread
+SPECIAL_HANDLES = (0, 1, 2)          # null stream, hipStreamLegacy, hipStreamPerThread
 MIN_HOST_ADDRESS = 0x10000           # host pointers below this (Linux mmap_min_addr) are invalid
 
 # memory kinds
@@ -475,7 +475,7 @@ class EmulatorCore:
         return HANDLE_BASE + self._handle_seq * HANDLE_STEP
 
     def _make_special_streams(self, dev: Device) -> None:
-        for handle in SPECIAL_STREAMS:
+        for handle in SPECIAL_HANDLES:
             dev.special[handle] = Stream(handle, dev.ordinal, 0, 0, self._new_handle())
 
     def _device(self, ordinal: int, code: int = INVALID_DEVICE) -> Device:
@@ -489,7 +489,7 @@ class EmulatorCore:
 
     def _stream(self, handle: int) -> Optional[Stream]:
         """The stream ``handle`` names for the calling thread, or None."""
-        if handle in SPECIAL_STREAMS:
+        if handle in SPECIAL_HANDLES:
             return self._current().special[handle]
         return self._streams.get(handle)
 

@@ -10,7 +10,7 @@ from ..types import (hipPointerAttribute_t,
                      hipMemAttachGlobal, hipMemAttachHost, hipMemcpyDefault,
                      hipMemcpyDeviceToDevice, hipMemcpyDeviceToHost, hipMemcpyHostToDevice,
                      hipMemcpyHostToHost)
-from ._args import MASK64, Status, addr, extent, i32, out, u32, u64
+from ._args import MAX_ADDRESS, Status, addr, extent, i32, out, u32, u64
 from ._core import (DEVICE, INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED,
                     MIN_HOST_ADDRESS, OUT_OF_MEMORY, PINNED, Alloc, EmulatorCore, round_up)
 
@@ -77,7 +77,7 @@ class MemoryMixin(EmulatorCore):
         Memory the emulation does not know is trusted as host memory (like the real runtime)
         unless it is near NULL or runs into an emulated allocation.
         """
-        if ptr < MIN_HOST_ADDRESS or ptr + nbytes > MASK64:
+        if ptr < MIN_HOST_ADDRESS or ptr + nbytes > MAX_ADDRESS:
             raise Status(INVALID_VALUE)
         alloc = self._find(ptr)
         if alloc is None:
@@ -146,7 +146,7 @@ class MemoryMixin(EmulatorCore):
         (native byte order), inside one live allocation; the address must be aligned to the
         element (cuda.h requires it of cuMemsetD16/D32; invalid value here)."""
         d, n = addr(dst), u64(count)
-        if n > MASK64 // width:
+        if n > MAX_ADDRESS // width:
             raise Status(INVALID_VALUE)
         nbytes = n * width
         with self._lock:

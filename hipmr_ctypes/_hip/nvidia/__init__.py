@@ -70,9 +70,11 @@ HINT = ("Set HIPMR_LIBRARY to the exact libcudart file, or CUDA_HOME to the CUDA
 
 
 def _required_missing(symbol: str, where: str, name: str) -> NotSupportedError:
-    return NotSupportedError(801, "hipErrorNotSupported",
-                             f"required symbol {symbol} is missing from {where}; this is not a "
-                             "CUDA runtime library, or it is too old", name)
+    err = NotSupportedError(801, "hipErrorNotSupported",
+                            f"required symbol {symbol} is missing from {where}; this is not a "
+                            "CUDA runtime library, or it is too old", name)
+    err._library_problem = "not a runtime"
+    return err
 
 
 def _raw(lib: Any, symbol: str, restype: Any, argtypes: List[Any]) -> Callable[..., Any]:
