@@ -182,3 +182,90 @@ def test_aligned_fast_path_refusals_change_nothing(pool):
     with pytest.raises(ValueError):
         a.deallocate_async(p, 256, 256, 0)       # twice
     assert a.allocate_async(0, 256, 0) == 0
+
+
+# ---- the pool's per-thread stream: the calling thread's free lists cached in a thread-local
+
+PER_THREAD = 2
+
+
+def _per_thread_map(pool):
+    """The arena's map of free lists for the calling thread's per-thread stream (or None)."""
+    from hipmr_ctypes.stream import stream_key
+    return pool._arena.free.get(stream_key(PER_THREAD))
+
+
+def _pairs(pool, n, size=1000, stream=PER_THREAD):
+    ptrs = set()
+    for _ in range(n):
+        p = pool.allocate_async(size, 256, stream)
+        ptrs.add(p)
+        pool.deallocate_async(p, size, 256, stream)
+    return ptrs
+
+
+def test_per_thread_cache_is_filled_per_thread_and_dropped_with_the_map(emulator, pool):
+    if hmr.device_count() != 1:
+        pytest.skip("the per-thread cache serves one visible device only")
+    from support import run_in_thread
+    cache = pool._arena.per_thread
+    assert len(_pairs(pool, 5)) == 1                 # the same block at once, on this thread
+    assert cache[0].sizes is _per_thread_map(pool) is not None
+    other = run_in_thread(lambda: (cache[0].sizes, _pairs(pool, 3), cache[0].sizes,
+                                   _per_thread_map(pool)))[1]
+    assert other[0] is None                          # a new thread starts with no cache
+    assert other[2] is other[3] is not cache[0].sizes  # ... and fills its own
+    before = cache[0]
+    pool.release()                                   # every map let go: a new cache object
+    assert cache[0] is not before and cache[0].sizes is None
+    assert _per_thread_map(pool) is None
+    _pairs(pool, 2)
+    assert cache[0].sizes is _per_thread_map(pool) is not None
+    assert pool.allocation_count() == 0
+    assert pool.free_bytes() == pool.pool_size()
+
+
+def test_per_thread_and_other_streams_keep_exact_counts(emulator, pool):
+    from support import run_in_thread
+    s = hmr.Stream()
+    live = []
+    for i in range(20):
+        stream = (PER_THREAD, 0, s)[i % 3]
+        live.append((pool.allocate_async(256 * (1 + i % 4), 256, stream), 256 * (1 + i % 4),
+                     stream))
+    assert pool.allocation_count() == 20
+    for p, n, stream in live[::2]:
+        pool.deallocate_async(p, n, 256, stream)
+    pool.release()
+    for p, n, stream in live[1::2]:
+        pool.deallocate_async(p, n, 256, stream)
+    assert pool.allocation_count() == 0
+    with pytest.raises(ValueError):                  # a double free on the cached path
+        pool.deallocate_async(live[0][0], live[0][1], 256, live[0][2])
+    results = [run_in_thread(lambda: len(_pairs(pool, 50, 512)))[1] for _ in range(3)]
+    assert results == [1, 1, 1]
+    assert pool.allocation_count() == 0 and pool.free_bytes() == pool.pool_size()
+    s.close()
+
+
+def test_per_thread_cache_stays_empty_with_two_devices():
+    """With several devices visible the per-thread stream's key names the current device, so
+    the pool never caches a map: each look-up goes through the key function."""
+    from hipmr_ctypes import _hip
+    from hipmr_ctypes.stream import stream_key
+    from support import process_runtime
+    two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    with process_runtime(two):
+        pool = PoolResource(hmr.AsyncMemoryResource())
+        p = pool.allocate_async(1000, 256, PER_THREAD)
+        pool.deallocate_async(p, 1000, 256, PER_THREAD)
+        assert pool.allocate_async(1000, 256, PER_THREAD) == p   # at once, on device 0
+        assert pool._arena.per_thread[0].sizes is None
+        with hmr.Device(1):
+            q = pool.allocate_async(1000, 256, PER_THREAD)       # another stream: not p
+            assert q != p and stream_key(PER_THREAD)[1] == 1
+            pool.deallocate_async(q, 1000, 256, PER_THREAD)
+        pool.deallocate_async(p, 1000, 256, PER_THREAD)
+        assert pool._arena.per_thread[0].sizes is None
+        assert pool.allocation_count() == 0
+        pool.release()
