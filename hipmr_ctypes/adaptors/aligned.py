@@ -29,20 +29,13 @@ def _fast_enough(alignment: int) -> bool:
     return _COMPACT + alignment - UPSTREAM_ALIGNMENT <= MAX_SIZE
 
 
-def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold: int,
-                up_alloc_async: Any, up_dealloc_async: Any, allocate_checked: Any,
-                deallocate_checked: Any) -> Tuple[Any, Any]:
-    """The stream-ordered hot paths over one of the package's own async upstreams (which
-    check the stream and every argument they are given): an int size in ``1 .. 2**30 - 1``
-    and an alignment in 1..256 are served inline, anything else (and every free of a block
-    that was not over-allocated) by the checked paths ``allocate_checked`` /
-    ``deallocate_checked``."""
-    moved_pop = moved.pop
-    moved_setdefault = moved.setdefault
-    extra = default - UPSTREAM_ALIGNMENT   # what an over-allocation adds
+def _allocate_fast(moved_setdefault: Any, default: int, threshold: int, up_alloc_async: Any,
+                   allocate_checked: Any) -> Any:
+    """The fast ``allocate_async`` with a threshold, or a default alignment of at most 256."""
+    extra = default - UPSTREAM_ALIGNMENT
     mask = default - 1
     neg = -default
-    big = default > UPSTREAM_ALIGNMENT     # (else: the upstream aligns it itself)
+    big = default > UPSTREAM_ALIGNMENT
 
     def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
         if type(bytes) is int and 0 < bytes <= _COMPACT and (
@@ -62,6 +55,41 @@ def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold:
             return aligned
         ptr = allocate_checked(bytes, alignment, stream)
         return ptr
+
+    return allocate_async
+
+
+def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold: int,
+                up_alloc_async: Any, up_dealloc_async: Any, allocate_checked: Any,
+                deallocate_checked: Any) -> Tuple[Any, Any]:
+    """The stream-ordered hot paths over one of the package's own async upstreams (which
+    check the stream and every argument they are given): an int size in ``1 .. 2**30 - 1``
+    and an alignment in 1..256 are served inline, anything else (and every free of a block
+    that was not over-allocated) by the checked paths ``allocate_checked`` /
+    ``deallocate_checked``."""
+    moved_pop = moved.pop
+    moved_setdefault = moved.setdefault
+    extra = default - UPSTREAM_ALIGNMENT   # what an over-allocation adds
+    mask = default - 1
+    neg = -default
+    big = default > UPSTREAM_ALIGNMENT     # (else: the upstream aligns it itself)
+    def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+        """(No threshold, an alignment above 256: every allocation is over-allocated.)"""
+        if type(bytes) is int and 0 < bytes <= _COMPACT and (
+                alignment is _A256 or _FAST.get(alignment) is alignment):
+            total = bytes + extra
+            ptr: int = up_alloc_async(total, UPSTREAM_ALIGNMENT, stream)
+            aligned = (ptr + mask) & neg
+            entry = (ptr, total, bytes)
+            if moved_setdefault(aligned, entry) is not entry:
+                raise duplicate("AlignedResource", ptr)
+            return aligned
+        ptr = allocate_checked(bytes, alignment, stream)
+        return ptr
+
+    if threshold or not big:
+        allocate_async = _allocate_fast(moved_setdefault, default, threshold, up_alloc_async,
+                                        allocate_checked)
 
     def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         entry = moved_pop(ptr, None) if type(ptr) is int else None

@@ -27,8 +27,8 @@ def _entry(ref: Any) -> Tuple[Any, Any, Any, Any]:
     upstream's) ref, bound once (the async pair None for a synchronous ref).  The package's
     own resources check the stream before they change anything (the adaptor's other
     arguments are checked by its hot paths); a user-written one gets it checked first."""
-    up_alloc_async = getattr(ref, "allocate_async", None)
-    up_dealloc_async = getattr(ref, "deallocate_async", None)
+    up_alloc_async: Any = getattr(ref, "allocate_async", None)
+    up_dealloc_async: Any = getattr(ref, "deallocate_async", None)
     if up_alloc_async is None or not must_check_arguments(ref):
         return up_alloc_async, up_dealloc_async, ref.allocate, ref.deallocate
 
