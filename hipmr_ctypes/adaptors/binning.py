@@ -7,7 +7,7 @@ from bisect import bisect_left
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_SIZE, BoundAdaptor, as_upstream_ref,
+from ._base import (FAST_ALIGNMENTS, BoundAdaptor, as_upstream_ref,
                     check_args, check_free_args, check_size, check_stream, claim, duplicate,
                     must_check_arguments)
 from .fixed_size import DEFAULT_BLOCKS, FixedSizeResource, chunk_too_large
