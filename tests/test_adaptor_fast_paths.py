@@ -269,3 +269,29 @@ def test_per_thread_cache_stays_empty_with_two_devices():
         assert pool._arena.per_thread[0].sizes is None
         assert pool.allocation_count() == 0
         pool.release()
+
+
+def test_bench_hotpaths_counts_instructions_under_callgrind(tmp_path):
+    """``scripts/bench_hotpaths.py --callgrind``: one row per chosen name, a positive count
+    (the instruction counts themselves are not bounded here)."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    if shutil.which("valgrind") is None:
+        if os.environ.get("HIPMR_REQUIRE_VALGRIND") == "1":
+            pytest.fail("HIPMR_REQUIRE_VALGRIND=1 but valgrind is not installed")
+        pytest.skip("valgrind is not installed (the --callgrind mode runs under it)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "cg.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "scripts", "bench_hotpaths.py"), "--callgrind",
+         "--rows", "PoolResource direct,per-thread", "--warmup", "20", "--small", "10",
+         "--large", "30", "--json", str(out)],
+        cwd=root, env=dict(os.environ, HIPMR_PLATFORM="emulated"), capture_output=True,
+        text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data) == {"PoolResource direct", "PoolResource on the per-thread stream (2)"}
+    assert all(v > 0 for v in data.values())
