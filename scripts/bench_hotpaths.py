@@ -11,11 +11,24 @@ turns over many short rounds.
 
 Use it to measure a change to a hot path before and after (run both versions alternately on
 the same machine); ``scripts/bench_alloc.py`` on the GPU machine is the number to report.
+
+``--callgrind`` counts instructions instead (repeatable on a loaded machine): the script runs
+itself under ``valgrind --tool=callgrind`` once, and for each row (``--rows`` picks the rows
+whose name contains one of its comma-separated words) counts a run of ``--small`` and one of
+``--large`` operations after a warm-up, between marker calls (``os.getppid()``, dumped with
+``--dump-before=os_getppid``); a row's number is the difference divided by the difference of
+the counts (the loop included, no start-up or warm-up).
+
+    HIPMR_PLATFORM=emulated python scripts/bench_hotpaths.py --callgrind --rows Binning,Fixed
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import re
+import subprocess
+import tempfile
 import statistics
 import sys
 import time
@@ -46,6 +59,8 @@ def loops() -> Dict[str, Callable[[int], None]]:
         "StatisticsResource over the pool": pair(stats.allocate_async, stats.deallocate_async,
                                                  0),
         "LimitingResource over the pool": pair(lim.allocate_async, lim.deallocate_async, 0),
+        "PoolResource on the per-thread stream (2)": pair(pool.allocate_async,
+                                                          pool.deallocate_async, 2),
         "AsyncMemoryResource, Python part": pair(bare.allocate_async, bare.deallocate_async, 0),
     }
     for name, res in {
@@ -54,6 +69,7 @@ def loops() -> Dict[str, Callable[[int], None]]:
                 hmr.FailureCallbackResource(pool, lambda n: False),
             "AlignedResource(512) over the pool": hmr.AlignedResource(pool, 512),
             "BinningResource over the pool": hmr.BinningResource(pool, bins=[1024, 65536]),
+            "FixedSizeResource(1 KiB) over the pool": hmr.FixedSizeResource(pool, 1024),
             "FixedSizeResource over AsyncMemoryResource":
                 hmr.FixedSizeResource(amr, block_size=1 << 20, blocks_to_preallocate=4)}.items():
         out[name] = pair(res.allocate_async, res.deallocate_async, 0)
@@ -156,8 +172,78 @@ _EVERYDAY_KEYS = ("Buffer(256, resource=pool) + close()", "Buffer(256, resource=
                   "async_resource_ref[d_a](user class)", "ref of a new StatisticsResource(pool)")
 
 
+def _picked(names: Any, rows: Any) -> List[str]:
+    words = [w for w in (rows or "").split(",") if w]
+    return [n for n in names if not words or any(w in n for w in words)]
+
+
+def _instrumented(args: Any) -> int:
+    """Under callgrind: warm-up, marker, ``small`` ops, marker, ``large`` ops, marker, per
+    row; the row names go to ``args.names_to`` in order."""
+    runs = loops()
+    names = _picked(runs, args.rows)
+    with open(args.names_to, "w") as fh:
+        fh.write("\n".join(names))
+    marker = os.getppid
+    for name in names:
+        run = runs[name]
+        run(args.warmup)
+        marker()
+        run(args.small)
+        marker()
+        run(args.large)
+        marker()
+    return 0
+
+
+def _totals(path: str) -> int:
+    with open(path) as fh:
+        for line in fh:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise ValueError(f"{path}: no instruction total")
+
+
+def _callgrind(args: Any) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        names_to = os.path.join(tmp, "names")
+        out = os.path.join(tmp, "cg.out")
+        cmd = ["valgrind", "--tool=callgrind", "--dump-before=os_getppid",
+               f"--callgrind-out-file={out}", sys.executable, os.path.abspath(__file__),
+               "--instrumented", "--names-to", names_to, "--rows", args.rows or "",
+               "--small", str(args.small), "--large", str(args.large),
+               "--warmup", str(args.warmup)]
+        env = dict(os.environ, PYTHONHASHSEED="0")   # the same dict layouts every run
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env=env)
+        with open(names_to) as fh:
+            names = [n for n in fh.read().split("\n") if n]
+        dumps = sorted(glob.glob(out + ".*"), key=lambda p: int(re.sub(r".*\.", "", p)))
+        counts = [_totals(p) for p in dumps]
+        if len(counts) < 3 * len(names):
+            raise RuntimeError(f"{len(counts)} dumps for {len(names)} rows")
+        result = {}
+        for i, name in enumerate(names):
+            small, large = counts[3 * i + 1], counts[3 * i + 2]
+            result[name] = (large - small) / (args.large - args.small)
+    print_and_save(f"callgrind instructions per pair (per operation for the everyday paths), "
+                   f"{args.large} - {args.small} operations, Python {sys.version.split()[0]}, "
+                   f"platform {get_runtime().platform}", result, args.json, result)
+    return 0
+
+
 def main(argv: Any = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--callgrind", action="store_true",
+                    help="count instructions under valgrind's callgrind instead of timing")
+    ap.add_argument("--rows", default=None,
+                    help="with --callgrind: only the rows whose name contains one of these "
+                         "comma-separated words")
+    ap.add_argument("--small", type=int, default=200)
+    ap.add_argument("--large", type=int, default=1200)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--instrumented", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--names-to", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=41)
     ap.add_argument("--pairs", type=int, default=4000, help="pairs per timed run")
     ap.add_argument("--ops", type=int, default=400,
@@ -168,6 +254,10 @@ def main(argv: Any = None) -> int:
         print(f"bench_hotpaths.py: the {hmr.platform()} platform sees no device; "
               f"HIPMR_PLATFORM=emulated runs it on host memory", file=sys.stderr)
         return 2
+    if args.instrumented:
+        return _instrumented(args)
+    if args.callgrind:
+        return _callgrind(args)
     runs = loops()
     samples: Dict[str, List[float]] = {name: [] for name in runs}
     everyday_names = set(everyday_keys())

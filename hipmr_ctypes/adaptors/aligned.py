@@ -16,6 +16,98 @@ __all__ = ["AlignedResource"]
 UPSTREAM_ALIGNMENT = DEFAULT_ALIGNMENT
 
 
+# what the fast paths use, as globals rather than closure cells (every cell a closure uses is
+# copied into every call's frame)
+_COMPACT = (1 << 30) - 1      # sizes up to this one-digit int are compared inline
+_FAST = FAST_ALIGNMENTS       # {a: a} for a in 1..256
+_A256 = _FAST[256]            # the default alignment: `is` spares the lookup
+
+
+def _fast_enough(alignment: int) -> bool:
+    """Whether every size the fast path takes (up to ``_COMPACT``) over-allocated for
+    ``alignment`` stays a valid size (so the fast path needs no test of the total)."""
+    return _COMPACT + alignment - UPSTREAM_ALIGNMENT <= MAX_SIZE
+
+
+def _allocate_fast(moved_setdefault: Any, default: int, threshold: int, up_alloc_async: Any,
+                   allocate_checked: Any) -> Any:
+    """The fast ``allocate_async`` with a threshold, or a default alignment of at most 256."""
+    extra = default - UPSTREAM_ALIGNMENT
+    mask = default - 1
+    neg = -default
+    big = default > UPSTREAM_ALIGNMENT
+
+    def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+        if type(bytes) is int and 0 < bytes <= _COMPACT and (
+                alignment is _A256 or _FAST.get(alignment) is alignment):
+            if bytes < threshold or default <= alignment:
+                ptr: int = up_alloc_async(bytes, alignment, stream)
+                return ptr
+            if not big:
+                ptr = up_alloc_async(bytes, default, stream)
+                return ptr
+            total = bytes + extra
+            ptr = up_alloc_async(total, UPSTREAM_ALIGNMENT, stream)
+            aligned = (ptr + mask) & neg
+            entry = (ptr, total, bytes)
+            if moved_setdefault(aligned, entry) is not entry:
+                raise duplicate("AlignedResource", ptr)
+            return aligned
+        ptr = allocate_checked(bytes, alignment, stream)
+        return ptr
+
+    return allocate_async
+
+
+def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold: int,
+                up_alloc_async: Any, up_dealloc_async: Any, allocate_checked: Any,
+                deallocate_checked: Any) -> Tuple[Any, Any]:
+    """The stream-ordered hot paths over one of the package's own async upstreams (which
+    check the stream and every argument they are given): an int size in ``1 .. 2**30 - 1``
+    and an alignment in 1..256 are served inline, anything else (and every free of a block
+    that was not over-allocated) by the checked paths ``allocate_checked`` /
+    ``deallocate_checked``."""
+    moved_pop = moved.pop
+    moved_setdefault = moved.setdefault
+    extra = default - UPSTREAM_ALIGNMENT   # what an over-allocation adds
+    mask = default - 1
+    neg = -default
+    big = default > UPSTREAM_ALIGNMENT     # (else: the upstream aligns it itself)
+    def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+        """(No threshold, an alignment above 256: every allocation is over-allocated.)"""
+        if type(bytes) is int and 0 < bytes <= _COMPACT and (
+                alignment is _A256 or _FAST.get(alignment) is alignment):
+            total = bytes + extra
+            ptr: int = up_alloc_async(total, UPSTREAM_ALIGNMENT, stream)
+            aligned = (ptr + mask) & neg
+            entry = (ptr, total, bytes)
+            if moved_setdefault(aligned, entry) is not entry:
+                raise duplicate("AlignedResource", ptr)
+            return aligned
+        ptr = allocate_checked(bytes, alignment, stream)
+        return ptr
+
+    if threshold or not big:
+        allocate_async = _allocate_fast(moved_setdefault, default, threshold, up_alloc_async,
+                                        allocate_checked)
+
+    def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        entry = moved_pop(ptr, None) if type(ptr) is int else None
+        if entry is not None:
+            if entry[2] == bytes and type(bytes) is int and (
+                    alignment is _A256 or _FAST.get(alignment) is alignment):
+                try:
+                    up_dealloc_async(entry[0], entry[1], UPSTREAM_ALIGNMENT, stream)
+                except BaseException:
+                    moved[ptr] = entry
+                    raise
+                return
+            moved[ptr] = entry  # put it back: the checked path decides
+        deallocate_checked(ptr, bytes, alignment, stream)
+
+    return allocate_async, deallocate_async
+
+
 class AlignedResource(BoundAdaptor):
     """``AlignedResource(upstream, alignment=256, threshold=0)``.
 
@@ -110,7 +202,15 @@ class AlignedResource(BoundAdaptor):
                     moved[ptr] = entry
                 raise
 
-        self._build(allocate_async, deallocate_async)
+        if must_check or up_alloc_async is None or not _fast_enough(default):
+            self._build(allocate_async, deallocate_async)
+            return
+        self._build(*_fast_paths(moved, default, threshold, up_alloc_async, up_dealloc_async,
+                                 allocate_async, deallocate_async),
+                    allocate=lambda bytes, alignment=DEFAULT_ALIGNMENT:
+                    allocate_async(bytes, alignment, SYNC),
+                    deallocate=lambda ptr, bytes, alignment=DEFAULT_ALIGNMENT:
+                    deallocate_async(ptr, bytes, alignment, SYNC))
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._alignment, self._threshold)

@@ -7,11 +7,58 @@ from bisect import bisect_left
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_PTR, MAX_SIZE, SYNC, BoundAdaptor, as_upstream_ref,
-                    check_args, check_free_args, check_size, check_stream, claim, duplicate)
+from ._base import (FAST_ALIGNMENTS, BoundAdaptor, as_upstream_ref,
+                    check_args, check_free_args, check_size, check_stream, claim, duplicate,
+                    must_check_arguments)
 from .fixed_size import DEFAULT_BLOCKS, FixedSizeResource, chunk_too_large
 
 __all__ = ["BinningResource"]
+
+_ROUTES_CACHED = 4096
+# what the hot paths use, as globals rather than closure cells (every cell a closure uses is
+# copied into every call's frame)
+_FAST = FAST_ALIGNMENTS     # {a: a} for a in 1..256
+_A256 = _FAST[256]          # the default alignment: `is` spares the lookup
+_MISS = (KeyError, TypeError)  # a size not in the route cache / an unhashable alignment   # exact sizes whose bin is remembered (then looked up each time)
+
+
+def _entry(ref: Any) -> Tuple[Any, Any, Any, Any]:
+    """``(allocate_async, deallocate_async, allocate, deallocate)`` of a bin's (or the
+    upstream's) ref, bound once (the async pair None for a synchronous ref).  The package's
+    own resources check the stream before they change anything (the adaptor's other
+    arguments are checked by its hot paths); a user-written one gets it checked first."""
+    up_alloc_async: Any = getattr(ref, "allocate_async", None)
+    up_dealloc_async: Any = getattr(ref, "deallocate_async", None)
+    if up_alloc_async is None or not must_check_arguments(ref):
+        return up_alloc_async, up_dealloc_async, ref.allocate, ref.deallocate
+
+    def allocate_async(nbytes: int, alignment: int, stream: Any) -> int:
+        check_stream(stream)
+        ptr: int = up_alloc_async(nbytes, alignment, stream)
+        return ptr
+
+    def deallocate_async(ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
+        check_stream(stream)
+        up_dealloc_async(ptr, nbytes, alignment, stream)
+
+    return allocate_async, deallocate_async, ref.allocate, ref.deallocate
+
+
+def _route(table: List[Any], nbytes: int, alignment: int) -> Any:
+    """The entry serving a request of ``nbytes`` (checked) aligned to ``alignment``: the
+    smallest bin of at least ``nbytes`` for an alignment of at most 256, else the upstream.
+    Remembered in the route cache for the next request of that size.  The cache is read
+    before the bins: when :meth:`BinningResource.add_bin` replaced both meanwhile, a new cache
+    is only ever filled from the new bins."""
+    routes = table[0]
+    sizes, entries, upstream = table[1]
+    if alignment > DEFAULT_ALIGNMENT:
+        return upstream
+    i = bisect_left(sizes, nbytes)
+    entry = entries[i] if i < len(sizes) else upstream
+    if len(routes) < _ROUTES_CACHED:
+        routes[nbytes] = entry
+    return entry
 
 
 def _exponent(value: Any, name: str) -> int:
@@ -77,7 +124,11 @@ class BinningResource(BoundAdaptor):
         self._sizes: List[int] = []        # sorted bin sizes
         self._refs: List[Any] = []         # the bins' refs, in the same order
         self._live: Dict[int, Tuple[Any, int]] = {}   # ptr -> (ref that allocated it, bytes)
-        self._table: List[Any] = [((), ())]  # [(sizes, refs)], replaced whole by _insert
+        self._entries: List[Any] = []      # the bins' entries (_entry), in the same order
+        self._up_entry = _entry(ref)
+        # [route cache, (sizes, entries, upstream's entry)], each replaced whole by _insert:
+        # the cache maps an exact size (alignment at most 256) to the entry of its bin
+        self._table: List[Any] = [{}, ((), (), self._up_entry)]
         checked = [self._check_bin(size, res) for size, res in specs]
         for size, _ in checked:
             if sum(1 for s, _ in checked if s == size) > 1:
@@ -141,7 +192,11 @@ class BinningResource(BoundAdaptor):
             i = bisect_left(self._sizes, size)
             self._sizes.insert(i, size)
             self._refs.insert(i, bin_ref)
-            self._table[0] = (tuple(self._sizes), tuple(self._refs))  # one atomic store
+            self._entries.insert(i, _entry(bin_ref))
+            # the bins first, then a new empty route cache: a hot path that read the new
+            # cache reads the new bins when it fills it (one atomic store each)
+            self._table[1] = (tuple(self._sizes), tuple(self._entries), self._up_entry)
+            self._table[0] = {}
 
     def add_bin(self, size: int, resource: Any = None) -> None:
         """Add a bin for requests of up to ``size`` bytes (above the next smaller bin), served
@@ -156,50 +211,58 @@ class BinningResource(BoundAdaptor):
                      else FixedSizeResource(self._upstream, size))
 
     def _bind(self, ref: Any) -> None:
-        """The hot paths take no lock: the bins are read from ``_table``, a tuple pair that
-        :meth:`add_bin` replaces whole; ``live[ptr] = (target, bytes)`` records an allocation
-        and ``live.pop(ptr)`` claims it for its free (one atomic dict operation each, so two
-        threads can never both free a pointer)."""
+        """The hot paths take no lock: the bin of a size is read from the route cache
+        ``_table[0]`` (exact size -> the bin's entry, filled on a miss by :func:`_route` from
+        the bins in ``_table[1]``; :meth:`add_bin` replaces both whole); ``live[ptr] = (entry,
+        bytes)`` records an allocation and ``live.pop(ptr)`` claims it for its free (one
+        atomic dict operation each, so two threads can never both free a pointer).  An entry
+        holds the bound methods of its bin (or of the upstream): a hit calls the bin
+        directly."""
         live = self._live
         live_pop = live.pop
         live_setdefault = live.setdefault
         table = self._table
-        upstream = ref
-        aligned = FAST_ALIGNMENTS.get
-
-        def route(nbytes: int, alignment: int) -> Any:
-            if alignment <= DEFAULT_ALIGNMENT:
-                sizes, refs = table[0]
-                i = bisect_left(sizes, nbytes)
-                if i < len(sizes):
-                    return refs[i]
-            return upstream
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            """(``stream`` SYNC: the synchronous ``allocate``.)"""
-            if stream is not SYNC and (type(stream) is not int or not 0 <= stream <= MAX_PTR):
-                check_stream(stream)
-            if not (type(bytes) is int and 0 < bytes <= MAX_SIZE
-                    and aligned(alignment) is alignment):
+            try:  # an int size whose bin is known: the cache holds only checked sizes
+                entry = (table[0][bytes] if type(bytes) is int and
+                         (alignment is _A256 or _FAST[alignment] is alignment) else None)
+            except _MISS:
+                entry = None
+            if entry is None:
                 bytes, alignment = check_args(bytes, alignment)
                 if not bytes:
                     return 0
-            target = route(bytes, alignment)
-            ptr: int = (target.allocate(bytes, alignment) if stream is SYNC
-                   else target.allocate_async(bytes, alignment, stream))
+                entry = _route(table, bytes, alignment)
+            ptr: int = entry[0](bytes, alignment, stream)
             if ptr:
-                record = (target, bytes)
+                record = (entry, bytes)
+                if live_setdefault(ptr, record) is not record:  # a bin handed ptr out twice
+                    raise duplicate("BinningResource", ptr)
+            return ptr
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            try:  # an int size whose bin is known: the cache holds only checked sizes
+                entry = (table[0][bytes] if type(bytes) is int and
+                         (alignment is _A256 or _FAST[alignment] is alignment) else None)
+            except _MISS:
+                entry = None
+            if entry is None:
+                bytes, alignment = check_args(bytes, alignment)
+                if not bytes:
+                    return 0
+                entry = _route(table, bytes, alignment)
+            ptr: int = entry[2](bytes, alignment)
+            if ptr:
+                record = (entry, bytes)
                 if live_setdefault(ptr, record) is not record:  # a bin handed ptr out twice
                     raise duplicate("BinningResource", ptr)
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            """(``stream`` SYNC: the synchronous ``deallocate``.)"""
-            if stream is not SYNC and (type(stream) is not int or not 0 <= stream <= MAX_PTR):
-                check_stream(stream)
             found = live_pop(ptr, None) if type(ptr) is int else None
             if (found is None or found[1] != bytes or type(bytes) is not int
-                    or aligned(alignment) is not alignment):
+                    or (alignment is not _A256 and _FAST.get(alignment) is not alignment)):
                 if found is not None:  # put it back: the checked path decides
                     live[ptr] = found
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
@@ -207,15 +270,28 @@ class BinningResource(BoundAdaptor):
                 if found is None:
                     return
             try:
-                if stream is SYNC:
-                    found[0].deallocate(ptr, bytes, alignment)
-                else:
-                    found[0].deallocate_async(ptr, bytes, alignment, stream)
+                found[0][1](ptr, bytes, alignment, stream)
             except BaseException:
                 live[ptr] = found
                 raise
 
-        self._build(allocate_async, deallocate_async)
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            found = live_pop(ptr, None) if type(ptr) is int else None
+            if (found is None or found[1] != bytes or type(bytes) is not int
+                    or (alignment is not _A256 and _FAST.get(alignment) is not alignment)):
+                if found is not None:  # put it back: the checked path decides
+                    live[ptr] = found
+                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+                found = claim(live, ptr, bytes, 1, "BinningResource")
+                if found is None:
+                    return
+            try:
+                found[0][3](ptr, bytes, alignment)
+            except BaseException:
+                live[ptr] = found
+                raise
+
+        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
 
     def _settings(self) -> Tuple[Any, ...]:
         return tuple(self.bins)
