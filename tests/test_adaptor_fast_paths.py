@@ -184,7 +184,7 @@ def test_aligned_fast_path_refusals_change_nothing(pool):
     assert a.allocate_async(0, 256, 0) == 0
 
 
-# ---- the pool's per-thread stream: the calling thread's free lists cached in a thread-local
+# ---- the pool's per-thread stream: exact counts across threads and streams
 
 PER_THREAD = 2
 
@@ -202,27 +202,6 @@ def _pairs(pool, n, size=1000, stream=PER_THREAD):
         ptrs.add(p)
         pool.deallocate_async(p, size, 256, stream)
     return ptrs
-
-
-def test_per_thread_cache_is_filled_per_thread_and_dropped_with_the_map(emulator, pool):
-    if hmr.device_count() != 1:
-        pytest.skip("the per-thread cache serves one visible device only")
-    from support import run_in_thread
-    cache = pool._arena.per_thread
-    assert len(_pairs(pool, 5)) == 1                 # the same block at once, on this thread
-    assert cache[0].sizes is _per_thread_map(pool) is not None
-    other = run_in_thread(lambda: (cache[0].sizes, _pairs(pool, 3), cache[0].sizes,
-                                   _per_thread_map(pool)))[1]
-    assert other[0] is None                          # a new thread starts with no cache
-    assert other[2] is other[3] is not cache[0].sizes  # ... and fills its own
-    before = cache[0]
-    pool.release()                                   # every map let go: a new cache object
-    assert cache[0] is not before and cache[0].sizes is None
-    assert _per_thread_map(pool) is None
-    _pairs(pool, 2)
-    assert cache[0].sizes is _per_thread_map(pool) is not None
-    assert pool.allocation_count() == 0
-    assert pool.free_bytes() == pool.pool_size()
 
 
 def test_per_thread_and_other_streams_keep_exact_counts(emulator, pool):
@@ -246,29 +225,6 @@ def test_per_thread_and_other_streams_keep_exact_counts(emulator, pool):
     assert results == [1, 1, 1]
     assert pool.allocation_count() == 0 and pool.free_bytes() == pool.pool_size()
     s.close()
-
-
-def test_per_thread_cache_stays_empty_with_two_devices():
-    """With several devices visible the per-thread stream's key names the current device, so
-    the pool never caches a map: each look-up goes through the key function."""
-    from hipmr_ctypes import _hip
-    from hipmr_ctypes.stream import stream_key
-    from support import process_runtime
-    two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
-    with process_runtime(two):
-        pool = PoolResource(hmr.AsyncMemoryResource())
-        p = pool.allocate_async(1000, 256, PER_THREAD)
-        pool.deallocate_async(p, 1000, 256, PER_THREAD)
-        assert pool.allocate_async(1000, 256, PER_THREAD) == p   # at once, on device 0
-        assert pool._arena.per_thread[0].sizes is None
-        with hmr.Device(1):
-            q = pool.allocate_async(1000, 256, PER_THREAD)       # another stream: not p
-            assert q != p and stream_key(PER_THREAD)[1] == 1
-            pool.deallocate_async(q, 1000, 256, PER_THREAD)
-        pool.deallocate_async(p, 1000, 256, PER_THREAD)
-        assert pool._arena.per_thread[0].sizes is None
-        assert pool.allocation_count() == 0
-        pool.release()
 
 
 def test_bench_hotpaths_counts_instructions_under_callgrind(tmp_path):

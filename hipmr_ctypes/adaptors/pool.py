@@ -58,7 +58,6 @@ _NONE: Any = object()                    # "no such live block" (equal to no siz
 # cell is copied into every call's frame)
 _FAST = FAST_ALIGNMENTS           # {a: a} for a in 1..256; _FAST[True] is 1, not True
 _MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
-_PT = PER_THREAD_HANDLE           # the per-thread stream's handle (2: a cached small int)
 
 
 class _Keyed(dict):  # type: ignore[type-arg]
@@ -83,44 +82,22 @@ class _Keyed(dict):  # type: ignore[type-arg]
         return found
 
 
-class _Sizes(threading.local):
-    """The calling thread's map of free lists of the per-thread stream (``{exact size ->
-    free list}``, the arena's for the thread's key), for the pool's fast paths; None in a new
-    thread.  The arena replaces its ``_Sizes`` whole after it lets a stream's map go."""
-
-    def __init__(self) -> None:
-        self.sizes: Optional[Dict[int, Deque[int]]] = None
-
-
 class _PerThread(_Keyed):
     """The per-thread stream's ``_Keyed`` when one device is visible: its key is then fixed
-    for each thread, and kept in a thread-local once made (no call of the key function).
+    for each thread, and kept in a thread-local once made (no call of the key function)."""
 
-    Its look-up also fills the fast paths' cache: the calling thread's map of free lists, in
-    the arena's current :class:`_Sizes` (``arena.per_thread[0]``), read *before* the map.
-    The arena replaces that object after it lets a stream's map go (``_forget_key``), so a
-    map is cached only in the object that was current when it was read, and no cached map
-    survives its being let go; a fast path that read it just before is the race every fast
-    path has with a flush (a list let go is drained once more and an append to it rescued,
-    see ``_dead``)."""
+    __slots__ = ("local",)
 
-    __slots__ = ("local", "box")
-
-    def __init__(self, lists: Dict[Any, Any], key: Callable[[int], Any], handle: int,
-                 box: List[_Sizes]) -> None:
+    def __init__(self, lists: Dict[Any, Any], key: Callable[[int], Any], handle: int) -> None:
         super().__init__(lists, key, handle)
         self.local = threading.local()
-        self.box = box
 
     def __getitem__(self, nbytes: int) -> Deque[int]:
-        cache = self.box[0]   # first: see the class's docstring
         try:
             key = self.local.key
         except AttributeError:  # this thread's first look-up
             key = self.local.key = self.key(self.handle)
-        sizes = self.lists[key]  # KeyError: none yet (the slow path makes it)
-        cache.sizes = sizes
-        found: Deque[int] = sizes[nbytes]
+        found: Deque[int] = self.lists[key][nbytes]
         return found
 
 
@@ -152,9 +129,6 @@ class _Arena:
         self.pending = 0                       # bytes being asked of the upstream right now
         self.peak_pool_size = 0
         self.streams = StreamOrder()           # events for cross-stream reuse
-        # the per-thread stream's cached free-list maps (see _PerThread), replaced whole (one
-        # atomic store) each time a stream's map is let go
-        self.per_thread: List[_Sizes] = [_Sizes()]
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
 
     # ----------------------------------------------------------------- best-fit structure
@@ -292,7 +266,6 @@ class _Arena:
             for size, lst in classes.items():
                 let_go(lst, self.rescue, (tag, size))  # first: a free appending from now
                 self._drain(lst, size, tag)            # on rescues; then the last drain
-        self.per_thread[0] = _Sizes()   # after the map is gone: no cached map survives it
         self.streams.forget(key)
 
     def rescue(self, lst: Deque[int], belongs: Any) -> None:
@@ -608,13 +581,9 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         # null and legacy streams') is a _Keyed map, which looks the calling thread's key up
         key = stream_keys()   # bound to the runtime: one call per special handle's key
         below = own_keys_below(key)
-        # with one device visible, the calling thread's per-thread free lists are read from a
-        # thread-local cache the per-thread _Keyed fills (no Python __getitem__, no tuple key
-        # hashed); with several the cache stays empty and _Keyed looks the key up
-        box = arena.per_thread
         for handle in range(below, PER_THREAD_HANDLE + 1):
-            free[handle] = (_PerThread(free, key, handle, box)
-                            if below == PER_THREAD_HANDLE else _Keyed(free, key, handle))
+            keyed = _PerThread if below == PER_THREAD_HANDLE else _Keyed
+            free[handle] = keyed(free, key, handle)
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if type(bytes) is int:
@@ -642,12 +611,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             try:
                 if type(bytes) is int and (alignment is A256 or _FAST[alignment] is alignment):
-                    if stream is not _PT:
-                        ptr = free[stream if type(stream) is int else
-                                   stream._hipmr_handle][bytes].pop()
-                    else:
-                        sizes = box[0].sizes
-                        ptr = (sizes if sizes is not None else free[_PT])[bytes].pop()
+                    ptr = free[stream if type(stream) is int else
+                               stream._hipmr_handle][bytes].pop()
                     live[ptr] = bytes
                     return ptr
             except _MISS:
@@ -662,12 +627,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             try:
                 if type(ptr) is int is type(bytes) and (alignment is A256
                                                          or _FAST[alignment] is alignment):
-                    if stream is not _PT:
-                        lst = free[stream if type(stream) is int else
-                                   stream._hipmr_handle][bytes]
-                    else:
-                        sizes = box[0].sizes
-                        lst = (sizes if sizes is not None else free[_PT])[bytes]
+                    lst = free[stream if type(stream) is int else stream._hipmr_handle][bytes]
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
                         lst.append(ptr)
