@@ -14,6 +14,9 @@ VENV="$(mktemp -d)/venv"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "pytest>=7"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --only-binary=:all: numpy \
     || echo "no numpy wheel for $("$PY" -c 'import sys; print(sys.version)'): its tests skip"
+# this step installs pytest (and numpy where a wheel exists) only: the tools, the real
+# library, PyTorch and the browser that the main steps require are not this step's subject
+unset HIPMR_REQUIRE_TOOLS HIPMR_REQUIRE_AMD_LIBRARY HIPMR_REQUIRE_TORCH HIPMR_REQUIRE_BROWSER
 export PYTHON_GIL=0 HIPMR_PLATFORM=emulated HIPMR_REQUIRE_NO_GIL=1 PYTHONPATH=.ci
 run() { "$VENV/bin/python" -X gil=0 -m pytest -q -p nogil_check "$@"; }
 run tests/test_threads_stress.py tests/test_threads.py tests/test_pool_threads.py \
