@@ -8,8 +8,8 @@
 #
 # Environment: PYTHON (the interpreter to test, default python3; a venv's python works),
 # ROCM_MATRIX_DIR (the one download and unpack folder of a run, shared by its steps; default
-# ${TMPDIR:-/tmp}/hipmr-rocm-matrix), ROCM_MATRIX_MIRROR (the Debian archive, default
-# http://deb.debian.org/debian).
+# ${TMPDIR:-/tmp}/hipmr-rocm-matrix), ROCM_MATRIX_MIRROR (the Debian archive, default the
+# one this machine's apt sources name).
 #
 # How: `apt-get download` fetches the .deb files through a private sources list, package lists
 # and cache (the -o Dir::... options below; the system's apt state is never touched), the
@@ -29,7 +29,16 @@ cd "$(dirname "$0")/.."
 
 DIR="${ROCM_MATRIX_DIR:-${TMPDIR:-/tmp}/hipmr-rocm-matrix}"
 PYTHON="${PYTHON:-python3}"
-MIRROR="${ROCM_MATRIX_MIRROR:-http://deb.debian.org/debian}"
+# the Debian archive this machine's apt is set up with (its own sources, as configured)
+system_debian_mirror() {
+    apt-get indextargets --format '$(REPO_URI)' 2>/dev/null | grep -v -- '-security' \
+        | grep -m 1 '/debian/\?$' | sed 's#/$##'
+}
+MIRROR="${ROCM_MATRIX_MIRROR:-$(system_debian_mirror)}"
+if [ -z "$MIRROR" ]; then
+    echo "ERROR: no Debian archive in this machine's apt sources (run apt-get update first, or set ROCM_MATRIX_MIRROR)" >&2
+    exit 1
+fi
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 
 # release | Debian suite | the packages asked for (their dependencies follow) | HIP version of
