@@ -53,7 +53,9 @@ def run_threads(target: Callable[[int], Any], n: int = THREADS) -> List[str]:
             start.wait(JOIN)
             target(i)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
+            import traceback
+            where = "".join(traceback.format_tb(exc.__traceback__)[-3:])
+            errors.append(f"thread {i}: {type(exc).__name__}: {exc}\n{where}")
 
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
     interval = sys.getswitchinterval()

@@ -66,8 +66,11 @@ class StreamOrder:
     def prune(self, keep: Any) -> None:
         """Forget the devices of the created streams not in ``keep`` (the keys still used)."""
         devices = self.devices
-        for key in [k for k in devices if k not in keep]:
-            del devices[key]
+        # a snapshot first: a lock-free free notes a new stream's device meanwhile
+        # (FixedSizeResource.deallocate_slow), and iterating the dict itself then fails
+        # ("dictionary changed size during iteration", seen without the GIL)
+        for key in [k for k in list(devices) if k not in keep]:
+            devices.pop(key, None)
 
     def order(self, streams: Iterable[Any], key: Any) -> List[Any]:
         """Make ``key`` (a :func:`stream_key`, or :data:`SYNC`) wait for the work queued so far
