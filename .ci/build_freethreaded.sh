@@ -49,16 +49,8 @@ fi
 
 WORK="${FREETHREADED_WORK:-$(mktemp -d)}"
 mkdir -p "$WORK/lists/partial" "$WORK/src"
-# the Debian archive this machine's apt is set up with (its own sources, as configured)
-system_debian_mirror() {
-    apt-get indextargets --format '$(REPO_URI)' 2>/dev/null | grep -v -- '-security' \
-        | grep -m 1 '/debian/\?$' | sed 's#/$##'
-}
-MIRROR="${FREETHREADED_MIRROR:-$(system_debian_mirror)}"
-if [ -z "$MIRROR" ]; then
-    echo "ERROR: no Debian archive in this machine's apt sources (run apt-get update first, or set FREETHREADED_MIRROR)" >&2
-    exit 1
-fi
+source "$(dirname "$0")/debian_mirror.sh"
+MIRROR="$(debian_mirror FREETHREADED_MIRROR)" || exit 1
 echo "deb-src $MIRROR $SUITE main" > "$WORK/sources.list"
 APT_OPTS=(-o "Dir::Etc::sourcelist=$WORK/sources.list" -o "Dir::Etc::sourceparts=-"
           -o "Dir::State::Lists=$WORK/lists" -o "APT::Get::List-Cleanup=0")

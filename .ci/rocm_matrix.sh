@@ -29,16 +29,8 @@ cd "$(dirname "$0")/.."
 
 DIR="${ROCM_MATRIX_DIR:-${TMPDIR:-/tmp}/hipmr-rocm-matrix}"
 PYTHON="${PYTHON:-python3}"
-# the Debian archive this machine's apt is set up with (its own sources, as configured)
-system_debian_mirror() {
-    apt-get indextargets --format '$(REPO_URI)' 2>/dev/null | grep -v -- '-security' \
-        | grep -m 1 '/debian/\?$' | sed 's#/$##'
-}
-MIRROR="${ROCM_MATRIX_MIRROR:-$(system_debian_mirror)}"
-if [ -z "$MIRROR" ]; then
-    echo "ERROR: no Debian archive in this machine's apt sources (run apt-get update first, or set ROCM_MATRIX_MIRROR)" >&2
-    exit 1
-fi
+source .ci/debian_mirror.sh
+MIRROR="$(debian_mirror ROCM_MATRIX_MIRROR)" || exit 1
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 
 # release | Debian suite | the packages asked for (their dependencies follow) | HIP version of
