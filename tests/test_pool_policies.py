@@ -12,15 +12,17 @@ POLICIES = ("reuse_follow_event_dependencies", "reuse_allow_opportunistic",
             "reuse_allow_internal_dependencies")
 
 
-def _reused_across_streams(mr, first, second):
-    """Free a block on ``first`` (its work done), allocate the same size on ``second``: was the
-    block reused?"""
+def _reused_across_streams(mr, first, second, synchronize=False):
+    """Free a block on ``first``, allocate the same size on ``second`` (with ``synchronize``,
+    after the host synchronized with ``first``): was the block reused?"""
     a = mr.allocate_async(MiB, 256, first)
     mr.deallocate_async(a, MiB, 256, first)
-    first.synchronize()
+    if synchronize:
+        first.synchronize()
     b = mr.allocate_async(MiB, 256, second)
     mr.deallocate_async(b, MiB, 256, second)
     second.synchronize()
+    first.synchronize()
     return a == b
 
 
@@ -56,6 +58,9 @@ def test_policies_change_reuse_across_streams(emulator):
             assert _reused_across_streams(mr, s1, s2)
         with _fresh(**off) as mr:
             assert not _reused_across_streams(mr, s1, s2)
+        with _fresh(**off) as mr:
+            # a free the host synchronized with serves any stream, whatever the policies
+            assert _reused_across_streams(mr, s1, s2, synchronize=True)
         with _fresh(**dict(off, reuse_allow_opportunistic=True)) as mr:
             assert _reused_across_streams(mr, s1, s2)
         with _fresh(**dict(off, reuse_allow_internal_dependencies=True)) as mr:
@@ -139,8 +144,10 @@ def test_policies_and_maximum_on_a_gpu(gpu_runtime):
         hmr.Buffer(60 * MiB, resource=mr).close()
     with hmr.Stream() as s1, hmr.Stream() as s2:
         with _fresh() as mr:
-            assert _reused_across_streams(mr, s1, s2)
+            assert _reused_across_streams(mr, s1, s2, synchronize=True)
         with _fresh(**{name: False for name in POLICIES}) as mr:
             for name in POLICIES:
                 assert getattr(mr.pool, name) is False
             assert not _reused_across_streams(mr, s1, s2)
+            # CUDA's rule: a free the host synchronized with serves any stream
+            assert _reused_across_streams(mr, s1, s2, synchronize=True)

@@ -550,10 +550,17 @@ class EmulatorCore:
             pool.reserved -= block
             dev.committed -= block
 
-    def _release_device_pools(self, ordinal: int) -> None:
-        """A synchronize point on device ``ordinal``: pools give back what exceeds their threshold."""
+    def _release_device_pools(self, ordinal: int, stream: Optional[int] = None) -> None:
+        """A synchronize point on device ``ordinal`` (with ``stream``: that stream's): the frees
+        it waited for serve any stream from now on, whatever the reuse policies say (CUDA's
+        rule for frees known to be done), and pools give back what exceeds their threshold."""
         for pool in self._pools.values():
             if pool.device == ordinal:
+                if stream is None:
+                    pool.freed_on.clear()
+                else:
+                    for ptr in [p for p, s in pool.freed_on.items() if s == stream]:
+                        del pool.freed_on[ptr]
                 self._pool_release(pool, pool.threshold)
 
     def _release_alloc(self, alloc: Alloc) -> None:

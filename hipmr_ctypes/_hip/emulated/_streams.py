@@ -66,7 +66,7 @@ class StreamMixin(EmulatorCore):
         with self._lock:
             s = self._stream_or(addr(stream))
             s.busy = 0
-            self._release_device_pools(s.device)
+            self._release_device_pools(s.device, addr(stream))
 
     def hipStreamQuery(self, stream: Any) -> int:
         """hipStreamQuery(hipStream_t): hipErrorNotReady while set_stream_busy says so."""
@@ -153,10 +153,11 @@ class StreamMixin(EmulatorCore):
         """hipEventSynchronize(hipEvent_t): completes the work it waits for; pools trim."""
         with self._lock:
             ev = self._event(event)
+            waited = ev.stream.handle if ev.pending() else None   # type: ignore[union-attr]
             if ev.pending():
                 ev.stream.busy = 0   # type: ignore[union-attr]
             ev.stream = None
-            self._release_device_pools(ev.device)
+            self._release_device_pools(ev.device, waited if waited is not None else -1)
 
     def hipEventQuery(self, event: Any) -> int:
         """hipEventQuery(hipEvent_t): not ready while its stream is busy (consumes one query)."""
