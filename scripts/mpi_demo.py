@@ -40,9 +40,21 @@ from hipmr_ctypes._sizes import parse_bytes  # noqa: E402
 from hipmr_ctypes.interop import mpi as hm  # noqa: E402
 
 
+PERIOD = 4096
+
+
+def block(seed: int) -> bytes:
+    """One period of rank ``seed``'s pattern."""
+    return bytes((i * 11 + seed * 29) & 0xFF for i in range(PERIOD))
+
+
+def tile(period: bytes, n: int) -> bytes:
+    """``n`` bytes repeating ``period`` (every check works on one period, whatever the size)."""
+    return (period * (n // len(period) + 1))[:n]
+
+
 def pattern(n: int, seed: int) -> bytes:
-    block = bytes((i * 11 + seed * 29) & 0xFF for i in range(4096))
-    return (block * (n // 4096 + 1))[:n]
+    return tile(block(seed), n)
 
 
 def serve_handle(server: socket.socket, handle: hmr.IpcPoolHandle, count: int) -> None:
@@ -63,7 +75,8 @@ def measure_transfers(world: Any, device: int, size: int,
     failures = 0
     memories = [("device", hmr.AsyncMemoryResource(device)), ("pinned",
                                                               hmr.PinnedMemoryResource())]
-    small = bytes(b % (256 // max(nranks, 1) or 1) for b in pattern(size, rank))
+    modulus = 256 // max(nranks, 1) or 1
+    small = tile(bytes(b % modulus for b in block(rank)), size)
     for memory, resource in memories:
         mine = hmr.Buffer.from_host(pattern(size, rank), resource=resource)
         into = hmr.Buffer(size, resource=resource)
@@ -92,9 +105,8 @@ def measure_transfers(world: Any, device: int, size: int,
                 ok = shared.tobytes() == pattern(size, 99)
             else:
                 if expected_sum is None:
-                    parts = [bytes(b % (256 // max(nranks, 1) or 1) for b in pattern(size, r))
-                             for r in range(nranks)]
-                    expected_sum = bytes(sum(col) & 0xFF for col in zip(*parts))
+                    parts = [bytes(b % modulus for b in block(r)) for r in range(nranks)]
+                    expected_sum = tile(bytes(sum(col) & 0xFF for col in zip(*parts)), size)
                 ok = into.tobytes() == expected_sum
             failures += not ok
             results.append({"path": how, "memory": memory, "op": op, "bytes": size, "ok": ok,

@@ -118,7 +118,8 @@ class _Driver:
         return found or None
 
 
-def _driver_shims(driver: _Driver) -> Dict[str, Callable[..., int]]:
+def _driver_shims(driver: _Driver, init_context: Callable[[], int]
+                  ) -> Dict[str, Callable[..., int]]:
     """hipInit, hipDeviceGetName, hipDeviceTotalMem, hipMemGetAddressRange: driver calls in
     HIP's NVIDIA header."""
 
@@ -151,10 +152,13 @@ def _driver_shims(driver: _Driver) -> Dict[str, Callable[..., int]]:
         return st or _cu_status(cu["cuDeviceTotalMem_v2"](out, dev))
 
     def hipMemGetAddressRange(pbase: Any, psize: Any, ptr: Any) -> int:
-        # HIP's NVIDIA header: cuMemGetAddressRange (the driver; the primary context the
-        # runtime made current is the one asked)
-        return _cu_status(functions("hipMemGetAddressRange")["cuMemGetAddressRange_v2"](
-            pbase, psize, ptr))
+        # HIP's NVIDIA header: cuMemGetAddressRange (the driver asks the current context; a
+        # thread with none yet gets the runtime's primary context made current, then again)
+        query = functions("hipMemGetAddressRange")["cuMemGetAddressRange_v2"]
+        result = query(pbase, psize, ptr)
+        if result == _CU_INVALID_CONTEXT and not init_context():
+            result = query(pbase, psize, ptr)
+        return _cu_status(result)
 
     return {"hipInit": hipInit, "hipDeviceGetName": hipDeviceGetName,
             "hipDeviceTotalMem": hipDeviceTotalMem,
@@ -197,8 +201,8 @@ def build_shims(cudart: Any, cuda_version: int,
     ``_SHIMS``."""
     # --- driver API pieces (libcuda), as HIP's header uses them, opened on first use ---
     driver = _Driver(open_libcuda)
-    shims = _driver_shims(driver)
     cuda_free: Callable[..., int] = _raw(cudart, "cudaFree", c_int, [c_void_p])
+    shims = _driver_shims(driver, lambda: cuda_free(None))
     shims.update(_memset_shims(driver, lambda: cuda_free(None)))
 
     get_attr: Callable[..., int] = _raw(cudart, "cudaDeviceGetAttribute", c_int,
