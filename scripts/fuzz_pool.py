@@ -9,7 +9,8 @@ Random sequences of allocate / deallocate (synchronous and stream-ordered, on se
 streams) / release, plus invalid calls (double free, wrong size, foreign pointer), run over
 PoolResource, BinningResource, FixedSizeResource and stacks of adaptors, on top of
 :class:`AddressSpaceResource`: a user-written upstream that hands out addresses (no memory)
-and checks how it is used.  After every step the model checks that
+and checks how it is used (``scripts/pool_model.py``, the model the tests share).  After
+every step the model checks that
 
 * live ranges never overlap and every pointer honours its alignment;
 * an invalid call raised (ValueError / OutOfMemoryError) and changed nothing;
@@ -34,14 +35,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
-
-from hipmr_ctypes._hip.errors import OutOfMemoryError  # noqa: E402
-from hipmr_ctypes.adaptors import (AlignedResource, BinningResource,  # noqa: E402
-                                   FixedSizeResource, LimitingResource, PoolResource,
-                                   StatisticsResource, TrackingResource)
-from support import (HOST, STREAMS, AddressSpaceResource, FreedRanges,  # noqa: E402
-                     StreamModel, check_pool_tiles)
+from hipmr_ctypes import (AlignedResource, BinningResource, FixedSizeResource,  # noqa: E402
+                          LimitingResource, OutOfMemoryError, PoolResource, StatisticsResource,
+                          TrackingResource)
+from pool_model import (HOST, STREAMS, AddressSpaceResource, FreedRanges,  # noqa: E402
+                        StreamModel, check_pool_tiles)
 
 
 class FuzzFailure(AssertionError):
