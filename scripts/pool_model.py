@@ -70,7 +70,7 @@ class StreamModel:
             return True
         return user is not HOST and self.know[user].get(source, 0) >= count
 
-    def install(self) -> Tuple[Any, Any]:
+    def install(self) -> Tuple[Any, Any, Any]:
         model = self
 
         class FakeEvent:
