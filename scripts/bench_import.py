@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Any
+from typing import Any, Dict
 
 from _timing import print_rows, save_json, take_turns
 

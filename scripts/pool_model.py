@@ -9,6 +9,7 @@ on it, and the test suite imports it through ``tests/support.py``.
   sub-allocators order streams with; :data:`HOST` and :data:`STREAMS` are its streams.
 * :class:`FreedRanges`: address ranges not in use, each with the free that released it.
 * :func:`check_pool_tiles`: a PoolResource's blocks tile its chunks exactly.
+* :class:`Corruption`: what all of them raise when the model is broken.
 
 It lives here, beside the fuzzer, because a script must not reach into ``tests/``; the tests
 depend on the scripts they exercise, not the other way round.
@@ -22,8 +23,16 @@ from typing import Any, Dict, List, Optional, Tuple
 from hipmr_ctypes import OutOfMemoryError, PoolResource, device_accessible, stream_ref
 from hipmr_ctypes.adaptors import _order
 
-__all__ = ["HOST", "STREAMS", "StreamModel", "FreedRanges", "AddressSpaceResource",
+__all__ = ["HOST", "STREAMS", "Corruption", "StreamModel", "FreedRanges", "AddressSpaceResource",
            "check_pool_tiles"]
+
+
+class Corruption(AssertionError):
+    """A sub-allocator broke the model: overlapping or mis-tiled blocks, a free that matches no
+    allocation, memory handed to another stream before a wait.  ``reliability_kind`` is how
+    ``scripts/reliability_report.py`` counts it."""
+
+    reliability_kind = "corruption"
 
 HOST = None          # the "stream" of synchronous calls, in the models below
 # created streams' handles: the special handles 0, 1 and 2 name one stream per device (and
@@ -81,7 +90,7 @@ class StreamModel:
 
             def record(self, stream: Any) -> None:
                 if stream is HOST or stream not in model.clock:
-                    raise AssertionError(f"event recorded on a non-stream {stream!r}")
+                    raise Corruption(f"event recorded on a non-stream {stream!r}")
                 self.view = model.snapshot(stream)
 
             def synchronize(self) -> None:
@@ -92,7 +101,7 @@ class StreamModel:
 
         def wait_event(stream: Any, ev: FakeEvent) -> None:
             if stream is HOST or stream not in model.clock:
-                raise AssertionError(f"wait_event on a non-stream {stream!r}")
+                raise Corruption(f"wait_event on a non-stream {stream!r}")
             model.merge(stream, ev.view)
 
         # fake streams never reach the runtime: fake events stand for theirs
@@ -222,12 +231,12 @@ class AddressSpaceResource:
         if not ptr and not nbytes:
             return
         if self.live.get(ptr) != (nbytes, alignment):
-            raise AssertionError(f"upstream: deallocate({ptr:#x}, {nbytes}, {alignment}) "
+            raise Corruption(f"upstream: deallocate({ptr:#x}, {nbytes}, {alignment}) "
                                  f"does not match an allocation ({self.live.get(ptr)})")
         if self.freed is not None and self.streams is not None:
             for s, e, src, count in self.freed.take(ptr, ptr + nbytes):
                 if not self.streams.safe(src, count, stream):
-                    raise AssertionError(
+                    raise Corruption(
                         f"upstream: [{s:#x}, {e:#x}) given back on {stream!r} before the "
                         f"free #{count} on stream {src!r} was waited for")
         del self.live[ptr]
@@ -257,24 +266,24 @@ def check_pool_tiles(pool: PoolResource) -> None:
     pieces.sort()
     chunks = sorted(arena.chunks.items())
     if sum(s for _, s in chunks) != arena.pool_size:
-        raise AssertionError("pool_size differs from the sum of the chunks")
+        raise Corruption("pool_size differs from the sum of the chunks")
     if len(arena.fsorted) != len(arena.fsize) or len(arena.fend) != len(arena.fsize):
-        raise AssertionError("best-fit structure maps disagree")
+        raise Corruption("best-fit structure maps disagree")
     i = 0
     for start, size in chunks:
         pos = start
         while i < len(pieces) and pieces[i][0] < start + size:
             p, s, what = pieces[i]
             if p != pos:
-                raise AssertionError(f"chunk {start:#x}: {what} block at {p:#x}, expected "
+                raise Corruption(f"chunk {start:#x}: {what} block at {p:#x}, expected "
                                      f"{pos:#x}")
             pos += s
             i += 1
         if pos != start + size:
-            raise AssertionError(f"chunk {start:#x}+{size}: blocks end at {pos:#x}")
+            raise Corruption(f"chunk {start:#x}+{size}: blocks end at {pos:#x}")
     if i != len(pieces):
-        raise AssertionError(f"block {pieces[i]} lies outside every chunk")
+        raise Corruption(f"block {pieces[i]} lies outside every chunk")
     for start, size in arena.fsize.items():  # coalesced: no two free neighbours in a chunk
         end = start + size
         if end in arena.fsize and end not in arena.chunks:
-            raise AssertionError(f"free blocks at {start:#x} and {end:#x} were not merged")
+            raise Corruption(f"free blocks at {start:#x} and {end:#x} were not merged")

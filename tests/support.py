@@ -6,7 +6,10 @@ this folder on ``sys.path``).
   :class:`AddressSpaceResource` (a user-written async upstream handing out addresses, checking
   how it is used), :class:`StreamModel` (fake events with vector clocks), :class:`FreedRanges`,
   :func:`check_pool_tiles` (a PoolResource's blocks tile its chunks exactly), ``HOST`` and
-  ``STREAMS``.
+  ``STREAMS``, and :class:`Corruption` (what they raise).
+* :class:`Crash`, :class:`Hang`, :class:`Leak` (and :class:`Corruption`): the failures
+  ``scripts/reliability_report.py`` counts by kind (their ``reliability_kind``);
+  :func:`no_crash` raises :class:`Crash` for a child process that died of a signal.
 * :class:`HostBufferResource`: a user-written synchronous resource over real host memory.
 * :func:`recording_events`: fake events that log their calls, in place of the events the
   sub-allocators order streams with.
@@ -33,12 +36,13 @@ from hipmr_ctypes.adaptors import _order
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                                 "scripts"))
-from pool_model import (HOST, STREAMS, AddressSpaceResource, FreedRanges,  # noqa: E402
-                        StreamModel, check_pool_tiles)
+from pool_model import (HOST, STREAMS, AddressSpaceResource, Corruption,  # noqa: E402
+                        FreedRanges, StreamModel, check_pool_tiles)
 
 __all__ = ["HOST", "STREAMS", "StreamModel", "recording_events", "FreedRanges",
            "AddressSpaceResource", "HostBufferResource", "check_pool_tiles", "LiveRanges",
-           "NATIVE", "no_native_call", "past_deadline", "process_runtime"]
+           "NATIVE", "no_native_call", "past_deadline", "process_runtime", "Crash", "Hang",
+           "Leak", "Corruption", "no_crash"]
 
 
 #: seconds since the epoch at which the long loops of the thread tests stop early (and count
@@ -199,8 +203,37 @@ def run_in_thread(fn: Callable[[], Any]) -> Tuple[Optional[int], Any]:
     t = threading.Thread(target=lambda: out.append(fn()))
     t.start()
     t.join(timeout=60)
-    assert not t.is_alive(), "thread hung"
+    if t.is_alive():
+        raise Hang("thread hung")
     return t.ident, out[0]
+
+
+# --------------------------------------------------------------------- kinds of failure
+class Crash(AssertionError):
+    """A child process died (of a signal)."""
+
+    reliability_kind = "crash"
+
+
+class Hang(AssertionError):
+    """A thread or child process did not end in time (a deadlock)."""
+
+    reliability_kind = "hang"
+
+
+class Leak(AssertionError):
+    """Memory (or another resource) was left allocated."""
+
+    reliability_kind = "leak"
+
+
+def no_crash(proc: Any) -> None:
+    """Raise :class:`Crash` when the child process ``proc`` (a ``CompletedProcess`` or a
+    ``Popen``) died of a signal; its stderr's end is the message."""
+    rc = proc.returncode
+    if rc is not None and rc < 0:
+        err = proc.stderr if isinstance(getattr(proc, "stderr", None), str) else ""
+        raise Crash(f"the child process died of signal {-rc}: {err[-3000:]}")
 
 
 # CPython 3.13t (free-threaded) can hang in finalization while daemon threads run Python code:
