@@ -454,14 +454,21 @@ def _split_pytest_args(args: List[str]) -> Tuple[List[str], List[str]]:
     return paths, options
 
 
-def find_sections(env: Dict[str, str], tmp: str) -> Tuple[List[str], List[Dict[str, Any]]]:
+def find_sections(env: Dict[str, str], tmp: str, timeout: Optional[float] = None
+                  ) -> Tuple[List[str], List[Dict[str, Any]]]:
     """The test files holding tests marked ``reliability`` (collected in a child process, the
     files with the most such tests first), and the collection's errors (a file that cannot be
     collected might hold some)."""
     out = os.path.join(tmp, "collected.json")
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--collect-child",
-                           out, "--", TESTS_DIR], cwd=str(ROOT), env=env,
-                          capture_output=True, text=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--collect-child", out, "--",
+           TESTS_DIR]
+    try:
+        proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [], [{"id": f"collection of {TESTS_DIR}", "outcome": "error", "seconds": 0.0,
+                     "kind": "hang", "message": f"pytest --collect-only {TESTS_DIR} did not "
+                                                f"end within {timeout:.0f} s"}]
     try:
         with open(out) as fh:
             found = json.load(fh)
@@ -531,7 +538,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     with tempfile.TemporaryDirectory(prefix="hipmr-reliability-") as tmp:
-        files, collect_errors = find_sections(env, tmp)
+        files, collect_errors = find_sections(
+            env, tmp, None if deadline is None else max(1.0, deadline - time.time()))
         sections = plan(args, tmp, files)
         for s in sections:
             if s.kind == "fuzz" and loop_deadline is not None:
