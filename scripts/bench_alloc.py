@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import json
 import signal
 import os
 import platform as _platform
 import random
-import statistics
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -40,56 +38,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes import _hip  # noqa: E402
 
+from _timing import FLOOR, floor_loop, markdown_table, ns_per_op, save_json  # noqa: E402
+
 SIZES = (256, 64 << 10, 16 << 20)
 SIZE_NAMES = {256: "256 B", 64 << 10: "64 KiB", 16 << 20: "16 MiB"}
 
 
-def measure_group(loops: Dict[str, Any], repeats: int,
-                  sync: Optional[Callable[[], None]] = None) -> Dict[str, float]:
-    """Median ns per pair for each ``name: (loop, pairs)``, the loops taking turns (one timed
-    run of each per round, ``repeats`` rounds, after a warm-up of each): a slow phase of a
-    shared machine then falls on every loop alike instead of on whichever ran during it."""
-    for loop, pairs in loops.values():
-        loop(min(pairs, 2000))
-        if sync:
-            sync()
-    samples: Dict[str, List[float]] = {name: [] for name in loops}
-    failed: Dict[str, str] = {}
-    gc.disable()
-    try:
-        for _ in range(repeats):
-            for name, (loop, pairs) in loops.items():
-                if name in failed:
-                    continue
-                try:
-                    t0 = time.perf_counter_ns()
-                    loop(pairs)
-                    t1 = time.perf_counter_ns()
-                    if sync:
-                        sync()
-                except Exception as exc:  # noqa: BLE001 - one row fails, the others go on
-                    failed[name] = f"failed: {type(exc).__name__}: {exc}"
-                    continue
-                samples[name].append((t1 - t0) / pairs)
-    finally:
-        gc.enable()
-    out: Dict[str, Any] = {name: statistics.median(v) for name, v in samples.items() if v}
-    out.update(failed)
-    return out
-
-
 # ---------------------------------------------------------------------------------- loops
-def floor_loops():
-    def f(a, b=None):
-        return a
-
-    def two_calls(n):
-        for _ in range(n):
-            p = f(1)
-            f(p, 1)
-    return two_calls
-
-
 def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
     """Our allocators, each as a tight loop."""
     loops: Dict[str, Callable[[int], None]] = {}
@@ -576,7 +531,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     results: Dict[str, Dict[str, object]] = {}
     errors: List[str] = []
     frag: List[Dict[str, object]] = []
-    floor_loop = floor_loops()
+    floor = floor_loop()
     get_dev = rt.fn.hipGetDevice
     dev_out = ctypes.c_int()
 
@@ -593,7 +548,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             groups = [ours(size, rt), ours_slow(size), everyday(size)]
             if not args.no_peers:
                 groups.append(peers(size))
-            timed: Dict[str, Any] = {"two plain Python calls (floor)": (floor_loop, args.pairs),
+            timed: Dict[str, Any] = {FLOOR: (floor, args.pairs),
                                      "one ctypes call (hipGetDevice)": (one_ctypes, args.pairs)}
             for gi, loops in enumerate(groups):
                 for name, loop in loops.items():
@@ -606,7 +561,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     if gi == 2 and name.startswith(("is_async", "async_resource_ref")):
                         count = max(20, args.pairs // 20)
                     timed[name] = (loop, count)
-            for name, ns in measure_group(timed, args.repeats, sync).items():
+            for name, ns in ns_per_op(timed, args.repeats, sync=sync).items():
                 results.setdefault(name, {})[col] = ns
             del groups, timed
             gc.collect()
@@ -619,12 +574,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             "runtime_version": ".".join(map(str, rt.runtime_version())),
             "python": sys.version.split()[0], "cpu": _platform.processor() or _platform.machine(),
             "pairs": args.pairs, "repeats": args.repeats}
-    floor = results.get("two plain Python calls (floor)", {}).get("256 B")
-    print_table(results, floor, meta, frag)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "ns_per_pair": results, "fragmentation": frag,
-                       "errors": errors}, fh, indent=2)
+    print_table(results, results.get(FLOOR, {}).get("256 B"), meta, frag)
+    save_json(args.json, {"meta": meta, "ns_per_pair": results, "fragmentation": frag,
+                          "errors": errors})
     for err in errors:
         print(f"\nstopped early: {err} (the figures above are what was measured)",
               file=sys.stderr)
@@ -636,28 +588,28 @@ def print_table(results, floor, meta, frag) -> None:
     print(f"\n# Allocation cost, median ns per allocate+deallocate pair "
           f"({meta['date']}, {meta['device']}, {meta['platform']} runtime "
           f"{meta['runtime_version']}, Python {meta['python']})\n")
-    print("| allocator | " + " | ".join(cols) + " | x floor (256 B) |")
-    print("|---|" + "---|" * (len(cols) + 1))
+    lines = []
     for name, row in results.items():
-        cells = []
+        cells = [name]
         for c in cols:
             v = row.get(c)
             cells.append(f"{v:,.0f}" if isinstance(v, float) else (str(v)[:40] if v else ""))
         v256 = row.get("256 B")
-        ratio = f"{v256 / floor:.1f}" if isinstance(v256, float) and floor else ""
-        print(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
+        cells.append(f"{v256 / floor:.1f}" if isinstance(v256, float) and floor else "")
+        lines.append(cells)
+    markdown_table(["allocator", *cols, "x floor (256 B)"], lines)
     ours_ref = results.get("PoolResource via async_resource_ref[device_accessible]", {})
     print("\n# Ratios: peer / our PoolResource via async_resource_ref (higher = we are faster)\n")
-    print("| peer | " + " | ".join(cols) + " |")
-    print("|---|" + "---|" * len(cols))
+    lines = []
     for name, row in results.items():
         if name.startswith("PoolResource via") or "floor" in name or "ctypes call" in name:
             continue
-        cells = []
+        cells = [name]
         for c in cols:
             a, b = row.get(c), ours_ref.get(c)
             cells.append(f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) else "")
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(cells)
+    markdown_table(["peer", *cols], lines)
     stacks = (("StatisticsResource over PoolResource", "RMM StatisticsResourceAdaptor over its pool"),
               ("LimitingResource over PoolResource", "RMM LimitingResourceAdaptor over its pool"),
               ("TrackingResource over PoolResource", "RMM TrackingResourceAdaptor over its pool"),
@@ -668,17 +620,17 @@ def print_table(results, floor, meta, frag) -> None:
               ("AsyncMemoryResource direct", "raw ctypes hipMallocFromPoolAsync/hipFreeAsync, "
                "size as c_size_t (same pool)"))
     print("\n# Ours / the peer's equivalent (lower = we are faster)\n")
-    print("| ours | peer | " + " | ".join(cols) + " |")
-    print("|---|---|" + "---|" * len(cols))
+    lines = []
     for mine, theirs in stacks:
         a_row, b_row = results.get(mine, {}), results.get(theirs, {})
         if not isinstance(b_row, dict) or not b_row:
             continue
-        cells = []
+        cells = [mine, theirs]
         for c in cols:
             a, b = a_row.get(c), b_row.get(c)
             cells.append(f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) else "")
-        print(f"| {mine} | {theirs} | " + " | ".join(cells) + " |")
+        lines.append(cells)
+    markdown_table(["ours", "peer", *cols], lines)
     for one in frag:
         print("\n# Fragmentation (random sizes 1 KiB-64 MiB, random lifetimes, seed "
               f"{one['seed']}, {one['ops']} ops): peak pool size / peak live bytes\n")

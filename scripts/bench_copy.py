@@ -27,7 +27,6 @@ rounds, each at least ``--min-ms`` long.  Missing peers are left out.  ``--json`
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pickle
 import platform
@@ -40,6 +39,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes._sizes import parse_bytes  # noqa: E402
+
+from _timing import save_json, take_turns  # noqa: E402
 
 ROWS = ["D2H new bytes", "D2H new bytearray", "D2H into pageable", "H2D new (alloc + copy)",
         "H2D from pageable", "H2D from pinned", "D2H into pinned", "D2D", "pickle round trip"]
@@ -175,12 +176,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         libs = {name: make(n) for name, make in makers.items()}
         libs = {k: v for k, v in libs.items() if v is not None}
         for row in rows:
-            times: Dict[str, List[float]] = {k: [] for k in libs}
             for name, ops in libs.items():
                 ops[row]()  # warm up (first-touch, allocator caches)
-            for _ in range(args.rounds):
-                for name, ops in libs.items():
-                    times[name].append(_seconds(ops[row], args.min_ms / 1000))
+            times = take_turns({name: (lambda op=ops[row]: _seconds(op, args.min_ms / 1000))
+                                for name, ops in libs.items()}, args.rounds)
             gbs = {k: n / statistics.median(v) / 1e9 for k, v in times.items()}
             peers = [v for k, v in gbs.items() if k != "ours"]
             ratio = gbs["ours"] / max(peers) if peers else None
@@ -190,11 +189,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{row:24} {n:9d} {cells}  " + (f"{ratio:.2f}" if ratio else "-"),
                   flush=True)
         del libs
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"platform": hmr.platform(), "host": platform.node(),
-                       "python": platform.python_version(), "rounds": args.rounds,
-                       "min_ms": args.min_ms, "rows": results}, fh, indent=2)
+    save_json(args.json, {"platform": hmr.platform(), "host": platform.node(),
+                          "python": platform.python_version(), "rounds": args.rounds,
+                          "min_ms": args.min_ms, "rows": results})
     return 0
 
 

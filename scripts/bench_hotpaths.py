@@ -29,16 +29,14 @@ import os
 import re
 import subprocess
 import tempfile
-import statistics
 import sys
-import time
 from typing import Any, Callable, Dict, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes._hip import get_runtime  # noqa: E402
 
-from bench_output import print_and_save  # noqa: E402
+from _timing import ns_per_op, print_rows, save_json  # noqa: E402
 
 
 def loops() -> Dict[str, Callable[[int], None]]:
@@ -159,10 +157,7 @@ def pair(alloc: Any, free: Any, stream: Any) -> Callable[[int], None]:
     return run
 
 
-def everyday_keys() -> List[str]:
-    return [k for k in _EVERYDAY_KEYS]
-
-
+#: the everyday rows: ``--ops`` operations per timed run (the pair rows: ``--pairs`` pairs)
 _EVERYDAY_KEYS = ("Buffer(256, resource=pool) + close()", "Buffer(256, resource=pool), dropped",
                   "Buffer(256, resource=ref) + close()", "Buffer(256, resource=ref), dropped",
                   "Buffer(256), pool current + close()", "Buffer(256), pool current, dropped",
@@ -224,9 +219,10 @@ def _callgrind(args: Any) -> int:
         for i, name in enumerate(names):
             small, large = counts[3 * i + 1], counts[3 * i + 2]
             result[name] = (large - small) / (args.large - args.small)
-    print_and_save(f"callgrind instructions per pair (per operation for the everyday paths), "
-                   f"{args.large} - {args.small} operations, Python {sys.version.split()[0]}, "
-                   f"platform {get_runtime().platform}", result, args.json, result)
+    print_rows(f"callgrind instructions per pair (per operation for the everyday paths), "
+               f"{args.large} - {args.small} operations, Python {sys.version.split()[0]}, "
+               f"platform {get_runtime().platform}", result)
+    save_json(args.json, result)
     return 0
 
 
@@ -256,21 +252,11 @@ def main(argv: Any = None) -> int:
         return _instrumented(args)
     if args.callgrind:
         return _callgrind(args)
-    runs = loops()
-    samples: Dict[str, List[float]] = {name: [] for name in runs}
-    everyday_names = set(everyday_keys())
-    for run in runs.values():
-        run(200)
-    for _ in range(args.rounds):
-        for name, run in runs.items():
-            n = args.ops if name in everyday_names else args.pairs
-            t0 = time.perf_counter_ns()
-            run(n)
-            samples[name].append((time.perf_counter_ns() - t0) / n)
-    result = {name: statistics.median(v) for name, v in samples.items()}
-    print_and_save(f"median ns per pair (per operation below the pairs), {args.rounds} rounds, "
-                   f"Python {sys.version.split()[0]}, platform {get_runtime().platform}",
-                   result, args.json, result)
+    result = ns_per_op({name: (run, args.ops if name in _EVERYDAY_KEYS else args.pairs)
+                        for name, run in loops().items()}, args.rounds, warmup=200)
+    print_rows(f"median ns per pair (per operation below the pairs), {args.rounds} rounds, "
+               f"Python {sys.version.split()[0]}, platform {get_runtime().platform}", result)
+    save_json(args.json, result)
     return 0
 
 

@@ -24,9 +24,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, List
+from typing import Any, Dict
 
-from bench_output import print_and_save
+from _timing import print_rows, save_json, take_turns
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
@@ -70,11 +70,9 @@ def main(argv: Any = None) -> int:
         "import hipmr_ctypes": (_PACKAGE, compiled),
         "import hipmr_ctypes, no .pyc": (_PACKAGE, bare),
     }
-    samples: Dict[str, List[float]] = {name: [] for name in runs}
     try:
-        for _ in range(args.rounds):
-            for name, (code, where) in runs.items():
-                samples[name].append(_run(code, where))
+        samples = take_turns({name: (lambda code=code, where=where: _run(code, where))
+                              for name, (code, where) in runs.items()}, args.rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     med = {name: statistics.median(v) for name, v in samples.items()}
@@ -86,9 +84,10 @@ def main(argv: Any = None) -> int:
                               - med["floor (import ctypes + CDLL)"]}
     rows = dict(med, **{"beyond the library": result["beyond_library_ms"],
                         "beyond the library, no .pyc": result["beyond_library_no_pyc_ms"]})
-    print_and_save(f"median ms over {args.rounds} interleaved rounds, Python "
-                   f"{sys.version.split()[0]}, library {result['library']}", rows, args.json,
-                   result, width=32, fmt="8.2f")
+    print_rows(f"median ms over {args.rounds} interleaved rounds, Python "
+               f"{sys.version.split()[0]}, library {result['library']}", rows, width=32,
+               fmt="8.2f")
+    save_json(args.json, result)
     return 0
 
 

@@ -17,7 +17,6 @@ that are missing are skipped.  ``--json`` saves everything.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,6 +27,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes._sizes import parse_bytes  # noqa: E402
+
+from _timing import save_json, take_turns  # noqa: E402
 
 
 def _ours(dst: hmr.Buffer, src: hmr.Buffer, stream: hmr.Stream) -> Callable[[], None]:
@@ -97,7 +98,6 @@ def main(argv: List[str]) -> int:
         methods = {name: make(dst, src, stream) for name, make in
                    (("ours", _ours), ("cupy", _cupy), ("torch", _torch))}
         methods = {k: v for k, v in methods.items() if v is not None}
-        samples: Dict[str, List[float]] = {k: [] for k in methods}
         for name, fn in methods.items():   # warm up, and check each copies every byte across
             dst.memset(0)
             hmr.Device(dst_i).synchronize()
@@ -107,13 +107,15 @@ def main(argv: List[str]) -> int:
             if dst.tobytes().count(src_i + 1) != size:
                 print(f"bench_peer: {name}'s copy {src_i}->{dst_i} did not copy the buffer")
                 return 1
-        for _ in range(args.rounds):
-            for name, fn in methods.items():
-                t0 = time.perf_counter()
-                for _ in range(args.copies):
-                    fn()
-                stream.synchronize()
-                samples[name].append(size * args.copies / (time.perf_counter() - t0) / 1e9)
+
+        def gbs(fn: Callable[[], None]) -> float:
+            t0 = time.perf_counter()
+            for _ in range(args.copies):
+                fn()
+            stream.synchronize()
+            return size * args.copies / (time.perf_counter() - t0) / 1e9
+        samples = take_turns({name: (lambda fn=fn: gbs(fn)) for name, fn in methods.items()},
+                             args.rounds)
         assert dst.tobytes()[:1] == bytes([src_i + 1])
         key = f"{src_i}->{dst_i}"
         results[key] = {k: statistics.median(v) for k, v in samples.items()}
@@ -126,10 +128,8 @@ def main(argv: List[str]) -> int:
         row = results[key]
         print(f"{key:>10} | " + " | ".join(f"{row[k]:>8.1f}" if k in row else f"{'-':>8}"
                                            for k in ("ours", "cupy", "torch")))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"size": size, "copies": args.copies, "rounds": args.rounds,
-                       "peer_access": peer, "results": results}, f, indent=1)
+    save_json(args.json, {"size": size, "copies": args.copies, "rounds": args.rounds,
+                          "peer_access": peer, "results": results})
     return 0
 
 

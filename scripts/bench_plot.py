@@ -14,7 +14,6 @@ figure) and the files' sizes; ``--json`` saves them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -28,6 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hipmr_ctypes.logfile import LOG_HEADER, read_columns  # noqa: E402
 from hipmr_ctypes.plot import timeline  # noqa: E402
+
+from _timing import save_json  # noqa: E402
 
 
 def synthetic_log(path: str, events: int, seed: int = 1) -> None:
@@ -102,9 +103,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         shutil.rmtree(folder, ignore_errors=True)
     for key, value in results.items():
         print(f"{key:18} {value:.2f}" if isinstance(value, float) else f"{key:18} {value:,}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    save_json(args.json, results)
     return 0
 
 

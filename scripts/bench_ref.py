@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How much a resource_ref adds to an allocate + deallocate pair.
 
-Times, in one run, the same pair called on a resource directly and through a ref (timeit, the
-median of several repeats, in ns per pair), for:
+Times, in one run, the same pair called on a resource directly and through a ref (the two
+taking turns over ``--repeat`` rounds, the median in ns per pair), for:
 
 * ``trivial``: a user resource whose signature matches the ref's (the ref binds its methods),
 * ``trivial-align16``: the same with a default alignment of 16 (the ref binds a copy of each
@@ -16,19 +16,19 @@ The goal is under 50 ns of overhead per pair.
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import pathlib
 import platform
-import statistics
 import sys
-import timeit
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from hipmr_ctypes.concepts import is_async_resource  # noqa: E402
 from hipmr_ctypes.resource_ref import async_resource_ref, resource_ref  # noqa: E402
 from hipmr_ctypes.stream_ref import stream_ref  # noqa: E402
+
+from _timing import ns_per_op, save_json  # noqa: E402
 
 
 class Trivial:
@@ -81,9 +81,12 @@ CASES: Tuple[Tuple[str, str, bool], ...] = (
 )
 
 
-def _ns(stmt: str, target: Any, stream: stream_ref, number: int, repeat: int) -> float:
-    timer = timeit.Timer(stmt, globals={"r": target, "s": stream})
-    return statistics.median(timer.repeat(repeat=repeat, number=number)) / number * 1e9
+def _loop(stmt: str, target: Any, stream: stream_ref) -> Callable[[int], None]:
+    """``stmt`` ``n`` times, with ``r`` the target and ``s`` the stream (as timeit runs it)."""
+    space: Dict[str, Any] = {}
+    exec(f"def run(n):\n    for _ in repeat(None, n):\n        {stmt}\n",
+         {"r": target, "s": stream, "repeat": itertools.repeat}, space)
+    return space["run"]  # type: ignore[no-any-return]
 
 
 def _resources() -> Tuple[List[Tuple[str, Any]], List[str]]:
@@ -112,14 +115,16 @@ def run(number: int, repeat: int) -> Dict[str, Any]:
         for case, stmt, needs_async in CASES:
             if needs_async and not is_async:
                 continue
-            try:  # interleaved, twice, to spread drift evenly over both sides
-                direct = _ns(stmt, res, stream, number, repeat)
-                through = _ns(stmt, ref, stream, number, repeat)
-                direct = min(direct, _ns(stmt, res, stream, number, repeat))
-                through = min(through, _ns(stmt, ref, stream, number, repeat))
+            try:  # the two take turns, to spread drift evenly over both sides
+                got = ns_per_op({"direct": (_loop(stmt, res, stream), number),
+                                 "ref": (_loop(stmt, ref, stream), number)}, repeat)
             except Exception as exc:  # noqa: BLE001  (a real resource may fail here)
-                notes.append(f"{name} / {case} failed: {type(exc).__name__}: {exc}")
+                got = {"direct": f"failed: {type(exc).__name__}: {exc}"}
+            failed = [v for v in got.values() if isinstance(v, str)]
+            if failed:
+                notes.append(f"{name} / {case} {failed[0]}")
                 continue
+            direct, through = got["direct"], got["ref"]
             results.append({"resource": name, "case": case, "direct_ns": round(direct, 1),
                             "ref_ns": round(through, 1),
                             "overhead_ns": round(through - direct, 1),
@@ -144,8 +149,7 @@ def main(argv: Any = None) -> int:
               f"{row['binding']}")
     for note in report["notes"]:
         print(note)
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    save_json(args.json, report)
     return 0
 
 

@@ -14,22 +14,22 @@ phase of a shared machine falls on every variant alike):
 * ``mem_pool``: PyTorch's caching allocator inside ``torch.cuda.use_mem_pool`` over our pool
   (its segments come from our pool, its tensors from its cache).
 
-Each child times ``--repeats`` loops of ``--pairs`` pairs per size after a warm-up, and
-reports the median loop in ns per pair; the figure printed is the median over the rounds.
+Each child times ``--repeats`` loops of ``--pairs`` pairs per size after a warm-up (the sizes
+taking turns too, ``scripts/_timing.py``), and reports the median loop in ns per pair; the figure printed is the median over the rounds.
 The goal: ``ours`` at most 2x ``pytorch`` per tensor.  Never used as a test: timing bounds
 do not belong in unit tests.  Exit status 2 when PyTorch sees no CUDA device.
 """
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict
+
+from _timing import ns_per_op, save_json, take_turns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (256, 64 << 10, 1 << 20, 16 << 20)
@@ -39,6 +39,10 @@ VARIANTS = ("pytorch", "ours", "mem_pool")
 def _name(size: int) -> str:
     return f"{size >> 20} MiB" if size >= 1 << 20 else (
         f"{size >> 10} KiB" if size >= 1 << 10 else f"{size} B")
+
+
+class _ChildFailed(Exception):
+    """A child process said why it could not measure."""
 
 
 def child(variant: str, pairs: int, repeats: int) -> Dict[str, Any]:
@@ -57,25 +61,18 @@ def child(variant: str, pairs: int, repeats: int) -> Dict[str, Any]:
         scope = torch.cuda.use_mem_pool(pool)
         scope.__enter__()
     empty, u8, dev = torch.empty, torch.uint8, torch.device("cuda")
-    result: Dict[str, Any] = {"torch": torch.__version__}
-    for size in SIZES:
+
+    def pairs_of(size: int) -> Callable[[int], None]:
         def loop(n: int) -> None:
             for _ in range(n):
                 t = empty(size, dtype=u8, device=dev)
                 del t
-        loop(min(pairs, 2000))
-        torch.cuda.synchronize()
-        times: List[float] = []
-        gc.disable()
-        try:
-            for _ in range(repeats):
-                start = time.perf_counter_ns()
-                loop(pairs)
-                times.append((time.perf_counter_ns() - start) / pairs)
-                torch.cuda.synchronize()
-        finally:
-            gc.enable()
-        result[str(size)] = statistics.median(times)
+        return loop
+    medians = ns_per_op({str(size): (pairs_of(size), pairs) for size in SIZES}, repeats,
+                        sync=torch.cuda.synchronize)
+    failed = [v for v in medians.values() if isinstance(v, str)]
+    result: Dict[str, Any] = {"error": failed[0]} if failed else dict(medians)
+    result["torch"] = torch.__version__
     if scope is not None:
         scope.__exit__(None, None, None)
     return result
@@ -92,20 +89,23 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(args.child, args.pairs, args.repeats)))
         return 0
-    runs: Dict[str, List[Dict[str, Any]]] = {v: [] for v in VARIANTS}
-    for _ in range(args.rounds):
-        for variant in VARIANTS:
-            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", variant,
-                                   "--pairs", str(args.pairs), "--repeats", str(args.repeats)],
-                                  capture_output=True, text=True, timeout=600)
-            try:
-                got = json.loads(done.stdout.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                got = {"error": f"exit {done.returncode}: {done.stderr.strip()[-2000:]}"}
-            if "error" in got:
-                print(f"{variant}: {got['error']}", file=sys.stderr)
-                return 2
-            runs[variant].append(got)
+
+    def run_child(variant: str) -> Dict[str, Any]:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", variant,
+                               "--pairs", str(args.pairs), "--repeats", str(args.repeats)],
+                              capture_output=True, text=True, timeout=600)
+        try:
+            got: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            got = {"error": f"exit {done.returncode}: {done.stderr.strip()[-2000:]}"}
+        if "error" in got:
+            raise _ChildFailed(f"{variant}: {got['error']}")
+        return got
+    try:  # the children take turns, one run of each variant per round
+        runs = take_turns({v: (lambda v=v: run_child(v)) for v in VARIANTS}, args.rounds)
+    except _ChildFailed as exc:
+        print(exc, file=sys.stderr)
+        return 2
     table = {v: {str(s): statistics.median(r[str(s)] for r in runs[v]) for s in SIZES}
              for v in VARIANTS}
     print(f"PyTorch {runs['pytorch'][0]['torch']}, platform "
@@ -118,11 +118,8 @@ def main() -> int:
         ratios[str(s)] = o / p
         print(f"{_name(s):>8} | {p:9,.0f} | {o:9,.0f} | {m:9,.0f} | {o / p:.2f}x")
     print("goal (ours at most 2x pytorch):", "met" if max(ratios.values()) <= 2 else "NOT met")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"ns_per_pair": table, "ratio_ours_to_pytorch": ratios, "runs": runs,
-                       "pairs": args.pairs, "repeats": args.repeats, "rounds": args.rounds},
-                      fh, indent=1)
+    save_json(args.json, {"ns_per_pair": table, "ratio_ours_to_pytorch": ratios, "runs": runs,
+                          "pairs": args.pairs, "repeats": args.repeats, "rounds": args.rounds})
     return 0
 
 

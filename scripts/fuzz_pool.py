@@ -9,7 +9,8 @@ Random sequences of allocate / deallocate (synchronous and stream-ordered, on se
 streams) / release, plus invalid calls (double free, wrong size, foreign pointer), run over
 PoolResource, BinningResource, FixedSizeResource and stacks of adaptors, on top of
 :class:`AddressSpaceResource`: a user-written upstream that hands out addresses (no memory)
-and checks how it is used.  After every step the model checks that
+and checks how it is used (``scripts/pool_model.py``, the model the tests share).  After
+every step the model checks that
 
 * live ranges never overlap and every pointer honours its alignment;
 * an invalid call raised (ValueError / OutOfMemoryError) and changed nothing;
@@ -25,6 +26,7 @@ versions (tests/test_pool_fuzz.py).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -34,17 +36,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
-
-from hipmr_ctypes._hip.errors import OutOfMemoryError  # noqa: E402
-from hipmr_ctypes.adaptors import (AlignedResource, BinningResource,  # noqa: E402
-                                   FixedSizeResource, LimitingResource, PoolResource,
-                                   StatisticsResource, TrackingResource)
-from support import (HOST, STREAMS, AddressSpaceResource, FreedRanges,  # noqa: E402
-                     StreamModel, check_pool_tiles)
+from hipmr_ctypes import (AlignedResource, BinningResource, FixedSizeResource,  # noqa: E402
+                          LimitingResource, OutOfMemoryError, PoolResource, StatisticsResource,
+                          TrackingResource)
+from pool_model import (HOST, STREAMS, AddressSpaceResource, Corruption,  # noqa: E402
+                        FreedRanges, StreamModel, check_pool_tiles)
 
 
-class FuzzFailure(AssertionError):
+class FuzzFailure(Corruption):
     """A broken invariant; the message names the seed, target and step."""
 
 
@@ -326,14 +325,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds since the epoch: every run stops there (checked and "
                              "freed as at its end) and the runs not started are skipped")
+    parser.add_argument("--record", default=None, metavar="FILE",
+                        help="append one JSON line per run to FILE: seed, target, ops asked "
+                             "and run, the failure's message (or null), skipped")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     targets = TARGETS if args.target == "all" else (args.target,)
     failures = 0
+
+    def record(s: int, target: str, done: int, failure: Optional[str] = None,
+               skipped: bool = False) -> None:
+        if args.record:
+            with open(args.record, "a") as fh:
+                fh.write(json.dumps({"seed": s, "target": target, "asked": args.ops,
+                                     "ops": done, "failure": failure,
+                                     "skipped": skipped}) + "\n")
+
     for s in range(seed, seed + args.seeds):
         for target in targets:
             if args.deadline is not None and time.time() > args.deadline:
                 print(f"skip seed={s} target={target}: the deadline passed", flush=True)
+                record(s, target, 0, skipped=True)
                 continue
             started = time.perf_counter()
             try:
@@ -341,7 +353,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             except FuzzFailure as exc:
                 failures += 1
                 print(f"FAIL {exc}", flush=True)
+                record(s, target, 0, failure=str(exc))
                 continue
+            record(s, target, done)
             note = "" if done == args.ops else f"; stopped at the deadline, of {args.ops}"
             print(f"ok   seed={s} target={target} ops={done} "
                   f"({time.perf_counter() - started:.1f}s{note})", flush=True)

@@ -9,15 +9,19 @@ corruptions (all four must be 0).
     HIPMR_PLATFORM=nvidia python scripts/reliability_report.py --budget 200 --fuzz-ops 200000
     python scripts/reliability_report.py --only test_threads --only fuzz_pool.py  # some only
 
-What runs: one *section* per test file (tests/test_bad_input.py, test_faults.py,
-test_threads.py, test_shutdown.py, test_exit.py, ..., plus test_pool_fuzz.py and
-test_pool_threads.py when present) and one per target of scripts/fuzz_pool.py, which shares
-``--fuzz-ops`` (default 1,000,000) among its targets.  Each section is a child process of its
-own (so that a crash of the interpreter is seen and counted, not fatal to the report), in a
-process group of its own; ``--jobs`` of them run at once (default: one per CPU, at most 16),
-the longest first.  A pytest section runs with a plugin that records every test's outcome and
-duration as it ends and reads the counters the test modules keep (cases, junk calls, injected
-faults, thread operations); each section's line is printed as it finishes.
+What runs: one *section* per test file holding tests marked ``reliability`` (found by
+collecting ``tests/`` in a child process first, so a file is found whatever its name or folder),
+and one per target of scripts/fuzz_pool.py, which shares ``--fuzz-ops`` (default 1,000,000)
+among its targets.  The marker says what a test counts for: ``reliability("gc_lock_cases")``
+counts it in that row when it ran, ``reliability(counters={"thread_ops": THREAD_OPS})``
+declares a list the module adds its counts to (summed); the rows the table prints are declared
+here (``COUNTED`` and ``_summarize``).  Each section is a child process of its own (so that a
+crash of the interpreter is seen and counted, not fatal to the report), in a process group of
+its own; ``--jobs`` of them run at once (default: one per CPU, at most 16), the files with the
+most marked tests first.  A pytest section runs with a plugin that records every test's outcome,
+duration, row and, for a failure, its kind as it ends, and the declared counters; each
+section's line is printed as it finishes.  A fuzz section reads the JSON lines the fuzzer
+writes (``--record``).
 
 ``--budget SECONDS`` bounds the whole run.  The fuzzer and the thread tests' long loops stop at
 the budget's deadline (a few seconds before its end) and count the operations they ran: the
@@ -28,13 +32,14 @@ INCOMPLETE, never OK.  SIGTERM or SIGINT (an outer ``timeout``) ends the run the
 with the table printed.
 
 ``HIPMR_PLATFORM`` is passed through (default ``emulated``): on ``nvidia`` or ``amd`` the gpu
-tests run too, and the tests that need the emulator's hooks skip.  A failure is classified
-from its message: a child process that died or a signal is a crash; memory left allocated is
-a leak; a hung child or thread (a deadlock) is a hang; overlapping or overwritten blocks and
-fuzz-model mismatches are corruptions; anything else is "other failures".  Exit status: 0
-when no test failed and crashes, leaks and corruptions are all 0 (OK, possibly with shortened
-sections); 1 when something failed (NOT OK); 2 when nothing failed but sections were cut
-(INCOMPLETE).
+tests run too, and the tests that need the emulator's hooks skip.  A failure's kind comes
+from pytest's report of it, never from its text: the class of the exception that failed the
+test has a ``reliability_kind`` (``tests/support.py``'s ``Crash``, ``Hang``, ``Leak``;
+``scripts/pool_model.py``'s ``Corruption``, which the fuzzer's failures are) or is
+``subprocess.TimeoutExpired`` (a hang); a section's process that died is a crash; anything
+else is "other failures".  Exit status: 0 when no test failed and crashes, leaks and
+corruptions are all 0 (OK, possibly with shortened sections); 1 when something failed (NOT OK);
+2 when nothing failed but sections were cut (INCOMPLETE).
 """
 from __future__ import annotations
 
@@ -53,39 +58,19 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the suite's test files, longest first (so that ``--jobs`` sections end together)
-TESTS = ["test_shutdown.py", "test_bad_input.py", "test_faults.py", "test_threads.py",
-         "test_exit.py", "test_sizes_growth_pickle.py", "test_gc_locks.py",
-         "test_stream_identity.py", "test_misbehaving_upstreams.py", "test_logging_failures.py",
-         "test_thread_exit.py"]
-TESTS += ["test_reliability_round3_ipc.py"]   # IPC trust, fork, closed streams, deep stacks
-OPTIONAL_TESTS = ["test_pool_threads.py", "test_pool_fuzz.py"]
-#: third round: threads, interpreter exit, constructor messages, RMM parity
-TESTS.append("test_reliability_round3_threads.py")
-#: the third round's plot, log reader, logging and command-line cases (a few seconds)
-TESTS += ["test_reliability_round3_plot.py"]
-
-CRASH = re.compile(r"child process died|rc=-\d|signal|Segmentation|core dumped|Fatal Python",
-                   re.I)
-LEAK = re.compile(r"leak|left live|still allocated|live allocations changed|was left behind"
-                  r"|were not destroyed", re.I)
-HANG = re.compile(r"\bhung\b|\bhangs?\b|deadlock|TimeoutExpired|timed out", re.I)
-CORRUPTION = re.compile(r"overlap|overwritten|corrupt|FuzzFailure|tiles|model", re.I)
-
-#: counters the test modules keep: (module, attribute) -> report counter.  A list's first
-#: element is the count (JUNK_TRIED: every element).
-MODULE_COUNTERS = {
-    ("test_bad_input", "JUNK_TRIED"): "junk_calls",
-    ("test_faults", "FAULTS_INJECTED"): "faults_injected",
-    ("test_threads", "THREAD_OPS"): "thread_ops",
-    ("test_threads", "THREAD_OPS_PLANNED"): "thread_ops_planned",
-    ("test_threads", "THREADS_CUT"): "threads_cut",
-    ("test_pool_threads", "THREAD_OPS"): "thread_ops",
-    ("test_pool_threads", "THREAD_OPS_PLANNED"): "thread_ops_planned",
-    ("test_pool_threads", "THREADS_CUT"): "threads_cut",
-}
-MODULE_COUNTERS[("test_reliability_round3_threads", "THREAD_OPS")] = "thread_ops"
-MODULE_COUNTERS[("test_reliability_round3_threads", "EXIT_RUNS")] = "round3_exit_runs"
+#: where the sections are found: every file there holding a test marked ``reliability``
+TESTS_DIR = "tests"
+#: the kinds of failure the table counts (``failure_kinds``), the last one for the rest
+KINDS = ("crash", "hang", "leak", "corruption", "other")
+#: pytest outcomes of a test that ran (a row counts these)
+RAN = ("passed", "failed", "xfailed", "xpassed")
+#: what the table reads: the rows tests name in their ``reliability`` marker and the counters
+#: test modules declare in it (0 when none ran)
+COUNTED = ("bad_input_cases", "junk_calls", "faults_injected", "thread_ops",
+           "thread_ops_planned", "threads_cut", "fuzz_ops_in_suite", "exit_scenarios",
+           "round3_exit_runs", "gc_lock_cases", "stream_identity_cases", "misbehaving_cases",
+           "size_growth_pickle_cases", "ipc_fork_stream_cases", "log_plot_cli_cases",
+           "round3_threads_cases")
 #: seconds before the end of the budget at which the long loops stop (the section still has
 #: to finish its tests) and the report itself stops every section (it still has to report)
 LOOP_MARGIN = 0.12
@@ -103,6 +88,9 @@ class Collector:
         self.path = path
         self._fh = open(path, "a") if path else None
         self._counters: Dict[str, int] = {}
+        self._lists: Dict[int, Tuple[str, List[int]]] = {}   # id(list) -> (counter, list)
+        self._rows: Dict[str, str] = {}                       # test id -> its row
+        self._kinds: Dict[Tuple[str, str], str] = {}          # (test id, phase) -> kind
 
     def _write(self, record: Dict[str, Any]) -> None:
         if self._fh is not None:
@@ -110,7 +98,19 @@ class Collector:
             self._fh.flush()
 
     def pytest_collection_finish(self, session: Any) -> None:
+        for item in session.items:
+            row = marked_row(item)
+            if row:
+                self._rows[item.nodeid] = row
+            for mark in item.iter_markers("reliability"):
+                for name, counts in (mark.kwargs.get("counters") or {}).items():
+                    self._lists[id(counts)] = (name, counts)
         self._write({"collected": len(session.items)})
+
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
+        """The failure's kind, from its exception (the report itself is pytest's)."""
+        if call.excinfo is not None:
+            self._kinds[(item.nodeid, call.when)] = kind_of(call.excinfo.type)
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         """Name the test now running, so that a crash or a stop can say which."""
@@ -126,7 +126,10 @@ class Collector:
                 outcome = "error"
             entry = {"id": report.nodeid, "outcome": outcome,
                      "seconds": round(getattr(report, "duration", 0.0), 3)}
+            if report.nodeid in self._rows:
+                entry["row"] = self._rows[report.nodeid]
             if report.outcome == "failed":
+                entry["kind"] = self._kinds.get((report.nodeid, report.when), "other")
                 entry["message"] = str(report.longrepr)[-4000:]
             self.tests.append(entry)
             self._write({"test": entry})
@@ -136,7 +139,7 @@ class Collector:
         section with no tests."""
         if report.failed:
             entry = {"id": report.nodeid or "collection", "outcome": "error", "seconds": 0.0,
-                     "message": str(report.longrepr)[-4000:]}
+                     "kind": "other", "message": str(report.longrepr)[-4000:]}
             self.tests.append(entry)
             self._write({"test": entry})
 
@@ -147,18 +150,66 @@ class Collector:
             self._counters = record["counters"] = counters
         self._write(record)
 
-    @staticmethod
-    def counters() -> Dict[str, int]:
-        """The module counters (MODULE_COUNTERS) as they stand now."""
+    def counters(self) -> Dict[str, int]:
+        """The counters the test modules declare (``reliability(counters=...)``: a name and the
+        list the module adds to), summed, as they stand now."""
         out: Dict[str, int] = {}
-        for (name, attr), key in MODULE_COUNTERS.items():
-            module = sys.modules.get(name) or sys.modules.get(f"tests.{name}")
-            value = getattr(module, attr, None) if module is not None else None
-            if value is None:
-                continue
-            count = sum(value) if attr == "JUNK_TRIED" else value[0]
-            out[key] = out.get(key, 0) + int(count)
+        for name, counts in self._lists.values():
+            out[name] = out.get(name, 0) + int(sum(counts))
         return out
+
+
+def marked_row(item: Any) -> Optional[str]:
+    """The row a test counts in: its closest ``reliability`` marker's ``row`` (or first
+    argument); None for an unmarked test or a marker naming no row."""
+    mark = item.get_closest_marker("reliability")
+    if mark is None:
+        return None
+    row = mark.args[0] if mark.args else mark.kwargs.get("row")
+    return None if row is None else str(row)
+
+
+def kind_of(exc_type: type) -> str:
+    """The kind of failure an exception of this class is: its ``reliability_kind`` (the
+    test helpers' ``Crash``, ``Hang``, ``Leak``, ``Corruption``; the fuzzer's ``FuzzFailure``
+    is a ``Corruption``), a timed-out child process is a hang, anything else "other"."""
+    kind = getattr(exc_type, "reliability_kind", None)
+    if kind in KINDS:
+        return str(kind)
+    if isinstance(exc_type, type) and issubclass(exc_type, subprocess.TimeoutExpired):
+        return "hang"
+    return "other"
+
+
+class Finder:
+    """pytest plugin for the collection child: the files holding a test marked
+    ``reliability`` (with how many such tests), and the files that cannot be collected."""
+
+    def __init__(self) -> None:
+        self.files: Dict[str, int] = {}
+        self.errors: List[Dict[str, Any]] = []
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        for item in session.items:
+            if item.get_closest_marker("reliability") is not None:
+                path = item.nodeid.split("::")[0]
+                self.files[path] = self.files.get(path, 0) + 1
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.errors.append({"id": report.nodeid or "collection", "outcome": "error",
+                                "seconds": 0.0, "kind": "other",
+                                "message": str(report.longrepr)[-4000:]})
+
+
+def collect_child(out_path: str, args: List[str]) -> int:
+    import pytest
+    finder = Finder()
+    rc = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                     plugins=[finder])
+    with open(out_path, "w") as fh:
+        json.dump({"files": finder.files, "errors": finder.errors, "rc": int(rc)}, fh)
+    return 0
 
 
 def pytest_child(out_path: str, args: List[str]) -> int:
@@ -195,20 +246,28 @@ def _prctl() -> Any:
 _PRCTL = _prctl()
 
 
-def read_section(path: str) -> Dict[str, Any]:
-    """What a pytest section's JSON-lines file says (a torn last line is ignored)."""
-    result: Dict[str, Any] = {"tests": [], "counters": {}, "collected": None, "running": "",
-                              "since": None, "done": None}
+def read_records(path: str) -> List[Dict[str, Any]]:
+    """The records of a JSON-lines file (none if it is missing; a torn last line is
+    ignored)."""
     try:
         with open(path) as fh:
             lines = fh.read().splitlines()
     except OSError:
-        return result
+        return []
+    records = []
     for line in lines:
         try:
-            record = json.loads(line)
+            records.append(json.loads(line))
         except ValueError:
             continue
+    return records
+
+
+def read_section(path: str) -> Dict[str, Any]:
+    """What a pytest section's JSON-lines file says."""
+    result: Dict[str, Any] = {"tests": [], "counters": {}, "collected": None, "running": "",
+                              "since": None, "done": None}
+    for record in read_records(path):
         if "test" in record:
             result["tests"].append(record["test"])
         elif "running" in record:
@@ -247,18 +306,6 @@ def _where(stacks: str) -> str:
     ours = [f for f in frames  # not the standard library's, pytest's, or this script's
             if not re.search(r"/lib/python|site-packages|<frozen|reliability_report\.py", f)]
     return (ours or frames or ["(no stack was dumped)"])[0]
-
-
-def classify(message: str) -> str:
-    if CRASH.search(message):
-        return "crash"
-    if HANG.search(message):
-        return "hang"
-    if LEAK.search(message):
-        return "leak"
-    if CORRUPTION.search(message):
-        return "corruption"
-    return "other"
 
 
 class Section:
@@ -346,21 +393,15 @@ class Section:
             return
         fuzz: Dict[str, Any] = {"ops": 0, "runs": 0, "failures": [], "returncode": rc,
                                 "stopped_early": 0, "skipped": 0}
-        try:
-            with open(self.out) as fh:
-                out = fh.read()
-        except OSError:
-            out = ""
-        for line in out.splitlines():
-            m = re.match(r"ok\s+seed=\d+ target=\S+ ops=(\d+)", line)
-            if m:
-                fuzz["ops"] += int(m.group(1))
-                fuzz["runs"] += 1
-                fuzz["stopped_early"] += "stopped at the deadline" in line
-            elif line.startswith("FAIL"):
-                fuzz["failures"].append(line)
-            elif line.startswith("skip"):
+        for run in read_records(self.jsonl):  # fuzz_pool.py --record: one line per run
+            if run.get("skipped"):
                 fuzz["skipped"] += 1
+            elif run.get("failure") is not None:
+                fuzz["failures"].append(f"FAIL {run['failure']}")
+            else:
+                fuzz["ops"] += int(run["ops"])
+                fuzz["runs"] += 1
+                fuzz["stopped_early"] += int(run["ops"]) < int(run["asked"])
         fuzz["crashed"] = not self.stopped and rc not in (0, 1)
         if fuzz["crashed"]:
             fuzz["stderr"] = _crash_excerpt(stderr)
@@ -413,11 +454,42 @@ def _split_pytest_args(args: List[str]) -> Tuple[List[str], List[str]]:
     return paths, options
 
 
-def plan(args: argparse.Namespace, tmp: str) -> List[Section]:
-    """Every section, in the order they start."""
+def find_sections(env: Dict[str, str], tmp: str, timeout: Optional[float] = None
+                  ) -> Tuple[List[str], List[Dict[str, Any]]]:
+    """The test files holding tests marked ``reliability`` (collected in a child process, the
+    files with the most such tests first), and the collection's errors (a file that cannot be
+    collected might hold some)."""
+    out = os.path.join(tmp, "collected.json")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--collect-child", out, "--",
+           TESTS_DIR]
+    try:
+        proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [], [{"id": f"collection of {TESTS_DIR}", "outcome": "error", "seconds": 0.0,
+                     "kind": "hang", "message": f"pytest --collect-only {TESTS_DIR} did not "
+                                                f"end within {timeout:.0f} s"}]
+    try:
+        with open(out) as fh:
+            found = json.load(fh)
+    except (OSError, ValueError):
+        found = {"files": {}, "errors": [], "rc": None}
+    errors = list(found["errors"])
+    if found["rc"] not in (0, 5) and not errors:  # 5: no tests collected
+        errors.append({"id": f"collection of {TESTS_DIR}", "outcome": "error", "seconds": 0.0,
+                       "kind": "crash" if proc.returncode < 0 else "other",
+                       "message": f"pytest --collect-only exited with status {found['rc']} "
+                                  f"(rc={proc.returncode}): "
+                                  f"{(proc.stdout + proc.stderr)[-2000:]}"})
+    files = sorted(found["files"], key=lambda f: (-found["files"][f], f))
+    return files, errors
+
+
+def plan(args: argparse.Namespace, tmp: str,
+         files: List[str]) -> List[Section]:
+    """Every section, in the order they start: ``files`` (found by :func:`find_sections`),
+    the extra paths, the fuzz targets."""
     paths, options = _split_pytest_args(args.pytest_args)
-    files = [str(Path("tests") / t) for t in TESTS] + [
-        str(Path("tests") / t) for t in OPTIONAL_TESTS if (ROOT / "tests" / t).exists()]
     sections = []
     script = str(Path(__file__).resolve())
     for i, path in enumerate(files + paths):
@@ -435,7 +507,8 @@ def plan(args: argparse.Namespace, tmp: str) -> List[Section]:
             work = os.path.join(tmp, f"fuzz{i}")
             os.mkdir(work)
             cmd = [sys.executable, "-X", "faulthandler", str(ROOT / "scripts" / "fuzz_pool.py"),
-                   "--seed", str(args.seed), "--ops", str(per_target), "--target", target]
+                   "--seed", str(args.seed), "--ops", str(per_target), "--target", target,
+                   "--record", os.path.join(work, "tests.jsonl")]
             sections.append(Section(f"scripts/fuzz_pool.py {target}", "fuzz", cmd, work,
                                     per_target))
     if args.only:
@@ -465,7 +538,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     with tempfile.TemporaryDirectory(prefix="hipmr-reliability-") as tmp:
-        sections = plan(args, tmp)
+        files, collect_errors = find_sections(
+            env, tmp, None if deadline is None else max(1.0, deadline - time.time()))
+        sections = plan(args, tmp, files)
         for s in sections:
             if s.kind == "fuzz" and loop_deadline is not None:
                 s.cmd += ["--deadline", repr(loop_deadline)]
@@ -477,7 +552,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        result = _summarize(args, env, sections, started, interrupted)
+        result = _summarize(args, env, sections, started, interrupted, collect_errors)
     return result
 
 
@@ -525,13 +600,14 @@ def _finish(s: Section, started: float) -> None:
 
 
 def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Section],
-               started: float, interrupted: List[int]) -> Dict[str, Any]:
-    tests: List[Dict[str, Any]] = []
+               started: float, interrupted: List[int],
+               collect_errors: List[Dict[str, Any]]) -> Dict[str, Any]:
+    tests: List[Dict[str, Any]] = list(collect_errors)
     counters: Dict[str, int] = {}
     fuzz: Dict[str, Any] = {"ops": 0, "runs": 0, "failures": [], "crashed": False,
                             "planned": 0}
     failures: List[Dict[str, Any]] = []
-    kinds = {"crash": 0, "hang": 0, "leak": 0, "corruption": 0, "other": 0}
+    kinds = {kind: 0 for kind in KINDS}
     for s in sections:
         res = s.result
         if s.kind == "pytest":
@@ -557,7 +633,7 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
     counts = _counts(tests)
     for t in tests:
         if t["outcome"] in ("failed", "error"):
-            kind = classify(t.get("message", ""))
+            kind = t.get("kind", "other")
             kinds[kind] += 1
             failures.append({"id": t["id"], "kind": kind,
                              "message": t.get("message", "")[-600:]})
@@ -565,31 +641,12 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
     failures += [{"id": "fuzz_pool", "kind": "corruption", "message": f}
                  for f in fuzz["failures"]]
 
-    def ran(prefix: str) -> int:
-        return sum(1 for t in tests if t["id"].startswith(prefix)
-                   and t["outcome"] in ("passed", "failed", "xfailed", "xpassed"))
-
-    c = dict(counters)
-    c.update(bad_input_cases=ran("tests/test_bad_input.py::test_bad_input["),
-             exit_scenarios=ran("tests/test_shutdown.py::test_exit_with_everything_alive")
-             + ran("tests/test_shutdown.py::test_everything_dropped_before_exit")
-             + ran("tests/test_exit.py::"),
-             gc_lock_cases=ran("tests/test_gc_locks.py::"),
-             stream_identity_cases=ran("tests/test_stream_identity.py::")
-             + ran("tests/test_thread_exit.py::"),
-             misbehaving_cases=ran("tests/test_misbehaving_upstreams.py::")
-             + ran("tests/test_logging_failures.py::"),
-             size_growth_pickle_cases=ran("tests/test_sizes_growth_pickle.py::"),
-             ipc_fork_stream_cases=ran("tests/test_reliability_round3_ipc.py::"),
-             log_plot_cli_cases=ran("tests/test_reliability_round3_plot.py::"),
-             fuzz_ops_in_suite=3000 * sum(1 for t in tests if "test_pool_fuzz.py::test_fuzz_short"
-                                          in t["id"] and t["outcome"] == "passed"))
-    for key in ("junk_calls", "faults_injected", "thread_ops", "thread_ops_planned",
-                "threads_cut"):
+    c = dict(counters)  # the modules' counters, then one per test in the row it names
+    for t in tests:
+        if t.get("row") and t["outcome"] in RAN:
+            c[t["row"]] = c.get(t["row"], 0) + 1
+    for key in COUNTED:
         c.setdefault(key, 0)
-
-    # third round: threads, interpreter exit, constructor messages, RMM parity
-    c["round3_threads_cases"] = ran("tests/test_reliability_round3_threads.py::")
     c["exit_scenarios"] += c.get("round3_exit_runs", 0)
 
     shortened = [s for s in sections if s.status == "shortened"]
@@ -742,9 +799,10 @@ def format_table(result: Dict[str, Any]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--pytest-child"]:
+    if argv[:1] in (["--pytest-child"], ["--collect-child"]):
         rest = argv[2:]
-        return pytest_child(argv[1], rest[1:] if rest[:1] == ["--"] else rest)
+        child = pytest_child if argv[0] == "--pytest-child" else collect_child
+        return child(argv[1], rest[1:] if rest[:1] == ["--"] else rest)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fuzz-ops", type=int, default=1_000_000,
                         help="fuzz operations in all, spread over fuzz_pool.py's targets "

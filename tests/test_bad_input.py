@@ -44,6 +44,8 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.errors import InvalidValueError
 
+from support import Leak, no_crash
+
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 
@@ -1044,9 +1046,10 @@ def run_case(c: Case) -> None:
             if c.native is not ANY:
                 made = [n for n in calls if n not in c.native]
                 assert not made, f"native calls before the error: {made}"
-            assert spy.live == live, "the runtime's live allocations changed"
-            if emulator is not None:
-                assert emulator.live_allocations() == emulated, "emulated allocations changed"
+            if spy.live != live:
+                raise Leak(f"the runtime's live allocations changed: {live} -> {spy.live}")
+            if emulator is not None and emulator.live_allocations() != emulated:
+                raise Leak("emulated allocations changed")
             if c.state:
                 assert c.state(ctx) == state, "the state changed"
             if c.serve:
@@ -1055,10 +1058,12 @@ def run_case(c: Case) -> None:
                 ctx.close()
             del ctx, info
             _collect(lambda: not spy.live)
-            assert not spy.live, f"left live after the case: {sorted(map(hex, spy.live))}"
+            if spy.live:
+                raise Leak(f"left live after the case: {sorted(map(hex, spy.live))}")
         if emulator is not None:
             _collect(lambda: emulator.live_allocations() == before_emulated)
-            assert emulator.live_allocations() == before_emulated, "leaked emulated memory"
+            if emulator.live_allocations() != before_emulated:
+                raise Leak("leaked emulated memory")
     finally:
         per_device._resources = saved_table
 
@@ -1095,6 +1100,7 @@ class _ChildResults:
     def get(self, cid: str) -> str:
         if self.results is None:
             proc = run_in_child(self.ids, self.env)
+            no_crash(proc)
             if proc.returncode != 0:
                 self.results = {i: f"the child process died (rc={proc.returncode}): "
                                    f"{proc.stderr[-2000:]}" for i in self.ids}
@@ -1109,6 +1115,7 @@ _TWO_DEVICES = _ChildResults([c.id for c in CASES if c.two_devices],
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+@pytest.mark.reliability("bad_input_cases")
 def test_bad_input(c: Case) -> None:
     platform = _hip.get_runtime().platform
     if c.two_devices:
@@ -1202,6 +1209,7 @@ def test_junk_never_crashes(tmp_path: Path) -> None:
                HIPMR_EMULATED_MEMORY="256MiB")
     proc = subprocess.run([sys.executable, "-c", _JUNK_CHILD], capture_output=True, text=True,
                           env=env, cwd=str(tmp_path), timeout=180)
+    no_crash(proc)
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stderr[-3000:]}"
     tried = json.loads(proc.stdout.strip().splitlines()[-1])["tried"]
     assert tried > 1000
@@ -1210,6 +1218,8 @@ def test_junk_never_crashes(tmp_path: Path) -> None:
 
 #: how many junk calls ran (read by scripts/reliability_report.py through the pytest plugin)
 JUNK_TRIED: List[int] = []
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability(counters={"junk_calls": JUNK_TRIED})
 
 
 # ================================================================= two devices: what is allowed

@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON
+from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON, no_crash
+
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability("exit_scenarios")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,6 +127,7 @@ def test_user_code_at_exit_finds_everything_valid(name):
         pytest.skip(DAEMON_EXIT_REASON)
     code = PRELUDE + USE + textwrap.dedent(EXIT_SCENARIOS[name])
     proc = _child(code)
+    no_crash(proc)
     assert proc.returncode == 0, f"exit code {proc.returncode}: {proc.stderr[-3000:]}"
     assert proc.stderr == "" and proc.stdout == "", (proc.stdout + proc.stderr)[-3000:]
 
@@ -174,6 +178,7 @@ AFTER_THE_HOOK = textwrap.dedent("""
 
 def test_objects_made_or_collected_after_the_exit_hook_are_left_alone():
     proc = _child(AFTER_THE_HOOK)
+    no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
     assert proc.stderr == ""
 
@@ -209,6 +214,7 @@ def test_daemon_threads_making_streams_and_events_through_the_exit(run):
     """Daemon threads keep making, using and closing streams, events and buffers while the
     interpreter exits: none is closed from under them (``this Event is closed``)."""
     proc = _child(DAEMON_CHURN)
+    no_crash(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == "", proc.stderr[-3000:]
 
@@ -223,5 +229,6 @@ def test_user_code_at_exit_on_a_gpu(gpu_runtime):
         HOOKED.append(Holder(host_pool=True))
     """)
     proc = _child(code, platform=gpu_runtime.platform)
+    no_crash(proc)
     assert proc.returncode == 0, f"exit code {proc.returncode}: {proc.stderr[-3000:]}"
     assert proc.stderr == "" and proc.stdout == "", (proc.stdout + proc.stderr)[-3000:]

@@ -21,13 +21,15 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.errors import HipError, OutOfMemoryError
 
-from support import process_runtime
+from support import Leak, no_crash, process_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 
 #: how many failures the tests here injected (read by scripts/reliability_report.py)
 FAULTS_INJECTED = [0]
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability(counters={"faults_injected": FAULTS_INJECTED})
 
 
 def inject(emulator, code=2, count=1, calls=None):
@@ -51,7 +53,8 @@ def clean(emulator):
         finally:
             emulator.clear_faults()
     gc.collect()
-    assert emulator.live_allocations() == before, "the test leaked device memory"
+    if emulator.live_allocations() != before:
+        raise Leak("the test leaked device memory")
 
 
 def serves(r, nbytes=MiB, stream=None):
@@ -401,7 +404,8 @@ def test_buffer_copy_failure(clean, stream):
         hmr.Buffer.from_host(b"x" * 1000, stream=s)
     clean.clear_faults()
     gc.collect()
-    assert clean.live_allocations() == before, "from_host leaked its buffer"
+    if clean.live_allocations() != before:
+        raise Leak("from_host leaked its buffer")
     b = hmr.Buffer.from_host(b"a" * 1000)
     out = bytearray(b"z" * 1000)
     for op in (lambda: b.copy_from_host(b"b" * 1000, stream=s),
@@ -572,7 +576,8 @@ def test_injected_faults_sweep(clean):
                 setattr(rt.fn, name, func)
             clean.clear_faults()
         gc.collect()
-        assert (clean.live_allocations(), _handles(clean)) == baseline, f"fault #{i} leaked"
+        if (clean.live_allocations(), _handles(clean)) != baseline:
+            raise Leak(f"fault #{i} leaked")
         if done:
             break
     assert failed >= 10, failed
@@ -638,6 +643,7 @@ def test_library_missing_or_unusable(tmp_path, platform, which):
     path, error, words = _libraries(tmp_path)[which]
     provoked()
     proc = _child(_PROBE, HIPMR_PLATFORM=platform, HIPMR_LIBRARY=path)
+    no_crash(proc)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"ERROR {error} |"), proc.stdout
@@ -647,6 +653,7 @@ def test_library_missing_or_unusable(tmp_path, platform, which):
     assert lines[-1] == "HOST OK"
     assert proc.stderr == ""
     cli = _cli(HIPMR_PLATFORM=platform, HIPMR_LIBRARY=path)
+    no_crash(cli)
     assert cli.returncode == 2, cli.stderr  # a configuration error: one line and a hint
     error_line, hint_line = cli.stderr.splitlines()
     assert words in error_line and hint_line.startswith("hint: "), cli.stderr
@@ -691,6 +698,7 @@ print("DEVICE OK")
 def test_unsupported_runtime_features_are_clear_errors(env, call, needle):
     provoked()
     proc = _child(_UNSUPPORTED.format(call=call), HIPMR_PLATFORM="emulated", **env)
+    no_crash(proc)
     assert proc.returncode == 0, proc.stderr
     first, last = proc.stdout.splitlines()[0], proc.stdout.splitlines()[-1]
     assert first.startswith("NotSupportedError") and needle in first, proc.stdout
@@ -701,7 +709,9 @@ def test_bad_platform_variable_is_a_clear_error():
     proc = _child("import hipmr_ctypes as hmr\ntry:\n    hmr.device_count()\n"
                   "except ValueError as exc:\n    print('ValueError', exc)\n",
                   HIPMR_PLATFORM="cuda")
+    no_crash(proc)
     assert proc.returncode == 0 and proc.stderr == ""
     assert "HIPMR_PLATFORM" in proc.stdout
     cli = _cli(HIPMR_PLATFORM="cuda")
+    no_crash(cli)
     assert cli.returncode == 2 and "HIPMR_PLATFORM='cuda'" in cli.stderr.splitlines()[0]

@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from support import Hang, no_crash
+
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability("gc_lock_cases")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PRELUDE = textwrap.dedent("""
@@ -111,5 +116,6 @@ def test_a_collection_inside_a_section_never_hangs(name):
                               capture_output=True, text=True, env=env, cwd=str(ROOT),
                               timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{name}: hung (a deadlock inside a lock of the resource)")
+        raise Hang(f"{name}: hung (a deadlock inside a lock of the resource)") from None
+    no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]

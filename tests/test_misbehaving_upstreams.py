@@ -15,6 +15,9 @@ from hipmr_ctypes import CallbackResource, device_accessible
 
 from support import check_pool_tiles
 
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability("misbehaving_cases")
+
 
 class AddressSpace:
     """A fake address space: 256-aligned addresses from 1 MiB up, never reused unless

@@ -10,11 +10,16 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
 import fuzz_pool  # noqa: E402
 
+#: fuzz operations the short runs made (read by scripts/reliability_report.py)
+FUZZ_OPS = [0]
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability(counters={"fuzz_ops_in_suite": FUZZ_OPS})
+
 
 @pytest.mark.parametrize("target", fuzz_pool.TARGETS)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fuzz_short(target, seed):
-    fuzz_pool.run(seed, 3000, target, check_every=100)
+    FUZZ_OPS[0] += fuzz_pool.run(seed, 3000, target, check_every=100)
 
 
 def test_fuzz_is_reproducible():

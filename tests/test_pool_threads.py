@@ -15,7 +15,8 @@ from hipmr_ctypes import OutOfMemoryError
 from hipmr_ctypes.adaptors import LimitingResource, PoolResource, StatisticsResource
 from hipmr_ctypes.resources import HostMemoryResource
 
-from support import AddressSpaceResource, LiveRanges, check_pool_tiles, past_deadline
+from support import (AddressSpaceResource, Corruption, Hang, LiveRanges, check_pool_tiles,
+                     past_deadline)
 
 THREADS = 16
 OPS = 1500
@@ -26,6 +27,10 @@ JOIN_TIMEOUT = 120.0
 THREAD_OPS = [0]
 THREAD_OPS_PLANNED = [0]
 THREADS_CUT = [0]
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability(counters={"thread_ops": THREAD_OPS,
+                                               "thread_ops_planned": THREAD_OPS_PLANNED,
+                                               "threads_cut": THREADS_CUT})
 
 
 def hammer(resource, streams, ranges, writable, seed, counts, errors, expect_oom, start):
@@ -93,8 +98,11 @@ def run_threads(resource, streams, writable, expect_oom=False):
             t.join(JOIN_TIMEOUT)
     finally:
         sys.setswitchinterval(interval)
-    assert not any(t.is_alive() for t in threads), "deadlock: threads still running"
-    assert errors == [] and ranges.errors == []
+    if any(t.is_alive() for t in threads):
+        raise Hang("deadlock: threads still running")
+    if ranges.errors:
+        raise Corruption(f"overlapping live blocks: {ranges.errors[:3]}")
+    assert errors == []
     assert len(counts) == THREADS and ranges.starts == []
     THREAD_OPS[0] += sum(c[2] for c in counts)
     THREAD_OPS_PLANNED[0] += THREADS * OPS

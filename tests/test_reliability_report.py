@@ -87,16 +87,62 @@ def test_crash_excerpt_keeps_the_innermost_frames(stderr, expect):
     assert expect in excerpt and "noise" not in excerpt
 
 
-@pytest.mark.parametrize("message, kind", [
-    ("rc=-11: Segmentation fault", "crash"),
-    ("AssertionError: live allocations changed", "leak"),
-    ("Failed: logging-write-collects: hung (a deadlock inside a lock of the resource)", "hang"),
-    ("AssertionError: deadlock: threads still running", "hang"),
-    ("FuzzFailure: overlap at 0x10", "corruption"),
-    ("ValueError: something else", "other"),
-])
-def test_classify(message, kind):
-    assert reliability_report.classify(message) == kind
+def test_the_kind_of_a_failure_is_its_exception_class_not_its_text():
+    import subprocess
+
+    import fuzz_pool
+    from support import Corruption, Crash, Hang, Leak
+    assert [reliability_report.kind_of(t) for t in (Crash, Hang, Leak, Corruption)] == [
+        "crash", "hang", "leak", "corruption"]
+    assert reliability_report.kind_of(fuzz_pool.FuzzFailure) == "corruption"
+    assert reliability_report.kind_of(subprocess.TimeoutExpired) == "hang"
+    assert reliability_report.kind_of(AssertionError) == "other"   # whatever its message says
+    assert reliability_report.kind_of(ValueError) == "other"
+
+
+KINDS = """import subprocess, sys
+
+
+class Leak(AssertionError):
+    reliability_kind = "leak"
+
+
+def test_a_leak():
+    raise Leak("memory left allocated")
+
+
+def test_a_timeout():
+    subprocess.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def test_words_alone_are_no_kind():
+    assert False, "deadlock: crash, leak, corruption, hung"
+"""
+
+
+def test_failures_are_counted_by_kind_from_the_report_of_each_test(tmp_path):
+    test_file = tmp_path / "test_kinds_here.py"
+    test_file.write_text(KINDS)
+    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--only", "test_kinds_here", "--",
+                           str(test_file))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    kinds = {f["id"].split("::")[-1]: f["kind"] for f in result["failures"]}
+    assert kinds == {"test_a_leak": "leak", "test_a_timeout": "hang",
+                     "test_words_alone_are_no_kind": "other"}
+    assert result["failure_kinds"] == {"crash": 0, "hang": 1, "leak": 1, "corruption": 0,
+                                       "other": 1}
+
+
+def test_sections_and_rows_come_from_the_reliability_marker(tmp_path):
+    """The files holding tests marked ``reliability`` are the sections (found by collecting,
+    whatever their names), and each test counts in the row its marker names."""
+    files, errors = reliability_report.find_sections(
+        dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=ROOT), str(tmp_path))
+    assert errors == []
+    assert {"tests/test_bad_input.py", "tests/test_shutdown.py", "tests/test_pool_fuzz.py",
+            "tests/test_reliability_round3_plot.py"} <= set(files)
+    assert "tests/test_buffer.py" not in files and len(files) == len(set(files))
+    assert all(f.startswith("tests/") for f in files)
 
 
 SLOW = """import time

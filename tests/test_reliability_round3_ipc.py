@@ -30,7 +30,10 @@ from hipmr_ctypes import _hip
 from hipmr_ctypes.buffer import memory_device
 from hipmr_ctypes.ipc import IpcBufferDescriptor
 
-from support import no_native_call, process_runtime
+from support import no_crash, no_native_call, process_runtime
+
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability("ipc_fork_stream_cases")
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -344,6 +347,7 @@ def test_a_child_forked_before_the_first_use_is_an_ordinary_process(tmp_path):
     env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=TIMEOUT)
+    no_crash(done)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
@@ -592,6 +596,7 @@ def test_a_block_to_copy_runs_on_its_own(code, tmp_path):
     env.pop("HIPMR_LIBRARY", None)
     done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)
+    no_crash(done)
     assert done.returncode == 0, done.stderr
 
 

@@ -36,7 +36,10 @@ from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, read_columns, read_log, r
 from hipmr_ctypes.plot import _svg
 from hipmr_ctypes.resources import per_device
 
-from support import process_runtime
+from support import no_crash, process_runtime
+
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability("log_plot_cli_cases")
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 REPLAY = os.path.join(ROOT, "scripts", "replay_log.py")
@@ -58,6 +61,7 @@ def _run(args, cwd=ROOT, stdout=subprocess.PIPE, **env):
 
 def _one_line_error(proc, *needles):
     """Exit status 2, one line on standard error holding ``needles``, no traceback."""
+    no_crash(proc)
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -419,6 +423,7 @@ def test_enable_logging_that_fails_on_device_1_wraps_nothing(tmp_path):
     """)
     proc = _run([sys.executable, "-c", code], HIPMR_EMULATED_DEVICES="2",
                 HIPMR_EMULATED_MEMORY="64MiB")
+    no_crash(proc)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["raised", "IsADirectoryError", "ok"]
 
@@ -486,6 +491,7 @@ def test_output_into_a_closed_pipe(tmp_path, args, status):
         proc = _run([sys.executable, "-m", "hipmr_ctypes", *args], stdout=write)
     finally:
         os.close(write)
+    no_crash(proc)
     assert proc.returncode == status, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
@@ -497,6 +503,7 @@ def test_closed_standard_output(tmp_path):
         proc = subprocess.run(f"{sys.executable} -m hipmr_ctypes {' '.join(args)} >&-",
                               shell=True, executable="/bin/bash", cwd=ROOT, env=_env(),
                               capture_output=True, text=True, timeout=240)
+        no_crash(proc)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
     assert (tmp_path / "run.html").exists()
 
@@ -513,6 +520,7 @@ def test_output_piped_into_head_keeps_the_exit_status():
 def test_bench_json_on_a_nearly_full_device():
     proc = _run([sys.executable, "-m", "hipmr_ctypes", "bench", "--json"],
                 HIPMR_EMULATED_MEMORY="32KiB")
+    no_crash(proc)
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ns_per_pair"]["AsyncMemoryResource"] is None
@@ -542,6 +550,7 @@ def test_replay_log_finds_a_module_in_the_current_directory(tmp_path):
                         "1,00:00:00.000002,free,0x10,1024,0"))
     proc = _run([sys.executable, REPLAY, str(log), "--resource", "mymod_round3:make"],
                 cwd=str(tmp_path))
+    no_crash(proc)
     assert proc.returncode == 0, proc.stderr
     assert "statistics match" in proc.stdout
 
@@ -580,6 +589,7 @@ def test_the_reliability_report_counts_these_cases(tmp_path):
     proc = _run([sys.executable, os.path.join(ROOT, "scripts", "reliability_report.py"),
                  "--fuzz-ops", "0", "--only", "test_reliability_round3_plot", "--json",
                  str(out), "--", "-k", "any_span"])
+    no_crash(proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     row = [r for r in result["rows"] if r["measure"] == "log, plot and command-line cases"]

@@ -25,7 +25,7 @@ from hipmr_ctypes import _hip, _locks, _thread_exit
 from hipmr_ctypes import statistics as st
 from hipmr_ctypes.resources import per_device
 
-from support import process_runtime
+from support import Hang, no_crash, process_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 PER_THREAD = 2
@@ -33,6 +33,10 @@ PER_THREAD = 2
 #: counted by scripts/reliability_report.py: exit scenarios run, thread operations
 EXIT_RUNS = [0]
 THREAD_OPS = [0]
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability("round3_threads_cases",
+                                     counters={"thread_ops": THREAD_OPS,
+                                               "round3_exit_runs": EXIT_RUNS})
 
 
 def _child(script: str, platform: str = "emulated") -> subprocess.CompletedProcess:
@@ -43,7 +47,7 @@ def _child(script: str, platform: str = "emulated") -> subprocess.CompletedProce
         return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                               env=env, cwd=str(ROOT), timeout=120)
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"hang: the process did not exit within 120 s ({exc.stderr!r})")
+        raise Hang(f"the process did not exit within 120 s ({exc.stderr!r})") from None
 
 
 # ---- interpreter exit -------------------------------------------------------------------------
@@ -70,6 +74,7 @@ def test_exit_with_daemon_threads_frozen_inside_the_emulator(run):
     """Before the fix, 10 of 10 runs hung: the finalizing main thread ran the daemon threads'
     thread-exit guards, whose synchronize waited for the lock a frozen thread held."""
     proc = _child(FROZEN_IN_THE_EMULATOR)
+    no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
 
 
@@ -78,6 +83,7 @@ def test_exit_with_daemon_threads_allocating_on_a_gpu(gpu_runtime):
     """The same program on the real runtime: daemon threads stopped at exit while they
     allocate and free on their per-thread streams; the process ends, with nothing on stderr."""
     proc = _child(FROZEN_IN_THE_EMULATOR, platform=gpu_runtime.platform)
+    no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
     assert "Exception" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
@@ -111,6 +117,7 @@ FINALIZER_WHILE_FROZEN = textwrap.dedent("""
 
 def test_a_finalizer_at_exit_is_refused_not_hung_by_an_abandoned_lock():
     proc = _child(FINALIZER_WHILE_FROZEN)
+    no_crash(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # served (the lock was free) or refused with an exception; which exception is not this
     # test's subject (at teardown the error path's lazy import fails: ImportError)

@@ -25,7 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON
+from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON, Leak, no_crash
+
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability()
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -358,17 +361,20 @@ scenario("control-double-free-is-seen")("""
 def test_the_harness_sees_failed_calls_and_leaks(tmp_path):
     """The checks below can fail: a double free and a leak are both reported."""
     proc, report, _ = _run("control-double-free-is-seen", tmp_path, drop=True)
+    no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == proc.stderr == ""
     seen = json.loads(report.read_text())
     assert seen["failed"] == [["hipFree", 1]] and seen["begin"] == seen["end"] == [1, 100]
 
 
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if not n.startswith("control")])
+@pytest.mark.reliability("exit_scenarios")
 def test_exit_with_everything_alive(name, tmp_path):
     """Exit with everything alive: nothing fails, nothing is printed."""
     if name.startswith("daemon") and DAEMON_EXIT_HANGS:
         pytest.skip(DAEMON_EXIT_REASON)
     proc, report, _ = _run(name, tmp_path)
+    no_crash(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "", proc.stdout[-2000:]
     assert proc.stderr == "", proc.stderr[-3000:]
@@ -380,16 +386,18 @@ def test_exit_with_everything_alive(name, tmp_path):
 
 @pytest.mark.parametrize("name", [n for n, (_, leaks_ok) in SCENARIOS.items()
                                   if not n.startswith("control") and not leaks_ok])
+@pytest.mark.reliability("exit_scenarios")
 def test_everything_dropped_before_exit_frees_everything(name, tmp_path):
     """The same programs, their objects dropped just before the exit (every global, the
     per-device resource, then a collection): every allocation was given back."""
     proc, report, _ = _run(name, tmp_path, drop=True)
+    no_crash(proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "" and proc.stderr == "", (proc.stdout + proc.stderr)[-3000:]
     seen = json.loads(report.read_text())
     assert seen["failed"] == [], f"runtime calls failed: {seen['failed'][:10]}"
-    assert seen["begin"] == [0, 0], f"still allocated once everything was dropped (a leak): " \
-                                    f"{seen['begin']}"
+    if seen["begin"] != [0, 0]:
+        raise Leak(f"still allocated once everything was dropped (a leak): {seen['begin']}")
 
 
 def test_buffer_garbage_collection_frees_exactly_once(emulator):

@@ -15,6 +15,9 @@ import pytest
 
 import hipmr_ctypes as hmr
 
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability("size_growth_pickle_cases")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

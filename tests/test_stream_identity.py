@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 import hipmr_ctypes as hmr
 from hipmr_ctypes.adaptors import _order
 
-from support import run_in_thread
+from support import no_crash, run_in_thread
+
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability("stream_identity_cases")
 
 PER_THREAD = 2
 
@@ -110,6 +113,7 @@ def test_the_null_streams_of_two_devices_are_two_streams():
                PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], capture_output=True, text=True,
                           env=env, cwd=str(ROOT), timeout=120)
+    no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
 
 

@@ -24,7 +24,7 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.errors import OutOfMemoryError
 
-from support import LiveRanges, past_deadline, process_runtime
+from support import Corruption, Hang, Leak, LiveRanges, past_deadline, process_runtime
 
 THREADS = 16
 OPS = 600                 # per thread and test
@@ -36,6 +36,10 @@ MiB = 1 << 20
 THREAD_OPS = [0]
 THREAD_OPS_PLANNED = [0]
 THREADS_CUT = [0]
+#: scripts/reliability_report.py runs this file as a section and counts what it names
+pytestmark = pytest.mark.reliability(counters={"thread_ops": THREAD_OPS,
+                                               "thread_ops_planned": THREAD_OPS_PLANNED,
+                                               "threads_cut": THREADS_CUT})
 _COUNTS_LOCK = threading.Lock()
 
 
@@ -49,13 +53,14 @@ def _count(ran, planned=None, cut=0):
 
 def run_threads(target, n=THREADS, args=()):
     """Run ``target(i, *args)`` in ``n`` threads; return the errors they raised."""
-    errors = []
+    errors, raised = [], []
 
     def body(i):
         try:
             target(i, *args)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(f"thread {i}: {type(exc).__name__}: {exc}")
+            raised.append(exc)
 
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
     interval = sys.getswitchinterval()
@@ -69,7 +74,11 @@ def run_threads(target, n=THREADS, args=()):
     finally:
         sys.setswitchinterval(interval)
     alive = [t.name for t in threads if t.is_alive()]
-    assert not alive, f"deadlock: {len(alive)} threads still running after {JOIN} s"
+    if alive:
+        raise Hang(f"deadlock: {len(alive)} threads still running after {JOIN} s")
+    kinds = [exc for exc in raised if getattr(exc, "reliability_kind", None)]
+    if kinds:  # a broken invariant of its kind (an overwritten block), not just any error
+        raise type(kinds[0])("; ".join(errors[:3]))
     return errors
 
 
@@ -79,7 +88,8 @@ def emu(emulator):
     before = emulator.live_allocations()
     yield emulator
     gc.collect()
-    assert emulator.live_allocations() == before, "leaked device memory"
+    if emulator.live_allocations() != before:
+        raise Leak("leaked device memory")
 
 
 @pytest.fixture
@@ -105,7 +115,7 @@ def hammer(i, resource, streams, ranges, outcome, expect_oom):
         if mine and (len(mine) > 20 or rng.random() < 0.45):
             ptr, size, fill = mine.pop(rng.randrange(len(mine)))
             if ctypes.string_at(ptr, size) != fill * size:
-                raise AssertionError(f"block {ptr:#x} was overwritten while live")
+                raise Corruption(f"block {ptr:#x} was overwritten while live")
             ranges.remove(ptr)
             on = rng.choice(choices)
             if on is None:
@@ -141,7 +151,8 @@ def _hammer_all(resource, streams, expect_oom=False):
     ranges, outcome = LiveRanges(), []
     errors = run_threads(hammer, args=(resource, streams, ranges, outcome, expect_oom))
     assert errors == [], errors[:3]
-    assert ranges.errors == [], ranges.errors[:3]
+    if ranges.errors:
+        raise Corruption(f"overlapping live blocks: {ranges.errors[:3]}")
     assert ranges.starts == [] and len(outcome) == THREADS
     _count(sum(o[0] for o in outcome), THREADS * OPS, sum(o[3] for o in outcome))
     return sum(o[1] for o in outcome), sum(o[2] for o in outcome)
@@ -323,7 +334,8 @@ def _while_blocked(blocker, blocked_work, other_work):
     blocker.release.set()
     t1.join(JOIN)
     t2.join(JOIN)
-    assert not t1.is_alive() and not t2.is_alive(), "deadlock"
+    if t1.is_alive() or t2.is_alive():
+        raise Hang("deadlock")
     assert errors == [], errors
     return ok
 

@@ -1,0 +1,125 @@
+"""The timing harness the benchmark scripts share: one way to time, one floor, one writer.
+
+* :func:`take_turns`: every row takes one turn per round, ``rounds`` rounds, so that a slow
+  phase of a shared machine falls on every row alike instead of on whichever ran during it.
+* :func:`ns_per_op`: the median ns per operation of loops (``loop(n)`` runs ``n`` operations),
+  taking turns, after a warm-up of each, with the garbage collector off while timing; a row
+  that raises is reported as ``"failed: ..."`` and the others go on.
+* :data:`FLOOR` / :func:`floor_loop`: two plain Python calls per operation, the least an
+  allocate + deallocate pair can cost from Python (the ``x floor`` column of the tables).
+* :func:`print_rows`, :func:`markdown_table` and :func:`save_json`: the tables and the
+  ``--json`` file.
+
+The scripts import it as ``from _timing import ...`` (Python puts a script's folder on
+``sys.path``).  Timing bounds never go into unit tests; ``tests/test_bench_scripts.py`` only
+runs the scripts in a quick mode.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+__all__ = ["FLOOR", "floor_loop", "take_turns", "ns_per_op", "print_rows", "markdown_table",
+           "save_json"]
+
+#: the floor row's name
+FLOOR = "two plain Python calls (floor)"
+
+Loop = Callable[[int], Any]
+
+
+def floor_loop() -> Loop:
+    """A loop of ``n`` operations of two plain Python calls each (what an allocate +
+    deallocate pair costs at the least)."""
+    def f(a: Any, b: Any = None) -> Any:
+        return a
+
+    def two_calls(n: int) -> None:
+        for _ in range(n):
+            p = f(1)
+            f(p, 1)
+    return two_calls
+
+
+def take_turns(samplers: Mapping[str, Callable[[], Any]], rounds: int) -> Dict[str, List[Any]]:
+    """Call each sampler once per round, in order, for ``rounds`` rounds; returns each one's
+    samples (what it returned), in round order."""
+    samples: Dict[str, List[Any]] = {name: [] for name in samplers}
+    for _ in range(rounds):
+        for name, sample in samplers.items():
+            samples[name].append(sample())
+    return samples
+
+
+def ns_per_op(loops: Mapping[str, Tuple[Loop, int]], rounds: int, *, warmup: int = 2000,
+              sync: Optional[Callable[[], Any]] = None) -> Dict[str, Any]:
+    """Median ns per operation of each ``name: (loop, n)``: a warm-up run of each loop
+    (``min(n, warmup)`` operations), then ``rounds`` rounds in which every loop runs ``n``
+    operations in turn, timed, with the garbage collector off.  ``sync`` (a device
+    synchronize) runs after each warm-up and each timed run, outside the timing.  A loop that
+    raises is dropped from the later rounds and reported as ``"failed: Type: message"``."""
+    for loop, n in loops.values():
+        loop(min(n, warmup))
+        if sync is not None:
+            sync()
+    failed: Dict[str, str] = {}
+
+    def timed(name: str, loop: Loop, n: int) -> Callable[[], Optional[float]]:
+        def sample() -> Optional[float]:
+            if name in failed:
+                return None
+            try:
+                t0 = time.perf_counter_ns()
+                loop(n)
+                t1 = time.perf_counter_ns()
+                if sync is not None:
+                    sync()
+            except Exception as exc:  # noqa: BLE001 - one row fails, the others go on
+                failed[name] = f"failed: {type(exc).__name__}: {exc}"
+                return None
+            return (t1 - t0) / n
+        return sample
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        samples = take_turns({name: timed(name, loop, n) for name, (loop, n) in loops.items()},
+                             rounds)
+    finally:
+        if enabled:
+            gc.enable()
+    out: Dict[str, Any] = {}
+    for name, got in samples.items():
+        values = [v for v in got if v is not None]
+        if values:
+            out[name] = statistics.median(values)
+    out.update(failed)
+    return out
+
+
+def print_rows(header: str, rows: Mapping[str, float], width: int = 44,
+               fmt: str = "9.0f") -> None:
+    """Print ``header``, then one ``  name  value`` line per row (names padded to ``width``,
+    values formatted with ``fmt``)."""
+    print(header)
+    for name, value in rows.items():
+        print(f"  {name:{width}s} {value:{fmt}}")
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """Print a Markdown table: ``| a | b |``, the ``|---|`` line, then one line per row."""
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def save_json(path: Optional[str], data: Any) -> None:
+    """Write ``data`` to ``path`` as indented JSON (nothing when ``path`` is None or empty)."""
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
