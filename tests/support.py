@@ -26,7 +26,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from hipmr_ctypes import device_accessible, host_accessible, stream_ref
 from hipmr_ctypes._hip.decls import DECLS
-from hipmr_ctypes.adaptors import PoolResource, _order
+from hipmr_ctypes import _stream_order
+from hipmr_ctypes.adaptors import PoolResource
 from hipmr_ctypes.errors import OutOfMemoryError
 
 __all__ = ["HOST", "STREAMS", "StreamModel", "recording_events", "FreedRanges",
@@ -114,15 +115,15 @@ class StreamModel:
             model.merge(stream, ev.view)
 
         # fake streams never reach the runtime: fake events stand for theirs
-        saved = (_order.event_for, _order.wait_event, _order.device_of)
-        _order.event_for = lambda stream, device=None: FakeEvent()
-        _order.wait_event = wait_event
-        _order.device_of = lambda handle: 0
+        saved = (_stream_order.event_for, _stream_order.wait_event, _stream_order.device_of)
+        _stream_order.event_for = lambda stream, device=None: FakeEvent()
+        _stream_order.wait_event = wait_event
+        _stream_order.device_of = lambda handle: 0
         return saved
 
     @staticmethod
     def uninstall(saved: Tuple[Any, Any, Any]) -> None:
-        _order.event_for, _order.wait_event, _order.device_of = saved
+        _stream_order.event_for, _stream_order.wait_event, _stream_order.device_of = saved
 
 
 def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
@@ -142,9 +143,9 @@ def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
         def close(self) -> None:
             calls.append(("close",))
 
-    setattr_(_order, "event_for", lambda stream, device=None: RecordingEvent())
-    setattr_(_order, "device_of", lambda handle: 0)
-    setattr_(_order, "wait_event", lambda stream, ev: calls.append(("wait", stream)))
+    setattr_(_stream_order, "event_for", lambda stream, device=None: RecordingEvent())
+    setattr_(_stream_order, "device_of", lambda handle: 0)
+    setattr_(_stream_order, "wait_event", lambda stream, ev: calls.append(("wait", stream)))
     return calls
 
 

@@ -360,16 +360,16 @@ def test_a_bad_keyword_reads_as_a_call_of_the_public_method(call):
 
 
 def test_the_sub_allocators_key_synchronous_use_by_one_sentinel():
-    from hipmr_ctypes.adaptors import _base, _order
+    from hipmr_ctypes import _stream_order
     from hipmr_ctypes.adaptors import fixed_size as fixed_module
     from hipmr_ctypes.adaptors import pool as pool_module
-    assert not hasattr(_order, "HOST") and repr(_base.SYNC) == "SYNC"
-    assert pool_module.SYNC is fixed_module.SYNC is _order.SYNC is _base.SYNC
+    assert not hasattr(_stream_order, "HOST") and repr(_stream_order.SYNC) == "SYNC"
+    assert pool_module.SYNC is fixed_module.SYNC is _stream_order.SYNC
     pool = PoolResource(AddressSpaceResource())
     pool.deallocate(pool.allocate(300), 300)
     fixed = FixedSizeResource(AddressSpaceResource(), block_size=512, blocks_to_preallocate=2)
     used = {k for k, v in pool._arena.free.items() if not isinstance(v, pool_module._Keyed)}
-    assert used == {_base.SYNC} and set(fixed._state.free) == {_base.SYNC}
+    assert used == {_stream_order.SYNC} and set(fixed._state.free) == {_stream_order.SYNC}
 
 
 def test_adaptor_methods_documented_on_the_class():

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes.adaptors import _order
+from hipmr_ctypes import _stream_order
 
 from support import run_in_thread
 
@@ -25,13 +25,13 @@ PER_THREAD = 2
 def _spy(monkeypatch):
     """Count the ordering steps the sub-allocators take."""
     seen = []
-    real_record, real_wait, real_sync = _order.record_or_synchronize, _order.wait_event, \
-        _order._DeviceWait.synchronize
-    monkeypatch.setattr(_order, "record_or_synchronize", lambda ev, s: seen.append("record") or
-                        real_record(ev, s))
-    monkeypatch.setattr(_order, "wait_event", lambda st, ev: seen.append("wait") or
+    real_record, real_wait = _stream_order.record_or_synchronize, _stream_order.wait_event
+    real_sync = _stream_order.DeviceWait.synchronize
+    monkeypatch.setattr(_stream_order, "record_or_synchronize",
+                        lambda ev, s: seen.append("record") or real_record(ev, s))
+    monkeypatch.setattr(_stream_order, "wait_event", lambda st, ev: seen.append("wait") or
                         real_wait(st, ev))
-    monkeypatch.setattr(_order._DeviceWait, "synchronize",
+    monkeypatch.setattr(_stream_order.DeviceWait, "synchronize",
                         lambda self: seen.append("device-wait") or real_sync(self))
     return seen
 
@@ -73,7 +73,7 @@ def test_the_same_thread_reuses_its_per_thread_block_at_once(emulator, monkeypat
 
 
 def test_the_key_of_the_special_streams():
-    from hipmr_ctypes.adaptors._order import handle_of, stream_key
+    from hipmr_ctypes._stream_order import handle_of, stream_key
     assert stream_key(12345) == 12345
     mine = stream_key(PER_THREAD)
     other = _in_thread(lambda: stream_key(PER_THREAD))
@@ -83,10 +83,10 @@ def test_the_key_of_the_special_streams():
 
 TWO_DEVICES = textwrap.dedent("""
     import hipmr_ctypes as hmr
-    from hipmr_ctypes.adaptors import _order
+    from hipmr_ctypes import _stream_order
     seen = []
-    real = _order.record_or_synchronize
-    _order.record_or_synchronize = lambda ev, s: seen.append(s) or real(ev, s)
+    real = _stream_order.record_or_synchronize
+    _stream_order.record_or_synchronize = lambda ev, s: seen.append(s) or real(ev, s)
     for kind in ("pool", "fixed"):
         with hmr.Device(0):
             base = hmr.AsyncMemoryResource(device=0)
@@ -146,7 +146,7 @@ def test_the_key_function_follows_the_loaded_runtime():
     stream's key names the current device (read in each thread on its own), with one it is
     the handle."""
     from hipmr_ctypes import _hip
-    from hipmr_ctypes.stream import stream_key, stream_keys
+    from hipmr_ctypes._stream_order import stream_key, stream_keys
     from support import process_runtime
     two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
     with process_runtime(two):

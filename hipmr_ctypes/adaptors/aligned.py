@@ -6,9 +6,11 @@ from typing import Any, Dict, Tuple
 from .._sizes import Size, config_size
 from ..errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, check_alignment, check_args,
-                    check_free_args, check_stream, check_upstream_ptr, claim, duplicate,
-                    must_check_arguments, upstream_calls)
+from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_args, check_free_args,
+                       check_stream)
+from .._stream_order import SYNC
+from ._base import BoundAdaptor
+from ._checked import check_upstream_ptr, claim, duplicate, must_check_arguments, upstream_calls
 
 __all__ = ["AlignedResource"]
 

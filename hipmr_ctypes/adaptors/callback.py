@@ -4,8 +4,11 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT, Property
-from ._base import (FAST_ALIGNMENTS, MAX_ADDRESS, MAX_SIZE, BoundMethods, check_args,
-                    check_callable, check_free_args, check_stream, check_upstream_ptr)
+from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_args, check_callable, check_free_args,
+                       check_stream)
+from .._limits import MAX_ADDRESS
+from ._base import BoundMethods
+from ._checked import check_upstream_ptr
 
 __all__ = ["CallbackResource"]
 

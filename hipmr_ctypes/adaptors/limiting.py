@@ -8,8 +8,9 @@ from ..errors import OutOfMemoryError
 from .._locks import TokenMutex, wait_token
 from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_args, check_free_args, check_size, checking_first,
-                    must_check_arguments, upstream_calls)
+from .._checks import check_args, check_free_args, check_size
+from ._base import BoundAdaptor
+from ._checked import checking_first, must_check_arguments, upstream_calls
 
 __all__ = ["LimitingResource"]
 

@@ -9,8 +9,10 @@ from typing import Any, Optional, TextIO, Tuple
 
 from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (MAX_ADDRESS, BoundAdaptor, check_args, check_free_args, check_stream,
-                    must_check_arguments, upstream_calls)
+from .._checks import check_args, check_free_args, check_stream
+from .._limits import MAX_ADDRESS
+from ._base import BoundAdaptor
+from ._checked import must_check_arguments, upstream_calls
 
 __all__ = ["LoggingResource", "LOG_HEADER"]
 

@@ -8,8 +8,9 @@ from typing import Any, Callable, Deque, List, Tuple
 
 from .._locks import TokenMutex, wait_token
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_args, check_free_args, checking_first,
-                    must_check_arguments, upstream_calls)
+from .._checks import check_args, check_free_args
+from ._base import BoundAdaptor
+from ._checked import checking_first, must_check_arguments, upstream_calls
 
 __all__ = ["StatisticsResource", "Statistics"]
 

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (SYNC, BoundAdaptor, check_args, check_free_args, check_stream,
-                    check_upstream_ptr, claim, duplicate, must_check_arguments, upstream_calls)
+from .._checks import check_args, check_free_args, check_stream
+from .._stream_order import SYNC
+from ._base import BoundAdaptor
+from ._checked import check_upstream_ptr, claim, duplicate, must_check_arguments, upstream_calls
 
 __all__ = ["TrackingResource", "TrackedAllocation"]
 
