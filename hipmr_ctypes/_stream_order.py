@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 # module globals, so that tests can replace them with fakes
 from . import _hip
-from ._hip.errors import HipError, NoDeviceError
+from .errors import HipError, NoDeviceError
 from .device import Device, device_count, device_function, get_device
 from .stream import STREAM_DEVICES, Event, event_for, wait_event
 from .stream_ref import PER_THREAD_HANDLE, stream_ref

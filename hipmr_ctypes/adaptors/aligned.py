@@ -147,7 +147,7 @@ class AlignedResource(BoundAdaptor):
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         # the choice, once: the inline paths over one of the package's own async upstreams
         # (when every size they take stays a valid size over-allocated), else the checked ones
-        inline = not must_check and up_alloc_async is not None and _fast_enough(default)
+        inline = not must_check and self._async and _fast_enough(default)
 
         def want(nbytes: int, alignment: int) -> int:
             return default if nbytes >= threshold and default > alignment else alignment
