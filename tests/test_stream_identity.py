@@ -218,3 +218,44 @@ def test_with_two_devices_the_null_stream_keeps_its_fast_path():
                 pool.deallocate_async(ptrs[device], 512, 256, 0)
         assert slow == []
         pool.release()
+
+
+def test_wait_all_closes_every_event_also_when_a_wait_raises():
+    """``wait_all`` is the host's wait for fresh events: each one is closed, whether the waits
+    all succeed or one of them raises (the error comes through)."""
+    from hipmr_ctypes._stream_order import wait_all
+
+    class Event:
+        def __init__(self, fails=False):
+            self.fails, self.waited, self.closed = fails, False, False
+
+        def synchronize(self):
+            if self.fails:
+                raise RuntimeError("sticky error")
+            self.waited = True
+
+        def close(self):
+            self.closed = True
+
+    events = [Event(), Event()]
+    wait_all(events)
+    assert all(e.waited and e.closed for e in events)
+    events = [Event(), Event(fails=True), Event()]
+    with pytest.raises(RuntimeError, match="sticky"):
+        wait_all(events)
+    assert [e.waited for e in events] == [True, False, False]
+    assert all(e.closed for e in events)
+
+
+def test_the_stream_order_has_one_home():
+    """The stream keys and the ordering live in ``_stream_order`` only; ``stream`` keeps the
+    owning objects and ``event_for``, and the adaptors import no alias of either."""
+    from hipmr_ctypes import stream
+    from hipmr_ctypes.adaptors import fixed_size, pool
+    for name in ("stream_key", "stream_keys", "handle_of", "is_foreign", "DeviceWait",
+                 "device_of", "record_or_synchronize", "LAST_SPECIAL_HANDLE", "SYNC"):
+        assert hasattr(_stream_order, name) and not hasattr(stream, name), name
+    assert _stream_order.event_for is stream.event_for
+    assert pool.StreamOrder is fixed_size.StreamOrder is _stream_order.StreamOrder
+    with pytest.raises(ImportError):
+        __import__("hipmr_ctypes.adaptors._order")

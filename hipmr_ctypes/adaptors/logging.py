@@ -52,11 +52,12 @@ _shared: "weakref.WeakValueDictionary[Tuple[int, int], _SharedFile]" = \
 #: (the last whole second seen, its "HH:MM:SS." in local time): one atomic read of an immutable
 #: pair, replaced once a second
 _second: List[Tuple[int, str]] = [(-1, "")]
+_clock = time.time_ns
 
 
 def _stamp() -> str:
     """The local time as ``HH:MM:SS.ffffff``; strftime once a second, not per line."""
-    s, us = divmod(time.time_ns() // 1000, 1_000_000)
+    s, us = divmod(_clock() // 1000, 1_000_000)
     cached = _second[0]
     if cached[0] != s:
         cached = (s, time.strftime("%H:%M:%S.", time.localtime(s)))
