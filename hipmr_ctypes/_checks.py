@@ -8,13 +8,14 @@ invalid one gets the precise error.  Imports only ``stream_ref`` (the model laye
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from ._limits import MAX_ADDRESS
 from .stream_ref import HANDLE_READERS, as_stream_handle, stream_ref
 
 __all__ = ["MAX_SIZE", "STREAM_REF", "FAST_ALIGNMENTS", "check_size",
-           "check_alignment", "check_ptr", "check_stream"]
+           "check_alignment", "check_ptr", "check_stream", "check_args", "check_free_args",
+           "check_free", "check_callable"]
 
 #: Largest size accepted, in bytes: anything larger raises ValueError.
 MAX_SIZE = 1 << 63
@@ -88,3 +89,33 @@ def check_stream(stream: Any, name: str = "stream") -> int:
     if read is not None:   # the package's Stream: its checked handle, one call
         return read(stream)
     return as_stream_handle(stream, name)
+
+
+def check_args(nbytes: Any, alignment: Any,
+               max_alignment: Optional[int] = None) -> Tuple[int, int]:
+    """A checked ``(bytes, alignment)`` pair (:func:`check_size`, :func:`check_alignment` with
+    ``max_alignment``): the slow path of an allocation's inline test."""
+    return check_size(nbytes), check_alignment(alignment, max_alignment)
+
+
+def check_free_args(ptr: Any, nbytes: Any, alignment: Any,
+                    max_alignment: Optional[int] = None) -> Tuple[int, int, int]:
+    """A checked ``(ptr, bytes, alignment)`` triple: the slow path of a free's inline test."""
+    return check_ptr(ptr), check_size(nbytes), check_alignment(alignment, max_alignment)
+
+
+def check_free(ptr: int, known: Any, nbytes: int, owner: str) -> None:
+    """Raise ValueError unless ``known``, the size ``ptr`` was allocated with (None when it is
+    not live), equals the ``nbytes`` it is being freed with."""
+    if known is None:
+        raise ValueError(f"ptr={ptr:#x} is not a live allocation of this {owner} (never "
+                         "allocated by it, or already deallocated)")
+    if known != nbytes:
+        raise ValueError(f"ptr={ptr:#x} was allocated with {known} bytes, not bytes={nbytes}")
+
+
+def check_callable(value: Any, name: str) -> Any:
+    """``value`` unchanged if callable, else TypeError naming ``name``."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, not {type(value).__name__}")
+    return value

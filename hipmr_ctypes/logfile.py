@@ -309,27 +309,30 @@ def read_log(source: LogSource) -> List[LogEvent]:
 
 
 class _LogCounter:
-    """Statistics computed from the log alone (the same rules as StatisticsResource)."""
+    """Statistics computed from the log alone (the same rules and counter names as
+    StatisticsResource)."""
 
     def __init__(self) -> None:
-        self.cur = self.peak = self.total = self.ncur = self.npeak = self.ntotal = 0
+        self.current_bytes = self.current_count = self.peak_bytes = self.peak_count = 0
+        self.total_bytes = self.total_count = 0
 
     def allocate(self, size: int) -> None:
-        self.cur += size
-        self.ncur += 1
-        self.total += size
-        self.ntotal += 1
-        if self.cur > self.peak:
-            self.peak = self.cur
-        if self.ncur > self.npeak:
-            self.npeak = self.ncur
+        self.current_bytes += size
+        self.current_count += 1
+        self.total_bytes += size
+        self.total_count += 1
+        if self.current_bytes > self.peak_bytes:
+            self.peak_bytes = self.current_bytes
+        if self.current_count > self.peak_count:
+            self.peak_count = self.current_count
 
     def free(self, size: int) -> None:
-        self.cur -= size
-        self.ncur -= 1
+        self.current_bytes -= size
+        self.current_count -= 1
 
     def statistics(self) -> Statistics:
-        return Statistics(self.cur, self.ncur, self.peak, self.npeak, self.total, self.ntotal)
+        return Statistics(self.current_bytes, self.current_count, self.peak_bytes,
+                          self.peak_count, self.total_bytes, self.total_count)
 
 
 class Pairing:

@@ -1,5 +1,6 @@
-"""Owning ``Stream`` and ``Event`` objects, ``wait_event``, and the events that order work
-across streams (:func:`event_for`, :func:`record_or_synchronize`).
+"""Owning ``Stream`` and ``Event`` objects, ``wait_event`` and :func:`event_for` (an event on
+a stream's device).  What orders the sub-allocators' blocks across streams (stream keys,
+``StreamOrder``) is in :mod:`hipmr_ctypes._stream_order`.
 
 Both are destroyed exactly once: by ``close()``, by the context manager, or by a finalizer when
 garbage-collected (never at interpreter exit: see ``hipmr_ctypes._exit``).  Using one after ``close()`` raises ``ValueError`` before any native call.
@@ -7,22 +8,18 @@ garbage-collected (never at interpreter exit: see ``hipmr_ctypes._exit``).  Usin
 from __future__ import annotations
 
 import ctypes
-import itertools
-import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from . import _hip
-from ._hip.errors import HipError, NoDeviceError
 from ._exit import finalize, finalizer
-from .device import Device, check_device, device_count, device_function, get_device
-from .stream_ref import (HANDLE_READERS, PER_THREAD_HANDLE, IntValue, _binding_module,
-                         as_stream_handle, stream_ref)
+from .device import Device, check_device, get_device
+from .stream_ref import (HANDLE_READERS, IntValue, _binding_module, as_stream_handle,
+                         stream_ref)
 
 _T = TypeVar("_T")
-__all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "record_or_synchronize",
-           "stream_key", "handle_of", "is_foreign", "LAST_SPECIAL_HANDLE", "DeviceWait",
-           "track_streams", "device_of"]
+__all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "track_streams",
+           "STREAM_DEVICES"]
 
 if not _binding_module:  # stream_ref reaches the binding without an import from now on
     _binding_module.append(_hip)
@@ -36,8 +33,9 @@ def _destroy(destroy: Callable[[int], Any], handle: int) -> None:
         pass
 
 
-#: the device of every live package-owned Stream, by handle
-_stream_devices: Dict[int, int] = {}
+#: the device of every live package-owned Stream, by handle (what :func:`event_for` and the
+#: stream order read: the runtime is never asked about a stream that may be gone)
+STREAM_DEVICES: Dict[int, int] = {}
 #: the sub-allocators that keep state per stream (weakly): see :func:`track_streams`
 _holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
@@ -77,7 +75,7 @@ def _forget_then_destroy(destroy: Any, handle: int, holders: List[Any]) -> None:
             holders.pop(0).stream_closed(handle)
         except Exception:  # noqa: BLE001 - finalizers have nobody to report to
             pass
-    _stream_devices.pop(handle, None)  # before: a new stream may get the handle at once
+    STREAM_DEVICES.pop(handle, None)  # before: a new stream may get the handle at once
     _destroy(destroy, handle)
 
 
@@ -166,7 +164,7 @@ class Stream(_Owned):
                 st = rt.fn.hipStreamCreateWithPriority(out, flags, priority)
         rt.check(st, "hipStreamCreateWithPriority", device=self._device)
         handle = self._handle = out.value or 0
-        _stream_devices[handle] = self._device
+        STREAM_DEVICES[handle] = self._device
         self._finalizer = finalize(self, _close_stream, rt.fn.hipStreamDestroy, handle)
         self._flags = flags
         self._ref = stream_ref(self._handle)
@@ -324,177 +322,21 @@ def new_event() -> Event:
     return Event(flags=2)
 
 
-#: handles above this name one created stream each; 0 (null) and 1 (legacy) name one stream
-#: per device, 2 (per-thread) one per thread and device
-LAST_SPECIAL_HANDLE = 2
-_PER_THREAD = PER_THREAD_HANDLE
-_local = threading.local()
-_tokens = itertools.count(1)
-
-
-def _thread_token() -> int:
-    """A number for the calling thread, never reused (``threading.get_ident`` values are
-    reused once a thread ends, while work it queued on its per-thread stream may still run)."""
-    try:
-        return _local.token  # type: ignore[no-any-return]
-    except AttributeError:
-        token = _local.token = next(_tokens)
-        return token
-
-
-def _key_function(rt: Any) -> Callable[[int], Any]:
-    """The :func:`stream_key` function for the runtime ``rt`` (None: none loaded).  With one
-    device visible the null and legacy streams are the handle itself.  With several, the
-    calling thread's current device is part of their key: it is read with the runtime's own
-    ``hipGetDevice`` into an int of the calling thread (no wrapper, no allocation; one shared
-    int would race, as the call releases the GIL): the cheapest exact answer there is."""
-    token = _thread_token
-    try:
-        several = rt is not None and device_count() > 1
-    except Exception:  # noqa: BLE001 - no device: no null streams to tell apart
-        several = False
-    if rt is None or not several:
-        def one_device(handle: int) -> Any:
-            if handle != _PER_THREAD:
-                return handle
-            try:  # the calling thread's per-thread stream: its key, made once per thread
-                return _local.per_thread_key
-            except AttributeError:
-                made = _local.per_thread_key = (handle, 0, token())
-                return made
-        setattr(one_device, "own_keys_below", _PER_THREAD)   # see own_keys_below()
-        return one_device
-    current = device_function(rt)
-
-    def several_devices(handle: int) -> Any:
-        if handle > LAST_SPECIAL_HANDLE:
-            return handle
-        try:
-            device = current()
-        except NoDeviceError:  # host memory with no device: no stream can run work
-            device = -1
-        return (handle, device, token() if handle == _PER_THREAD else 0)
-    return several_devices
-
-
-#: (runtime, its key function): made again when another runtime is loaded
-_keys: Tuple[Any, Callable[[int], Any]] = (None, _key_function(None))
-
-
-def stream_keys() -> Callable[[int], Any]:
-    """:func:`stream_key` bound to the loaded runtime: what a sub-allocator keeps at
-    construction for its fast paths (one call less per key)."""
-    global _keys
-    try:
-        rt = _hip.get_runtime()
-    except Exception:  # noqa: BLE001 - no library: host memory only
-        rt = None
-    keys = _keys
-    if keys[0] is not rt:
-        keys = _keys = (rt, _key_function(rt))
-    return keys[1]
-
-
-def own_keys_below(keys: Callable[[int], Any]) -> int:
-    """The handles below this one are their own key for the key function ``keys`` (the null
-    and legacy streams with one device visible; none with several): a fast path tests this
-    instead of calling ``keys``."""
-    below: int = getattr(keys, "own_keys_below", 0)
-    return below
-
-
-def stream_key(handle: int) -> Any:
-    """The identity of the stream ``handle`` names for the calling thread (a key for
-    stream-ordered free lists): the handle itself for a created stream; for the special
-    handles a tuple ``(handle, device, thread)``: the null and legacy streams are one per
-    device (thread 0; with one device visible, the handle itself), the per-thread stream one
-    per thread and device.  ``handle`` must be a checked handle (an int in ``[0, 2**64)``)."""
-    if handle > LAST_SPECIAL_HANDLE:
-        return handle
-    return stream_keys()(handle)
-
-
-def handle_of(key: Any) -> int:
-    """The stream handle of a :func:`stream_key` (what the runtime takes)."""
-    return key if type(key) is int else key[0]
-
-
-def is_foreign(key: Any) -> bool:
-    """True for another thread's per-thread stream: nothing can be recorded on it from the
-    calling thread (handle 2 names the caller's own)."""
-    return type(key) is tuple and key[0] == _PER_THREAD and key[2] != _thread_token()
-
-
-class DeviceWait:
-    """Stands for an event where none can be recorded (another thread's per-thread stream):
-    ``synchronize()`` waits for all work on the device, which includes that stream's."""
-
-    __slots__ = ("device",)
-
-    def __init__(self, device: int) -> None:
-        self.device: int = device
-
-    def synchronize(self) -> None:
-        Device(self.device).synchronize()
-
-    def close(self) -> None:
-        pass
-
-
-def device_of(handle: int) -> int:
-    """The device of the live stream ``handle`` (one the caller is using right now): known
-    for the package's own streams and the special ones (the current device), asked of the
-    runtime for another library's; the current device when the runtime cannot tell."""
-    device = _stream_devices.get(handle)
-    if device is not None:
-        return device
-    if handle > LAST_SPECIAL_HANDLE:
-        try:
-            return stream_ref(handle).device()
-        except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream
-            pass
-    return get_device()
-
-
 def event_for(stream: Any, device: Optional[int] = None) -> Event:
-    """A new timing-disabled event on the device of ``stream`` (a handle or a
-    :func:`stream_key`): an event can be recorded only on a stream of its own device, and the
-    calling thread's current device may be another one (a pool for device 1 used from a thread
-    on device 0).  The device is ``device`` when given (what the caller recorded while the
-    stream was in use), the key's for a special stream, the package's own record for its live
-    streams, else the current one.  The runtime is never asked: ``stream`` may be gone, and
-    ``cudaStreamGetDevice`` on a destroyed stream crashes the process."""
+    """A new timing-disabled event on the device of ``stream`` (a handle or a stream key,
+    ``_stream_order.stream_key``): an event can be recorded only on a stream of its own
+    device, and the calling thread's current device may be another one (a pool for device 1
+    used from a thread on device 0).  The device is ``device`` when given (what the caller
+    recorded while the stream was in use), the key's for a special stream, the package's own
+    record for its live streams, else the current one.  The runtime is never asked:
+    ``stream`` may be gone, and ``cudaStreamGetDevice`` on a destroyed stream crashes the
+    process."""
     if device is None:
         if type(stream) is tuple:
             device = stream[1]
         else:
-            device = _stream_devices.get(stream)
+            device = STREAM_DEVICES.get(stream)
     if device is not None and device != get_device():
         with Device(device):
             return new_event()
     return new_event()
-
-
-#: hipEventRecord's status for a stream that no longer exists (destroyed after memory was
-#: freed on it): invalid handle, or (AMD) context destroyed
-_GONE = (400, 709)
-
-
-def record_or_synchronize(event: Event, stream: Any) -> bool:
-    """Record ``event`` on ``stream`` (a handle or a :func:`stream_key`); False when the stream
-    no longer exists.  Its queued work can then only be waited for device-wide: every device is
-    synchronized (a destroyed stream's work still runs to completion), so nothing it did can
-    still be pending."""
-    try:
-        if type(stream) is tuple and stream[1] != get_device():
-            with Device(stream[1]):  # the null stream of another device
-                event.record(stream[0])
-        else:
-            event.record(handle_of(stream))
-        return True
-    except HipError as exc:
-        if exc.code not in _GONE:
-            raise
-    for device in range(device_count()):
-        Device(device).synchronize()
-    return False

@@ -21,7 +21,7 @@ from bisect import bisect_left, insort
 from typing import Any, Dict, List, Optional, Tuple
 
 from hipmr_ctypes import OutOfMemoryError, PoolResource, device_accessible, stream_ref
-from hipmr_ctypes.adaptors import _order
+from hipmr_ctypes import _stream_order
 
 __all__ = ["HOST", "STREAMS", "Corruption", "StreamModel", "FreedRanges", "AddressSpaceResource",
            "check_pool_tiles"]
@@ -105,15 +105,15 @@ class StreamModel:
             model.merge(stream, ev.view)
 
         # fake streams never reach the runtime: fake events stand for theirs
-        saved = (_order.event_for, _order.wait_event, _order.device_of)
-        _order.event_for = lambda stream, device=None: FakeEvent()
-        _order.wait_event = wait_event
-        _order.device_of = lambda handle: 0
+        saved = (_stream_order.event_for, _stream_order.wait_event, _stream_order.device_of)
+        _stream_order.event_for = lambda stream, device=None: FakeEvent()
+        _stream_order.wait_event = wait_event
+        _stream_order.device_of = lambda handle: 0
         return saved
 
     @staticmethod
     def uninstall(saved: Tuple[Any, Any, Any]) -> None:
-        _order.event_for, _order.wait_event, _order.device_of = saved
+        _stream_order.event_for, _stream_order.wait_event, _stream_order.device_of = saved
 
 
 class FreedRanges:

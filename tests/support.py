@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from hipmr_ctypes import host_accessible
 from hipmr_ctypes._hip.decls import DECLS
-from hipmr_ctypes.adaptors import _order
+from hipmr_ctypes import _stream_order
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                                 "scripts"))
@@ -74,9 +74,9 @@ def recording_events(setattr_: Any) -> List[Tuple[Any, ...]]:
         def close(self) -> None:
             calls.append(("close",))
 
-    setattr_(_order, "event_for", lambda stream, device=None: RecordingEvent())
-    setattr_(_order, "device_of", lambda handle: 0)
-    setattr_(_order, "wait_event", lambda stream, ev: calls.append(("wait", stream)))
+    setattr_(_stream_order, "event_for", lambda stream, device=None: RecordingEvent())
+    setattr_(_stream_order, "device_of", lambda handle: 0)
+    setattr_(_stream_order, "wait_event", lambda stream, ev: calls.append(("wait", stream)))
     return calls
 
 

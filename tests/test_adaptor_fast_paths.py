@@ -191,7 +191,7 @@ PER_THREAD = 2
 
 def _per_thread_map(pool):
     """The arena's map of free lists for the calling thread's per-thread stream (or None)."""
-    from hipmr_ctypes.stream import stream_key
+    from hipmr_ctypes._stream_order import stream_key
     return pool._arena.free.get(stream_key(PER_THREAD))
 
 

@@ -360,16 +360,16 @@ def test_a_bad_keyword_reads_as_a_call_of_the_public_method(call):
 
 
 def test_the_sub_allocators_key_synchronous_use_by_one_sentinel():
-    from hipmr_ctypes.adaptors import _base, _order
+    from hipmr_ctypes import _stream_order
     from hipmr_ctypes.adaptors import fixed_size as fixed_module
     from hipmr_ctypes.adaptors import pool as pool_module
-    assert not hasattr(_order, "HOST") and repr(_base.SYNC) == "SYNC"
-    assert pool_module.SYNC is fixed_module.SYNC is _order.SYNC is _base.SYNC
+    assert not hasattr(_stream_order, "HOST") and repr(_stream_order.SYNC) == "SYNC"
+    assert pool_module.SYNC is fixed_module.SYNC is _stream_order.SYNC
     pool = PoolResource(AddressSpaceResource())
     pool.deallocate(pool.allocate(300), 300)
     fixed = FixedSizeResource(AddressSpaceResource(), block_size=512, blocks_to_preallocate=2)
     used = {k for k, v in pool._arena.free.items() if not isinstance(v, pool_module._Keyed)}
-    assert used == {_base.SYNC} and set(fixed._state.free) == {_base.SYNC}
+    assert used == {_stream_order.SYNC} and set(fixed._state.free) == {_stream_order.SYNC}
 
 
 def test_adaptor_methods_documented_on_the_class():
@@ -439,3 +439,24 @@ def test_two_threads_freeing_the_same_pointers_free_each_once(make):
         if hasattr(r, "release"):
             r.release()
     assert up.outstanding == 0
+
+
+def test_resources_and_adaptors_share_one_set_of_argument_checks():
+    """``_checks`` is the one home of the argument checks: the resources' and the adaptors'
+    modules use its functions, and ``check_args`` returns the checked pair for both (with the
+    resource's largest alignment where it has one)."""
+    from hipmr_ctypes import _checks
+    from hipmr_ctypes.adaptors import _base, limiting, statistics, tracking
+    from hipmr_ctypes.resources import _common, device, host
+
+    class Index:  # an integer-like (numpy's, for one)
+        def __index__(self):
+            return 512
+
+    assert _checks.check_args(Index(), Index()) == (512, 512)
+    assert _checks.check_free_args(Index(), 0, 1) == (512, 0, 1)
+    with pytest.raises(ValueError, match="larger than 256"):
+        _checks.check_args(8, 512, 256)
+    for module in (_common, device, host, limiting, statistics, tracking):
+        assert getattr(module, "check_args", _checks.check_args) is _checks.check_args
+    assert not hasattr(_base, "check_args") and not hasattr(_base, "MAX_PTR")

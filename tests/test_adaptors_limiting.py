@@ -245,7 +245,7 @@ def test_a_credit_taken_by_another_allocation_mid_drain_is_no_error():
                 seen.append(value)
                 yield from deque_cells(value, seen)
 
-    cells = {id(c): c for c in deque_cells(lim._used, [])}
+    cells = {id(c): c for c in deque_cells(lim._settle, [])}
     assert len(cells) == 1   # the credits, one cell shared by every closure of the resource
     cells = list(cells.values())
     credits = cells[0].cell_contents = Racing()

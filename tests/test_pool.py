@@ -9,7 +9,7 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import OutOfMemoryError, async_resource_ref, device_accessible, stream_ref
 from hipmr_ctypes.adaptors import PoolResource, StatisticsResource
 from hipmr_ctypes.adaptors import pool as pool_module
-from hipmr_ctypes.adaptors._base import SYNC
+from hipmr_ctypes._stream_order import SYNC
 from hipmr_ctypes.resources import AsyncMemoryResource, HostMemoryResource
 
 from support import (AddressSpaceResource, HostBufferResource, check_pool_tiles,

@@ -31,8 +31,8 @@ def test_fuzz_is_reproducible():
 
 
 def test_fuzz_reports_the_seed_of_a_failure(monkeypatch):
-    from hipmr_ctypes.adaptors import _order
-    monkeypatch.setattr(_order.StreamOrder, "order", lambda self, streams, key: [])
+    from hipmr_ctypes import _stream_order
+    monkeypatch.setattr(_stream_order.StreamOrder, "order", lambda self, streams, key: [])
     with pytest.raises(fuzz_pool.FuzzFailure, match="seed=5 target=pool step="):
         fuzz_pool.run(5, 3000, "pool")
 

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes.adaptors import _order
+from hipmr_ctypes import _stream_order
 
 from support import no_crash, run_in_thread
 
@@ -28,13 +28,13 @@ PER_THREAD = 2
 def _spy(monkeypatch):
     """Count the ordering steps the sub-allocators take."""
     seen = []
-    real_record, real_wait, real_sync = _order.record_or_synchronize, _order.wait_event, \
-        _order._DeviceWait.synchronize
-    monkeypatch.setattr(_order, "record_or_synchronize", lambda ev, s: seen.append("record") or
-                        real_record(ev, s))
-    monkeypatch.setattr(_order, "wait_event", lambda st, ev: seen.append("wait") or
+    real_record, real_wait = _stream_order.record_or_synchronize, _stream_order.wait_event
+    real_sync = _stream_order.DeviceWait.synchronize
+    monkeypatch.setattr(_stream_order, "record_or_synchronize",
+                        lambda ev, s: seen.append("record") or real_record(ev, s))
+    monkeypatch.setattr(_stream_order, "wait_event", lambda st, ev: seen.append("wait") or
                         real_wait(st, ev))
-    monkeypatch.setattr(_order._DeviceWait, "synchronize",
+    monkeypatch.setattr(_stream_order.DeviceWait, "synchronize",
                         lambda self: seen.append("device-wait") or real_sync(self))
     return seen
 
@@ -76,7 +76,7 @@ def test_the_same_thread_reuses_its_per_thread_block_at_once(emulator, monkeypat
 
 
 def test_the_key_of_the_special_streams():
-    from hipmr_ctypes.adaptors._order import handle_of, stream_key
+    from hipmr_ctypes._stream_order import handle_of, stream_key
     assert stream_key(12345) == 12345
     mine = stream_key(PER_THREAD)
     other = _in_thread(lambda: stream_key(PER_THREAD))
@@ -86,10 +86,10 @@ def test_the_key_of_the_special_streams():
 
 TWO_DEVICES = textwrap.dedent("""
     import hipmr_ctypes as hmr
-    from hipmr_ctypes.adaptors import _order
+    from hipmr_ctypes import _stream_order
     seen = []
-    real = _order.record_or_synchronize
-    _order.record_or_synchronize = lambda ev, s: seen.append(s) or real(ev, s)
+    real = _stream_order.record_or_synchronize
+    _stream_order.record_or_synchronize = lambda ev, s: seen.append(s) or real(ev, s)
     for kind in ("pool", "fixed"):
         with hmr.Device(0):
             base = hmr.AsyncMemoryResource(device=0)
@@ -150,7 +150,7 @@ def test_the_key_function_follows_the_loaded_runtime():
     stream's key names the current device (read in each thread on its own), with one it is
     the handle."""
     from hipmr_ctypes import _hip
-    from hipmr_ctypes.stream import stream_key, stream_keys
+    from hipmr_ctypes._stream_order import stream_key, stream_keys
     from support import process_runtime
     two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
     with process_runtime(two):
@@ -222,3 +222,44 @@ def test_with_two_devices_the_null_stream_keeps_its_fast_path():
                 pool.deallocate_async(ptrs[device], 512, 256, 0)
         assert slow == []
         pool.release()
+
+
+def test_wait_all_closes_every_event_also_when_a_wait_raises():
+    """``wait_all`` is the host's wait for fresh events: each one is closed, whether the waits
+    all succeed or one of them raises (the error comes through)."""
+    from hipmr_ctypes._stream_order import wait_all
+
+    class Event:
+        def __init__(self, fails=False):
+            self.fails, self.waited, self.closed = fails, False, False
+
+        def synchronize(self):
+            if self.fails:
+                raise RuntimeError("sticky error")
+            self.waited = True
+
+        def close(self):
+            self.closed = True
+
+    events = [Event(), Event()]
+    wait_all(events)
+    assert all(e.waited and e.closed for e in events)
+    events = [Event(), Event(fails=True), Event()]
+    with pytest.raises(RuntimeError, match="sticky"):
+        wait_all(events)
+    assert [e.waited for e in events] == [True, False, False]
+    assert all(e.closed for e in events)
+
+
+def test_the_stream_order_has_one_home():
+    """The stream keys and the ordering live in ``_stream_order`` only; ``stream`` keeps the
+    owning objects and ``event_for``, and the adaptors import no alias of either."""
+    from hipmr_ctypes import stream
+    from hipmr_ctypes.adaptors import fixed_size, pool
+    for name in ("stream_key", "stream_keys", "handle_of", "is_foreign", "DeviceWait",
+                 "device_of", "record_or_synchronize", "LAST_SPECIAL_HANDLE", "SYNC"):
+        assert hasattr(_stream_order, name) and not hasattr(stream, name), name
+    assert _stream_order.event_for is stream.event_for
+    assert pool.StreamOrder is fixed_size.StreamOrder is _stream_order.StreamOrder
+    with pytest.raises(ImportError):
+        __import__("hipmr_ctypes.adaptors._order")

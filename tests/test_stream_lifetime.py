@@ -15,7 +15,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import Buffer, _hip
-from hipmr_ctypes.adaptors._base import SYNC
+from hipmr_ctypes._stream_order import SYNC
 
 
 def _pool():

@@ -412,6 +412,6 @@ def test_gpu_priority_device_and_default_streams(gpu_runtime):
 def test_the_per_thread_handle_is_named_once():
     import importlib
     module = importlib.import_module("hipmr_ctypes.stream_ref")
-    from hipmr_ctypes import stream
+    from hipmr_ctypes import _stream_order
     assert module.PER_THREAD_HANDLE == 2 == stream_per_thread.handle
-    assert stream._PER_THREAD is module.PER_THREAD_HANDLE
+    assert _stream_order._PER_THREAD is module.PER_THREAD_HANDLE

@@ -31,7 +31,7 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes._exit import Finalizer
 from hipmr_ctypes.adaptors import _dead
-from hipmr_ctypes.adaptors._base import SYNC
+from hipmr_ctypes._stream_order import SYNC
 
 from support import LiveRanges, process_runtime
 

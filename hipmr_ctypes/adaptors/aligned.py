@@ -6,9 +6,11 @@ from typing import Any, Dict, Tuple
 from .._sizes import Size, config_size
 from ..errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, check_alignment, check_args,
-                    check_free_args, check_stream, check_upstream_ptr, claim, duplicate,
-                    must_check_arguments, upstream_calls)
+from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_args, check_free_args,
+                       check_stream)
+from .._stream_order import SYNC
+from ._base import BoundAdaptor
+from ._checked import check_upstream_ptr, claim, duplicate, must_check_arguments, upstream_calls
 
 __all__ = ["AlignedResource"]
 
@@ -128,11 +130,14 @@ class AlignedResource(BoundAdaptor):
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:
-        """The hot paths take no lock: ``moved[aligned] = (upstream ptr, total, bytes)``
-        records an over-allocated block and ``moved.pop(aligned)`` claims it for its free (one
-        atomic dict operation each).  Over the package's own upstreams a valid call is
-        checked inline (int size in range, alignment in 1..256); anything else, and every call
-        over a user-written upstream, takes the checked slow path."""
+        """Invariants:
+
+        * the hot paths take no lock: ``moved[aligned] = (upstream ptr, total, bytes)``
+          records an over-allocated block and ``moved.pop(aligned)`` claims it for its free
+          (one atomic dict operation each);
+        * over the package's own async upstreams a valid call is checked inline
+          (:func:`_fast_paths`); anything else, and every call over a user-written upstream,
+          takes the checked bodies below (``stream`` SYNC for a synchronous call)."""
         moved: Dict[int, Tuple[int, int, int]] = {}   # aligned ptr -> (upstream ptr, total, bytes)
         moved_pop = moved.pop
         default = self._alignment
@@ -140,6 +145,9 @@ class AlignedResource(BoundAdaptor):
         must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         fast = FAST_ALIGNMENTS.get
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
+        # the choice, once: the inline paths over one of the package's own async upstreams
+        # (when every size they take stays a valid size over-allocated), else the checked ones
+        inline = not must_check and self._async and _fast_enough(default)
 
         def want(nbytes: int, alignment: int) -> int:
             return default if nbytes >= threshold and default > alignment else alignment
@@ -202,7 +210,7 @@ class AlignedResource(BoundAdaptor):
                     moved[ptr] = entry
                 raise
 
-        if must_check or up_alloc_async is None or not _fast_enough(default):
+        if not inline:
             self._build(allocate_async, deallocate_async)
             return
         self._build(*_fast_paths(moved, default, threshold, up_alloc_async, up_dealloc_async,

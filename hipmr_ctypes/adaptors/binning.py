@@ -7,9 +7,9 @@ from bisect import bisect_left
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, BoundAdaptor, as_upstream_ref,
-                    check_args, check_free_args, check_size, check_stream, claim, duplicate,
-                    must_check_arguments)
+from .._checks import FAST_ALIGNMENTS, check_args, check_free_args, check_size, check_stream
+from ._base import BoundAdaptor, as_upstream_ref
+from ._checked import claim, duplicate, must_check_arguments
 from .fixed_size import DEFAULT_BLOCKS, FixedSizeResource, chunk_too_large
 
 __all__ = ["BinningResource"]

@@ -4,8 +4,11 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT, Property
-from ._base import (FAST_ALIGNMENTS, MAX_ADDRESS, MAX_SIZE, BoundMethods, check_args,
-                    check_callable, check_free_args, check_stream, check_upstream_ptr)
+from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_args, check_callable, check_free_args,
+                       check_stream)
+from .._limits import MAX_ADDRESS
+from ._base import BoundMethods
+from ._checked import check_upstream_ptr
 
 __all__ = ["CallbackResource"]
 
@@ -48,27 +51,22 @@ class CallbackResource(BoundMethods):
         self._bind()
 
     def _bind(self) -> None:
+        """Invariants: every argument is checked before a function is called (inline, the
+        checked path when that fails); what ``allocate`` returned is an int address whose
+        bytes fit below 2**64, aligned as asked (0 is left to the function), else it is given
+        back when it can be and refused (:func:`_refused`)."""
         fn_alloc, fn_dealloc, fn_alloc_async, fn_dealloc_async = self._functions
         aligned = FAST_ALIGNMENTS.get
-
-        def result(ptr: Any, nbytes: int, alignment: int, stream: Any = None) -> int:
-            """What the function returned: an address whose bytes fit below 2**64, aligned
-            as asked (0 is left to the function); anything else is given back when it can
-            be and refused (the one upstream-result check)."""
-            if type(ptr) is int and 0 <= ptr <= MAX_ADDRESS - nbytes + 1 \
-                    and not ptr & (alignment - 1):
-                return ptr
-            dealloc_async = fn_dealloc_async
-            give_back = fn_dealloc if stream is None or dealloc_async is None else (
-                lambda p, n, a: dealloc_async(p, n, a, stream))
-            return check_upstream_ptr(ptr, nbytes if ptr else 0, alignment, give_back,
-                                      "CallbackResource")
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if (type(bytes) is not int or not 0 <= bytes <= MAX_SIZE
                     or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
-            return result(fn_alloc(bytes, alignment), bytes, alignment)
+            ptr = fn_alloc(bytes, alignment)
+            if type(ptr) is int and 0 <= ptr <= MAX_ADDRESS - bytes + 1 \
+                    and not ptr & (alignment - 1):
+                return ptr
+            return _refused(ptr, bytes, alignment, fn_dealloc)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             if (type(ptr) is not int or not 0 <= ptr <= MAX_ADDRESS or type(bytes) is not int
@@ -81,8 +79,12 @@ class CallbackResource(BoundMethods):
                     or aligned(alignment) is not alignment):
                 bytes, alignment = check_args(bytes, alignment)
             handle = check_stream(stream)
-            return result(fn_alloc_async(bytes, alignment, handle),  # type: ignore[misc]
-                          bytes, alignment, handle)
+            ptr = fn_alloc_async(bytes, alignment, handle)  # type: ignore[misc]
+            if type(ptr) is int and 0 <= ptr <= MAX_ADDRESS - bytes + 1 \
+                    and not ptr & (alignment - 1):
+                return ptr
+            return _refused(ptr, bytes, alignment,
+                            lambda p, n, a: fn_dealloc_async(p, n, a, handle))  # type: ignore[misc]
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if (type(ptr) is not int or not 0 <= ptr <= MAX_ADDRESS or type(bytes) is not int
@@ -112,3 +114,11 @@ class CallbackResource(BoundMethods):
     def __repr__(self) -> str:
         names = [getattr(f, "__name__", repr(f)) for f in self._functions if f is not None]
         return f"CallbackResource({', '.join(names)})"
+
+
+def _refused(ptr: Any, nbytes: int, alignment: int, give_back: Callable[..., Any]) -> int:
+    """What a function returned that is not an aligned address whose bytes fit below 2**64:
+    given back (through ``give_back(ptr, bytes, alignment)``) when it can be, and refused
+    (the one upstream-result check)."""
+    return check_upstream_ptr(ptr, nbytes if ptr else 0, alignment, give_back,
+                              "CallbackResource")

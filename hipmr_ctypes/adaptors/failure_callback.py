@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_args, check_callable, check_stream, must_check_arguments,
-                    upstream_calls)
+from .._checks import check_args, check_callable, check_stream
+from ._base import BoundAdaptor
+from ._checked import must_check_arguments, upstream_calls
 
 __all__ = ["FailureCallbackResource"]
 

@@ -9,12 +9,14 @@ from .._sizes import Size, config_size
 from .._exit import finalize
 from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
-                    check_alignment, check_free, check_ptr, check_size, check_stream,
-                    check_upstream_chunk, give_back_chunks, overlaps, refuse_in_forked_child,
-                    return_chunks, round_up)
+from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_free, check_ptr,
+                       check_size, check_stream)
+from .._stream_order import SYNC, StreamOrder, handle_of, stream_keys, wait_all
+from ..stream import track_streams
+from ._base import BoundAdaptor, IdentityEqual
+from ._chunks import (check_upstream_chunk, give_back_chunks, overlaps, refuse_in_forked_child,
+                      return_chunks, round_up)
 from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
-from ._order import StreamOrder, handle_of, stream_keys, track_streams
 
 __all__ = ["FixedSizeResource"]
 
@@ -163,15 +165,11 @@ class _Blocks:
                 return ptr
         events, source, blocks = wait
         try:  # the host waits for the stream that freed the blocks, lock not held
-            for ev in events:
-                ev.synchronize()
+            wait_all(events)
         except BaseException:
             with self.lock:
                 self.put_back(source, blocks)
             raise
-        finally:
-            for ev in events:
-                ev.close()
         host = self.free[SYNC]
         ptr = blocks.pop()
         host.extend(blocks)   # atomic: clean for every stream now
@@ -225,16 +223,12 @@ class _Blocks:
                     self.put_back(k, blocks)
                 raise
         try:
-            for ev in events:
-                ev.synchronize()
+            wait_all(events)
         except BaseException:
             with self.lock:
                 for k, blocks in moved.items():
                     self.put_back(k, blocks)
             raise
-        finally:
-            for ev in events:
-                ev.close()
         with self.lock:
             idle = self.drain(free[SYNC])
             for blocks in moved.values():

@@ -8,8 +8,9 @@ from ..errors import OutOfMemoryError
 from .._locks import TokenMutex, wait_token
 from .._sizes import Size, config_size
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_args, check_free_args, check_size, checking_first,
-                    must_check_arguments, upstream_calls)
+from .._checks import check_args, check_free_args, check_size
+from ._base import BoundAdaptor
+from ._checked import must_check_arguments, upstream_calls
 
 __all__ = ["LimitingResource"]
 
@@ -38,46 +39,35 @@ class LimitingResource(BoundAdaptor):
         self._bind(ref, self._limit)
 
     def _bind(self, ref: Any, limit: int) -> None:
-        """``used`` is what allocations reserved; ``returned`` holds credits, sizes freed (or
-        reserved in vain) and not yet subtracted from it: a deallocation appends its size
-        (atomic) once the upstream freed, so a finalizer that frees never waits for anything.
-        What is in use is ``used - sum(returned)``, never less than what is really outstanding.
+        """Invariants:
 
-        An allocation first pops one credit (atomic: no other thread can take it): when it
-        covers the size, the allocation is made from it, the rest (if any) appended back, and
-        ``used`` is not touched, so the limit holds (``used - sum(returned)`` rises by the size
-        and stays at most ``used``, which is at most ``limit``).  Otherwise it takes the
-        :class:`TokenMutex` (a few int operations, no call that allocates), subtracts that credit
-        and every other one, reserves and checks the limit there.  Readers take the mutex and
-        subtract every credit.  The closures keep in their cells only what every call uses; the
-        checks' constants and slow paths are module globals."""
+        * ``used`` is what allocations reserved; ``returned`` holds credits, sizes freed (or
+          reserved in vain) not yet subtracted from it; what is in use is
+          ``used - sum(returned)``, never less than what is really outstanding;
+        * a free appends its size (atomic) once the upstream freed: a finalizer that frees
+          never waits for anything;
+        * an allocation pops one credit (atomic: no other thread can take it); one that covers
+          the size serves it without the mutex (the rest appended back; ``used`` unchanged, so
+          the limit holds); otherwise it takes the :class:`TokenMutex` (int operations only),
+          subtracts every credit, reserves and checks the limit there (``reserve``)."""
+        check_first = must_check_arguments(ref)  # a user-written upstream: check everything
         mutex = TokenMutex()
         tokens = mutex.tokens            # pop(): take the token; append(True): give it back
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
         used = 0
         returned: Deque[int] = deque()  # credits: sizes freed (or reserved in vain)
 
-        def credits() -> int:
-            """Take every credit (the mutex held) and return their sum.  An allocation may
-            take a credit at any moment without the mutex, so the last one may be gone between
-            the test and the pop."""
-            total = 0
+        def settle() -> int:
+            """Subtract every credit from ``used`` (the mutex held); returns it.  An allocation
+            may take a credit at any moment without the mutex, so the last one may be gone
+            between the test and the pop."""
+            nonlocal used
             try:
                 while returned:
-                    total += returned.pop()
+                    used -= returned.pop()
             except IndexError:  # another thread's allocation took the last one
                 pass
-            return total
-
-        def current() -> int:
-            nonlocal used
-            wait_token(tokens.pop)
-            try:
-                used -= credits()
-                in_use = used
-            finally:
-                tokens.append(True)
-            return in_use
+            return used
 
         def reserve(bytes: int, freed: int) -> None:
             """Reserve ``bytes`` under the mutex, the credit ``freed`` already popped (0 when
@@ -87,8 +77,9 @@ class LimitingResource(BoundAdaptor):
                 tokens.pop()
             except IndexError:
                 wait_token(tokens.pop)
-            try:  # int operations only (credits() too): no free ever waits for this section
-                used -= freed + credits()
+            try:  # int operations only (settle() too): no free ever waits for this section
+                used -= freed
+                settle()
                 used += bytes
                 if used > limit:
                     used -= bytes
@@ -143,12 +134,10 @@ class LimitingResource(BoundAdaptor):
             up_dealloc_async(ptr, bytes, alignment, stream)
             returned.append(bytes)
 
-        if must_check_arguments(ref):  # a user-written upstream: check everything first
-            allocate, deallocate, allocate_async, deallocate_async = checking_first(
-                allocate, deallocate, allocate_async, deallocate_async)
-        self._used = current
+        self._settle = settle
         self._mutex = mutex
-        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
+        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate,
+                    check_first=check_first)
 
     def _settings(self) -> Tuple[Any, ...]:
         return (self._limit,)
@@ -164,7 +153,12 @@ class LimitingResource(BoundAdaptor):
 
     def get_allocated_bytes(self) -> int:
         """Bytes outstanding now."""
-        return self._used()
+        tokens = self._mutex.tokens
+        wait_token(tokens.pop)
+        try:
+            return self._settle()
+        finally:
+            tokens.append(True)
 
     def __repr__(self) -> str:
         return f"LimitingResource({self._upstream.resource!r}, limit={self._limit})"

@@ -5,12 +5,14 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Optional, TextIO, Tuple
+from typing import Any, List, Optional, TextIO, Tuple
 
 from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (MAX_ADDRESS, BoundAdaptor, check_args, check_free_args, check_stream,
-                    must_check_arguments, upstream_calls)
+from .._checks import check_args, check_free_args, check_stream
+from .._limits import MAX_ADDRESS
+from ._base import BoundAdaptor
+from ._checked import must_check_arguments, upstream_calls
 
 __all__ = ["LoggingResource", "LOG_HEADER"]
 
@@ -45,6 +47,33 @@ class _SharedFile:
 _shared_lock = threading.RLock()
 _shared: "weakref.WeakValueDictionary[Tuple[int, int], _SharedFile]" = \
     weakref.WeakValueDictionary()
+
+
+#: (the last whole second seen, its "HH:MM:SS." in local time): one atomic read of an immutable
+#: pair, replaced once a second
+_second: List[Tuple[int, str]] = [(-1, "")]
+_clock = time.time_ns
+
+
+def _stamp() -> str:
+    """The local time as ``HH:MM:SS.ffffff``; strftime once a second, not per line."""
+    s, us = divmod(_clock() // 1000, 1_000_000)
+    cached = _second[0]
+    if cached[0] != s:
+        cached = (s, time.strftime("%H:%M:%S.", time.localtime(s)))
+        _second[0] = cached
+    return f"{cached[1]}{us:06d}"
+
+
+def _handle_of(stream: Any) -> int:
+    """The int handle of ``stream`` (the checked path for anything but a valid int)."""
+    if type(stream) is int and 0 <= stream <= MAX_ADDRESS:
+        return stream
+    return check_stream(stream)
+
+
+def _closed() -> ValueError:
+    return ValueError("LoggingResource: this LoggingResource (or its log file) is closed")
 
 
 def _file_key(name: str) -> Optional[Tuple[int, int]]:
@@ -160,53 +189,34 @@ class LoggingResource(BoundAdaptor):
             flush()
 
     def _bind(self, ref: Any) -> None:
+        """Invariants:
+
+        * a line is built outside the lock and written under it; a finalizer that frees
+          inside ``write()`` (the lock held by its own thread) defers its line, and its free,
+          until the lock is let go;
+        * a free is logged before the upstream frees, so a later allocation of the same
+          address is always logged after it;
+        * a line that cannot be written is dropped and counted (:meth:`_drop`), never raised."""
+        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
         lock = self._lock
         acquire, release, held_here, defer = lock.acquire, lock.release, lock.held_here, lock.defer
         out = self._file
         write = out.write
         flush = self._flush_file if self._auto_flush else None
         native_id = threading.get_native_id
-        clock = time.time_ns
-        must_check = must_check_arguments(ref)  # a user-written upstream: check everything
+        drop = self._drop
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
-        second = [(-1, "")]  # (the last whole second seen, its "HH:MM:SS." in local time)
-
-        def stamp() -> str:
-            """The local time as ``HH:MM:SS.ffffff``; strftime once a second, not per line."""
-            s, us = divmod(clock() // 1000, 1_000_000)
-            cached = second[0]            # one atomic read of an immutable pair
-            if cached[0] != s:
-                cached = (s, time.strftime("%H:%M:%S.", time.localtime(s)))
-                second[0] = cached
-            return f"{cached[1]}{us:06d}"
-
-        def dropped(exc: Optional[BaseException]) -> None:
-            self._dropped += 1
-            if exc is not None and self._write_error is None:
-                self._write_error = exc
-
-        def write_line(line: str) -> None:
-            """Write one line (lock held); a failure drops it, never raises."""
-            if self._closed:
-                dropped(None)
-                return
-            try:
-                write(line)
-                if flush is not None:
-                    flush()
-            except Exception as exc:  # noqa: BLE001 - see the class docstring
-                dropped(exc)
 
         def log(action: str, ptr: int, nbytes: int, stream: int) -> None:
             try:
                 # As RMM writes them: a null pointer as printf's "%p" does, "(nil)", and a null
                 # stream as C++'s ostream does, "0"; others as 0x-prefixed lowercase hex.
-                line = (f"{native_id()},{stamp()},{action},{ptr:#x},{nbytes},"
+                line = (f"{native_id()},{_stamp()},{action},{ptr:#x},{nbytes},"
                         f"{f'{stream:#x}' if stream else '0'}\n" if ptr else
-                        f"{native_id()},{stamp()},{action},(nil),{nbytes},"
+                        f"{native_id()},{_stamp()},{action},(nil),{nbytes},"
                         f"{f'{stream:#x}' if stream else '0'}\n")
             except Exception as exc:  # noqa: BLE001
-                dropped(exc)
+                drop(exc)
                 return
             if held_here():  # re-entered by a finalizer inside write(): after the lock goes
                 defer(locked_write, line)
@@ -216,24 +226,23 @@ class LoggingResource(BoundAdaptor):
         def locked_write(line: str) -> None:
             acquire()
             try:
-                write_line(line)
+                if self._closed:
+                    drop(None)
+                    return
+                try:
+                    write(line)
+                    if flush is not None:
+                        flush()
+                except Exception as exc:  # noqa: BLE001 - see the class docstring
+                    drop(exc)
             finally:
                 release()
-
-        def check_open() -> None:
-            if self._closed or getattr(out, "closed", False) is True:
-                raise ValueError("LoggingResource: this LoggingResource (or its log file) is "
-                                 "closed")
-
-        def handle_of(stream: Any) -> int:
-            if type(stream) is int and 0 <= stream <= MAX_ADDRESS:
-                return stream
-            return check_stream(stream)
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if must_check or type(bytes) is not int:
                 bytes, alignment = check_args(bytes, alignment)
-            check_open()
+            if self._closed or getattr(out, "closed", False) is True:
+                raise _closed()
             try:
                 ptr = up_alloc(bytes, alignment)
             except BaseException:
@@ -254,8 +263,9 @@ class LoggingResource(BoundAdaptor):
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             if must_check or type(bytes) is not int:
                 bytes, alignment = check_args(bytes, alignment)
-            handle = handle_of(stream)
-            check_open()
+            handle = _handle_of(stream)
+            if self._closed or getattr(out, "closed", False) is True:
+                raise _closed()
             try:
                 ptr: int = up_alloc_async(bytes, alignment, stream)
             except BaseException:
@@ -267,7 +277,7 @@ class LoggingResource(BoundAdaptor):
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             if must_check or type(ptr) is not int or type(bytes) is not int:
                 ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-            handle = handle_of(stream)
+            handle = _handle_of(stream)
             if held_here():
                 defer(deallocate_async, ptr, bytes, alignment, stream)
                 return
@@ -276,6 +286,12 @@ class LoggingResource(BoundAdaptor):
 
         # synchronous bodies of their own (stream 0 in the log, as RMM writes it): no extra call
         self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
+
+    def _drop(self, exc: Optional[BaseException]) -> None:
+        """A line was not written: count it, and keep the first error."""
+        self._dropped += 1
+        if exc is not None and self._write_error is None:
+            self._write_error = exc
 
     def _settings(self) -> Tuple[Any, ...]:
         return (id(self._file),)

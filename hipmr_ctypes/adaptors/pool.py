@@ -40,12 +40,14 @@ from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
 from ..stream_ref import PER_THREAD_HANDLE, IntValue
 from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
-from ._base import (FAST_ALIGNMENTS, MAX_SIZE, SYNC, BoundAdaptor, IdentityEqual,
-                    check_alignment, check_free, check_ptr, check_size, check_stream,
-                    check_upstream_chunk, give_back_chunks, overlaps, refuse_in_forked_child,
-                    return_chunks, round_up)
-from ._order import (StreamOrder, handle_of, own_keys_below,
-                     stream_keys, track_streams)
+from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_free, check_ptr,
+                       check_size, check_stream)
+from .._stream_order import (SYNC, StreamOrder, handle_of, own_keys_below, stream_keys,
+                             wait_all)
+from ..stream import track_streams
+from ._base import BoundAdaptor, IdentityEqual
+from ._chunks import (check_upstream_chunk, give_back_chunks, overlaps, refuse_in_forked_child,
+                      return_chunks, round_up)
 
 __all__ = ["PoolResource"]
 
@@ -461,15 +463,11 @@ class _Arena:
                 self.live[ptr] = nbytes
                 return ptr
         try:  # the host waits for the streams that last used the block, lock not held
-            for ev in events:
-                ev.synchronize()
+            wait_all(events)
         except BaseException:
             with self.lock:
                 self._insert(ptr, size, tag)
             raise
-        finally:
-            for ev in events:
-                ev.close()
         self.live[ptr] = nbytes
         return ptr
 
@@ -696,12 +694,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             tagged = {start: tag for start, tag in arena.ftag.items() if tag}
             streams = frozenset().union(*tagged.values()) if tagged else _CLEAN
             events = arena.streams.record_for_host(streams) if streams else []
-        try:
-            for ev in events:
-                ev.synchronize()
-        finally:
-            for ev in events:
-                ev.close()
+        wait_all(events)
         with lock:
             ftag = arena.ftag
             for start, tag in tagged.items():  # still free as when the events were recorded:

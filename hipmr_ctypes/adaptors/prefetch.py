@@ -5,7 +5,9 @@ from typing import Any, Optional, Tuple
 
 from .. import device as _device
 from ..properties import DEFAULT_ALIGNMENT, _declared, host_accessible
-from ._base import BoundAdaptor, check_args, check_stream, upstream_calls
+from .._checks import check_args, check_stream
+from ._base import BoundAdaptor
+from ._checked import upstream_calls
 
 __all__ = ["PrefetchResource"]
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, List, Tuple
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from .._locks import TokenMutex, wait_token
 from ..properties import DEFAULT_ALIGNMENT
-from ._base import (BoundAdaptor, check_args, check_free_args, checking_first,
-                    must_check_arguments, upstream_calls)
+from .._checks import check_args, check_free_args
+from ._base import BoundAdaptor
+from ._checked import must_check_arguments, upstream_calls
 
 __all__ = ["StatisticsResource", "Statistics"]
-
 
 
 @dataclass(frozen=True)
@@ -47,62 +47,54 @@ class StatisticsResource(BoundAdaptor):
 
     def __init__(self, upstream: Any) -> None:
         ref = self._set_upstream(upstream)
+        self._stack_lock = threading.Lock()   # push / pop: the stack and the counters together
+        self._stack: List[_Counters] = []   # the counters below each pushed set
         self._bind(ref)
 
     def _bind(self, ref: Any) -> None:
-        """The counters change only under a :class:`TokenMutex` (a few int operations, no
-        call that allocates), taken by allocations and readers.  A deallocation takes no
-        mutex: it appends its size on the left of ``returned`` (atomic) before the upstream
-        frees, and a later allocation or reader subtracts it.  A deallocation the upstream
-        refuses then appends ``~size`` on the right, and is counted back, not as a new
-        allocation.  An allocation takes one entry from the right: a refusal, if any is
-        logged, else the oldest free.  A free of its own size (the usual) is a pair that
-        changes neither current counter; another size changes the bytes only by the
-        difference; a refusal counts back its size.  The other frees may stay logged: ``cb``
-        and ``cn`` then count them still, so they are never less than what is outstanding,
-        and ``cb <= pb``, ``cn <= pn`` hold after every section, so what is outstanding cannot
-        pass a peak until ``cb`` or ``cn`` does; then every entry logged is taken first, as
-        readers do (a refusal's free is logged before it, so it is never counted back without
-        it).  Peaks can only rise at an allocation, which sees every deallocation logged before
-        it, so current and peak are exact for that order and never show more than is really
-        outstanding; and a finalizer that frees through this resource never waits for the
-        mutex.
+        """Invariants:
 
-        The closures keep in their cells only what every call uses (each cell is copied into
-        every call's frame); the checks' constants and slow paths are module globals."""
+        * the counters change only under the :class:`TokenMutex`, taken by allocations and
+          readers, around a few int operations (nothing that allocates); a free takes none, so
+          a finalizer that frees never waits for it;
+        * a free appends its size on the left of ``returned`` before the upstream frees; one
+          the upstream refuses then appends ``~size`` on the right, and is counted back;
+        * an allocation takes one entry from the right: a free of its own size changes no
+          current counter, another size only the bytes, a refusal counts back its size; when a
+          peak is possible every entry logged is settled first, as readers do;
+        * so ``current_*`` is never less than what is outstanding, never more than ``peak_*``,
+          and a peak never shows more than was outstanding at once."""
+        check_first = must_check_arguments(ref)  # a user-written upstream: check everything
         mutex = TokenMutex()
         tokens = mutex.tokens            # pop(): take the token; append(True): give it back
-        stack_lock = threading.Lock()   # push / pop: the stack and the counters together
         # sizes freed, not yet subtracted (appended on the left); ~size for a free the
         # upstream refused (on the right: taken first)
         returned: Deque[int] = deque()
         up_alloc, up_dealloc, up_alloc_async, up_dealloc_async = upstream_calls(ref)
-        stack: List[Tuple[int, ...]] = []
-        cb = cn = pb = pn = tb = tn = 0   # current/peak/total bytes (b) and counts (n)
+        current_bytes = current_count = peak_bytes = peak_count = total_bytes = total_count = 0
 
-        def settle() -> None:
-            """Subtract the frees logged, count back the refused ones (mutex held)."""
-            nonlocal cb, cn, pb, pn
+        def settle(change: Optional[Callable[[_Counters], _Counters]] = None) -> _Counters:
+            """Subtract the frees logged, count back the refused ones (the mutex held); returns
+            the counters, then replaces them with ``change(counters)`` when given."""
+            nonlocal current_bytes, current_count, peak_bytes, peak_count, total_bytes, \
+                total_count
             while returned:
                 freed = returned.pop()
                 if freed >= 0:
-                    cb -= freed
-                    cn -= 1
+                    current_bytes -= freed
+                    current_count -= 1
                 else:
-                    cb += ~freed
-                    cn += 1
-            if cb > pb:
-                pb = cb
-            if cn > pn:
-                pn = cn
-
-        def read() -> Tuple[int, ...]:
-            wait_token(tokens.pop)
-            try:
-                settle()
-                values = cb, cn, pb, pn, tb, tn
-            finally:
-                tokens.append(True)
+                    current_bytes += ~freed
+                    current_count += 1
+            if current_bytes > peak_bytes:
+                peak_bytes = current_bytes
+            if current_count > peak_count:
+                peak_count = current_count
+            values = (current_bytes, current_count, peak_bytes, peak_count, total_bytes,
+                      total_count)
+            if change is not None:
+                (current_bytes, current_count, peak_bytes, peak_count, total_bytes,
+                 total_count) = change(values)
             return values
 
         def counting(up: Callable[..., int]) -> Callable[..., int]:
@@ -110,7 +102,8 @@ class StatisticsResource(BoundAdaptor):
             ``allocate_async`` and of the synchronous ``allocate``."""
 
             def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-                nonlocal cb, cn, pb, pn, tb, tn
+                nonlocal current_bytes, current_count, peak_bytes, peak_count, total_bytes, \
+                    total_count
                 if type(bytes) is not int:
                     bytes, alignment = check_args(bytes, alignment)  # an index-able size: int
                 ptr: int = up(bytes, alignment, stream)
@@ -123,21 +116,21 @@ class StatisticsResource(BoundAdaptor):
                         freed = returned.pop()
                         if freed != bytes:  # (equal: no current counter changes, so no peak)
                             if freed >= 0:  # a free of another size: the count does not change
-                                cb += bytes - freed
+                                current_bytes += bytes - freed
                             else:  # a refused free counted back, and this allocation
-                                cb += ~freed + bytes
-                                cn += 2
-                            if cb > pb or cn > pn:  # maybe a peak: every other entry first
-                                settle()
+                                current_bytes += ~freed + bytes
+                                current_count += 2
+                            if current_bytes > peak_bytes or current_count > peak_count:
+                                settle()  # maybe a peak: every other entry first
                     else:
-                        cb += bytes
-                        cn += 1
-                        if cn > pn:
-                            pn = cn
-                        if cb > pb:
-                            pb = cb
-                    tb += bytes
-                    tn += 1
+                        current_bytes += bytes
+                        current_count += 1
+                        if current_count > peak_count:
+                            peak_count = current_count
+                        if current_bytes > peak_bytes:
+                            peak_bytes = current_bytes
+                    total_bytes += bytes
+                    total_count += 1
                 finally:
                     tokens.append(True)
                 return ptr
@@ -169,68 +162,64 @@ class StatisticsResource(BoundAdaptor):
                 returned.append(~bytes)  # refused: counted back
                 raise
 
-        def snapshot() -> Statistics:
-            return Statistics(*read())
-
-        def push() -> Statistics:
-            nonlocal cb, cn, pb, pn, tb, tn
-            with stack_lock:
-                wait_token(tokens.pop)
-                try:
-                    settle()
-                    before = cb, cn, pb, pn, tb, tn
-                    cb = cn = pb = pn = tb = tn = 0
-                finally:
-                    tokens.append(True)
-                stack.append(before)
-            return Statistics(*before)
-
-        def pop() -> Statistics:
-            nonlocal cb, cn, pb, pn, tb, tn
-            with stack_lock:
-                if not stack:
-                    raise IndexError("pop_counters: no counters were pushed")
-                lcb, lcn, lpb, lpn, ltb, ltn = stack.pop()
-                wait_token(tokens.pop)
-                try:
-                    settle()
-                    popped = cb, cn, pb, pn, tb, tn
-                    pb = max(lpb, lcb + pb)
-                    pn = max(lpn, lcn + pn)
-                    cb, cn = lcb + cb, lcn + cn
-                    tb, tn = ltb + tb, ltn + tn
-                finally:
-                    tokens.append(True)
-            return Statistics(*popped)
-
-        if must_check_arguments(ref):  # a user-written upstream: check everything first
-            allocate, deallocate, allocate_async, deallocate_async = checking_first(
-                allocate, deallocate, allocate_async, deallocate_async)
-        self._snapshot = snapshot
+        self._settle = settle
         self._mutex = mutex
-        self._push = push
-        self._pop = pop
-        self._depth = stack.__len__
-        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
+        self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate,
+                    check_first=check_first)
+
+    def _counters(self, change: Optional[Callable[[_Counters], _Counters]] = None) -> _Counters:
+        """The counters, settled under the mutex (and replaced with ``change(counters)``)."""
+        tokens = self._mutex.tokens
+        wait_token(tokens.pop)
+        try:
+            return self._settle(change)
+        finally:
+            tokens.append(True)
 
     @property
     def statistics(self) -> Statistics:
         """The current counters (of the innermost pushed set)."""
-        return self._snapshot()
+        return Statistics(*self._counters())
 
     #: RMM's name for :attr:`statistics`.
     allocation_counts = statistics
 
     def push_counters(self) -> Statistics:
         """Start a fresh set of counters; returns the statistics before the push."""
-        return self._push()
+        with self._stack_lock:
+            before = self._counters(_fresh)
+            self._stack.append(before)
+        return Statistics(*before)
 
     def pop_counters(self) -> Statistics:
         """End the innermost set of counters, fold it into the one below and return it;
         ``IndexError`` when none was pushed."""
-        return self._pop()
+        with self._stack_lock:
+            if not self._stack:
+                raise IndexError("pop_counters: no counters were pushed")
+            below = self._stack.pop()
+            popped = self._counters(lambda counters: _folded(below, counters))
+        return Statistics(*popped)
 
     @property
     def depth(self) -> int:
         """How many counter sets are pushed (0 when only the base set exists)."""
-        return self._depth()
+        return len(self._stack)
+
+
+#: (current_bytes, current_count, peak_bytes, peak_count, total_bytes, total_count)
+_Counters = Tuple[int, int, int, int, int, int]
+
+
+def _fresh(counters: _Counters) -> _Counters:
+    """A pushed set's counters: all zero."""
+    return (0, 0, 0, 0, 0, 0)
+
+
+def _folded(below: _Counters, popped: _Counters) -> _Counters:
+    """The set below with a popped one folded in (RMM: the lower peak becomes
+    ``max(peak, current + popped peak)``)."""
+    current_bytes, current_count, peak_bytes, peak_count, total_bytes, total_count = popped
+    return (below[0] + current_bytes, below[1] + current_count,
+            max(below[2], below[0] + peak_bytes), max(below[3], below[1] + peak_count),
+            below[4] + total_bytes, below[5] + total_count)

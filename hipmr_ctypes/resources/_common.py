@@ -1,41 +1,26 @@
-"""What every concrete resource shares: argument checks, the synchronous-adapter rule for
-``allocate_async`` / ``deallocate_async`` of resources whose memory is not stream-ordered, and
-the base class that wires them together.
+"""What every concrete resource shares: the device alignments, the synchronous-adapter rule
+for ``allocate_async`` / ``deallocate_async`` of resources whose memory is not stream-ordered,
+and the base class that wires them together.
 
-Checks run before any native call and name the argument they reject.  The hot paths inline
-the cheap part of these checks (``type(x) is int``, a range, membership in
-:data:`DEVICE_ALIGNMENTS`) and call the functions here only when that fails, so a valid call
-pays for a few comparisons and an invalid one gets the precise error.
+The argument checks are :mod:`hipmr_ctypes._checks`' (run before any native call, naming the
+argument they reject).  The hot paths inline the cheap part (``type(x) is int``, a range,
+membership in :data:`DEVICE_ALIGNMENTS`) and call those only when that fails.
 """
 from __future__ import annotations
 
 from typing import Any, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
-from .._checks import MAX_SIZE, check_ptr, check_size, check_stream
-from .._checks import check_alignment as _check_alignment
+from .._checks import MAX_SIZE, check_args, check_ptr, check_stream
 from ..stream_ref import stream_ref
 
-__all__ = ["MAX_DEVICE_ALIGNMENT", "DEVICE_ALIGNMENTS", "check_alignment", "check_args",
-           "sync_stream", "SyncResource", "FlagsEqual"]
+__all__ = ["MAX_DEVICE_ALIGNMENT", "DEVICE_ALIGNMENTS", "sync_stream", "SyncResource",
+           "FlagsEqual"]
 
 #: Largest alignment HIP guarantees for device-style allocations.
 MAX_DEVICE_ALIGNMENT = DEFAULT_ALIGNMENT
 #: Every alignment a device-style resource accepts: {1, 2, 4, ..., 256}.
 DEVICE_ALIGNMENTS = frozenset(1 << i for i in range(MAX_DEVICE_ALIGNMENT.bit_length()))
-
-
-def check_alignment(value: Any, max_alignment: "int | None" = MAX_DEVICE_ALIGNMENT,
-                    name: str = "alignment") -> int:
-    """``value`` as an alignment: a power of two int, at most ``max_alignment`` (None: any)."""
-    return _check_alignment(value, max_alignment, name)
-
-
-def check_args(nbytes: Any, alignment: Any, max_alignment: "int | None") -> int:
-    """Check a (bytes, alignment) pair; return the size as an int."""
-    size = check_size(nbytes)
-    check_alignment(alignment, max_alignment)
-    return size
 
 
 def sync_stream(handle: int) -> None:
@@ -79,7 +64,7 @@ class SyncResource:
         """Allocate ``bytes`` bytes aligned to ``alignment``; ``allocate(0)`` returns 0."""
         if (type(bytes) is not int or not 0 < bytes <= MAX_SIZE or type(alignment) is not int
                 or alignment not in DEVICE_ALIGNMENTS):
-            bytes = check_args(bytes, alignment, self._max_alignment)
+            bytes = check_args(bytes, alignment, self._max_alignment)[0]
             if not bytes:
                 return 0
         return self._alloc(bytes, alignment)

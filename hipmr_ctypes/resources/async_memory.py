@@ -23,12 +23,12 @@ from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAcc
 from ..device import Device, check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
-from .._checks import check_ptr, check_size, check_stream
+from .._checks import check_args, check_ptr, check_size, check_stream
 from .._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from .._thread_exit import arm
 from ..stream_ref import PER_THREAD_HANDLE as _PER_THREAD
 from .._sizes import DeviceFraction, Size, parse_config_size, parse_size, resolve_size
-from ._common import MAX_DEVICE_ALIGNMENT, check_args
+from ._common import MAX_DEVICE_ALIGNMENT
 
 if TYPE_CHECKING:
     from .ipc import ImportedMappings, IpcPoolHandle
@@ -720,7 +720,7 @@ class AsyncMemoryResource:
         except (KeyError, TypeError):  # an alignment that is no key / not hashable
             fast = False
         if not fast:
-            nbytes = check_args(nbytes, alignment, MAX_DEVICE_ALIGNMENT)
+            nbytes = check_args(nbytes, alignment, MAX_DEVICE_ALIGNMENT)[0]
         handle = self._stream_arg(stream)
         if handle == _PER_THREAD:  # the calling thread's own: waited for when it ends
             arm(self._rt)

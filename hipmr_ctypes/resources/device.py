@@ -8,9 +8,9 @@ from typing import Any, Callable, Optional, Tuple
 from .. import _hip
 from ..device import check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
-from .._checks import MAX_SIZE, check_ptr
+from .._checks import MAX_SIZE, check_args, check_ptr
 from .._limits import MAX_ADDRESS
-from ._common import DEVICE_ALIGNMENTS, MAX_DEVICE_ALIGNMENT, SyncResource, check_args
+from ._common import DEVICE_ALIGNMENTS, MAX_DEVICE_ALIGNMENT, SyncResource
 
 __all__ = ["DeviceMemoryResource"]
 
@@ -61,7 +61,7 @@ class DeviceMemoryResource(SyncResource):
         """``hipMalloc(bytes)`` on this device; ``allocate(0)`` returns 0."""
         if (type(bytes) is not int or not 0 < bytes <= MAX_SIZE or type(alignment) is not int
                 or alignment not in DEVICE_ALIGNMENTS):
-            bytes = check_args(bytes, alignment, MAX_DEVICE_ALIGNMENT)
+            bytes = check_args(bytes, alignment, MAX_DEVICE_ALIGNMENT)[0]
             if not bytes:
                 return 0
         out = c_void_p()

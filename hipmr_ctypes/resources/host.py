@@ -12,7 +12,8 @@ from .. import _hip
 from ..errors import NoDeviceError, OutOfMemoryError
 from .._hip.native import memalign_and_free
 from ..properties import DEFAULT_ALIGNMENT, host_accessible
-from ._common import SyncResource, check_args, sync_stream
+from .._checks import check_args
+from ._common import SyncResource, sync_stream
 
 __all__ = ["HostMemoryResource"]
 
@@ -53,7 +54,7 @@ class HostMemoryResource(SyncResource):
     def allocate(self, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         """``posix_memalign`` ``bytes`` bytes aligned to ``alignment`` (any power of two);
         ``allocate(0)`` returns 0."""
-        bytes = check_args(bytes, alignment, None)
+        bytes = check_args(bytes, alignment)[0]
         if not bytes:
             return 0
         return self._alloc(bytes, alignment)

@@ -1,0 +1,329 @@
+"""Stream order for the sub-allocators (pool, fixed-size): before memory freed on stream S
+is handed out on another stream T, T must not run ahead of the work S had queued.
+
+* Stream keys (:func:`stream_key`): the identity of the stream a handle names for the calling
+  thread, what the free lists are keyed by; :data:`SYNC` keys a synchronous call.
+* :class:`StreamOrder`: called lazily, only when a block actually moves between streams, it
+  records one reusable event per source stream (which covers everything S queued before the
+  free) and makes T wait for it (``hipStreamWaitEvent``), or, when T is the host, waits for
+  it on the host.  No HIP call is made on the hot paths.
+* :func:`wait_all`: the host's wait for the fresh events :meth:`StreamOrder.record_for_host`
+  made, then their close.
+
+The runtime is never asked about a stream after it was in use (it may be gone): the device
+of each created stream is noted while it is in use.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Tuple
+
+# module globals, so that tests can replace them with fakes
+from . import _hip
+from .errors import HipError, NoDeviceError
+from .device import Device, device_count, device_function, get_device
+from .stream import STREAM_DEVICES, Event, event_for, wait_event
+from .stream_ref import PER_THREAD_HANDLE, stream_ref
+
+__all__ = ["SYNC", "LAST_SPECIAL_HANDLE", "stream_key", "stream_keys", "own_keys_below",
+           "handle_of", "is_foreign", "DeviceWait", "device_of", "record_or_synchronize",
+           "wait_all", "StreamOrder"]
+
+
+class _Sync:
+    """The type of :data:`SYNC`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SYNC"
+
+    def __reduce__(self) -> str:
+        return "SYNC"
+
+    def __hash__(self) -> int:
+        # fixed, not the address: an address-based hash could put SYNC in the dict slot of
+        # stream 0 and cost every look-up of that stream a probe; -2 is away from the special
+        # streams (0, 1, 2) and from aligned handles
+        return -2
+
+
+#: The "stream" of a synchronous call (``allocate`` / ``deallocate``), wherever an adaptor's
+#: body serves both kinds of call or keys its state by stream: never a stream handle.
+SYNC = _Sync()
+
+
+#: handles above this name one created stream each; 0 (null) and 1 (legacy) name one stream
+#: per device, 2 (per-thread) one per thread and device
+LAST_SPECIAL_HANDLE = 2
+_PER_THREAD = PER_THREAD_HANDLE
+_local = threading.local()
+_tokens = itertools.count(1)
+
+
+def _thread_token() -> int:
+    """A number for the calling thread, never reused (``threading.get_ident`` values are
+    reused once a thread ends, while work it queued on its per-thread stream may still run)."""
+    try:
+        return _local.token  # type: ignore[no-any-return]
+    except AttributeError:
+        token = _local.token = next(_tokens)
+        return token
+
+
+def _key_function(rt: Any) -> Callable[[int], Any]:
+    """The :func:`stream_key` function for the runtime ``rt`` (None: none loaded).  With one
+    device visible the null and legacy streams are the handle itself.  With several, the
+    calling thread's current device is part of their key: it is read with the runtime's own
+    ``hipGetDevice`` into an int of the calling thread (no wrapper, no allocation; one shared
+    int would race, as the call releases the GIL): the cheapest exact answer there is."""
+    token = _thread_token
+    try:
+        several = rt is not None and device_count() > 1
+    except Exception:  # noqa: BLE001 - no device: no null streams to tell apart
+        several = False
+    if rt is None or not several:
+        def one_device(handle: int) -> Any:
+            if handle != _PER_THREAD:
+                return handle
+            try:  # the calling thread's per-thread stream: its key, made once per thread
+                return _local.per_thread_key
+            except AttributeError:
+                made = _local.per_thread_key = (handle, 0, token())
+                return made
+        setattr(one_device, "own_keys_below", _PER_THREAD)   # see own_keys_below()
+        return one_device
+    current = device_function(rt)
+
+    def several_devices(handle: int) -> Any:
+        if handle > LAST_SPECIAL_HANDLE:
+            return handle
+        try:
+            device = current()
+        except NoDeviceError:  # host memory with no device: no stream can run work
+            device = -1
+        return (handle, device, token() if handle == _PER_THREAD else 0)
+    return several_devices
+
+
+#: (runtime, its key function): made again when another runtime is loaded
+_keys: Tuple[Any, Callable[[int], Any]] = (None, _key_function(None))
+
+
+def stream_keys() -> Callable[[int], Any]:
+    """:func:`stream_key` bound to the loaded runtime: what a sub-allocator keeps at
+    construction for its fast paths (one call less per key)."""
+    global _keys
+    try:
+        rt = _hip.get_runtime()
+    except Exception:  # noqa: BLE001 - no library: host memory only
+        rt = None
+    keys = _keys
+    if keys[0] is not rt:
+        keys = _keys = (rt, _key_function(rt))
+    return keys[1]
+
+
+def own_keys_below(keys: Callable[[int], Any]) -> int:
+    """The handles below this one are their own key for the key function ``keys`` (the null
+    and legacy streams with one device visible; none with several): a fast path tests this
+    instead of calling ``keys``."""
+    below: int = getattr(keys, "own_keys_below", 0)
+    return below
+
+
+def stream_key(handle: int) -> Any:
+    """The identity of the stream ``handle`` names for the calling thread (a key for
+    stream-ordered free lists): the handle itself for a created stream; for the special
+    handles a tuple ``(handle, device, thread)``: the null and legacy streams are one per
+    device (thread 0; with one device visible, the handle itself), the per-thread stream one
+    per thread and device.  ``handle`` must be a checked handle (an int in ``[0, 2**64)``)."""
+    if handle > LAST_SPECIAL_HANDLE:
+        return handle
+    return stream_keys()(handle)
+
+
+def handle_of(key: Any) -> int:
+    """The stream handle of a :func:`stream_key` (what the runtime takes)."""
+    return key if type(key) is int else key[0]
+
+
+def is_foreign(key: Any) -> bool:
+    """True for another thread's per-thread stream: nothing can be recorded on it from the
+    calling thread (handle 2 names the caller's own)."""
+    return type(key) is tuple and key[0] == _PER_THREAD and key[2] != _thread_token()
+
+
+class DeviceWait:
+    """Stands for an event where none can be recorded (another thread's per-thread stream):
+    ``synchronize()`` waits for all work on the device, which includes that stream's."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: int) -> None:
+        self.device: int = device
+
+    def synchronize(self) -> None:
+        Device(self.device).synchronize()
+
+    def close(self) -> None:
+        pass
+
+
+def device_of(handle: int) -> int:
+    """The device of the live stream ``handle`` (one the caller is using right now): known
+    for the package's own streams and the special ones (the current device), asked of the
+    runtime for another library's; the current device when the runtime cannot tell."""
+    device = STREAM_DEVICES.get(handle)
+    if device is not None:
+        return device
+    if handle > LAST_SPECIAL_HANDLE:
+        try:
+            return stream_ref(handle).device()
+        except Exception:  # noqa: BLE001 - no hipStreamGetDevice, or not a runtime stream
+            pass
+    return get_device()
+
+
+#: hipEventRecord's status for a stream that no longer exists (destroyed after memory was
+#: freed on it): invalid handle, or (AMD) context destroyed
+_GONE = (400, 709)
+
+
+def record_or_synchronize(event: Event, stream: Any) -> bool:
+    """Record ``event`` on ``stream`` (a handle or a :func:`stream_key`); False when the stream
+    no longer exists.  Its queued work can then only be waited for device-wide: every device is
+    synchronized (a destroyed stream's work still runs to completion), so nothing it did can
+    still be pending."""
+    try:
+        if type(stream) is tuple and stream[1] != get_device():
+            with Device(stream[1]):  # the null stream of another device
+                event.record(stream[0])
+        else:
+            event.record(handle_of(stream))
+        return True
+    except HipError as exc:
+        if exc.code not in _GONE:
+            raise
+    for device in range(device_count()):
+        Device(device).synchronize()
+    return False
+
+
+def wait_all(events: List[Any]) -> None:
+    """Wait on the host for every event of ``events`` (fresh ones, from
+    :meth:`StreamOrder.record_for_host`), then close them all, also when a wait raises."""
+    try:
+        for ev in events:
+            ev.synchronize()
+    finally:
+        for ev in events:
+            ev.close()
+
+
+def _event_or_none(stream: int, device: Any = None) -> Any:
+    """:func:`event_for`, or None when the runtime sees no device (a pool over host memory on
+    a machine without a GPU: no work can be queued on any stream, so none is waited for)."""
+    try:
+        return event_for(stream, device)
+    except NoDeviceError:
+        return None
+
+
+class StreamOrder:
+    """One reusable event per stream that has freed memory another user took, and the device
+    of every created stream (handle > ``LAST_SPECIAL_HANDLE``) the sub-allocator keeps blocks of,
+    noted while the stream was in use: the runtime is never asked about a stream later (it
+    may be gone)."""
+
+    __slots__ = ("events", "devices")
+
+    def __init__(self) -> None:
+        self.events: Dict[int, Any] = {}
+        self.devices: Dict[Any, int] = {}
+
+    def note(self, key: Any) -> None:
+        """Remember the device of ``key``'s stream (a created one), which the caller is using
+        now: before any block is kept for it."""
+        if type(key) is int and key > LAST_SPECIAL_HANDLE and key not in self.devices:
+            self.devices[key] = device_of(key)  # (a null stream's key is 0 with one device)
+
+    def holds(self, handle: int) -> bool:
+        """True when blocks may be kept for the created stream ``handle``."""
+        return handle in self.devices
+
+    def drop(self, key: Any) -> None:
+        """Forget ``key`` entirely (its event and device): no block is kept for it any more."""
+        self.devices.pop(key, None)
+        self.forget(key)
+
+    def prune(self, keep: Any) -> None:
+        """Forget the devices of the created streams not in ``keep`` (the keys still used)."""
+        devices = self.devices
+        # a snapshot first: a lock-free free notes a new stream's device meanwhile
+        # (FixedSizeResource.deallocate_slow), and iterating the dict itself then fails
+        # ("dictionary changed size during iteration", seen without the GIL)
+        for key in [k for k in list(devices) if k not in keep]:
+            devices.pop(key, None)
+
+    def order(self, streams: Iterable[Any], key: Any) -> List[Any]:
+        """Make ``key`` (a :func:`stream_key`, or :data:`SYNC`) wait for the work queued so far
+        on every stream in ``streams`` (keys) other than itself; returns the streams waited
+        for."""
+        others = [s for s in streams if s != key and s is not SYNC]
+        events = self.events
+        for s in others:
+            if is_foreign(s):  # another thread's per-thread stream: wait device-wide
+                DeviceWait(s[1]).synchronize()
+                continue
+            ev = events.get(s)
+            if ev is None:
+                ev = _event_or_none(s, self.devices.get(s))
+                if ev is None:  # a runtime with no device: nothing can be queued anywhere
+                    continue
+                events[s] = ev
+            if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
+                events.pop(s).close()
+                continue
+            if key is SYNC:
+                ev.synchronize()
+            else:
+                wait_event(handle_of(key), ev)
+        return others
+
+    def record_for_host(self, streams: Iterable[Any]) -> List[Any]:
+        """Fresh events recorded now on every stream in ``streams``: the caller waits for them
+        on the host *without* holding its lock, then closes them.  Fresh (not the reusable
+        ones) so that nothing can re-record or close them meanwhile.  For another thread's
+        per-thread stream a device-wide wait stands in for the event."""
+        events: List[Any] = []
+        try:
+            for s in streams:
+                if is_foreign(s):
+                    events.append(DeviceWait(s[1]))
+                elif s is not SYNC:
+                    ev = _event_or_none(s, self.devices.get(s))
+                    if ev is None:  # a runtime with no device: nothing can be queued
+                        continue
+                    events.append(ev)
+                    if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
+                        events.pop().close()
+        except BaseException:
+            for ev in events:
+                ev.close()
+            raise
+        return events
+
+    def forget(self, key: Any) -> None:
+        """Destroy the event of ``key`` (a stream the caller no longer tracks), if any."""
+        ev = self.events.pop(key, None)
+        if ev is not None:
+            ev.close()
+
+    def close(self) -> None:
+        """Destroy the events (they are made again when needed)."""
+        events = list(self.events.values())
+        self.events.clear()
+        for ev in events:
+            ev.close()
