@@ -58,7 +58,7 @@ from .properties import DEFAULT_ALIGNMENT, device_accessible
 
 __all__ = ["IpcBufferDescriptor", "IpcPoolHandle", "POOL_ID_BYTES", "PoolIpc",
            "ImportedMappings", "LegacyIpcMapping", "LEGACY_MAPPINGS", "cannot_allocate",
-           "unmap_only", "import_pool", "ipc_open_flags", "source_of", "describe",
+           "unmap_only", "export_pool", "import_pool", "ipc_open_flags", "source_of", "describe",
            "map_descriptor"]
 
 #: Bytes of the random identity of an exported pool (carried by handles and descriptors).
@@ -366,7 +366,7 @@ class PoolIpc:
 
 
 # ---- buffer descriptors ----------------------------------------------------------------------------
-_MAGIC = b"HMRBUF01"
+_BUFFER_MAGIC = b"HMRBUF01"
 _KINDS = {1: "pool", 2: "legacy"}
 _CODES = {v: k for k, v in _KINDS.items()}
 # magic, kind, device, size, offset, pool id, export data / handle; then a CRC32 of all that
@@ -400,7 +400,7 @@ class IpcBufferDescriptor:
         if not isinstance(data, bytes) or len(data) != 64:
             raise ValueError("data must be 64 bytes")
         _check_fields(kind, device, size, offset)
-        body = _BODY.pack(_MAGIC, _CODES[kind], device, size, offset, pool_id, data)
+        body = _BODY.pack(_BUFFER_MAGIC, _CODES[kind], device, size, offset, pool_id, data)
         object.__setattr__(self, "_raw", body + _CRC.pack(zlib.crc32(body)))
 
     @classmethod
@@ -414,7 +414,7 @@ class IpcBufferDescriptor:
             raise ValueError(f"an IpcBufferDescriptor is {SIZE} bytes, not {len(raw)}")
         body, (crc,) = raw[:_BODY.size], _CRC.unpack(raw[_BODY.size:])
         magic, code = body[:8], body[8]
-        if magic != _MAGIC or code not in _KINDS:
+        if magic != _BUFFER_MAGIC or code not in _KINDS:
             raise ValueError("these bytes are not an IpcBufferDescriptor")
         if zlib.crc32(body) != crc:
             raise ValueError("IpcBufferDescriptor: the bytes are corrupted (checksum mismatch)")
