@@ -46,7 +46,7 @@ __all__ = ["ForeignMemory", "from_handle", "from_dlpack", "fill", "host_view", "
 
 _HOST_KINDS = frozenset({"host", "pinned", "managed"})
 #: what the ``build`` function of :func:`from_handle` / :func:`from_dlpack` makes (a Buffer)
-B = TypeVar("B")
+_B = TypeVar("_B")
 
 
 class ForeignMemory:
@@ -155,7 +155,7 @@ _owners: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any, stream: Any,
-                build: Callable[..., B]) -> B:
+                build: Callable[..., _B]) -> _B:
     """``Buffer.from_handle``: every argument checked before any native call, then
     ``build(ptr, size, ref, kind, device, handle, keep, owns)`` makes the Buffer over
     ``[ptr, ptr + size)`` given back through ``ref.deallocate_async`` (on the stream
@@ -255,7 +255,7 @@ def _take(capsule: Any) -> Tuple[int, bool]:
                     "DLPack capsule ('dltensor' or 'dltensor_versioned')")
 
 
-def from_dlpack(obj: Any, build: Callable[..., B]) -> B:
+def from_dlpack(obj: Any, build: Callable[..., _B]) -> _B:
     """``Buffer.from_dlpack``: ``build`` as for :func:`from_handle`."""
     export = getattr(obj, "__dlpack__", None)
     if export is None or not callable(export):

@@ -468,7 +468,7 @@ class Buffer:
         ptr, owner = map_descriptor(descriptor, resource)
         size = descriptor.size
         try:
-            return cls._adopt(ptr, size, owner, descriptor.device)
+            return Buffer._adopt(ptr, size, owner, descriptor.device)
         except BaseException:
             owner.deallocate_async(ptr, size, DEFAULT_ALIGNMENT, 0)   # unmapped again
             raise
@@ -1063,7 +1063,7 @@ class Buffer:
         size, an unknown device or a closed stream: TypeError / ValueError before any native
         call."""
         from ._foreign import from_handle
-        return from_handle(ptr, size, owner, resource, device, stream, cls._over)
+        return from_handle(ptr, size, owner, resource, device, stream, Buffer._over)
 
     @classmethod
     def from_dlpack(cls, obj: Any) -> "Buffer":
@@ -1078,7 +1078,7 @@ class Buffer:
         is then left unused: its own destructor lets the producer go).  A tensor its producer
         marked read-only gives a read-only view (writes raise BufferError)."""
         from ._foreign import from_dlpack
-        return from_dlpack(obj, cls._over)
+        return from_dlpack(obj, Buffer._over)
 
     @classmethod
     def _over(cls, ptr: int, size: int, ref: Any, kind: str, device: Optional[int],
