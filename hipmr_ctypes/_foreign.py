@@ -1,14 +1,18 @@
 """Memory the package did not allocate, as Buffers, and host views of a Buffer's memory.
 
-- :func:`from_handle` / :func:`from_dlpack` build ``Buffer.from_handle`` / ``Buffer.from_dlpack``:
-  a Buffer whose ``resource`` is a :class:`ForeignMemory` (a view: it keeps its owner alive and
-  frees nothing) or, for ``from_handle(..., resource=r)``, ``r`` itself (the Buffer owns the
-  memory and frees it through ``r``).
+- :func:`from_handle` / :func:`from_dlpack` check what ``Buffer.from_handle`` /
+  ``Buffer.from_dlpack`` are given and call the ``build`` function the Buffer passes
+  (``Buffer._over``) for a Buffer whose ``resource`` is a :class:`ForeignMemory` (a view: it
+  keeps its owner alive and frees nothing) or, for ``from_handle(..., resource=r)``, ``r``
+  itself (the Buffer owns the memory and frees it through ``r``).
 - :func:`fill` is ``Buffer.fill`` (hipMemsetD8/D16/D32 and their Async forms).
 - :func:`host_view` is ``Buffer.host_view`` and ``memoryview(buf)`` (Python 3.12+): a
   memoryview over a ctypes array that holds the Buffer; while any such array is alive the
   Buffer is *pinned*: ``close()``, ``resize()``, ``reserve()`` and ``release()`` raise
   BufferError (:func:`viewed`).
+
+Everything here works on plain values (addresses, sizes, kinds, the Buffer's resource) and
+the objects and functions ``Buffer`` passes; this module never imports ``buffer``.
 
 Lifetime of a view: the Buffer's free is claimed exactly once (``Buffer._claim``); that claim
 calls :meth:`ForeignMemory.deallocate_async`, which waits for the Buffer's stream (device-
@@ -24,7 +28,7 @@ import threading
 import weakref
 from contextlib import nullcontext
 from ctypes import CFUNCTYPE, c_void_p
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from . import _hip
 from . import _dlpack as dl
@@ -32,18 +36,17 @@ from ._checks import check_ptr, check_size, check_stream
 from ._limits import MAX_ADDRESS
 from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
 from ._hip.types import MEMORY_TYPE_5, MEMORY_TYPE_6, hipPointerAttribute_t
-from .device import check_device, current_device_function, on_device
+from .device import check_device, on_device
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref
 from .stream_ref import stream_ref
-
-if TYPE_CHECKING:
-    from .buffer import Buffer
 
 __all__ = ["ForeignMemory", "from_handle", "from_dlpack", "fill", "host_view", "viewed",
            "check_writable"]
 
 _HOST_KINDS = frozenset({"host", "pinned", "managed"})
+#: what the ``build`` function of :func:`from_handle` / :func:`from_dlpack` makes (a Buffer)
+_B = TypeVar("_B")
 
 
 class ForeignMemory:
@@ -141,29 +144,6 @@ def pointer_kind(ptr: int) -> Tuple[Optional[str], Optional[int]]:
     return None, None
 
 
-def _build(ptr: int, size: int, ref: Any, kind: str, device: Optional[int], handle: int,
-           keep: Any, owns: bool) -> "Buffer":
-    """A Buffer over ``[ptr, ptr + size)`` given back through ``ref.deallocate_async`` (on the
-    stream ``handle``) when ``owns``."""
-    from .buffer import Buffer, _shared_state
-    host_only = kind == "host"
-    if device is None and not host_only:
-        device = current_device_function()()
-    buf = Buffer.__new__(Buffer)
-    buf._size = size
-    buf._ref = ref
-    state = buf._state = _shared_state(None if host_only else device, host_only).copy()
-    state.kind = kind
-    state.keep = keep
-    state.capacity = size
-    buf._ptr = ptr
-    buf._handle = handle
-    if owns:
-        buf._free = ref.deallocate_async
-    state.gone = not owns
-    return buf
-
-
 def _stream_and_keep(stream: Any) -> Tuple[int, Any]:
     if stream is None:
         return 0, None
@@ -174,9 +154,12 @@ def _stream_and_keep(stream: Any) -> Tuple[int, Any]:
 _owners: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
-def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any,
-                stream: Any) -> "Buffer":
-    """``Buffer.from_handle``: every argument checked before any native call."""
+def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any, stream: Any,
+                build: Callable[..., _B]) -> _B:
+    """``Buffer.from_handle``: every argument checked before any native call, then
+    ``build(ptr, size, ref, kind, device, handle, keep, owns)`` makes the Buffer over
+    ``[ptr, ptr + size)`` given back through ``ref.deallocate_async`` (on the stream
+    ``handle``) when ``owns``."""
     ptr = check_ptr(ptr, "ptr")
     size = check_size(size, "size")
     if ptr == 0 and size:
@@ -207,8 +190,8 @@ def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any,
         dev = found
     if ref is None:
         view = ForeignMemory(owner, None, kind, None if kind == "host" else dev)
-        return _build(ptr, size, view, kind, dev, handle, keep, True)
-    buf = _build(ptr, size, resource, kind, dev, handle, keep, bool(size))
+        return build(ptr, size, view, kind, dev, handle, keep, True)
+    buf = build(ptr, size, resource, kind, dev, handle, keep, bool(size))
     if owner is not None:
         _owners[buf] = owner   # held as long as the Buffer
     return buf
@@ -272,8 +255,8 @@ def _take(capsule: Any) -> Tuple[int, bool]:
                     "DLPack capsule ('dltensor' or 'dltensor_versioned')")
 
 
-def from_dlpack(obj: Any) -> "Buffer":
-    """``Buffer.from_dlpack``."""
+def from_dlpack(obj: Any, build: Callable[..., _B]) -> _B:
+    """``Buffer.from_dlpack``: ``build`` as for :func:`from_handle`."""
     export = getattr(obj, "__dlpack__", None)
     if export is None or not callable(export):
         raise TypeError(f"obj must support DLPack (have __dlpack__): CuPy, PyTorch, NumPy "
@@ -327,7 +310,7 @@ def from_dlpack(obj: Any) -> "Buffer":
 
     view = ForeignMemory(None, release, kind, device, bool(flags & _READ_ONLY))
     try:
-        return _build(ptr, nbytes, view, kind, device, 0, None, True)
+        return build(ptr, nbytes, view, kind, device, 0, None, True)
     except BaseException:
         release()
         raise
@@ -339,17 +322,19 @@ _WIDTHS = {1: ("hipMemsetD8", "hipMemsetD8Async"), 2: ("hipMemsetD16", "hipMemse
            4: ("hipMemsetD32", "hipMemsetD32Async")}
 
 
-def check_writable(buf: "Buffer", what: str) -> None:
-    """BufferError for a view of memory its producer marked read-only."""
-    ref = buf._ref
+def check_writable(ref: Any, what: str) -> None:
+    """BufferError when ``ref``, a Buffer's resource, views memory its producer marked
+    read-only."""
     if type(ref) is ForeignMemory and ref.readonly:
         raise BufferError(f"Buffer.{what}: this Buffer views read-only memory (its DLPack "
                           "producer marked it read-only)")
 
 
-def fill(buf: "Buffer", value: Any, width: Any, stream: Any) -> None:
-    """``Buffer.fill``: every argument checked before any native call."""
-    ptr = buf._live()
+def fill(ptr: int, size: int, ref: Any, host_only: bool, device: Optional[int], own: int,
+         value: Any, width: Any, stream: Any) -> None:
+    """``Buffer.fill`` of the Buffer of ``size`` bytes at ``ptr`` from ``ref`` (host-only
+    memory, on ``device``, its own stream ``own``): every argument checked before any native
+    call."""
     if isinstance(width, bool) or not isinstance(width, int):
         raise TypeError(f"width must be 1, 2 or 4 (bytes), not {type(width).__name__}")
     if width not in _WIDTHS:
@@ -361,16 +346,15 @@ def fill(buf: "Buffer", value: Any, width: Any, stream: Any) -> None:
         raise ValueError(f"value={value} does not fit in {width} byte(s): it must be in "
                          f"[{-(1 << (bits - 1))}, {(1 << bits) - 1}]")
     value &= (1 << bits) - 1     # the pattern's bits
-    size = buf._size
     if size % width:
         raise ValueError(f"the buffer's size ({size} bytes) is not a multiple of width={width}")
     if ptr % width:
         raise ValueError(f"the buffer's address {ptr:#x} is not aligned to width={width}")
     handle = None if stream is None else check_stream(stream)
-    check_writable(buf, "fill")
+    check_writable(ref, "fill")
     if not size:
         return
-    if buf._state.host_only:
+    if host_only:
         _fill_host(ptr, value, width, size)
         return
     count = size // width
@@ -378,10 +362,8 @@ def fill(buf: "Buffer", value: Any, width: Any, stream: Any) -> None:
         value -= 1 << 32     # hipMemsetD32 takes an int: the same 32 bits
     sync_name, async_name = _WIDTHS[width]
     rt = _hip.get_runtime()
-    device = buf._state.device
     with on_device(device) if device is not None else _NO_SWITCH:
         if handle is None:
-            own = buf._handle
             if own == 0:
                 rt.check(getattr(rt.fn, sync_name)(ptr, value, count), sync_name, size=size)
                 return
@@ -439,25 +421,27 @@ def viewed(buf: Any) -> bool:
     return bool(_views.get(id(buf)))
 
 
-def host_view(buf: "Buffer", readonly: bool = False) -> memoryview:
-    """``Buffer.host_view``: a 1-D ``B`` memoryview over host-accessible memory."""
+def host_view(buf: Any, readonly: Any, size: int, ref: Any, live: Callable[[], int],
+              kind_of: Callable[[], str], own_state: Callable[[], Any]) -> memoryview:
+    """``Buffer.host_view``: a 1-D ``B`` memoryview over the ``size`` bytes of
+    host-accessible memory of ``buf`` (a Buffer from ``ref``, held by the view and keyed by
+    identity): ``live()`` gives its address (ValueError when closed), ``kind_of()`` its
+    memory's kind, and ``own_state()`` gives it a state of its own (so that its ``close()``
+    checks :func:`viewed`)."""
     if not isinstance(readonly, bool):
         raise TypeError(f"readonly must be a bool, not {type(readonly).__name__}")
-    ptr = buf._live()
-    kind = buf._memory_kind()
+    ptr = live()
+    kind = kind_of()
     if kind not in _HOST_KINDS:
         raise BufferError(f"this Buffer holds {kind} memory, which the CPU cannot read: copy "
                           "it to the host (buf.tobytes(), buf.copy_to_host()) instead")
-    if not readonly:
-        ref = buf._ref
-        if type(ref) is ForeignMemory and ref.readonly:
-            readonly = True
-    size = buf._size
+    if not readonly and type(ref) is ForeignMemory and ref.readonly:
+        readonly = True
     array: Any = (ctypes.c_ubyte * size).from_address(ptr) if size else (ctypes.c_ubyte * 0)()
     array._hipmr_buffer = buf   # the Buffer lives as long as the array
     key = id(buf)
     with _views_lock:
-        buf._mutable()          # its own state: close() takes the checked path
+        own_state()             # its own state: close() takes the checked path
         found = _views.get(key)
         if found is None:
             found = _views[key] = {}
@@ -470,9 +454,8 @@ def host_view(buf: "Buffer", readonly: bool = False) -> memoryview:
 PyBUF_WRITABLE = 0x0001
 
 
-def buffer_export(buf: "Buffer", flags: int) -> memoryview:
-    """``Buffer.__buffer__`` (Python 3.12+)."""
-    view = host_view(buf)
+def buffer_export(view: memoryview, flags: int) -> memoryview:
+    """``Buffer.__buffer__`` (Python 3.12+) of ``view``, the Buffer's :func:`host_view`."""
     if view.readonly and flags & PyBUF_WRITABLE:
         view.release()
         raise BufferError("this Buffer views read-only memory")

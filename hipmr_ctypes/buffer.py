@@ -449,8 +449,13 @@ class Buffer:
         what was written before.  Other memory (host, pinned, managed, a pool made without
         ``enable_ipc``, part of a larger allocation) raises NotSupportedError naming why.
         Keep this Buffer alive until every importer has closed its mapping."""
-        from .ipc import export_buffer
-        return export_buffer(self)
+        from .ipc import describe
+        ptr = self._live()
+        self._own_stream()   # a closed stream's handle never reaches the runtime
+        if not self._size:
+            raise ValueError("an empty Buffer has no memory to share")
+        return describe(ptr, self._size, self._memory_kind(), self.device,
+                        self.resource, self._wait_own)
 
     @classmethod
     def from_ipc(cls, descriptor: "IpcBufferDescriptor", resource: Any = None) -> "Buffer":
@@ -459,8 +464,14 @@ class Buffer:
         (``AsyncMemoryResource.from_ipc(handle)``; a descriptor of another pool is a
         ValueError); legacy (``hipMalloc``) memory needs none.  Closing the Buffer unmaps the
         memory; it never frees the exporter's."""
-        from .ipc import import_buffer
-        return import_buffer(descriptor, resource)
+        from .ipc import map_descriptor
+        ptr, owner = map_descriptor(descriptor, resource)
+        size = descriptor.size
+        try:
+            return Buffer._adopt(ptr, size, owner, descriptor.device)
+        except BaseException:
+            owner.deallocate_async(ptr, size, DEFAULT_ALIGNMENT, 0)   # unmapped again
+            raise
 
     # ---- construction helpers ----
     @classmethod
@@ -1052,7 +1063,7 @@ class Buffer:
         size, an unknown device or a closed stream: TypeError / ValueError before any native
         call."""
         from ._foreign import from_handle
-        return from_handle(ptr, size, owner, resource, device, stream)
+        return from_handle(ptr, size, owner, resource, device, stream, Buffer._over)
 
     @classmethod
     def from_dlpack(cls, obj: Any) -> "Buffer":
@@ -1067,7 +1078,30 @@ class Buffer:
         is then left unused: its own destructor lets the producer go).  A tensor its producer
         marked read-only gives a read-only view (writes raise BufferError)."""
         from ._foreign import from_dlpack
-        return from_dlpack(obj)
+        return from_dlpack(obj, Buffer._over)
+
+    @classmethod
+    def _over(cls, ptr: int, size: int, ref: Any, kind: str, device: Optional[int],
+              handle: int, keep: Any, owns: bool) -> "Buffer":
+        """A Buffer over ``[ptr, ptr + size)`` of ``kind`` memory, given back through
+        ``ref.deallocate_async`` (on the stream ``handle``) when ``owns``: the Buffers of
+        :meth:`from_handle` and :meth:`from_dlpack` (built by ``_foreign``)."""
+        host_only = kind == "host"
+        if device is None and not host_only:
+            device = _current_device()()
+        self = cls.__new__(cls)
+        self._size = size
+        self._ref = ref
+        state = self._state = _shared_state(None if host_only else device, host_only).copy()
+        state.kind = kind
+        state.keep = keep
+        state.capacity = size
+        self._ptr = ptr
+        self._handle = handle
+        if owns:
+            self._free = ref.deallocate_async
+        state.gone = not owns
+        return self
 
     def fill(self, value: int, width: int = 1, stream: Any = None) -> None:
         """Write ``value`` as a ``width``-byte pattern (1, 2 or 4; native byte order) over the
@@ -1077,7 +1111,10 @@ class Buffer:
         4, a value that does not fit, a size that is not a multiple of ``width`` or an address
         not aligned to it: ValueError before any native call."""
         from ._foreign import fill
-        fill(self, value, width, stream)
+        ptr = self._live()
+        state = self._state
+        fill(ptr, self._size, self._ref, state.host_only, state.device, self._handle, value,
+             width, stream)
 
     def host_view(self, readonly: bool = False) -> memoryview:
         """A writable 1-D ``memoryview`` (format ``B``) of host-accessible memory (host,
@@ -1087,13 +1124,14 @@ class Buffer:
         release it (``view.release()``, or ``with buf.host_view() as view:``) first.  The view
         does not wait for queued GPU work: synchronize first."""
         from ._foreign import host_view
-        return host_view(self, readonly)
+        return host_view(self, readonly, self._size, self._ref, self._live, self._memory_kind,
+                         self._mutable)
 
     if sys.version_info >= (3, 12):
         def __buffer__(self, flags: int) -> memoryview:
             """The buffer protocol (Python 3.12+): :meth:`host_view`."""
             from ._foreign import buffer_export
-            return buffer_export(self, flags)
+            return buffer_export(self.host_view(), flags)
 
         def __release_buffer__(self, view: memoryview) -> None:
             """The end of a ``memoryview(buf)``: the view from :meth:`__buffer__` is released
@@ -1123,7 +1161,7 @@ def _writable(buf: Buffer, what: str) -> None:
     """BufferError for a view of memory its producer marked read-only."""
     hv = sys.modules.get("hipmr_ctypes._foreign")
     if hv is not None:
-        hv.check_writable(buf, what)
+        hv.check_writable(buf._ref, what)
 
 
 def memory_device(resource: Any) -> Optional[int]:

@@ -452,12 +452,12 @@ def test_a_buffer_imported_twice_shares_one_mapping(imported, emulator):
     before = emulator.live_allocations().count
     first = hmr.Buffer.from_ipc(buf.export_ipc(), res)
     second = hmr.Buffer.from_ipc(buf.export_ipc(), res)
-    assert second.ptr == first.ptr and len(res.pool._mapped) == 1
+    assert second.ptr == first.ptr and len(res.pool._ipc.mappings) == 1
     assert emulator.live_allocations().count == before + 1
     first.close()
     assert second.tobytes() == buf.tobytes()      # still mapped
     second.close()
-    assert not res.pool._mapped
+    assert not res.pool._ipc.mappings
     assert emulator.live_allocations().count == before
     again = hmr.Buffer.from_ipc(buf.export_ipc(), res)
     again.close()
@@ -513,6 +513,74 @@ def test_what_cannot_be_exported(emulator):
     assert hmr.Buffer(512, resource=stats).export_ipc().kind == "pool"
 
 
+class _Forwarding:
+    """A user's adaptor that hands out its upstream's pointers unchanged, declaring nothing."""
+
+    properties = (hmr.device_accessible,)
+
+    def __init__(self, upstream):
+        self._up = upstream
+
+    def upstream_resource(self):
+        return self._up
+
+    def allocate(self, bytes, alignment=hmr.DEFAULT_ALIGNMENT):
+        return self._up.allocate(bytes, alignment)
+
+    def deallocate(self, ptr, bytes, alignment=hmr.DEFAULT_ALIGNMENT):
+        self._up.deallocate(ptr, bytes, alignment)
+
+    def allocate_async(self, bytes, alignment, stream):
+        return self._up.allocate_async(bytes, alignment, stream)
+
+    def deallocate_async(self, ptr, bytes, alignment, stream):
+        self._up.deallocate_async(ptr, bytes, alignment, stream)
+
+    def __eq__(self, other):
+        return other is self
+
+    __hash__ = object.__hash__
+
+
+class _Declared(_Forwarding):
+    passes_pointers_through = True
+
+
+class _StatisticsThatSaysNo(hmr.StatisticsResource):
+    passes_pointers_through = False
+
+
+def test_the_pass_through_attribute_decides_what_export_walks_through(emulator):
+    """``export_ipc`` walks down through an adaptor exactly when its class says
+    ``passes_pointers_through = True``: a user's class that says so is shared as its
+    upstream's memory (and maps back to the same bytes); the same class without it, or one
+    of the package's pass-through adaptors whose subclass says False, is refused with the
+    error naming it."""
+    mr = hmr.AsyncMemoryResource(enable_ipc=True)
+    buf = hmr.Buffer.from_host(_pattern(1024, 5), resource=_Declared(mr))
+    descriptor = buf.export_ipc()
+    with mr.pool.export_handle() as handle:
+        assert descriptor.kind == "pool" and descriptor.pool_id == handle.pool_id
+        res = hmr.AsyncMemoryResource.from_ipc(handle)
+        mapped = hmr.Buffer.from_ipc(descriptor, res)
+        assert mapped.ptr != buf.ptr and mapped.tobytes() == _pattern(1024, 5)
+        mapped.close()
+        res.close()
+    legacy = hmr.Buffer(256, resource=hmr.StatisticsResource(_Declared(
+        hmr.DeviceMemoryResource())))
+    assert legacy.export_ipc().kind == "legacy"
+    for resource, name in ((_Forwarding(mr), "_Forwarding"),
+                           (_StatisticsThatSaysNo(mr), "_StatisticsThatSaysNo"),
+                           (_Declared(_Forwarding(mr)), "_Forwarding")):
+        refused = hmr.Buffer(256, resource=resource)
+        with pytest.raises(hmr.NotSupportedError,
+                           match=f"memory from {name} cannot be shared with another process"):
+            refused.export_ipc()
+        refused.close()
+    buf.close()
+    legacy.close()
+
+
 def test_many_threads_import_and_unmap(imported):
     _, buf, _, res = imported
     errors = []
@@ -535,7 +603,7 @@ def test_many_threads_import_and_unmap(imported):
     for t in threads:
         t.join()
     assert not errors
-    assert not res.pool._mapped
+    assert not res.pool._ipc.mappings
 
 
 def test_a_pointer_is_exported_before_its_pool_handle(emulator):
@@ -559,4 +627,4 @@ def test_a_pointer_is_exported_before_its_pool_handle(emulator):
     _check_written_back(buf, 9)
     buf.close()
     mr.pool.close()
-    assert mr.pool._shared is None         # its own handle is closed with the pool
+    assert mr.pool._ipc.handle is None         # its own handle is closed with the pool

@@ -169,3 +169,16 @@ def test_c_functions_are_declared_in_the_binding_only() -> None:
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("CDLL", "PyDLL", "LoadLibrary")):
                 pytest.fail(f"{module} opens a library (line {node.lineno})")
+
+
+def test_ipc_and_foreign_memory_sit_below_buffer_and_the_resources() -> None:
+    """``ipc`` and ``_foreign`` work on plain values: none of their imports (lazy ones too)
+    reaches ``buffer``, the resources, the adaptors or interop, which import them; the pool's
+    module does not reach the resource that uses it."""
+    above = ("hipmr_ctypes.buffer", "hipmr_ctypes.resources", "hipmr_ctypes.adaptors",
+             "hipmr_ctypes.interop")
+    for module in ("hipmr_ctypes.ipc", "hipmr_ctypes._foreign"):
+        bad = {d for d in ALL_IMPORTS[module] if d.startswith(above)}
+        assert not bad, f"{module} imports {sorted(bad)}"
+    assert "hipmr_ctypes.resources.async_memory" not in \
+        ALL_IMPORTS["hipmr_ctypes.resources.memory_pool"]

@@ -76,7 +76,7 @@ def test_a_forged_size_is_refused_and_leaves_nothing_mapped(imported, emulator):
         forged = IpcBufferDescriptor("pool", 0, size, 0, d.pool_id, d.data)
         with pytest.raises(ValueError, match="bytes of an allocation of"):
             hmr.Buffer.from_ipc(forged, res)
-        assert not res.pool._mapped and emulator.live_allocations() == before
+        assert not res.pool._ipc.mappings and emulator.live_allocations() == before
     with hmr.Buffer.from_ipc(d, res) as good:          # the real one still maps
         assert good.tobytes() == buf.tobytes()
     smaller = IpcBufferDescriptor("pool", 0, 100, 0, d.pool_id, d.data)
@@ -94,7 +94,7 @@ def test_size_zero_is_refused_before_anything_is_mapped(imported, emulator):
         IpcBufferDescriptor.from_bytes(_forge(d, size=0))
     with hmr.Buffer.from_ipc(d, res) as good:          # and the real buffer still maps
         assert good.tobytes() == buf.tobytes()
-    assert not res.pool._mapped
+    assert not res.pool._ipc.mappings
 
 
 @pytest.mark.parametrize("fields", [
@@ -152,7 +152,7 @@ def test_the_same_descriptor_imported_twice_shares_one_mapping(imported, emulato
     assert buf.tobytes() == b"\x11" * 4096
     del first                     # the last Buffer on it, collected: unmapped
     gc.collect()
-    assert not res.pool._mapped and emulator.live_allocations().count == before
+    assert not res.pool._ipc.mappings and emulator.live_allocations().count == before
 
 
 def test_threads_importing_one_descriptor_share_it(imported, emulator):
@@ -178,7 +178,7 @@ def test_threads_importing_one_descriptor_share_it(imported, emulator):
     for t in threads:
         t.join()
     assert not errors
-    assert not res.pool._mapped and emulator.live_allocations().count == before
+    assert not res.pool._ipc.mappings and emulator.live_allocations().count == before
 
 
 def test_the_emulated_address_range(emulator):
@@ -615,14 +615,14 @@ def child_forged_then_real(handle, descriptor, out):
         report["forged"] = "mapped"
     except ValueError as exc:
         report["forged"] = "refused" if "allocation" in str(exc) else str(exc)
-    report["left_mapped"] = len(res.pool._mapped)
+    report["left_mapped"] = len(res.pool._ipc.mappings)
     first = hmr.Buffer.from_ipc(descriptor, res)
     second = hmr.Buffer.from_ipc(descriptor, res)
     report["shared"] = first.ptr == second.ptr
     report["data"] = second.tobytes() == _pattern(descriptor.size, 5)
     first.close()
     second.close()
-    report["unmapped"] = len(res.pool._mapped) == 0
+    report["unmapped"] = len(res.pool._ipc.mappings) == 0
     res.close()
     handle.close()
     out.put(report)

@@ -160,7 +160,7 @@ def test_hip_6_0_symbols(amd_runtime, version, exported):
 # ---- values that changed at 6.0 and 6.2 -----------------------------------------------------
 
 def test_ipc_open_flag_is_the_loaded_releases(amd_runtime, header, version):
-    from hipmr_ctypes.resources.ipc import ipc_open_flags
+    from hipmr_ctypes.ipc import ipc_open_flags
     assert ipc_open_flags(amd_runtime) == header["hipIpcMemLazyEnablePeerAccess"]
     assert ipc_open_flags(amd_runtime) == (0 if version[0] < 6 else 1)
 

@@ -61,8 +61,17 @@ class Adaptor(forward_property):
     Subclasses call :meth:`_set_upstream` first in ``__init__`` and list their settings in
     :meth:`_settings`; two adaptors are equal when they have the same type, equal upstreams and
     equal settings.  Adaptors that own memory of their own (pools) compare by identity instead.
+
+    ``passes_pointers_through`` (a class attribute, False here) says that ``allocate`` returns
+    exactly the pointer the upstream returned for the same size, and ``deallocate`` gives that
+    pointer back to the upstream: the memory is the upstream's whole allocation.  Memory from
+    such an adaptor can be shared with another process as its upstream's
+    (``Buffer.export_ipc`` walks down through it); any adaptor class may set it to True,
+    whatever its base (statistics, tracking, logging, limiting and failure-callback do).
     """
 
+    #: hands out the upstream's pointers unchanged (see the class documentation)
+    passes_pointers_through = False
     _async = False
     _upstream: AnyRef
 

@@ -21,6 +21,9 @@ class FailureCallbackResource(BoundAdaptor):
     over an equal upstream with the same callback.
     """
 
+    #: hands out its upstream's pointers unchanged (read by IPC: see Adaptor)
+    passes_pointers_through = True
+
     def __init__(self, upstream: Any, callback: Callable[[int], Any]) -> None:
         ref = self._set_upstream(upstream)
         self._callback = check_callable(callback, "callback")

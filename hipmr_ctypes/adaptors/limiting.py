@@ -33,6 +33,9 @@ class LimitingResource(BoundAdaptor):
     upstream is one; equal to another over an equal upstream with the same limit.
     """
 
+    #: hands out its upstream's pointers unchanged (read by IPC: see Adaptor)
+    passes_pointers_through = True
+
     def __init__(self, upstream: Any, limit: Size) -> None:
         ref = self._set_upstream(upstream)
         self._limit = config_size(limit, "limit")

@@ -152,6 +152,9 @@ class LoggingResource(BoundAdaptor):
     the same file.  ``scripts/replay_log.py`` replays such a log.
     """
 
+    #: hands out its upstream's pointers unchanged (read by IPC: see Adaptor)
+    passes_pointers_through = True
+
     def __init__(self, upstream: Any, file: Any, auto_flush: bool = False) -> None:
         ref = self._set_upstream(upstream)
         if not isinstance(auto_flush, bool):

@@ -45,6 +45,9 @@ class StatisticsResource(BoundAdaptor):
     the upstream is one; equal to another over an equal upstream.
     """
 
+    #: hands out its upstream's pointers unchanged (read by IPC: see Adaptor)
+    passes_pointers_through = True
+
     def __init__(self, upstream: Any) -> None:
         ref = self._set_upstream(upstream)
         self._stack_lock = threading.Lock()   # push / pop: the stack and the counters together

@@ -129,6 +129,9 @@ class TrackingResource(BoundAdaptor):
     upstream is one; equal to another over an equal upstream with the same setting.
     """
 
+    #: hands out its upstream's pointers unchanged (read by IPC: see Adaptor)
+    passes_pointers_through = True
+
     def __init__(self, upstream: Any, capture_stacks: bool = False) -> None:
         ref = self._set_upstream(upstream)
         if not isinstance(capture_stacks, bool):

@@ -201,7 +201,7 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
         other memory (a pool's) raises NotSupportedError."""
         from numba.cuda.cudadrv.driver import IpcHandle
         from ..errors import NotSupportedError
-        from ..ipc import _source
+        from ..ipc import source_of
         from ..resources import DeviceMemoryResource
         from numba.cuda.cudadrv.driver import GetIpcHandleMixin
         base = getattr(memory, "owner", None)
@@ -217,7 +217,7 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
         if resource is None:
             raise ValueError(f"{ptr:#x}: this memory was freed")
         try:
-            source = _source(resource)
+            source = source_of(resource)
         except NotSupportedError:
             source = None
         if not isinstance(source, DeviceMemoryResource):

@@ -2,10 +2,11 @@
 host memory, and the per-device resource.  See docs/resources.md."""
 from __future__ import annotations
 
-from .async_memory import MAX_RELEASE_THRESHOLD, AsyncMemoryResource, MemoryPool
+from .async_memory import AsyncMemoryResource
 from .device import DeviceMemoryResource
 from .host import HostMemoryResource
 from .managed import ManagedMemoryResource
+from .memory_pool import MAX_RELEASE_THRESHOLD, MemoryPool
 from .per_device import (current_device_and_resource, get_current_device_resource,
                          get_per_device_resource, set_current_device_resource,
                          set_per_device_resource)

@@ -1,39 +1,31 @@
 """``AsyncMemoryResource``: stream-ordered allocation from a HIP memory pool
-(``hipMallocFromPoolAsync`` / ``hipFreeAsync``; RMM's ``CudaAsyncMemoryResource``), and
-``MemoryPool``, the pool object it exposes as ``.pool``."""
+(``hipMallocFromPoolAsync`` / ``hipFreeAsync``; RMM's ``CudaAsyncMemoryResource``) over a
+:class:`~hipmr_ctypes.resources.memory_pool.MemoryPool`, which it exposes as ``.pool``."""
 from __future__ import annotations
 
-import os
-import weakref
-from ctypes import byref, c_int, c_uint64, c_void_p
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
+from ctypes import c_int, c_void_p
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 from .. import _hip
-from .._exit import finalize, finalizer
 from ..errors import NotSupportedError
-from .._hip.types import (hipMemAccessDesc, hipMemAccessFlagsProtNone, hipMemAccessFlagsProtRead,
-                          hipMemAccessFlagsProtReadWrite, hipMemAllocationTypePinned,
+from .._hip.types import (hipMemAccessFlagsProtReadWrite, hipMemAllocationTypePinned,
                           hipMemHandleTypeNone, hipMemHandleTypePosixFileDescriptor,
-                          hipMemLocation, hipMemLocationTypeDevice, hipMemPoolAttrReleaseThreshold,
-                          hipMemPoolAttrReservedMemCurrent, hipMemPoolAttrReservedMemHigh,
-                          hipMemPoolAttrUsedMemCurrent, hipMemPoolAttrUsedMemHigh,
-                          hipMemPoolProps, hipMemPoolReuseAllowInternalDependencies,
-                          hipMemPoolReuseAllowOpportunistic,
-                          hipMemPoolReuseFollowEventDependencies)
+                          hipMemLocation, hipMemLocationTypeDevice, hipMemPoolProps)
 from ..device import Device, check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from .._checks import FAST_ALIGNMENTS as _FAST
-from .._checks import check_args, check_ptr, check_size, check_stream
+from .._checks import check_args, check_ptr, check_stream
 from .._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from .._thread_exit import arm
 from ..stream_ref import PER_THREAD_HANDLE as _PER_THREAD
-from .._sizes import DeviceFraction, Size, parse_config_size, parse_size, resolve_size
+from .._sizes import Size, parse_config_size, resolve_size
 from ._common import MAX_DEVICE_ALIGNMENT
+from .memory_pool import MAX_RELEASE_THRESHOLD, MemoryPool, _check_threshold, _parse_threshold
 
 if TYPE_CHECKING:
-    from .ipc import ImportedMappings, IpcPoolHandle
+    from ..ipc import IpcPoolHandle
 
-__all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
+__all__ = ["AsyncMemoryResource"]
 
 # The hot paths test ``alignment is DEFAULT_ALIGNMENT``: true for the int 256 only (CPython
 # keeps one object for each small int), never for ``256.0`` or a numpy integer.  Sizes up to
@@ -42,43 +34,10 @@ __all__ = ["AsyncMemoryResource", "MemoryPool", "MAX_RELEASE_THRESHOLD"]
 #: which must be tested, would be)
 _NO_ALLOCATION = object()
 
-#: Bytes of the random identity of an exportable pool (``resources.ipc.POOL_ID_BYTES``)
-POOL_ID_BYTES = 16
-#: The largest release threshold (``UINT64_MAX``): freed memory stays in the pool (RMM's default).
-MAX_RELEASE_THRESHOLD = MAX_ADDRESS
-
 _POOL_SUPPORT_HINT = (
     "device {device} reports no memory-pool support (hipDeviceAttributeMemoryPoolsSupported "
     "is 0). ROCm before 6.2 disables memory pools by default: set HIP_MEM_POOL_SUPPORT=1 in the "
     "environment before the process starts to enable them, or use DeviceMemoryResource")
-
-
-def _parse_threshold(value: Any, name: str = "release_threshold") -> Union[int, DeviceFraction]:
-    """A release threshold read by the one size grammar: an int in ``[0, 2**64)``, or a
-    fraction of the device's memory (resolved by :func:`_check_threshold`)."""
-    if isinstance(value, DeviceFraction):
-        return value
-    if isinstance(value, (str, float)):
-        try:
-            value = parse_size(value)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{name}: {exc}") from None
-        if isinstance(value, DeviceFraction):
-            return value
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int number of bytes, not {type(value).__name__}")
-    if not 0 <= value <= MAX_RELEASE_THRESHOLD:
-        raise ValueError(f"{name}={value} is not in [0, 2**64)")
-    return int(value)
-
-
-def _check_threshold(value: Any, name: str = "release_threshold",
-                     device: Optional[int] = None) -> int:
-    """A release threshold in bytes: a fraction is of ``device``'s total memory."""
-    parsed = _parse_threshold(value, name)
-    if isinstance(parsed, DeviceFraction):
-        return parsed.of(int(Device(device).memory_info()[1]))
-    return parsed
 
 
 #: the first runtime versions whose hipMemPoolProps has maxSize: ROCm 6.2, CUDA 12.2
@@ -109,319 +68,20 @@ def _handle_types(device: int) -> int:
         return 0
 
 
-@finalizer
-def _destroy_pool(destroy: Callable[[int], Any], handle: int) -> None:
-    try:
-        destroy(handle)
-    except Exception:  # interpreter exit: the runtime may already be gone
-        pass
-
-
-def _pool_closed(*args: Any) -> int:
+def _closed_pool(*args: Any) -> int:
+    """The allocation function of a resource whose pool was closed."""
     raise ValueError("AsyncMemoryResource: its memory pool is closed")
 
 
-def _free_then_destroy(free: Any, pool: "MemoryPool") -> Any:
+def _free_then_destroy(free: Any, destroy: Callable[[Optional[int]], None]) -> Any:
     """``hipFreeAsync`` for a resource whose owned pool was closed with allocations still out:
-    after each free, the pool is destroyed if that was the last one."""
+    after each free, ``destroy(stream)`` destroys the pool if that was the last one."""
     def free_async(ptr: int, stream: int) -> int:
         st: int = free(ptr, stream)
         if not st:
-            pool._destroy_when_unused(stream)
+            destroy(stream)
         return st
     return free_async
-
-
-class MemoryPool:
-    """A HIP memory pool (``hipMemPool_t``): its usage counters and settings.
-
-    ``owned`` pools (made by :class:`AsyncMemoryResource`) are destroyed exactly once: by
-    ``close()`` or when garbage-collected.  A pool that is not owned (a device's current pool)
-    is never destroyed; ``close()`` only stops this object from using it.  After ``close()``
-    every method and property except ``closed``, ``owned`` and ``device`` raises ValueError.
-    """
-
-    __slots__ = ("_handle", "_device", "_owned", "_rt", "_finalizer", "_users", "_closed",
-                 "_ipc_id", "_mapped", "_shared", "_max_size", "__weakref__")
-
-    def __init__(self, handle: int, device: int, owned: bool, rt: Any = None) -> None:
-        rt = _hip.get_runtime() if rt is None else rt
-        self._handle = handle
-        self._device = device
-        self._owned = owned
-        self._rt = rt
-        self._closed = False
-        self._max_size: Optional[int] = None        # hipMemPoolProps.maxSize, when this made it
-        self._ipc_id: Optional[bytes] = None        # an exportable or imported pool's identity
-        self._mapped: Optional["ImportedMappings"] = None   # an imported pool: its mappings
-        # an exportable pool's own handle, made by the first Buffer.export_ipc: HIP and CUDA
-        # export pointers only of a pool exported already (hipErrorInvalidValue otherwise)
-        self._shared: Optional["IpcPoolHandle"] = None
-        # by identity: resources on one pool are equal, and a set would keep only one of them
-        self._users: "weakref.WeakValueDictionary[int, AsyncMemoryResource]" = \
-            weakref.WeakValueDictionary()
-        self._finalizer = (finalize(self, _destroy_pool, rt.fn.hipMemPoolDestroy, handle)
-                           if owned else None)
-
-    def _live(self) -> int:
-        if self._closed:
-            raise ValueError("memory pool: this MemoryPool is closed")
-        return self._handle
-
-    @property
-    def handle(self) -> int:
-        """The ``hipMemPool_t`` as an int."""
-        return self._live()
-
-    @property
-    def device(self) -> int:
-        """The device the pool's memory lives on."""
-        return self._device
-
-    @property
-    def owned(self) -> bool:
-        """True when this object destroys the pool (on ``close()`` or garbage collection)."""
-        return self._owned
-
-    @property
-    def closed(self) -> bool:
-        """True once ``close()`` was called."""
-        return self._closed
-
-    @property
-    def imported(self) -> bool:
-        """True for a pool imported from another process (``AsyncMemoryResource.from_ipc``)."""
-        return self._mapped is not None
-
-    def export_handle(self) -> "IpcPoolHandle":
-        """A new :class:`~hipmr_ctypes.IpcPoolHandle` of this pool
-        (``hipMemPoolExportToShareableHandle``): a POSIX file descriptor that another process
-        turns into an importing resource with ``AsyncMemoryResource.from_ipc``.  Only a pool
-        made with ``AsyncMemoryResource(enable_ipc=True)`` can be exported (NotSupportedError
-        otherwise).  Each call gives a new descriptor, closed by the handle's ``close()``."""
-        from .ipc import IpcPoolHandle
-        handle = self._live()
-        if self._mapped is not None:
-            raise NotSupportedError(801, "hipErrorNotSupported",
-                                    "an imported memory pool cannot be exported again",
-                                    "MemoryPool.export_handle")
-        if self._ipc_id is None:
-            raise NotSupportedError(801, "hipErrorNotSupported",
-                                    "this memory pool cannot be shared: make it with "
-                                    "AsyncMemoryResource(enable_ipc=True)",
-                                    "MemoryPool.export_handle")
-        fd = c_int(-1)
-        rt = self._rt
-        rt.check(rt.fn.hipMemPoolExportToShareableHandle(
-            byref(fd), handle, hipMemHandleTypePosixFileDescriptor, 0),
-            "hipMemPoolExportToShareableHandle", device=self._device)
-        return IpcPoolHandle(fd.value, self._device, self._ipc_id)
-
-    def _get(self, attr: int, name: str) -> int:
-        out = c_uint64()
-        rt = self._rt
-        rt.check(rt.fn.hipMemPoolGetAttribute(self._live(), attr, byref(out)),
-                 "hipMemPoolGetAttribute", device=self._device, detail=name)
-        return out.value
-
-    def _set(self, attr: int, value: int, name: str) -> None:
-        rt = self._rt
-        rt.check(rt.fn.hipMemPoolSetAttribute(self._live(), attr, byref(c_uint64(value))),
-                 "hipMemPoolSetAttribute", device=self._device, detail=name)
-
-    @property
-    def reserved(self) -> int:
-        """Bytes of device memory the pool holds now (``hipMemPoolAttrReservedMemCurrent``)."""
-        return self._get(hipMemPoolAttrReservedMemCurrent, "reserved")
-
-    @property
-    def reserved_high(self) -> int:
-        """High-water mark of ``reserved`` (``hipMemPoolAttrReservedMemHigh``)."""
-        return self._get(hipMemPoolAttrReservedMemHigh, "reserved_high")
-
-    @property
-    def used(self) -> int:
-        """Bytes handed out and not yet freed (``hipMemPoolAttrUsedMemCurrent``)."""
-        return self._get(hipMemPoolAttrUsedMemCurrent, "used")
-
-    @property
-    def used_high(self) -> int:
-        """High-water mark of ``used`` (``hipMemPoolAttrUsedMemHigh``)."""
-        return self._get(hipMemPoolAttrUsedMemHigh, "used_high")
-
-    @property
-    def release_threshold(self) -> int:
-        """Bytes the pool keeps reserved when synchronizing instead of returning them to the
-        system (``hipMemPoolAttrReleaseThreshold``); settable, ``0 ... 2**64-1``."""
-        return self._get(hipMemPoolAttrReleaseThreshold, "release_threshold")
-
-    @release_threshold.setter
-    def release_threshold(self, value: int) -> None:
-        value = _check_threshold(value, device=self._device)
-        self._set(hipMemPoolAttrReleaseThreshold, value, "release_threshold")
-
-    @property
-    def max_size(self) -> Optional[int]:
-        """The most the pool may reserve, set when it was made
-        (``AsyncMemoryResource(maximum_pool_size=...)``, ``hipMemPoolProps.maxSize``); None
-        when no maximum was set, or for a pool this package did not make."""
-        self._live()
-        return self._max_size
-
-    @property
-    def reuse_follow_event_dependencies(self) -> bool:
-        """``hipMemPoolReuseFollowEventDependencies``: memory freed on one stream may serve
-        another stream that waits on an event recorded after the free.  Settable (a bool)."""
-        return self._get_flag(hipMemPoolReuseFollowEventDependencies,
-                              "reuse_follow_event_dependencies")
-
-    @reuse_follow_event_dependencies.setter
-    def reuse_follow_event_dependencies(self, value: bool) -> None:
-        self._set_flag(hipMemPoolReuseFollowEventDependencies, value,
-                       "reuse_follow_event_dependencies")
-
-    @property
-    def reuse_allow_opportunistic(self) -> bool:
-        """``hipMemPoolReuseAllowOpportunistic``: memory freed on one stream may serve another
-        once the free's work has completed.  Settable (a bool)."""
-        return self._get_flag(hipMemPoolReuseAllowOpportunistic, "reuse_allow_opportunistic")
-
-    @reuse_allow_opportunistic.setter
-    def reuse_allow_opportunistic(self, value: bool) -> None:
-        self._set_flag(hipMemPoolReuseAllowOpportunistic, value, "reuse_allow_opportunistic")
-
-    @property
-    def reuse_allow_internal_dependencies(self) -> bool:
-        """``hipMemPoolReuseAllowInternalDependencies``: the runtime may make a stream wait on
-        the freeing stream's work to reuse its memory.  Settable (a bool)."""
-        return self._get_flag(hipMemPoolReuseAllowInternalDependencies,
-                              "reuse_allow_internal_dependencies")
-
-    @reuse_allow_internal_dependencies.setter
-    def reuse_allow_internal_dependencies(self, value: bool) -> None:
-        self._set_flag(hipMemPoolReuseAllowInternalDependencies, value,
-                       "reuse_allow_internal_dependencies")
-
-    def _get_flag(self, attr: int, name: str) -> bool:
-        out = c_int()
-        rt = self._rt
-        rt.check(rt.fn.hipMemPoolGetAttribute(self._live(), attr, byref(out)),
-                 "hipMemPoolGetAttribute", device=self._device, detail=name)
-        return bool(out.value)
-
-    def _set_flag(self, attr: int, value: Any, name: str) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
-        rt = self._rt
-        rt.check(rt.fn.hipMemPoolSetAttribute(self._live(), attr, byref(c_int(int(value)))),
-                 "hipMemPoolSetAttribute", device=self._device, detail=name)
-
-    def reset_high(self) -> None:
-        """Reset ``reserved_high`` and ``used_high`` to the current values."""
-        self._set(hipMemPoolAttrReservedMemHigh, 0, "reserved_high")
-        self._set(hipMemPoolAttrUsedMemHigh, 0, "used_high")
-
-    def trim_to(self, bytes: int) -> None:
-        """Release reserved memory back to the system until at most ``bytes`` stay reserved
-        (``hipMemPoolTrimTo``); memory in use is never released."""
-        nbytes = check_size(bytes)
-        rt = self._rt
-        rt.check(rt.fn.hipMemPoolTrimTo(self._live(), nbytes), "hipMemPoolTrimTo",
-                 device=self._device)
-
-    def set_access(self, device: Any, read_write: bool = True) -> None:
-        """Let ``device`` (a peer) read and write this pool's memory, or, with
-        ``read_write=False``, take that access away (``hipMemPoolSetAccess``)."""
-        if not isinstance(read_write, bool):
-            raise TypeError(f"read_write must be a bool, not {type(read_write).__name__}")
-        handle = self._live()
-        ordinal = check_device(device)
-        desc = hipMemAccessDesc()
-        desc.location.type = hipMemLocationTypeDevice
-        desc.location.id = ordinal
-        desc.flags = hipMemAccessFlagsProtReadWrite if read_write else hipMemAccessFlagsProtNone
-        rt = self._rt
-        rt.check(rt.fn.hipMemPoolSetAccess(handle, desc, 1), "hipMemPoolSetAccess",
-                 device=ordinal)
-
-    def access(self, device: Any) -> str:
-        """``"read_write"``, ``"read"`` or ``"none"``: what ``device`` may do with this pool's
-        memory (``hipMemPoolGetAccess``)."""
-        handle = self._live()
-        ordinal = check_device(device)
-        loc = hipMemLocation()
-        loc.type = hipMemLocationTypeDevice
-        loc.id = ordinal
-        out = c_int()
-        rt = self._rt
-        rt.check(rt.fn.hipMemPoolGetAccess(out, handle, loc), "hipMemPoolGetAccess",
-                 device=ordinal)
-        return {hipMemAccessFlagsProtReadWrite: "read_write",
-                hipMemAccessFlagsProtRead: "read"}.get(out.value, "none")
-
-    def close(self) -> None:
-        """Stop using the pool (idempotent): resources using it refuse to allocate from now on
-        (ValueError) but still free what they handed out.  An owned pool is destroyed as soon
-        as nothing allocated from it is outstanding: now, or when the last of it is freed
-        through a resource (destroying a pool with live allocations and freeing them later
-        crashes CUDA 13)."""
-        if self._closed:
-            return
-        self._closed = True
-        shared, self._shared = self._shared, None
-        if shared is not None:
-            shared.close()
-        for user in list(self._users.values()):
-            user._malloc = _pool_closed
-            if self._finalizer is not None:
-                user._free_fn = _free_then_destroy(user._free_fn, self)
-        if self._finalizer is not None:
-            self._destroy_when_unused(None)
-
-    def _destroy_when_unused(self, stream: Optional[int]) -> None:
-        """Destroy a closed, owned pool if nothing allocated from it is outstanding once
-        ``stream`` (None: the whole device) has done its work."""
-        finalizer = self._finalizer
-        if finalizer is None or not finalizer.alive:
-            return
-        rt = self._rt
-        used = c_uint64()
-        if self._mapped is not None:   # an imported pool: what this process still maps
-            if not self._mapped:
-                finalizer()
-            return
-        try:
-            if stream is None:
-                Device(self._device).synchronize()
-            elif rt.fn.hipStreamSynchronize(stream):
-                return
-            if rt.fn.hipMemPoolGetAttribute(self._handle, hipMemPoolAttrUsedMemCurrent,
-                                            byref(used)):
-                return
-        finally:
-            rt.fn.hipGetLastError()
-        if used.value == 0:
-            finalizer()
-
-    def __enter__(self) -> "MemoryPool":
-        self._live()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MemoryPool):
-            return NotImplemented
-        return other._handle == self._handle
-
-    def __hash__(self) -> int:
-        return hash((MemoryPool, self._handle))
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{self._handle:#x}"
-        return (f"<MemoryPool {state} device={self._device} "
-                f"{'owned' if self._owned else 'not owned'}>")
 
 
 class AsyncMemoryResource:
@@ -445,6 +105,8 @@ class AsyncMemoryResource:
 
     #: validates every argument before any native call (adaptors over it rely on this)
     _checks_arguments = True
+    #: its memory is shared with other processes as pool memory (hipmr_ctypes.ipc)
+    _ipc_memory = "pool"
 
     __slots__ = ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
                  "_stream", "_ptr", "_bytes", "__weakref__")
@@ -495,10 +157,11 @@ class AsyncMemoryResource:
         props.maxSize = maximum or 0
         out = c_void_p()
         rt.check(rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
-        pool = MemoryPool(out.value or 0, dev, True, rt)
-        pool._max_size = maximum
+        ipc = None
         if enable_ipc:
-            pool._ipc_id = os.urandom(POOL_ID_BYTES)
+            from ..ipc import PoolIpc
+            ipc = PoolIpc.exporting()
+        pool = MemoryPool(out.value or 0, dev, True, rt, max_size=maximum, ipc=ipc)
         try:
             pool.release_threshold = threshold
             if initial_pool_size:
@@ -536,8 +199,7 @@ class AsyncMemoryResource:
         imported pool (``hipMemPoolSetAccess``; the exporter's grants do not carry over).
         ``close()`` destroys the imported pool once nothing mapped from it is left; ``handle``
         stays open (close it when no other import needs it)."""
-        from .ipc import ImportedMappings, cannot_allocate, import_pool, unmap_only
-        from .ipc import IpcPoolHandle
+        from ..ipc import IpcPoolHandle, PoolIpc, cannot_allocate, import_pool, unmap_only
         if not isinstance(handle, IpcPoolHandle):
             raise TypeError(f"handle must be an IpcPoolHandle, not {type(handle).__name__}")
         handle.fd   # ValueError when closed
@@ -546,10 +208,8 @@ class AsyncMemoryResource:
         pool_device = handle.device
         if pool_device != dev:
             check_device(pool_device, "the handle's device")
-        pool = MemoryPool(import_pool(handle), pool_device, True, rt)
-        pool._ipc_id = handle.pool_id
-        mapped = ImportedMappings()
-        pool._mapped = mapped
+        ipc = PoolIpc.importing(handle)
+        pool = MemoryPool(import_pool(handle), pool_device, True, rt, ipc=ipc)
         try:
             if dev != pool_device:
                 pool.set_access(dev)
@@ -559,7 +219,8 @@ class AsyncMemoryResource:
         self = cls.__new__(cls)
         self._bind(pool, rt, (("imported_from_device", pool_device), ("accessed_from", dev)))
         self._malloc = cannot_allocate
-        self._free_fn = unmap_only(self._free_fn, mapped)
+        assert ipc.mappings is not None
+        self._free_fn = unmap_only(self._free_fn, ipc.mappings)
         return self
 
     @classmethod
@@ -608,8 +269,8 @@ class AsyncMemoryResource:
 
     def _bind(self, pool: MemoryPool, rt: Any, settings: Tuple[Any, ...]) -> None:
         self._pool = pool
-        self._handle = pool._handle
-        self._device = pool._device
+        self._handle = pool.handle
+        self._device = pool.device
         self._rt = rt
         self._settings = settings
         self._malloc = rt.fn.hipMallocFromPoolAsync
@@ -617,7 +278,15 @@ class AsyncMemoryResource:
         self._stream = 0  # the stream handle last validated (see _stream_arg)
         self._ptr = _NO_ALLOCATION  # the pointer last allocated (see allocate_async)
         self._bytes = _NO_ALLOCATION  # the size last allocated (see allocate_async)
-        pool._users[id(self)] = self
+        pool._add_user(self)
+
+    def _pool_closed(self, destroy: Optional[Callable[[Optional[int]], None]]) -> None:
+        """``MemoryPool.close()`` of this resource's pool: allocating raises ValueError from
+        now on; frees go on, and with ``destroy`` (an owned pool) each successful free calls
+        ``destroy(stream)``, which destroys the pool once nothing of it is outstanding."""
+        self._malloc = _closed_pool
+        if destroy is not None:
+            self._free_fn = _free_then_destroy(self._free_fn, destroy)
 
     def __copy__(self) -> "AsyncMemoryResource":
         """Another resource on the same pool, which ``pool.close()`` closes too (a copy of
@@ -627,7 +296,7 @@ class AsyncMemoryResource:
         for name in ("_pool", "_handle", "_device", "_rt", "_malloc", "_free_fn", "_settings",
                      "_stream", "_ptr", "_bytes"):
             setattr(new, name, getattr(self, name))
-        self._pool._users[id(new)] = new
+        self._pool._add_user(new)
         new._malloc, new._free_fn = self._malloc, self._free_fn  # if closed meanwhile
         return new
 
@@ -770,7 +439,7 @@ class AsyncMemoryResource:
         self._pool.close()
 
     def __enter__(self) -> "AsyncMemoryResource":
-        self._pool._live()
+        self._pool.handle   # ValueError when closed
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -787,7 +456,7 @@ class AsyncMemoryResource:
 
     def __repr__(self) -> str:
         settings = "".join(f", {k}={v}" for k, v in self._settings if v is not None)
-        state = "closed" if self._pool._closed else f"{self._handle:#x}"
+        state = "closed" if self._pool.closed else f"{self._handle:#x}"
         return f"{type(self).__name__}(device={self._device}{settings}) [pool {state}]"
 
 
@@ -826,7 +495,7 @@ def _prime(rt: Any, pool: MemoryPool, device: int, nbytes: int) -> None:
     """Allocate then free ``nbytes`` once on the null stream of ``device`` and wait."""
     with Device(device):
         out = c_void_p()
-        rt.check(rt.fn.hipMallocFromPoolAsync(out, nbytes, pool._handle, 0),
+        rt.check(rt.fn.hipMallocFromPoolAsync(out, nbytes, pool.handle, 0),
                  "hipMallocFromPoolAsync", size=nbytes, device=device)
         st = rt.fn.hipFreeAsync(out.value, 0)
         st2 = rt.fn.hipStreamSynchronize(0)

@@ -28,6 +28,8 @@ class DeviceMemoryResource(SyncResource):
 
     __slots__ = ("_device", "_rt", "_malloc", "_free_fn", "_switch")
     properties: Tuple[type, ...] = (device_accessible,)
+    #: its memory is shared with other processes by legacy handles (hipmr_ctypes.ipc)
+    _ipc_memory = "legacy"
 
     def __init__(self, device: Optional[Any] = None) -> None:
         rt = _hip.get_runtime()
