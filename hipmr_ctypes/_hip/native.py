@@ -21,6 +21,7 @@ function                           prototype                                    
 ``PyBytes_FromStringAndSize``      ``PyObject *(const char *, Py_ssize_t)``                    Buffer (tobytes)
 ``PyBytes_AsString``               ``char *(PyObject *)``                                      Buffer (tobytes)
 ``PyByteArray_FromStringAndSize``  ``PyObject *(const char *, Py_ssize_t)``                    Buffer (copy_to_host)
+``madvise``                        ``int (void *, size_t, int advice)``                        huge pages (host copies)
 =================================  ==========================================================  =======================
 
 Each declares on first use: ``posix_memalign`` and ``free`` through
@@ -31,11 +32,12 @@ leaf: it imports only the standard library.
 from __future__ import annotations
 
 import ctypes
+import sys
 from _thread import allocate_lock
 from ctypes import POINTER, Structure, c_char_p, c_int, c_ssize_t, c_void_p
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+    from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
     strdup: Callable[..., Any]
     PyObject_GetBuffer: Callable[..., Any]
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     PyBytes_AsString: Callable[..., Any]
     PyByteArray_FromStringAndSize: Callable[..., Any]
 
-__all__ = ["memalign_and_free", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
+__all__ = ["memalign_and_free", "madvise", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
            "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New", "PyCapsule_IsValid",
            "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef", "mpi_gpu_queries",
            "PyBytes_FromStringAndSize", "PyBytes_AsString", "PyByteArray_FromStringAndSize"]
@@ -90,6 +92,24 @@ def memalign_and_free() -> Optional[Tuple[Any, Any]]:
                     continue
                 break
         return _loaded
+
+
+_madvise: "List[Optional[Any]]" = []   # [] not looked up yet; [None]: the C library has none
+
+
+def madvise() -> Optional[Any]:
+    """``madvise`` with its prototype set (Linux), or None where there is none.  Looked up
+    once (two threads looking up at once is harmless)."""
+    if not _madvise:
+        found = None
+        if sys.platform.startswith("linux"):
+            try:
+                found = _declare(ctypes.CDLL(None), "madvise", c_int,
+                                 [c_void_p, ctypes.c_size_t, c_int])
+            except (OSError, AttributeError):
+                found = None
+        _madvise.append(found)
+    return _madvise[0]
 
 
 # ---- Python's C API -----------------------------------------------------------------------
