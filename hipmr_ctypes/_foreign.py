@@ -30,8 +30,8 @@ from . import _hip
 from . import _dlpack as dl
 from ._checks import check_ptr, check_size, check_stream
 from ._limits import MAX_ADDRESS
+from ._memory_query import pointer_kind
 from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
-from ._hip.types import MEMORY_TYPE_5, MEMORY_TYPE_6, hipPointerAttribute_t
 from .device import check_device, current_device_function, on_device
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref
@@ -113,32 +113,6 @@ class ForeignMemory:
 
 
 _NO_SWITCH = nullcontext()
-
-
-# ---- what a pointer is ---------------------------------------------------------------------
-
-def pointer_kind(ptr: int) -> Tuple[Optional[str], Optional[int]]:
-    """``(kind, device)`` of the memory at ``ptr`` from hipPointerGetAttributes: "device",
-    "pinned" (host memory the runtime registered) or "managed"; ``(None, None)`` for memory
-    the runtime does not know (plain host memory)."""
-    if not ptr:
-        return None, None
-    rt = _hip.get_runtime()
-    attrs = hipPointerAttribute_t()
-    if rt.fn.hipPointerGetAttributes(attrs, ptr):
-        rt.clear_last_error()
-        return None, None
-    table = (MEMORY_TYPE_5 if rt.platform == "amd" and rt.runtime_version()[0] < 6
-             else MEMORY_TYPE_6)
-    name = table.get(attrs.type)
-    device = attrs.device if attrs.device >= 0 else None
-    if attrs.isManaged or name in ("managed", "unified"):
-        return "managed", device
-    if name == "device":
-        return "device", device
-    if name == "host":
-        return "pinned", device
-    return None, None
 
 
 def _build(ptr: int, size: int, ref: Any, kind: str, device: Optional[int], handle: int,

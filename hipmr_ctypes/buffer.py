@@ -14,19 +14,18 @@ from ._checks import FAST_ALIGNMENTS, check_alignment, check_size, check_stream
 from ._exit import _state as _exit_state, warn_failed_free
 from ._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from ._locks import atomic_slot
+from ._memory_query import memory_device, memory_kind, pointer_device
 from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
                           PyByteArray_FromStringAndSize, PyBytes_AsString,
                           PyBytes_FromStringAndSize, PyObject_GetBuffer)
-from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
-                         hipPointerAttribute_t)
+from ._hip.types import hipMemcpyDefault
 from .concepts import AsyncResource
 from . import device as _device_module
 from .device import (Device, check_device, current_device_function as _current_device,
                      get_device, on_device, prefetch_if_managed)
-from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
+from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
 from .resource_ref import async_resource_ref, resource_ref
-from .resources import (ManagedMemoryResource, PinnedMemoryResource, get_per_device_resource,
-                        per_device_cache, remember_per_device)
+from .resources import get_per_device_resource, per_device_cache, remember_per_device
 from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
 
@@ -707,7 +706,7 @@ class Buffer:
         device = self._device
         if not host:
             if src_device is None and not isinstance(other, Buffer):
-                src_device = _pointer_device(src)
+                src_device = pointer_device(src)
             dst_device = self._device if self._memory_kind() == "device" else None
             if src_device is not None and dst_device is not None and src_device != dst_device:
                 peer = (dst_device, src_device)
@@ -972,7 +971,8 @@ class Buffer:
         """"device", "pinned", "managed" or "host" (host-only memory)."""
         kind = self._state.kind
         if kind is None:
-            kind = self._mutable().kind = _memory_kind(self)
+            kind = self._mutable().kind = memory_kind(self.resource, self._ptr,
+                                                      self._host_only)
         return kind
 
     def __dlpack_device__(self) -> Tuple[int, int]:
@@ -1126,33 +1126,6 @@ def _writable(buf: Buffer, what: str) -> None:
         hv.check_writable(buf, what)
 
 
-def memory_device(resource: Any) -> Optional[int]:
-    """The device the memory of ``resource`` lives on: its ``device`` when that is an int, else
-    the first such ``device`` below it through ``upstream_resource()`` (adaptors, refs; any
-    depth); None when no resource of the stack names one; ValueError for a stack with a
-    cycle."""
-    from ._stack import walk_stack
-    for found in walk_stack(resource, "memory_device"):
-        device = getattr(found, "device", None)
-        if type(device) is int:
-            return device
-    return None
-
-
-def _pointer_device(ptr: int) -> Optional[int]:
-    """The device of device-only memory at ``ptr`` (hipPointerGetAttributes), else None."""
-    rt = _hip.get_runtime()
-    attrs = hipPointerAttribute_t()
-    if rt.fn.hipPointerGetAttributes(attrs, ptr):
-        rt.clear_last_error()
-        return None
-    if rt.platform == "amd" and rt.runtime_version()[0] < 6:
-        table = MEMORY_TYPE_5
-    else:
-        table = MEMORY_TYPE_6
-    return attrs.device if table.get(attrs.type) == "device" and not attrs.isManaged else None
-
-
 def _unpickle(data: Any) -> Buffer:
     return Buffer.from_host(data)
 
@@ -1184,56 +1157,3 @@ def _cai_source(obj: Any) -> Tuple[int, int, Optional[int]]:
         raise ValueError("other: masked arrays are not supported")
     producer = cai.get("stream") if cai.get("version", 0) >= 3 else None
     return int(cai["data"][0] or 0), n, producer
-
-
-def _memory_kind(buf: Buffer) -> str:
-    props = _declared(buf.resource)
-    if buf._host_only:
-        return "host"
-    if not props:   # a resource that declares nothing: what the runtime knows of the memory
-        return _pointer_kind(buf._ptr)
-    if host_accessible not in props:
-        return "device"
-    # device- and host-accessible: pinned or managed.  Our own resources (also under adaptors
-    # that name their upstream) say which; otherwise ask the runtime about the pointer.
-    from ._stack import walk_stack
-    for resource in walk_stack(buf.resource, "Buffer"):
-        if isinstance(resource, ManagedMemoryResource):
-            return "managed"
-        if isinstance(resource, PinnedMemoryResource):
-            return "pinned"
-    if not buf._ptr:
-        return "pinned"
-    rt = _hip.get_runtime()
-    attrs = hipPointerAttribute_t()
-    if rt.fn.hipPointerGetAttributes(attrs, buf._ptr):
-        return "pinned"
-    if attrs.isManaged:
-        return "managed"
-    if rt.platform == "amd":
-        table = MEMORY_TYPE_6 if rt.runtime_version()[0] >= 6 else MEMORY_TYPE_5
-    else:
-        table = MEMORY_TYPE_6
-    return "managed" if table.get(attrs.type, "") in ("managed", "unified") else "pinned"
-
-
-def _pointer_kind(ptr: int) -> str:
-    """"device", "pinned" or "managed" for memory the runtime knows at ``ptr``; "host" for
-    memory it does not know (a resource that declares no properties, over host memory)."""
-    if not ptr:
-        return "host"
-    rt = _hip.get_runtime()
-    attrs = hipPointerAttribute_t()
-    if rt.fn.hipPointerGetAttributes(attrs, ptr):
-        rt.clear_last_error()
-        return "host"
-    if attrs.isManaged:
-        return "managed"
-    if rt.platform == "amd" and rt.runtime_version()[0] < 6:
-        table = MEMORY_TYPE_5
-    else:
-        table = MEMORY_TYPE_6
-    kind = table.get(attrs.type, "")
-    if kind in ("managed", "unified"):
-        return "managed"
-    return {"device": "device", "host": "pinned"}.get(kind, "host")

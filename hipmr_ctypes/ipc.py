@@ -178,8 +178,8 @@ def _source(resource: Any) -> Any:
     from .resources import AsyncMemoryResource, DeviceMemoryResource
     passing = (FailureCallbackResource, LimitingResource, LoggingResource, StatisticsResource,
                TrackingResource)
-    from ._stack import walk_stack
-    for resource in walk_stack(resource, "Buffer.export_ipc"):   # any depth; a cycle raises
+    from .resource_ref import upstream_chain
+    for resource in upstream_chain(resource, "Buffer.export_ipc"):   # any depth; a cycle raises
         if isinstance(resource, (AsyncMemoryResource, DeviceMemoryResource)):
             return resource
         if not isinstance(resource, passing):
@@ -255,7 +255,7 @@ def _check_mapping(rt: Any, base: int, device: int, need: int) -> int:
     it: the allocation, or a larger segment that holds it); ValueError when that is not
     device memory of ``device`` with at least ``need`` bytes."""
     from ctypes import c_size_t
-    from .buffer import _pointer_device
+    from ._memory_query import pointer_device
     found, extent = c_void_p(), c_size_t()
     if rt.fn.hipMemGetAddressRange(found, extent, base):
         rt.clear_last_error()
@@ -264,7 +264,7 @@ def _check_mapping(rt: Any, base: int, device: int, need: int) -> int:
     available = start + extent.value - base
     if not start <= base or available < need:
         raise _refuse(f"it asks for {need} bytes of an allocation of {max(available, 0)}")
-    actual = _pointer_device(base)
+    actual = pointer_device(base)
     if actual != device:
         raise _refuse(f"it says device {device}, but the memory mapped is "
                       + ("not device memory" if actual is None else f"on device {actual}"))
