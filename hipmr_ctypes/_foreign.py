@@ -1,30 +1,22 @@
-"""Memory the package did not allocate, as Buffers, and host views of a Buffer's memory.
+"""Memory the package did not allocate, as Buffers.
 
-- :func:`from_handle` / :func:`from_dlpack` build ``Buffer.from_handle`` / ``Buffer.from_dlpack``:
-  a Buffer whose ``resource`` is a :class:`ForeignMemory` (a view: it keeps its owner alive and
-  frees nothing) or, for ``from_handle(..., resource=r)``, ``r`` itself (the Buffer owns the
-  memory and frees it through ``r``).
-- :func:`fill` is ``Buffer.fill`` (hipMemsetD8/D16/D32 and their Async forms).
-- :func:`host_view` is ``Buffer.host_view`` and ``memoryview(buf)`` (Python 3.12+): a
-  memoryview over a ctypes array that holds the Buffer; while any such array is alive the
-  Buffer is *pinned*: ``close()``, ``resize()``, ``reserve()`` and ``release()`` raise
-  BufferError (:func:`viewed`).
+:func:`from_handle` / :func:`from_dlpack` build ``Buffer.from_handle`` / ``Buffer.from_dlpack``:
+a Buffer whose ``resource`` is a :class:`ForeignMemory` (a view: it keeps its owner alive and
+frees nothing) or, for ``from_handle(..., resource=r)``, ``r`` itself (the Buffer owns the
+memory and frees it through ``r``).  :func:`check_writable` refuses writes to memory its
+producer marked read-only.
 
 Lifetime of a view: the Buffer's free is claimed exactly once (``Buffer._claim``); that claim
 calls :meth:`ForeignMemory.deallocate_async`, which waits for the Buffer's stream (device-
 accessible memory: work queued on the view must finish before its owner may reuse the memory)
 and then drops the owner, or calls the DLPack deleter once.  This module is imported by the
-first use of any of these, never by ``import hipmr_ctypes``.
+first use of any of these (or of a host view), never by ``import hipmr_ctypes``.
 """
 from __future__ import annotations
 
-import ctypes
-import sys
-import threading
 import weakref
-from contextlib import nullcontext
 from ctypes import CFUNCTYPE, c_void_p
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 from . import _hip
 from . import _dlpack as dl
@@ -32,7 +24,7 @@ from ._checks import check_ptr, check_size, check_stream
 from ._limits import MAX_ADDRESS
 from ._memory_query import pointer_kind
 from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
-from .device import check_device, current_device_function, on_device
+from .device import check_device, current_device_function, on_device_or_current
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref
 from .stream_ref import stream_ref
@@ -40,10 +32,7 @@ from .stream_ref import stream_ref
 if TYPE_CHECKING:
     from .buffer import Buffer
 
-__all__ = ["ForeignMemory", "from_handle", "from_dlpack", "fill", "host_view", "viewed",
-           "check_writable"]
-
-_HOST_KINDS = frozenset({"host", "pinned", "managed"})
+__all__ = ["ForeignMemory", "from_handle", "from_dlpack", "check_writable"]
 
 
 class ForeignMemory:
@@ -94,7 +83,7 @@ class ForeignMemory:
             handle = check_stream(stream)
             rt = _hip.get_runtime()
             device = self.device
-            with on_device(device) if device is not None else _NO_SWITCH:
+            with on_device_or_current(device):
                 rt.check(rt.fn.hipStreamSynchronize(handle), "hipStreamSynchronize")
         release, self._release = self._release, None
         self.owner = None
@@ -112,14 +101,12 @@ class ForeignMemory:
                 f"{' readonly' if self.readonly else ''}>")
 
 
-_NO_SWITCH = nullcontext()
-
-
 def _build(ptr: int, size: int, ref: Any, kind: str, device: Optional[int], handle: int,
            keep: Any, owns: bool) -> "Buffer":
     """A Buffer over ``[ptr, ptr + size)`` given back through ``ref.deallocate_async`` (on the
     stream ``handle``) when ``owns``."""
-    from .buffer import Buffer, _shared_state
+    from ._buffer_state import _shared_state
+    from .buffer import Buffer
     host_only = kind == "host"
     if device is None and not host_only:
         device = current_device_function()()
@@ -307,148 +294,9 @@ def from_dlpack(obj: Any) -> "Buffer":
         raise
 
 
-# ---- fill ------------------------------------------------------------------------------------
-
-_WIDTHS = {1: ("hipMemsetD8", "hipMemsetD8Async"), 2: ("hipMemsetD16", "hipMemsetD16Async"),
-           4: ("hipMemsetD32", "hipMemsetD32Async")}
-
-
 def check_writable(buf: "Buffer", what: str) -> None:
     """BufferError for a view of memory its producer marked read-only."""
     ref = buf._ref
     if type(ref) is ForeignMemory and ref.readonly:
         raise BufferError(f"Buffer.{what}: this Buffer views read-only memory (its DLPack "
                           "producer marked it read-only)")
-
-
-def fill(buf: "Buffer", value: Any, width: Any, stream: Any) -> None:
-    """``Buffer.fill``: every argument checked before any native call."""
-    ptr = buf._live()
-    if isinstance(width, bool) or not isinstance(width, int):
-        raise TypeError(f"width must be 1, 2 or 4 (bytes), not {type(width).__name__}")
-    if width not in _WIDTHS:
-        raise ValueError(f"width={width} is not 1, 2 or 4 (bytes)")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"value must be an int, not {type(value).__name__}")
-    bits = 8 * width
-    if not -(1 << (bits - 1)) <= value < (1 << bits):
-        raise ValueError(f"value={value} does not fit in {width} byte(s): it must be in "
-                         f"[{-(1 << (bits - 1))}, {(1 << bits) - 1}]")
-    value &= (1 << bits) - 1     # the pattern's bits
-    size = buf._size
-    if size % width:
-        raise ValueError(f"the buffer's size ({size} bytes) is not a multiple of width={width}")
-    if ptr % width:
-        raise ValueError(f"the buffer's address {ptr:#x} is not aligned to width={width}")
-    handle = None if stream is None else check_stream(stream)
-    check_writable(buf, "fill")
-    if not size:
-        return
-    if buf._state.host_only:
-        _fill_host(ptr, value, width, size)
-        return
-    count = size // width
-    if width == 4 and value & 0x80000000:
-        value -= 1 << 32     # hipMemsetD32 takes an int: the same 32 bits
-    sync_name, async_name = _WIDTHS[width]
-    rt = _hip.get_runtime()
-    device = buf._state.device
-    with on_device(device) if device is not None else _NO_SWITCH:
-        if handle is None:
-            own = buf._handle
-            if own == 0:
-                rt.check(getattr(rt.fn, sync_name)(ptr, value, count), sync_name, size=size)
-                return
-            rt.check(getattr(rt.fn, async_name)(ptr, value, count, own), async_name,
-                     size=size)
-            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
-        else:
-            rt.check(getattr(rt.fn, async_name)(ptr, value, count, handle), async_name,
-                     size=size)
-
-
-def _fill_host(ptr: int, value: int, width: int, size: int) -> None:
-    """The pattern written by the CPU: one element, then doubling copies of what is done."""
-    if width == 1:
-        ctypes.memset(ptr, value, size)
-        return
-    ctypes.memmove(ptr, value.to_bytes(width, sys.byteorder), width)
-    done = width
-    while done < size:
-        step = min(done, size - done)
-        ctypes.memmove(ptr + done, ptr, step)
-        done += step
-
-
-# ---- host views ------------------------------------------------------------------------------
-#
-# id(buffer) -> {id of a weak reference: that weak reference} of its live ctypes arrays (an
-# array is unhashable, and so are weak references to it).  An array holds its Buffer (an
-# attribute), so the Buffer outlives every entry; an array's weak-reference callback (run
-# when the last memoryview over it is released or collected) removes it.  The callback never
-# waits for the lock: where it cannot take it at once, it leaves an empty dict (which means
-# "not viewed") for the next view of that buffer to reuse.
-
-_views: Dict[int, Dict[int, Any]] = {}
-_views_lock = threading.Lock()
-
-
-def _forget(key: int) -> Callable[[Any], None]:
-    def forget(wr: Any) -> None:
-        found = _views.get(key)
-        if found is None:
-            return
-        found.pop(id(wr), None)
-        if not found and _views_lock.acquire(False):
-            try:
-                if not found and _views.get(key) is found:
-                    del _views[key]
-            finally:
-                _views_lock.release()
-    return forget
-
-
-def viewed(buf: Any) -> bool:
-    """True while a memoryview from :func:`host_view` (or ``memoryview(buf)``) is alive."""
-    return bool(_views.get(id(buf)))
-
-
-def host_view(buf: "Buffer", readonly: bool = False) -> memoryview:
-    """``Buffer.host_view``: a 1-D ``B`` memoryview over host-accessible memory."""
-    if not isinstance(readonly, bool):
-        raise TypeError(f"readonly must be a bool, not {type(readonly).__name__}")
-    ptr = buf._live()
-    kind = buf._memory_kind()
-    if kind not in _HOST_KINDS:
-        raise BufferError(f"this Buffer holds {kind} memory, which the CPU cannot read: copy "
-                          "it to the host (buf.tobytes(), buf.copy_to_host()) instead")
-    if not readonly:
-        ref = buf._ref
-        if type(ref) is ForeignMemory and ref.readonly:
-            readonly = True
-    size = buf._size
-    array: Any = (ctypes.c_ubyte * size).from_address(ptr) if size else (ctypes.c_ubyte * 0)()
-    array._hipmr_buffer = buf   # the Buffer lives as long as the array
-    key = id(buf)
-    with _views_lock:
-        buf._mutable()          # its own state: close() takes the checked path
-        found = _views.get(key)
-        if found is None:
-            found = _views[key] = {}
-        wr = weakref.ref(array, _forget(key))
-        found[id(wr)] = wr
-    view = memoryview(array).cast("B")
-    return view.toreadonly() if readonly else view
-
-
-PyBUF_WRITABLE = 0x0001
-
-
-def buffer_export(buf: "Buffer", flags: int) -> memoryview:
-    """``Buffer.__buffer__`` (Python 3.12+)."""
-    view = host_view(buf)
-    if view.readonly and flags & PyBUF_WRITABLE:
-        view.release()
-        raise BufferError("this Buffer views read-only memory")
-    return view
-
