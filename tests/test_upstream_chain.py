@@ -1,5 +1,7 @@
 """``resource_ref.upstream_chain``: the one walk down ``upstream_resource()`` (Buffer's device
 and memory kind, ``export_ipc``, the plot's pool, the Dask plugin), with no depth limit."""
+import ctypes
+
 import pytest
 
 import hipmr_ctypes as hmr
@@ -97,3 +99,50 @@ def test_the_memory_kind_comes_from_a_resource_below_adaptors(emulator):
     stack = hmr.LimitingResource(hmr.PinnedMemoryResource(), 1 << 20)
     with hmr.Buffer(64, resource=stack) as buf:
         assert memory_kind(stack, buf.ptr, False) == "pinned" == buf._memory_kind()
+
+
+class _Undeclared:
+    """A user's resource over another that says nothing of its memory: the runtime answers."""
+
+    properties = (hmr.device_accessible, hmr.host_accessible)
+
+    def __init__(self, upstream):
+        self._up = upstream
+
+    def allocate(self, bytes, alignment=256):
+        return self._up.allocate(bytes, alignment)
+
+    def deallocate(self, ptr, bytes, alignment=256):
+        self._up.deallocate(ptr, bytes, alignment)
+
+    def allocate_async(self, bytes, alignment, stream):
+        return self._up.allocate(bytes, alignment)
+
+    def deallocate_async(self, ptr, bytes, alignment, stream):
+        self._up.deallocate(ptr, bytes, alignment)
+
+    def __eq__(self, other):
+        return other is self
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.gpu
+def test_memory_queries_on_real_memory(gpu_runtime):
+    from hipmr_ctypes._memory_query import pointer_device, pointer_kind
+    device = hmr.get_device()
+    with hmr.Buffer(256, resource=hmr.AsyncMemoryResource(device)) as pool_memory:
+        assert pointer_kind(pool_memory.ptr) == ("device", device)
+        assert pointer_device(pool_memory.ptr) == device
+        assert memory_kind(pool_memory.resource, pool_memory.ptr, False) == "device"
+    for resource, kind in ((hmr.PinnedMemoryResource(), "pinned"),
+                           (hmr.ManagedMemoryResource(), "managed")):
+        with hmr.Buffer(256, resource=hmr.StatisticsResource(resource)) as buf:
+            assert buf._memory_kind() == kind
+            assert pointer_kind(buf.ptr)[0] == kind and pointer_device(buf.ptr) is None
+        with hmr.Buffer(256, resource=_Undeclared(resource)) as buf:   # the runtime says
+            assert buf._memory_kind() == kind
+    host = bytearray(64)
+    address = ctypes.addressof((ctypes.c_char * 64).from_buffer(host))
+    assert pointer_kind(address) == (None, None) and pointer_device(address) is None
+    assert pointer_kind(0) == (None, None)
