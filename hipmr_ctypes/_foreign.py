@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 from . import _hip
 from . import _dlpack as dl
+from ._buffer_state import _shared_state
 from ._checks import check_ptr, check_size, check_stream
 from ._limits import MAX_ADDRESS
 from ._memory_query import pointer_kind
@@ -105,7 +106,6 @@ def _build(ptr: int, size: int, ref: Any, kind: str, device: Optional[int], hand
            keep: Any, owns: bool) -> "Buffer":
     """A Buffer over ``[ptr, ptr + size)`` given back through ``ref.deallocate_async`` (on the
     stream ``handle``) when ``owns``."""
-    from ._buffer_state import _shared_state
     from .buffer import Buffer
     host_only = kind == "host"
     if device is None and not host_only:

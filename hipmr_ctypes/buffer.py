@@ -1,5 +1,10 @@
 """``Buffer``: one owning allocation made through any async resource (RMM's ``DeviceBuffer``),
-with host / device copies, ``__cuda_array_interface__`` and DLPack export."""
+with host / device copies, ``__cuda_array_interface__`` and DLPack export.
+
+This module keeps the class, its construction and its lifetime (free, close, growth); what a
+buffer knows of its resource is in ``_buffer_state``, the copies and patterns in ``_copies``,
+host views in ``_host_views``, foreign memory in ``_foreign``, and what memory is where in
+``_memory_query``."""
 from __future__ import annotations
 
 import ctypes
