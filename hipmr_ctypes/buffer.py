@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import operator
 import sys
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, SupportsIndex, Tuple
 
 from . import _hip
@@ -28,6 +27,7 @@ from .concepts import AsyncResource
 from . import device as _device_module
 from .device import (Device, check_device, current_device_function as _current_device,
                      get_device, on_device, on_device_or_current, prefetch_if_managed)
+from .device import _NO_SWITCH   # _wait_own alone (everything else: on_device_or_current)
 from .properties import DEFAULT_ALIGNMENT
 from .resource_ref import async_resource_ref, resource_ref
 from .resources import get_per_device_resource
@@ -792,9 +792,6 @@ class Buffer:
 
 
 atomic_slot(Buffer, "_free")   # `del self._free` is an atomic claim on every build (_locks)
-
-_NO_SWITCH = nullcontext()   # _wait_own's (the copies use device.on_device_or_current)
-
 
 def _not_viewed(buf: Buffer, what: str) -> None:
     """BufferError while a host view of ``buf`` is alive (see ``_host_views``)."""
