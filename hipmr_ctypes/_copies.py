@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from . import _hip
 from ._checks import check_stream
@@ -27,8 +27,8 @@ from ._memory_query import pointer_device
 from .device import on_device_or_current
 from .stream_ref import stream_ref
 
-if TYPE_CHECKING:
-    from .buffer import Buffer
+#: a ``Buffer`` (not imported, even for type checkers: ``buffer`` imports this module)
+_Buffer = Any
 
 __all__ = ["HostView", "check_writable", "check_fits", "cai_source", "copy", "copy_in",
            "copy_to_host", "copy_from_device", "tobytes", "memset", "fill"]
@@ -73,7 +73,7 @@ class HostView:
             self._view = None
 
 
-def check_writable(buf: "Buffer", what: str) -> None:
+def check_writable(buf: _Buffer, what: str) -> None:
     """BufferError for a view of memory its producer marked read-only (foreign memory, whose
     module is loaded by the first such view)."""
     foreign = sys.modules.get("hipmr_ctypes._foreign")
@@ -81,7 +81,7 @@ def check_writable(buf: "Buffer", what: str) -> None:
         foreign.check_writable(buf, what)
 
 
-def check_fits(buf: "Buffer", n: int, what: str) -> None:
+def check_fits(buf: _Buffer, n: int, what: str) -> None:
     """ValueError when ``n`` bytes of ``what`` do not fit in ``buf``."""
     if n > buf._size:
         raise ValueError(f"{what} has {n} bytes, more than the buffer's {buf._size}")
@@ -121,7 +121,7 @@ def cai_source(obj: Any) -> Tuple[int, int, Optional[int]]:
 _OWN: Any = object()   # copy's default device: the buffer's own
 
 
-def _sync_copy(buf: "Buffer", dst: int, src: int, n: int, host: bool,
+def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
                peer: Optional[Tuple[int, int]], device: Optional[int]) -> None:
     """A synchronous copy ordered after the work on the buffer's stream, made with
     ``device`` current (the null stream is per device)."""
@@ -143,7 +143,7 @@ def _sync_copy(buf: "Buffer", dst: int, src: int, n: int, host: bool,
         rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
 
 
-def copy(buf: "Buffer", dst: int, src: int, n: int, stream: Any, host: bool,
+def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
          peer: Optional[Tuple[int, int]] = None, device: Any = _OWN) -> None:
     """Copy ``n`` bytes for ``buf``; ``peer`` = (destination device, source device) for a copy
     between two devices' memory, which only the peer copy calls accept.  ``device``: the
@@ -169,7 +169,7 @@ def copy(buf: "Buffer", dst: int, src: int, n: int, stream: Any, host: bool,
                      "hipMemcpyAsync", size=n)
 
 
-def copy_in(buf: "Buffer", view: HostView, stream: Any) -> None:
+def copy_in(buf: _Buffer, view: HostView, stream: Any) -> None:
     """Copy the host object of ``view`` into the start of ``buf``."""
     ptr = buf._live()
     check_fits(buf, view.nbytes, "obj")
@@ -177,7 +177,7 @@ def copy_in(buf: "Buffer", view: HostView, stream: Any) -> None:
         copy(buf, ptr, address, n, stream, buf._state.host_only)
 
 
-def copy_to_host(buf: "Buffer", out: Any, stream: Any) -> Any:
+def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
     """``Buffer.copy_to_host``."""
     ptr = buf._live()
     buf._own_stream()
@@ -194,7 +194,7 @@ def copy_to_host(buf: "Buffer", out: Any, stream: Any) -> Any:
     return target
 
 
-def copy_from_device(buf: "Buffer", ptr: int, source: Optional["Buffer"], src: int, n: int,
+def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int, n: int,
                      stream: Any, host: bool, src_device: Optional[int]) -> None:
     """Copy ``n`` bytes at ``src`` (of the Buffer ``source``, or of a CAI object: None) to
     ``ptr``, the start of ``buf``; ``src_device``: the source's device when it is device
@@ -221,7 +221,7 @@ def copy_from_device(buf: "Buffer", ptr: int, source: Optional["Buffer"], src: i
     copy(buf, ptr, src, n, stream, host, peer, device)
 
 
-def tobytes(buf: "Buffer", stream: Any) -> bytes:
+def tobytes(buf: _Buffer, stream: Any) -> bytes:
     """``Buffer.tobytes``: the copy lands in the new ``bytes`` object itself."""
     ptr = buf._live()
     buf._own_stream()
@@ -239,7 +239,7 @@ def tobytes(buf: "Buffer", stream: Any) -> bytes:
 
 # ---- patterns ----------------------------------------------------------------------------------
 
-def memset(buf: "Buffer", value: Any, stream: Any) -> None:
+def memset(buf: _Buffer, value: Any, stream: Any) -> None:
     """``Buffer.memset``."""
     ptr = buf._live()
     check_writable(buf, "memset")
@@ -271,7 +271,7 @@ _WIDTHS = {1: ("hipMemsetD8", "hipMemsetD8Async"), 2: ("hipMemsetD16", "hipMemse
            4: ("hipMemsetD32", "hipMemsetD32Async")}
 
 
-def fill(buf: "Buffer", value: Any, width: Any, stream: Any) -> None:
+def fill(buf: _Buffer, value: Any, width: Any, stream: Any) -> None:
     """``Buffer.fill``: every argument checked before any native call."""
     ptr = buf._live()
     if isinstance(width, bool) or not isinstance(width, int):

@@ -2,18 +2,17 @@
 3.12+) give a memoryview over a ctypes array that holds the Buffer.  While any such array is
 alive the Buffer is *pinned*: ``close()``, ``resize()``, ``reserve()`` and ``release()`` raise
 BufferError (:func:`viewed`, asked by ``buffer._not_viewed``).  Imported by the first view,
-never by ``import hipmr_ctypes``."""
+never by ``import hipmr_ctypes``; it imports nothing of the package."""
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict
+from typing import Any, Callable, Dict
 
-from ._foreign import ForeignMemory
-
-if TYPE_CHECKING:
-    from .buffer import Buffer
+#: a ``Buffer`` (not imported, even for type checkers: ``buffer`` imports this module)
+_Buffer = Any
 
 __all__ = ["viewed", "host_view", "buffer_export"]
 
@@ -50,7 +49,7 @@ def viewed(buf: Any) -> bool:
     return bool(_views.get(id(buf)))
 
 
-def host_view(buf: "Buffer", readonly: bool = False) -> memoryview:
+def host_view(buf: _Buffer, readonly: bool = False) -> memoryview:
     """``Buffer.host_view``: a 1-D ``B`` memoryview over host-accessible memory."""
     if not isinstance(readonly, bool):
         raise TypeError(f"readonly must be a bool, not {type(readonly).__name__}")
@@ -59,9 +58,10 @@ def host_view(buf: "Buffer", readonly: bool = False) -> memoryview:
     if kind not in _HOST_KINDS:
         raise BufferError(f"this Buffer holds {kind} memory, which the CPU cannot read: copy "
                           "it to the host (buf.tobytes(), buf.copy_to_host()) instead")
-    if not readonly:
+    if not readonly:   # a view of memory its DLPack producer marked read-only (_foreign)
+        foreign = sys.modules.get("hipmr_ctypes._foreign")
         ref = buf._ref
-        if type(ref) is ForeignMemory and ref.readonly:
+        if foreign is not None and type(ref) is foreign.ForeignMemory and ref.readonly:
             readonly = True
     size = buf._size
     array: Any = (ctypes.c_ubyte * size).from_address(ptr) if size else (ctypes.c_ubyte * 0)()
@@ -81,7 +81,7 @@ def host_view(buf: "Buffer", readonly: bool = False) -> memoryview:
 PyBUF_WRITABLE = 0x0001
 
 
-def buffer_export(buf: "Buffer", flags: int) -> memoryview:
+def buffer_export(buf: _Buffer, flags: int) -> memoryview:
     """``Buffer.__buffer__`` (Python 3.12+)."""
     view = host_view(buf)
     if view.readonly and flags & PyBUF_WRITABLE:
