@@ -49,7 +49,7 @@ _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in nam
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
 _SUBMODULES = frozenset("""adaptors buffer cccl3 concepts device properties resource_ref resources stream
     stream_ref ipc _checks _exit _hip _limits _locks _sizes _thread_exit errors initialization logfile
-    plot statistics _stream_order""".split())
+    plot statistics _stream_order _buffer_state _copies _memory_query""".split())
 
 __all__ = list(_LAZY)  # pyright: ignore[reportUnsupportedDunderAll]  (listed in __init__.pyi)
 

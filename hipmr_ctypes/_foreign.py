@@ -1,50 +1,37 @@
-"""Memory the package did not allocate, as Buffers, and host views of a Buffer's memory.
+"""Memory the package did not allocate, as Buffers.
 
-- :func:`from_handle` / :func:`from_dlpack` check what ``Buffer.from_handle`` /
-  ``Buffer.from_dlpack`` are given and call the ``build`` function the Buffer passes
-  (``Buffer._over``) for a Buffer whose ``resource`` is a :class:`ForeignMemory` (a view: it
-  keeps its owner alive and frees nothing) or, for ``from_handle(..., resource=r)``, ``r``
-  itself (the Buffer owns the memory and frees it through ``r``).
-- :func:`fill` is ``Buffer.fill`` (hipMemsetD8/D16/D32 and their Async forms).
-- :func:`host_view` is ``Buffer.host_view`` and ``memoryview(buf)`` (Python 3.12+): a
-  memoryview over a ctypes array that holds the Buffer; while any such array is alive the
-  Buffer is *pinned*: ``close()``, ``resize()``, ``reserve()`` and ``release()`` raise
-  BufferError (:func:`viewed`).
-
-Everything here works on plain values (addresses, sizes, kinds, the Buffer's resource) and
-the objects and functions ``Buffer`` passes; this module never imports ``buffer``.
+:func:`from_handle` / :func:`from_dlpack` check what ``Buffer.from_handle`` /
+``Buffer.from_dlpack`` are given and call the ``build`` function the Buffer passes
+(``Buffer._over``) for a Buffer whose ``resource`` is a :class:`ForeignMemory` (a view: it keeps
+its owner alive and frees nothing) or, for ``from_handle(..., resource=r)``, ``r`` itself (the
+Buffer owns the memory and frees it through ``r``): this module never imports ``buffer``.  :func:`check_writable` refuses writes to memory its
+producer marked read-only.
 
 Lifetime of a view: the Buffer's free is claimed exactly once (``Buffer._claim``); that claim
 calls :meth:`ForeignMemory.deallocate_async`, which waits for the Buffer's stream (device-
 accessible memory: work queued on the view must finish before its owner may reuse the memory)
 and then drops the owner, or calls the DLPack deleter once.  This module is imported by the
-first use of any of these, never by ``import hipmr_ctypes``.
+first use of any of these (or of a host view), never by ``import hipmr_ctypes``.
 """
 from __future__ import annotations
 
-import ctypes
-import sys
-import threading
 import weakref
-from contextlib import nullcontext
 from ctypes import CFUNCTYPE, c_void_p
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
+from typing import Any, Callable, Optional, Tuple, TypeVar
 
 from . import _hip
 from . import _dlpack as dl
 from ._checks import check_ptr, check_size, check_stream
 from ._limits import MAX_ADDRESS
+from ._memory_query import pointer_kind
 from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
-from ._hip.types import MEMORY_TYPE_5, MEMORY_TYPE_6, hipPointerAttribute_t
-from .device import check_device, on_device
+from .device import check_device, on_device_or_current
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
 from .resource_ref import async_resource_ref
 from .stream_ref import stream_ref
 
-__all__ = ["ForeignMemory", "from_handle", "from_dlpack", "fill", "host_view", "viewed",
-           "check_writable"]
+__all__ = ["ForeignMemory", "from_handle", "from_dlpack", "check_writable"]
 
-_HOST_KINDS = frozenset({"host", "pinned", "managed"})
 #: what the ``build`` function of :func:`from_handle` / :func:`from_dlpack` makes (a Buffer)
 _B = TypeVar("_B")
 
@@ -97,7 +84,7 @@ class ForeignMemory:
             handle = check_stream(stream)
             rt = _hip.get_runtime()
             device = self.device
-            with on_device(device) if device is not None else _NO_SWITCH:
+            with on_device_or_current(device):
                 rt.check(rt.fn.hipStreamSynchronize(handle), "hipStreamSynchronize")
         release, self._release = self._release, None
         self.owner = None
@@ -113,35 +100,6 @@ class ForeignMemory:
     def __repr__(self) -> str:
         return (f"<ForeignMemory kind={self.kind} device={self.device}"
                 f"{' readonly' if self.readonly else ''}>")
-
-
-_NO_SWITCH = nullcontext()
-
-
-# ---- what a pointer is ---------------------------------------------------------------------
-
-def pointer_kind(ptr: int) -> Tuple[Optional[str], Optional[int]]:
-    """``(kind, device)`` of the memory at ``ptr`` from hipPointerGetAttributes: "device",
-    "pinned" (host memory the runtime registered) or "managed"; ``(None, None)`` for memory
-    the runtime does not know (plain host memory)."""
-    if not ptr:
-        return None, None
-    rt = _hip.get_runtime()
-    attrs = hipPointerAttribute_t()
-    if rt.fn.hipPointerGetAttributes(attrs, ptr):
-        rt.clear_last_error()
-        return None, None
-    table = (MEMORY_TYPE_5 if rt.platform == "amd" and rt.runtime_version()[0] < 6
-             else MEMORY_TYPE_6)
-    name = table.get(attrs.type)
-    device = attrs.device if attrs.device >= 0 else None
-    if attrs.isManaged or name in ("managed", "unified"):
-        return "managed", device
-    if name == "device":
-        return "device", device
-    if name == "host":
-        return "pinned", device
-    return None, None
 
 
 def _stream_and_keep(stream: Any) -> Tuple[int, Any]:
@@ -316,148 +274,9 @@ def from_dlpack(obj: Any, build: Callable[..., _B]) -> _B:
         raise
 
 
-# ---- fill ------------------------------------------------------------------------------------
-
-_WIDTHS = {1: ("hipMemsetD8", "hipMemsetD8Async"), 2: ("hipMemsetD16", "hipMemsetD16Async"),
-           4: ("hipMemsetD32", "hipMemsetD32Async")}
-
-
-def check_writable(ref: Any, what: str) -> None:
-    """BufferError when ``ref``, a Buffer's resource, views memory its producer marked
-    read-only."""
+def check_writable(buf: Any, what: str) -> None:
+    """BufferError for a view of memory its producer marked read-only."""
+    ref = buf._ref
     if type(ref) is ForeignMemory and ref.readonly:
         raise BufferError(f"Buffer.{what}: this Buffer views read-only memory (its DLPack "
                           "producer marked it read-only)")
-
-
-def fill(ptr: int, size: int, ref: Any, host_only: bool, device: Optional[int], own: int,
-         value: Any, width: Any, stream: Any) -> None:
-    """``Buffer.fill`` of the Buffer of ``size`` bytes at ``ptr`` from ``ref`` (host-only
-    memory, on ``device``, its own stream ``own``): every argument checked before any native
-    call."""
-    if isinstance(width, bool) or not isinstance(width, int):
-        raise TypeError(f"width must be 1, 2 or 4 (bytes), not {type(width).__name__}")
-    if width not in _WIDTHS:
-        raise ValueError(f"width={width} is not 1, 2 or 4 (bytes)")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"value must be an int, not {type(value).__name__}")
-    bits = 8 * width
-    if not -(1 << (bits - 1)) <= value < (1 << bits):
-        raise ValueError(f"value={value} does not fit in {width} byte(s): it must be in "
-                         f"[{-(1 << (bits - 1))}, {(1 << bits) - 1}]")
-    value &= (1 << bits) - 1     # the pattern's bits
-    if size % width:
-        raise ValueError(f"the buffer's size ({size} bytes) is not a multiple of width={width}")
-    if ptr % width:
-        raise ValueError(f"the buffer's address {ptr:#x} is not aligned to width={width}")
-    handle = None if stream is None else check_stream(stream)
-    check_writable(ref, "fill")
-    if not size:
-        return
-    if host_only:
-        _fill_host(ptr, value, width, size)
-        return
-    count = size // width
-    if width == 4 and value & 0x80000000:
-        value -= 1 << 32     # hipMemsetD32 takes an int: the same 32 bits
-    sync_name, async_name = _WIDTHS[width]
-    rt = _hip.get_runtime()
-    with on_device(device) if device is not None else _NO_SWITCH:
-        if handle is None:
-            if own == 0:
-                rt.check(getattr(rt.fn, sync_name)(ptr, value, count), sync_name, size=size)
-                return
-            rt.check(getattr(rt.fn, async_name)(ptr, value, count, own), async_name,
-                     size=size)
-            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
-        else:
-            rt.check(getattr(rt.fn, async_name)(ptr, value, count, handle), async_name,
-                     size=size)
-
-
-def _fill_host(ptr: int, value: int, width: int, size: int) -> None:
-    """The pattern written by the CPU: one element, then doubling copies of what is done."""
-    if width == 1:
-        ctypes.memset(ptr, value, size)
-        return
-    ctypes.memmove(ptr, value.to_bytes(width, sys.byteorder), width)
-    done = width
-    while done < size:
-        step = min(done, size - done)
-        ctypes.memmove(ptr + done, ptr, step)
-        done += step
-
-
-# ---- host views ------------------------------------------------------------------------------
-#
-# id(buffer) -> {id of a weak reference: that weak reference} of its live ctypes arrays (an
-# array is unhashable, and so are weak references to it).  An array holds its Buffer (an
-# attribute), so the Buffer outlives every entry; an array's weak-reference callback (run
-# when the last memoryview over it is released or collected) removes it.  The callback never
-# waits for the lock: where it cannot take it at once, it leaves an empty dict (which means
-# "not viewed") for the next view of that buffer to reuse.
-
-_views: Dict[int, Dict[int, Any]] = {}
-_views_lock = threading.Lock()
-
-
-def _forget(key: int) -> Callable[[Any], None]:
-    def forget(wr: Any) -> None:
-        found = _views.get(key)
-        if found is None:
-            return
-        found.pop(id(wr), None)
-        if not found and _views_lock.acquire(False):
-            try:
-                if not found and _views.get(key) is found:
-                    del _views[key]
-            finally:
-                _views_lock.release()
-    return forget
-
-
-def viewed(buf: Any) -> bool:
-    """True while a memoryview from :func:`host_view` (or ``memoryview(buf)``) is alive."""
-    return bool(_views.get(id(buf)))
-
-
-def host_view(buf: Any, readonly: Any, size: int, ref: Any, live: Callable[[], int],
-              kind_of: Callable[[], str], own_state: Callable[[], Any]) -> memoryview:
-    """``Buffer.host_view``: a 1-D ``B`` memoryview over the ``size`` bytes of
-    host-accessible memory of ``buf`` (a Buffer from ``ref``, held by the view and keyed by
-    identity): ``live()`` gives its address (ValueError when closed), ``kind_of()`` its
-    memory's kind, and ``own_state()`` gives it a state of its own (so that its ``close()``
-    checks :func:`viewed`)."""
-    if not isinstance(readonly, bool):
-        raise TypeError(f"readonly must be a bool, not {type(readonly).__name__}")
-    ptr = live()
-    kind = kind_of()
-    if kind not in _HOST_KINDS:
-        raise BufferError(f"this Buffer holds {kind} memory, which the CPU cannot read: copy "
-                          "it to the host (buf.tobytes(), buf.copy_to_host()) instead")
-    if not readonly and type(ref) is ForeignMemory and ref.readonly:
-        readonly = True
-    array: Any = (ctypes.c_ubyte * size).from_address(ptr) if size else (ctypes.c_ubyte * 0)()
-    array._hipmr_buffer = buf   # the Buffer lives as long as the array
-    key = id(buf)
-    with _views_lock:
-        own_state()             # its own state: close() takes the checked path
-        found = _views.get(key)
-        if found is None:
-            found = _views[key] = {}
-        wr = weakref.ref(array, _forget(key))
-        found[id(wr)] = wr
-    view = memoryview(array).cast("B")
-    return view.toreadonly() if readonly else view
-
-
-PyBUF_WRITABLE = 0x0001
-
-
-def buffer_export(view: memoryview, flags: int) -> memoryview:
-    """``Buffer.__buffer__`` (Python 3.12+) of ``view``, the Buffer's :func:`host_view`."""
-    if view.readonly and flags & PyBUF_WRITABLE:
-        view.release()
-        raise BufferError("this Buffer views read-only memory")
-    return view
-

@@ -1,12 +1,15 @@
 """``Buffer``: one owning allocation made through any async resource (RMM's ``DeviceBuffer``),
-with host / device copies, ``__cuda_array_interface__`` and DLPack export."""
+with host / device copies, ``__cuda_array_interface__`` and DLPack export.
+
+This module keeps the class, its construction and its lifetime (free, close, growth); what a
+buffer knows of its resource is in ``_buffer_state``, the copies and patterns in ``_copies``,
+host views in ``_host_views``, foreign memory in ``_foreign``, and what memory is where in
+``_memory_query``."""
 from __future__ import annotations
 
 import ctypes
 import operator
 import sys
-import weakref
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, SupportsIndex, Tuple
 
 from . import _hip
@@ -14,19 +17,20 @@ from ._checks import FAST_ALIGNMENTS, check_alignment, check_size, check_stream
 from ._exit import _state as _exit_state, warn_failed_free
 from ._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from ._locks import atomic_slot
-from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
-                          PyByteArray_FromStringAndSize, PyBytes_AsString,
-                          PyBytes_FromStringAndSize, PyObject_GetBuffer)
-from ._hip.types import (MEMORY_TYPE_5, MEMORY_TYPE_6, hipMemcpyDefault,
-                         hipPointerAttribute_t)
+from . import _buffer_state
+from ._buffer_state import _State, _current_entry, _shared_state, _state_for
+from ._copies import (HostView, cai_source, check_fits, check_writable, copy_from_device,
+                      copy_in, copy_to_host, fill, memset, tobytes)
+from ._hip.types import hipMemcpyDefault
+from ._memory_query import memory_kind
 from .concepts import AsyncResource
 from . import device as _device_module
 from .device import (Device, check_device, current_device_function as _current_device,
-                     get_device, on_device, prefetch_if_managed)
-from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
+                     get_device, on_device, on_device_or_current, prefetch_if_managed)
+from .device import _NO_SWITCH   # _wait_own alone (everything else: on_device_or_current)
+from .properties import DEFAULT_ALIGNMENT
 from .resource_ref import async_resource_ref, resource_ref
-from .resources import (ManagedMemoryResource, PinnedMemoryResource, get_per_device_resource,
-                        per_device_cache, remember_per_device)
+from .resources import get_per_device_resource
 from .stream import Stream, event_for, wait_event
 from .stream_ref import stream_ref
 
@@ -35,202 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Buffer"]
 
-# ---- host buffers: the address of anything with the buffer protocol ----------------------------
-
-
-class _HostView:
-    """``with _HostView(obj, name, writable) as (address, nbytes)``: a C-contiguous view of
-    ``obj``'s memory, held while the block runs.  TypeError / ValueError name ``name``."""
-
-    __slots__ = ("_obj", "_writable", "_view", "nbytes")
-
-    def __init__(self, obj: Any, name: str, writable: bool) -> None:
-        try:
-            mv = memoryview(obj)
-        except TypeError:
-            raise TypeError(f"{name} must support the buffer protocol (bytes, bytearray, "
-                            f"memoryview, array.array, numpy arrays...), not "
-                            f"{type(obj).__name__}") from None
-        with mv:
-            if not mv.c_contiguous:
-                raise ValueError(f"{name} must be C-contiguous")
-            if writable and mv.readonly:
-                raise TypeError(f"{name} must be writable ({type(obj).__name__} is read-only)")
-            self.nbytes = mv.nbytes
-        self._obj = obj
-        self._writable = writable
-        self._view: Optional[Py_buffer] = None
-
-    def __enter__(self) -> Tuple[int, int]:
-        view = Py_buffer()
-        flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if self._writable else 0)
-        PyObject_GetBuffer(self._obj, view, flags)
-        self._view = view
-        return view.buf or 0, view.len
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._view is not None:
-            PyBuffer_Release(self._view)
-            self._view = None
-
-
-# ---- what a buffer needs to know about its resource, checked once per resource object ----------
-#
-# A buffer keeps its rarely used facts in one ``_State`` (slot ``_state``).  A buffer that is
-# open, holds no stream object, has the default alignment, its capacity equal to its size and
-# no cached memory kind ("plain") shares its resource's state; ``_mutable()`` gives a buffer its
-# own copy before any of those facts changes.  Closing a plain buffer swaps in the shared
-# closed twin.
-#
-# id(resource) -> (weak reference to it, its shared state).  The weak reference confirms the
-# entry is for this very object (ids are reused) and drops the entry when the resource goes
-# away: nothing here keeps a resource alive.  A resource that takes no weak reference is
-# checked for every buffer.  ``_last`` is the shared state of the resource seen last: its
-# ``owner`` (that weak reference) and ``ref_class`` (the class of a ref to it seen since, or
-# None) let a buffer on the same resource as the previous one, or on a ref of that class to
-# it, find its state with one global read and one weak-reference call.
-
-
-class _State:
-    """What a buffer knows beyond its address, size, resource and stream."""
-
-    __slots__ = ("device", "host_only", "capacity", "alignment", "keep", "kind", "closed",
-                 "plain", "shared", "gone", "closed_twin", "empty_twin", "owner", "ref_class")
-    device: Optional[int]      # the device of the memory; None for host-only memory
-    host_only: bool
-    capacity: Optional[int]    # bytes allocated; None: the buffer's size
-    alignment: int
-    keep: Any                  # the stream object held for the buffer's stream, or None
-    kind: Optional[str]        # the cached memory kind ("device", "pinned", ...)
-    closed: bool
-    plain: bool                # open, shared: close() frees with (ptr, size, 256, handle)
-    shared: bool               # one resource's (never changed), not one buffer's
-    gone: bool                 # the buffer owns no memory (closed and freed, or empty)
-    closed_twin: "_State"      # for a shared state: its closed counterpart
-    empty_twin: "_State"       # for a shared plain state: the one of its empty buffers
-    owner: Any                 # for a shared plain state: the weak reference to its resource
-    ref_class: Any             # ... and the class of a ref to that resource seen, or None
-
-    def copy(self) -> "_State":
-        """A buffer's own copy (not plain, not shared; owning what the original's buffer
-        owns)."""
-        state = _State.__new__(_State)
-        state.device = self.device
-        state.host_only = self.host_only
-        state.capacity = self.capacity
-        state.alignment = self.alignment
-        state.keep = self.keep
-        state.kind = self.kind
-        state.closed = self.closed
-        state.gone = self.gone
-        state.plain = state.shared = False
-        state.closed_twin = state.empty_twin = state
-        return state
-
-
-def _shared_state(device: Optional[int], host_only: bool) -> _State:
-    """A resource's shared open state and its closed twin."""
-    state = _State.__new__(_State)
-    state.device = device
-    state.host_only = host_only
-    state.capacity = None
-    state.alignment = DEFAULT_ALIGNMENT
-    state.keep = state.kind = None
-    state.closed = False
-    state.plain = state.shared = True
-    state.gone = False
-    twin = state.copy()
-    twin.closed = twin.shared = twin.gone = True
-    state.closed_twin = twin
-    empty = state.empty_twin = state.copy()
-    empty.shared = empty.gone = True
-    empty.closed_twin = twin
-    return state
-
-
-_plans: Dict[int, Tuple[Any, _State]] = {}
-
-
-class _Gone:
-    __slots__ = ("__weakref__",)
-
-
-_last: _State = _shared_state(None, True)
-_last.owner = weakref.ref(_Gone())   # a weak reference that returns None
-_last.ref_class = None
-
-
-def _forget(key: int) -> Callable[[Any], None]:
-    # the table is bound now: the callback may run while shutdown clears module globals
-    def forget(wr: Any, _plans: Dict[int, Tuple[Any, _State]] = _plans) -> None:
-        entry = _plans.get(key)
-        if entry is not None and entry[0] is wr:
-            _plans.pop(key, None)
-    return forget
-
-
-def _plan(resource: Any, target: Any) -> Tuple[Any, _State]:
-    """Check ``resource`` (an async resource, or an async ref to ``target``) as an
-    ``async_resource_ref`` does, and remember what a buffer needs to know of ``target``."""
-    if target is resource:
-        async_resource_ref(resource)  # TypeError naming what is missing
-    props = _declared(target)
-    host_only = device_accessible not in props and bool(props)
-    state = _shared_state(None if host_only else memory_device(target), host_only)
-    try:
-        wr = weakref.ref(target, _forget(id(target)))
-    except TypeError:
-        return (None, state)
-    entry = _plans[id(target)] = (wr, state)
-    return entry
-
-
-def _state_for(resource: Any, alignment: int, keep: Any, device: Optional[int]) -> _State:
-    """The state of a new buffer on ``resource`` (checked here, once per resource object):
-    the resource's shared one, or the buffer's own when it has a stream object to hold, an
-    alignment other than the default, or memory whose device only the current device says
-    (``device``: the one already read, or None)."""
-    global _last
-    is_ref = isinstance(resource, async_resource_ref)
-    target = resource.resource if is_ref else resource
-    entry = _plans.get(id(target))
-    if entry is None or entry[0]() is not target:
-        entry = _plan(resource, target)
-    wr, state = entry
-    if wr is not None and (state.device is not None or state.host_only):
-        last = _last
-        # a cache field of a shared state, read only beside ``owner``: any value is safe
-        state.ref_class = (type(resource) if is_ref else
-                           last.ref_class if last.owner() is target else None)
-        state.owner = wr
-        _last = state
-    if keep is not None or alignment is not DEFAULT_ALIGNMENT or (
-            state.device is None and not state.host_only):
-        state = state.copy()
-        state.alignment = alignment
-        state.keep = keep
-        if state.device is None and not state.host_only:
-            state.device = _current_device()() if device is None else device
-    return state
-
-
-#: device -> (its per-device resource, the state of a plain buffer on it): what a buffer made
-#: without ``resource`` finds in one look-up; cleared by ``per_device`` whenever its table
-#: changes, so it holds nothing the table does not
-_current: Dict[int, Tuple[Any, _State]] = per_device_cache({})
-
-
-def _current_entry(device: int) -> Tuple[Any, _State]:
-    """The resource of ``device`` and a plain buffer's state on it, remembered in ``_current``
-    unless the state is the buffer's own (memory whose device only the current device says)
-    or the per-device table changed meanwhile."""
-    resource = get_per_device_resource(device)
-    state = _state_for(resource, DEFAULT_ALIGNMENT, None, device)
-    entry = (resource, state)
-    if state.shared:
-        remember_per_device(_current, device, resource, entry)
-    return entry
-
+# Bound by assignment, not imported: CPython 3.11 compiles a method call on an imported name
+# (``_current.get``) as a module attribute load, which costs the hot path a slow look-up.
+_current = _buffer_state._current
 
 # ---- freeing ------------------------------------------------------------------------------------
 
@@ -239,9 +50,6 @@ _FAST = FAST_ALIGNMENTS
 
 
 # ---- the buffer ---------------------------------------------------------------------------------
-
-_OWN: Any = object()   # _copy's default device: the buffer's own
-
 
 class Buffer:
     """One allocation of ``size`` bytes made through ``resource`` (an async resource or an
@@ -288,7 +96,7 @@ class Buffer:
                 entry = _current.get(device)
                 resource, state = _current_entry(device) if entry is None else entry
             else:
-                state = _last
+                state = _buffer_state._last
                 target = state.owner()
                 if target is not resource and (type(resource) is not state.ref_class
                                                or resource.resource is not target):
@@ -478,10 +286,10 @@ class Buffer:
     def from_host(cls, obj: Any, *, resource: Any = None, stream: Any = None) -> "Buffer":
         """A new buffer holding a copy of ``obj`` (anything C-contiguous with the buffer
         protocol).  With ``stream``, the copy is asynchronous on it."""
-        view = _HostView(obj, "obj", False)
+        view = HostView(obj, "obj", False)
         buf = cls(view.nbytes, resource=resource, stream=stream)
         try:
-            buf._copy_in(view, stream)
+            copy_in(buf, view, stream)
         except BaseException:
             buf.close()
             raise
@@ -603,102 +411,35 @@ class Buffer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # ---- copies ----
-    def _sync_copy(self, dst: int, src: int, n: int, host: bool,
-                   peer: Optional[Tuple[int, int]], device: Optional[int]) -> None:
-        """A synchronous copy ordered after the work on the buffer's stream, made with
-        ``device`` current (the null stream is per device)."""
-        if host:
-            ctypes.memmove(dst, src, n)
-            return
-        rt = _hip.get_runtime()
-        own = self._own_stream()
-        with on_device(device) if device is not None else _NO_SWITCH:
-            if peer is not None:
-                rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
-                         "hipMemcpyPeerAsync", size=n, device=peer[0])
-            elif own == 0:
-                rt.check(rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
-                return
-            else:
-                rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own),
-                         "hipMemcpyAsync", size=n)
-            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
-
-    def _copy(self, dst: int, src: int, n: int, stream: Any, host: bool,
-              peer: Optional[Tuple[int, int]] = None, device: Any = _OWN) -> None:
-        """Copy ``n`` bytes; ``peer`` = (destination device, source device) for a copy between
-        two devices' memory, which only the peer copy calls accept.  ``device``: the device
-        made current for the copy (default: the buffer's own).  The runtime accepts a plain
-        copy of memory-pool memory only while the pool's device is current, whatever the
-        stream's device; the other side may be any memory."""
-        if not n:
-            return
-        if device is _OWN:
-            device = self._device
-        if stream is None:
-            self._sync_copy(dst, src, n, host, peer, device)
-        elif host:
-            ctypes.memmove(dst, src, n)
-        else:
-            handle = check_stream(stream)
-            rt = _hip.get_runtime()
-            with on_device(device) if device is not None else _NO_SWITCH:
-                if peer is not None:
-                    rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
-                             "hipMemcpyPeerAsync", size=n, device=peer[0])
-                    return
-                rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
-                         "hipMemcpyAsync", size=n)
-
-    def _check_size(self, n: int, what: str) -> None:
-        if n > self._size:
-            raise ValueError(f"{what} has {n} bytes, more than the buffer's {self._size}")
-
-    def _copy_in(self, view: _HostView, stream: Any) -> None:
-        ptr = self._live()
-        self._check_size(view.nbytes, "obj")
-        with view as (address, n):
-            self._copy(ptr, address, n, stream, self._host_only)
-
+    # ---- copies (the work is in _copies.py) ----
     def copy_from_host(self, obj: Any, stream: Any = None) -> None:
         """Copy ``obj`` (C-contiguous, buffer protocol, at most ``size`` bytes) into the start
         of the buffer.  With ``stream`` the copy is asynchronous: keep ``obj`` alive and unchanged
         until the stream has done it."""
         self._live()
-        _writable(self, "copy_from_host")
+        check_writable(self, "copy_from_host")
         self._own_stream()
         if stream is not None:
             check_stream(stream)
-        self._copy_in(_HostView(obj, "obj", False), stream)
+        copy_in(self, HostView(obj, "obj", False), stream)
 
     def copy_to_host(self, out: Any = None, stream: Any = None) -> Any:
         """Copy the buffer to ``out`` (writable, C-contiguous, at least ``size`` bytes: the
         start of a larger one is written) and return it; without ``out``, to a new
         ``bytearray``.  With ``stream`` the copy is asynchronous."""
-        ptr = self._live()
-        self._own_stream()
-        if stream is not None:
-            check_stream(stream)
-        # a fresh destination is not zeroed first: the copy writes every byte of it
-        target = PyByteArray_FromStringAndSize(None, self._size) if out is None else out
-        view = _HostView(target, "out", True)
-        if view.nbytes < self._size:
-            raise ValueError(f"out has {view.nbytes} bytes, fewer than the buffer's "
-                             f"{self._size}")
-        with view as (address, _):
-            self._copy(address, ptr, self._size, stream, self._host_only)
-        return target
+        return copy_to_host(self, out, stream)
 
     def copy_from_device(self, other: Any, stream: Any = None) -> None:
         """Copy ``other`` (a Buffer, or an object with ``__cuda_array_interface__``,
         C-contiguous, at most ``size`` bytes) into the start of this buffer."""
         ptr = self._live()
-        _writable(self, "copy_from_device")
+        check_writable(self, "copy_from_device")
         self._own_stream()
         if stream is not None:
             check_stream(stream)
+        source: Optional[Buffer] = None
         if isinstance(other, Buffer):
+            source = other
             src = other._live()
             other._own_stream()
             n = other._size
@@ -706,32 +447,13 @@ class Buffer:
             producer = None
             src_device = other._device if other._memory_kind() == "device" else None
         else:
-            src, n, producer = _cai_source(other)
+            src, n, producer = cai_source(other)
             host = False
             src_device = None
-        self._check_size(n, "other")
+        check_fits(self, n, "other")
         if producer is not None:  # CAI v3: the producer's work must be complete
             stream_ref(producer).wait()
-        if not n:
-            return
-        peer = None
-        device = self._device
-        if not host:
-            if src_device is None and not isinstance(other, Buffer):
-                src_device = _pointer_device(src)
-            dst_device = self._device if self._memory_kind() == "device" else None
-            if src_device is not None and dst_device is not None and src_device != dst_device:
-                peer = (dst_device, src_device)
-                if stream is None and isinstance(other, Buffer):
-                    other._wait_own()   # its work on its own device's stream comes first
-            elif dst_device is None and src_device is not None and src_device != device:
-                # host-accessible memory filled from device memory of another device: the
-                # copy runs with the source's device current (pool memory is refused
-                # otherwise), after the work on this buffer's own stream
-                if stream is None:
-                    self._wait_own()
-                device = src_device
-        self._copy(ptr, src, n, stream, host, peer, device)
+        copy_from_device(self, ptr, source, src, n, stream, host, src_device)
 
     def _wait_own(self) -> None:
         """Wait for the work on this buffer's stream (on its device: null streams are per
@@ -766,50 +488,13 @@ class Buffer:
 
     def memset(self, value: int, stream: Any = None) -> None:
         """Set every byte to ``value`` (0..255)."""
-        ptr = self._live()
-        _writable(self, "memset")
-        self._own_stream()
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"value must be an int in [0, 255], not {type(value).__name__}")
-        if not 0 <= value <= 255:
-            raise ValueError(f"value={value} is not in [0, 255]")
-        handle = None if stream is None else check_stream(stream)
-        if not self._size:
-            return
-        if self._host_only:
-            ctypes.memset(ptr, value, self._size)
-            return
-        rt = _hip.get_runtime()
-        if handle is None:
-            own = self._own_stream()
-            device = self._device
-            with on_device(device) if device is not None else _NO_SWITCH:
-                if own == 0:
-                    rt.check(rt.fn.hipMemset(ptr, value, self._size), "hipMemset",
-                             size=self._size)
-                    return
-                rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, own),
-                         "hipMemsetAsync", size=self._size)
-                rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
-        else:
-            rt.check(rt.fn.hipMemsetAsync(ptr, value, self._size, handle), "hipMemsetAsync",
-                     size=self._size)
+        memset(self, value, stream)
 
     def tobytes(self, stream: Any = None) -> bytes:
         """A copy of the contents as ``bytes`` (with ``stream``: copied on it, and waited for).
         The copy lands in the new ``bytes`` object itself: no zero-filled staging and no
         second copy."""
-        ptr = self._live()
-        self._own_stream()
-        if stream is not None:
-            check_stream(stream)
-        n = self._size
-        data = PyBytes_FromStringAndSize(None, n)   # not yet written: nobody else sees it
-        if n:
-            self._copy(PyBytes_AsString(data), ptr, n, stream, self._host_only)
-            if stream is not None and not self._host_only:
-                stream_ref(stream).wait()
-        return data  # type: ignore[no-any-return]
+        return tobytes(self, stream)
 
     def __bytes__(self) -> bytes:
         return self.tobytes()
@@ -874,7 +559,7 @@ class Buffer:
         buffer is as it was."""
         ref, alignment, old_ptr = self._ref, self._alignment, self._ptr
         device = self._device
-        with on_device(device) if device is not None and not self._host_only else _NO_SWITCH:
+        with on_device_or_current(None if self._host_only else device):
             if old_ptr and not self._host_only:
                 self._order_before(handle)
             new_ptr = ref.allocate_async(capacity, alignment, handle)
@@ -983,7 +668,8 @@ class Buffer:
         """"device", "pinned", "managed" or "host" (host-only memory)."""
         kind = self._state.kind
         if kind is None:
-            kind = self._mutable().kind = _memory_kind(self)
+            kind = self._mutable().kind = memory_kind(self.resource, self._ptr,
+                                                      self._host_only)
         return kind
 
     def __dlpack_device__(self) -> Tuple[int, int]:
@@ -1042,7 +728,7 @@ class Buffer:
             event.record(own)
             wait_event(consumer, event)
 
-    # ---- foreign memory, patterns and host views (the work is in _foreign.py) ----
+    # ---- foreign memory (_foreign.py), patterns (_copies.py), host views (_host_views.py) ----
     @classmethod
     def from_handle(cls, ptr: int, size: int, *, owner: Any = None, resource: Any = None,
                     device: Any = None, stream: Any = None) -> "Buffer":
@@ -1110,11 +796,7 @@ class Buffer:
         unsigned or signed (``-1`` with width 4 is ``0xFFFFFFFF``).  A width other than 1, 2,
         4, a value that does not fit, a size that is not a multiple of ``width`` or an address
         not aligned to it: ValueError before any native call."""
-        from ._foreign import fill
-        ptr = self._live()
-        state = self._state
-        fill(ptr, self._size, self._ref, state.host_only, state.device, self._handle, value,
-             width, stream)
+        fill(self, value, width, stream)
 
     def host_view(self, readonly: bool = False) -> memoryview:
         """A writable 1-D ``memoryview`` (format ``B``) of host-accessible memory (host,
@@ -1123,15 +805,14 @@ class Buffer:
         is alive, ``close()``, ``resize()``, ``reserve()`` and ``release()`` raise BufferError;
         release it (``view.release()``, or ``with buf.host_view() as view:``) first.  The view
         does not wait for queued GPU work: synchronize first."""
-        from ._foreign import host_view
-        return host_view(self, readonly, self._size, self._ref, self._live, self._memory_kind,
-                         self._mutable)
+        from ._host_views import host_view
+        return host_view(self, readonly)
 
     if sys.version_info >= (3, 12):
         def __buffer__(self, flags: int) -> memoryview:
             """The buffer protocol (Python 3.12+): :meth:`host_view`."""
-            from ._foreign import buffer_export
-            return buffer_export(self.host_view(), flags)
+            from ._host_views import buffer_export
+            return buffer_export(self, flags)
 
         def __release_buffer__(self, view: memoryview) -> None:
             """The end of a ``memoryview(buf)``: the view from :meth:`__buffer__` is released
@@ -1146,132 +827,13 @@ class Buffer:
 
 atomic_slot(Buffer, "_free")   # `del self._free` is an atomic claim on every build (_locks)
 
-_NO_SWITCH = nullcontext()
-
-
 def _not_viewed(buf: Buffer, what: str) -> None:
-    """BufferError while a host view of ``buf`` is alive (see ``_foreign``)."""
-    hv = sys.modules.get("hipmr_ctypes._foreign")
+    """BufferError while a host view of ``buf`` is alive (see ``_host_views``)."""
+    hv = sys.modules.get("hipmr_ctypes._host_views")
     if hv is not None and hv.viewed(buf):
         raise BufferError(f"Buffer.{what}: a memoryview of this buffer's memory is still "
                           "alive (release it first)")
 
 
-def _writable(buf: Buffer, what: str) -> None:
-    """BufferError for a view of memory its producer marked read-only."""
-    hv = sys.modules.get("hipmr_ctypes._foreign")
-    if hv is not None:
-        hv.check_writable(buf._ref, what)
-
-
-def memory_device(resource: Any) -> Optional[int]:
-    """The device the memory of ``resource`` lives on: its ``device`` when that is an int, else
-    the first such ``device`` below it through ``upstream_resource()`` (adaptors, refs; any
-    depth); None when no resource of the stack names one; ValueError for a stack with a
-    cycle."""
-    from ._stack import walk_stack
-    for found in walk_stack(resource, "memory_device"):
-        device = getattr(found, "device", None)
-        if type(device) is int:
-            return device
-    return None
-
-
-def _pointer_device(ptr: int) -> Optional[int]:
-    """The device of device-only memory at ``ptr`` (hipPointerGetAttributes), else None."""
-    rt = _hip.get_runtime()
-    attrs = hipPointerAttribute_t()
-    if rt.fn.hipPointerGetAttributes(attrs, ptr):
-        rt.clear_last_error()
-        return None
-    if rt.platform == "amd" and rt.runtime_version()[0] < 6:
-        table = MEMORY_TYPE_5
-    else:
-        table = MEMORY_TYPE_6
-    return attrs.device if table.get(attrs.type) == "device" and not attrs.isManaged else None
-
-
 def _unpickle(data: Any) -> Buffer:
     return Buffer.from_host(data)
-
-
-def _cai_source(obj: Any) -> Tuple[int, int, Optional[int]]:
-    """(address, nbytes, producer stream or None) of a C-contiguous CAI object."""
-    try:
-        cai = obj.__cuda_array_interface__
-    except AttributeError:
-        raise TypeError(f"other must be a Buffer or have __cuda_array_interface__, not "
-                        f"{type(obj).__name__}") from None
-    shape = tuple(cai["shape"])
-    typestr = cai["typestr"]
-    itemsize = int(typestr[2:])
-    n = itemsize
-    for extent in shape:
-        n *= extent
-    strides = cai.get("strides")
-    if strides is not None and n:
-        expected = []
-        step = itemsize
-        for extent in reversed(shape):
-            expected.append(step)
-            step *= extent
-        if tuple(s for s, e in zip(strides, shape) if e > 1) != tuple(
-                e for e, x in zip(reversed(expected), shape) if x > 1):
-            raise ValueError("other must be C-contiguous")
-    if cai.get("mask") is not None:
-        raise ValueError("other: masked arrays are not supported")
-    producer = cai.get("stream") if cai.get("version", 0) >= 3 else None
-    return int(cai["data"][0] or 0), n, producer
-
-
-def _memory_kind(buf: Buffer) -> str:
-    props = _declared(buf.resource)
-    if buf._host_only:
-        return "host"
-    if not props:   # a resource that declares nothing: what the runtime knows of the memory
-        return _pointer_kind(buf._ptr)
-    if host_accessible not in props:
-        return "device"
-    # device- and host-accessible: pinned or managed.  Our own resources (also under adaptors
-    # that name their upstream) say which; otherwise ask the runtime about the pointer.
-    from ._stack import walk_stack
-    for resource in walk_stack(buf.resource, "Buffer"):
-        if isinstance(resource, ManagedMemoryResource):
-            return "managed"
-        if isinstance(resource, PinnedMemoryResource):
-            return "pinned"
-    if not buf._ptr:
-        return "pinned"
-    rt = _hip.get_runtime()
-    attrs = hipPointerAttribute_t()
-    if rt.fn.hipPointerGetAttributes(attrs, buf._ptr):
-        return "pinned"
-    if attrs.isManaged:
-        return "managed"
-    if rt.platform == "amd":
-        table = MEMORY_TYPE_6 if rt.runtime_version()[0] >= 6 else MEMORY_TYPE_5
-    else:
-        table = MEMORY_TYPE_6
-    return "managed" if table.get(attrs.type, "") in ("managed", "unified") else "pinned"
-
-
-def _pointer_kind(ptr: int) -> str:
-    """"device", "pinned" or "managed" for memory the runtime knows at ``ptr``; "host" for
-    memory it does not know (a resource that declares no properties, over host memory)."""
-    if not ptr:
-        return "host"
-    rt = _hip.get_runtime()
-    attrs = hipPointerAttribute_t()
-    if rt.fn.hipPointerGetAttributes(attrs, ptr):
-        rt.clear_last_error()
-        return "host"
-    if attrs.isManaged:
-        return "managed"
-    if rt.platform == "amd" and rt.runtime_version()[0] < 6:
-        table = MEMORY_TYPE_5
-    else:
-        table = MEMORY_TYPE_6
-    kind = table.get(attrs.type, "")
-    if kind in ("managed", "unified"):
-        return "managed"
-    return {"device": "device", "host": "pinned"}.get(kind, "host")

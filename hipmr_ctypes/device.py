@@ -4,8 +4,8 @@ from __future__ import annotations
 import ctypes
 import operator
 import threading
-from contextlib import contextmanager
-from typing import Any, Callable, Generator, Optional, Tuple, Union
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, ContextManager, Generator, Optional, Tuple, Union
 
 from . import _hip
 from ._hip.errors import NoDeviceError, NotSupportedError
@@ -173,6 +173,16 @@ def on_device(ordinal: int) -> Generator[None, None, None]:
         yield
     finally:
         rt.fn.hipSetDevice(prev)
+
+
+_NO_SWITCH = nullcontext()
+
+
+def on_device_or_current(ordinal: Optional[int]) -> ContextManager[None]:
+    """``with on_device_or_current(d):`` is ``with on_device(d):`` for an ordinal, and changes
+    nothing for None (host memory, or memory whose device only the current one says): the
+    package's calls on memory of a known device run with that device current."""
+    return _NO_SWITCH if ordinal is None else on_device(ordinal)
 
 
 def synchronize() -> None:

@@ -592,8 +592,8 @@ def source_of(resource: Any) -> Any:
     """The resource that made the memory ``resource`` hands out, through adaptors whose class
     says ``passes_pointers_through = True``: the first whose class names its ``_ipc_memory``;
     NotSupportedError naming the first resource that is neither."""
-    from ._stack import walk_stack   # on first use: importing this module stays light
-    for found in walk_stack(resource, "Buffer.export_ipc"):   # any depth; a cycle raises
+    from .resource_ref import upstream_chain   # on first use: importing this stays light
+    for found in upstream_chain(resource, "Buffer.export_ipc"):   # any depth; a cycle raises
         cls = type(found)
         if getattr(cls, "_ipc_memory", None) is not None:
             return found
@@ -668,7 +668,7 @@ def _check_mapping(rt: Any, base: int, device: int, need: int) -> int:
     """The bytes mapped from ``base`` on (to the end of the range the runtime reports for
     it: the allocation, or a larger segment that holds it); ValueError when that is not
     device memory of ``device`` with at least ``need`` bytes."""
-    from ._foreign import pointer_kind   # on first use: importing this module stays light
+    from ._memory_query import pointer_kind   # on first use: importing this stays light
     found, extent = c_void_p(), c_size_t()
     if rt.fn.hipMemGetAddressRange(found, extent, base):
         rt.clear_last_error()

@@ -22,7 +22,7 @@ is :data:`DEFAULT_ALIGNMENT` (256) through every ref.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, Iterator, Optional, Tuple, Type, TypeVar
 
 from .concepts import CANONICAL, DEFAULTABLE, _info
 from .properties import DEFAULT_ALIGNMENT, Property, _check_property, _declared
@@ -296,3 +296,30 @@ def resource_cast(cls: Type[T], obj: Any) -> Optional[T]:
         raise TypeError(f"resource_cast needs a class, not {cls!r}")
     res = obj.resource if isinstance(obj, resource_ref) else obj
     return res if type(res) is cls else None
+
+
+def upstream_chain(resource: Any, what: str = "upstream_chain") -> Iterator[Any]:
+    """``resource``, then each resource below it through ``upstream_resource()``, refs looked
+    through to the resource they name, until one has no callable ``upstream_resource`` or its
+    call raises.  No depth limit: a stack is as deep as its user made it.  A resource that
+    comes round again (a cycle through any number of adaptors, found by identity) raises
+    ValueError naming ``what``, never a silent wrong answer."""
+    seen: Dict[int, Any] = {}   # id -> the object, kept alive so that no id is reused
+    depth = 0
+    while True:
+        if isinstance(resource, resource_ref):
+            resource = resource.resource
+        if id(resource) in seen:
+            raise ValueError(f"{what}: the resource stack has a cycle: "
+                             f"{type(resource).__name__} is reached again after {depth} "
+                             "upstream_resource() steps")
+        seen[id(resource)] = resource
+        yield resource
+        upstream = getattr(resource, "upstream_resource", None)
+        if not callable(upstream):
+            return
+        try:
+            resource = upstream()
+        except Exception:  # noqa: BLE001 - a user object's method: the stack ends here
+            return
+        depth += 1

@@ -2,7 +2,7 @@
 # class per set of properties (``__class_getitem__``); to a type checker the refs are generic
 # over their properties, so ``async_resource_ref[device_accessible](r)`` is typed.  Keep in
 # step with resource_ref.py (tests/test_typing.py runs mypy's stubtest over both).
-from typing import Any, FrozenSet, Generic, Optional, Tuple, Type, TypeVar, overload
+from typing import Any, FrozenSet, Generic, Iterator, Optional, Tuple, Type, TypeVar, overload
 
 from typing_extensions import TypeVarTuple, Unpack
 
@@ -50,3 +50,4 @@ def try_get_property(obj: object, prop: _Tag) -> bool: ...
 @overload
 def try_get_property(obj: object, prop: Type[Property]) -> Any: ...
 def resource_cast(cls: Type[T], obj: object) -> Optional[T]: ...
+def upstream_chain(resource: object, what: str = ...) -> Iterator[Any]: ...

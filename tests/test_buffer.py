@@ -920,7 +920,7 @@ def test_concurrent_close_frees_exactly_once(emulator):
 
 def test_the_resource_check_is_cached_per_object_and_never_keeps_it_alive():
     import weakref
-    from hipmr_ctypes import buffer as bm
+    from hipmr_ctypes import _buffer_state as bm
     r = hmr.AsyncMemoryResource()
     pool = hmr.PoolResource(r)
     Buffer(64, resource=pool).close()
@@ -1007,7 +1007,7 @@ def test_buffer_of_the_current_device_follows_every_change_of_its_resource(emula
     it, and forgets both whenever the per-device table changes: each buffer comes from the
     resource set at the time, and a resource whose memory has no device of its own gets the
     current device every time."""
-    from hipmr_ctypes import buffer as buffer_module
+    from hipmr_ctypes import _buffer_state as buffer_module
     first, second = hmr.PoolResource(AsyncMemoryResource()), AsyncMemoryResource()
     recording = Recording(hmr.PoolResource(AsyncMemoryResource()))  # names no device
     previous = hmr.set_current_device_resource(first)

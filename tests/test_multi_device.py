@@ -13,7 +13,7 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.types import hipMemcpyDefault
-from hipmr_ctypes.buffer import memory_device
+from hipmr_ctypes._memory_query import memory_device
 
 from support import process_runtime
 

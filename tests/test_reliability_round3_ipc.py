@@ -27,7 +27,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes.buffer import memory_device
+from hipmr_ctypes._memory_query import memory_device
 from hipmr_ctypes.ipc import IpcBufferDescriptor
 
 from support import no_crash, no_native_call, process_runtime

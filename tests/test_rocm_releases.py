@@ -179,10 +179,10 @@ def test_memory_type_numbering_is_the_loaded_releases(amd_runtime, header, versi
 
     monkeypatch.setattr(amd_runtime.fn, "hipPointerGetAttributes", fake)
     monkeypatch.setattr(_hip, "get_runtime", lambda: amd_runtime)
-    from hipmr_ctypes import buffer
+    from hipmr_ctypes import _memory_query
     table = MEMORY_TYPE_5 if version[0] < 6 else MEMORY_TYPE_6
     assert table[value] == kind.lower()
-    assert buffer._pointer_device(0x10000) == (0 if kind == "Device" else None)
+    assert _memory_query.pointer_device(0x10000) == (0 if kind == "Device" else None)
     assert isinstance(hipPointerAttribute_t().type, int)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
-from ..buffer import memory_device
+from .._memory_query import memory_device
 from ..resources import per_device as _per_device
 
 __all__ = ["current", "resource_of"]

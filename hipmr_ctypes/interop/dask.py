@@ -37,7 +37,7 @@ from ..adaptors.statistics import Statistics, StatisticsResource
 from ..adaptors.tracking import TrackingResource
 from ..buffer import Buffer
 from ..device import Device, device_count, set_device
-from ..resource_ref import resource_ref
+from ..resource_ref import upstream_chain
 from ..resources import per_device
 from ..resources.async_memory import AsyncMemoryResource
 from ..resources.device import DeviceMemoryResource
@@ -290,25 +290,8 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
                 f"statistics={self.statistics}, tracking={self.tracking})")
 
 
-def _stack(mr: Any) -> List[Any]:
-    """``mr`` and every resource below it (through ``upstream_resource()``)."""
-    out: List[Any] = []
-    for _ in range(64):
-        out.append(mr)
-        upstream = getattr(mr, "upstream_resource", None)
-        if not callable(upstream):
-            break
-        try:
-            mr = upstream()
-        except Exception:  # noqa: BLE001 - a user's object: stop here
-            break
-        if isinstance(mr, resource_ref):
-            mr = mr.resource
-    return out
-
-
 def _flush_logs(mr: Any) -> None:
-    for layer in _stack(mr):
+    for layer in upstream_chain(mr, "hipmr_ctypes.interop.dask"):
         if isinstance(layer, LoggingResource):
             layer.flush()
 
@@ -320,7 +303,7 @@ def _worker_resource() -> Any:
 
 
 def _statistics_of(mr: Any) -> Optional[Statistics]:
-    for layer in _stack(mr):
+    for layer in upstream_chain(mr, "hipmr_ctypes.interop.dask"):
         if isinstance(layer, StatisticsResource):
             return layer.statistics
     return None
@@ -330,7 +313,7 @@ def _memory_of(mr: Any) -> Tuple[Optional[int], Optional[int]]:
     """``(bytes in use, bytes held from the device)`` of a stack, as far as it knows."""
     used: Optional[int] = None
     held: Optional[int] = None
-    for layer in _stack(mr):
+    for layer in upstream_chain(mr, "hipmr_ctypes.interop.dask"):
         if used is None:
             if isinstance(layer, StatisticsResource):
                 used = layer.statistics.current_bytes

@@ -51,7 +51,7 @@ import torch
 
 from .._exit import _state as _exit_state
 from .._hip import native as _native
-from ..buffer import memory_device
+from .._memory_query import memory_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_ref import async_resource_ref
 from ._current import current as _current_resources, resource_of as _resource_of

@@ -51,15 +51,10 @@ def _int_option(name: str, value: Any, low: int, high: Optional[int] = None) -> 
 def _find_pool(resource: Any) -> Any:
     """The first ``PoolResource`` down the chain of upstreams of ``resource`` (or None)."""
     from ..adaptors.pool import PoolResource
-    seen = set()                      # no depth limit (it would miss a deep pool): no cycle
-    while resource is not None and id(resource) not in seen:
-        if isinstance(resource, PoolResource):
-            return resource
-        seen.add(id(resource))
-        nxt = getattr(resource, "upstream", None)
-        if nxt is None:
-            nxt = getattr(resource, "resource", None)  # a resource_ref
-        resource = nxt
+    from ..resource_ref import upstream_chain
+    for found in upstream_chain(resource, "hipmr_ctypes.plot.record"):
+        if isinstance(found, PoolResource):
+            return found
     return None
 
 

@@ -26,6 +26,7 @@ class ManagedMemoryResource(FlagsEqual, SyncResource):
 
     __slots__ = ("_flags", "_rt", "_malloc", "_free_fn")
     properties: Tuple[type, ...] = (device_accessible, host_accessible)
+    _allocation_kind = "managed"   # what _memory_query.memory_kind says of its memory
 
     def __init__(self, flags: int = hipMemAttachGlobal) -> None:
         if isinstance(flags, bool) or not isinstance(flags, int):

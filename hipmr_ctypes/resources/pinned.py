@@ -49,6 +49,7 @@ class PinnedMemoryResource(FlagsEqual, SyncResource):
 
     __slots__ = ("_flags", "_native_flags", "_rt", "_malloc", "_free_fn")
     properties: Tuple[type, ...] = (device_accessible, host_accessible)
+    _allocation_kind = "pinned"   # what _memory_query.memory_kind says of its memory
 
     def __init__(self, flags: int = 0) -> None:
         flags = _check_flags(flags)

@@ -1,0 +1,330 @@
+"""The copies and writes of a Buffer's memory: host <-> buffer, device <-> buffer (peer copies
+between devices), ``memset`` and ``fill``.
+
+Every one has the same two shapes.  ``stream=None``: synchronous, ordered after the work on
+the buffer's stream (the blocking call on the null stream, else the async call on the
+buffer's stream and a synchronize of it).  A stream: the async call on it, which the caller
+synchronizes.  Copies, ``fill`` and the synchronous ``memset`` run with the memory's device
+current when it is known (``device.on_device_or_current``): the runtime accepts a plain copy
+of memory-pool memory only while the pool's device is current, and the null stream is per
+device; ``memset`` on a stream runs on the calling thread's current device.  Host-only memory
+(a resource without ``device_accessible``) is copied and set by the CPU.  Arguments are
+checked before any native call.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any, Optional, Tuple
+
+from . import _hip
+from ._checks import check_stream
+from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
+                          PyByteArray_FromStringAndSize, PyBytes_AsString,
+                          PyBytes_FromStringAndSize, PyObject_GetBuffer)
+from ._hip.types import hipMemcpyDefault
+from ._memory_query import pointer_device
+from .device import on_device_or_current
+from .stream_ref import stream_ref
+
+#: a ``Buffer`` (not imported, even for type checkers: ``buffer`` imports this module)
+_Buffer = Any
+
+__all__ = ["HostView", "check_writable", "check_fits", "cai_source", "copy", "copy_in",
+           "copy_to_host", "copy_from_device", "tobytes", "memset", "fill"]
+
+
+# ---- host objects: the address of anything with the buffer protocol ---------------------------
+
+
+class HostView:
+    """``with HostView(obj, name, writable) as (address, nbytes)``: a C-contiguous view of
+    ``obj``'s memory, held while the block runs.  TypeError / ValueError name ``name``."""
+
+    __slots__ = ("_obj", "_writable", "_view", "nbytes")
+
+    def __init__(self, obj: Any, name: str, writable: bool) -> None:
+        try:
+            mv = memoryview(obj)
+        except TypeError:
+            raise TypeError(f"{name} must support the buffer protocol (bytes, bytearray, "
+                            f"memoryview, array.array, numpy arrays...), not "
+                            f"{type(obj).__name__}") from None
+        with mv:
+            if not mv.c_contiguous:
+                raise ValueError(f"{name} must be C-contiguous")
+            if writable and mv.readonly:
+                raise TypeError(f"{name} must be writable ({type(obj).__name__} is read-only)")
+            self.nbytes = mv.nbytes
+        self._obj = obj
+        self._writable = writable
+        self._view: Optional[Py_buffer] = None
+
+    def __enter__(self) -> Tuple[int, int]:
+        view = Py_buffer()
+        flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if self._writable else 0)
+        PyObject_GetBuffer(self._obj, view, flags)
+        self._view = view
+        return view.buf or 0, view.len
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._view is not None:
+            PyBuffer_Release(self._view)
+            self._view = None
+
+
+def check_writable(buf: _Buffer, what: str) -> None:
+    """BufferError for a view of memory its producer marked read-only (foreign memory, whose
+    module is loaded by the first such view)."""
+    foreign = sys.modules.get("hipmr_ctypes._foreign")
+    if foreign is not None:
+        foreign.check_writable(buf, what)
+
+
+def check_fits(buf: _Buffer, n: int, what: str) -> None:
+    """ValueError when ``n`` bytes of ``what`` do not fit in ``buf``."""
+    if n > buf._size:
+        raise ValueError(f"{what} has {n} bytes, more than the buffer's {buf._size}")
+
+
+def cai_source(obj: Any) -> Tuple[int, int, Optional[int]]:
+    """(address, nbytes, producer stream or None) of a C-contiguous CAI object."""
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        raise TypeError(f"other must be a Buffer or have __cuda_array_interface__, not "
+                        f"{type(obj).__name__}") from None
+    shape = tuple(cai["shape"])
+    typestr = cai["typestr"]
+    itemsize = int(typestr[2:])
+    n = itemsize
+    for extent in shape:
+        n *= extent
+    strides = cai.get("strides")
+    if strides is not None and n:
+        expected = []
+        step = itemsize
+        for extent in reversed(shape):
+            expected.append(step)
+            step *= extent
+        if tuple(s for s, e in zip(strides, shape) if e > 1) != tuple(
+                e for e, x in zip(reversed(expected), shape) if x > 1):
+            raise ValueError("other must be C-contiguous")
+    if cai.get("mask") is not None:
+        raise ValueError("other: masked arrays are not supported")
+    producer = cai.get("stream") if cai.get("version", 0) >= 3 else None
+    return int(cai["data"][0] or 0), n, producer
+
+
+# ---- copies ------------------------------------------------------------------------------------
+
+_OWN: Any = object()   # copy's default device: the buffer's own
+
+
+def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
+               peer: Optional[Tuple[int, int]], device: Optional[int]) -> None:
+    """A synchronous copy ordered after the work on the buffer's stream, made with
+    ``device`` current (the null stream is per device)."""
+    if host:
+        ctypes.memmove(dst, src, n)
+        return
+    rt = _hip.get_runtime()
+    own = buf._own_stream()
+    with on_device_or_current(device):
+        if peer is not None:
+            rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
+                     "hipMemcpyPeerAsync", size=n, device=peer[0])
+        elif own == 0:
+            rt.check(rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
+            return
+        else:
+            rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own),
+                     "hipMemcpyAsync", size=n)
+        rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+
+
+def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
+         peer: Optional[Tuple[int, int]] = None, device: Any = _OWN) -> None:
+    """Copy ``n`` bytes for ``buf``; ``peer`` = (destination device, source device) for a copy
+    between two devices' memory, which only the peer copy calls accept.  ``device``: the
+    device made current for the copy (default: the buffer's own); the other side may be any
+    memory."""
+    if not n:
+        return
+    if device is _OWN:
+        device = buf._state.device
+    if stream is None:
+        _sync_copy(buf, dst, src, n, host, peer, device)
+    elif host:
+        ctypes.memmove(dst, src, n)
+    else:
+        handle = check_stream(stream)
+        rt = _hip.get_runtime()
+        with on_device_or_current(device):
+            if peer is not None:
+                rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
+                         "hipMemcpyPeerAsync", size=n, device=peer[0])
+                return
+            rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
+                     "hipMemcpyAsync", size=n)
+
+
+def copy_in(buf: _Buffer, view: HostView, stream: Any) -> None:
+    """Copy the host object of ``view`` into the start of ``buf``."""
+    ptr = buf._live()
+    check_fits(buf, view.nbytes, "obj")
+    with view as (address, n):
+        copy(buf, ptr, address, n, stream, buf._state.host_only)
+
+
+def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
+    """``Buffer.copy_to_host``."""
+    ptr = buf._live()
+    buf._own_stream()
+    if stream is not None:
+        check_stream(stream)
+    size = buf._size
+    # a fresh destination is not zeroed first: the copy writes every byte of it
+    target = PyByteArray_FromStringAndSize(None, size) if out is None else out
+    view = HostView(target, "out", True)
+    if view.nbytes < size:
+        raise ValueError(f"out has {view.nbytes} bytes, fewer than the buffer's {size}")
+    with view as (address, _):
+        copy(buf, address, ptr, size, stream, buf._state.host_only)
+    return target
+
+
+def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int, n: int,
+                     stream: Any, host: bool, src_device: Optional[int]) -> None:
+    """Copy ``n`` bytes at ``src`` (of the Buffer ``source``, or of a CAI object: None) to
+    ``ptr``, the start of ``buf``; ``src_device``: the source's device when it is device
+    memory (None: found from the pointer for a CAI object).  Two devices' memory: a peer
+    copy.  Host-accessible memory filled from another device's memory: the copy runs with the
+    source's device current (pool memory is refused otherwise), after the work on ``buf``'s
+    own stream."""
+    if not n:
+        return
+    peer = None
+    device = buf._state.device
+    if not host:
+        if src_device is None and source is None:
+            src_device = pointer_device(src)
+        dst_device = device if buf._memory_kind() == "device" else None
+        if src_device is not None and dst_device is not None and src_device != dst_device:
+            peer = (dst_device, src_device)
+            if stream is None and source is not None:
+                source._wait_own()   # its work on its own device's stream comes first
+        elif dst_device is None and src_device is not None and src_device != device:
+            if stream is None:
+                buf._wait_own()
+            device = src_device
+    copy(buf, ptr, src, n, stream, host, peer, device)
+
+
+def tobytes(buf: _Buffer, stream: Any) -> bytes:
+    """``Buffer.tobytes``: the copy lands in the new ``bytes`` object itself."""
+    ptr = buf._live()
+    buf._own_stream()
+    if stream is not None:
+        check_stream(stream)
+    n = buf._size
+    data = PyBytes_FromStringAndSize(None, n)   # not yet written: nobody else sees it
+    if n:
+        host = buf._state.host_only
+        copy(buf, PyBytes_AsString(data), ptr, n, stream, host)
+        if stream is not None and not host:
+            stream_ref(stream).wait()
+    return data  # type: ignore[no-any-return]
+
+
+# ---- patterns ----------------------------------------------------------------------------------
+
+def memset(buf: _Buffer, value: Any, stream: Any) -> None:
+    """``Buffer.memset``."""
+    ptr = buf._live()
+    check_writable(buf, "memset")
+    buf._own_stream()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"value must be an int in [0, 255], not {type(value).__name__}")
+    if not 0 <= value <= 255:
+        raise ValueError(f"value={value} is not in [0, 255]")
+    handle = None if stream is None else check_stream(stream)
+    size = buf._size
+    if not size:
+        return
+    if buf._state.host_only:
+        ctypes.memset(ptr, value, size)
+        return
+    rt = _hip.get_runtime()
+    if handle is None:
+        own = buf._own_stream()
+        with on_device_or_current(buf._state.device):
+            if own == 0:
+                rt.check(rt.fn.hipMemset(ptr, value, size), "hipMemset", size=size)
+                return
+            rt.check(rt.fn.hipMemsetAsync(ptr, value, size, own), "hipMemsetAsync", size=size)
+            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+    else:
+        rt.check(rt.fn.hipMemsetAsync(ptr, value, size, handle), "hipMemsetAsync", size=size)
+
+_WIDTHS = {1: ("hipMemsetD8", "hipMemsetD8Async"), 2: ("hipMemsetD16", "hipMemsetD16Async"),
+           4: ("hipMemsetD32", "hipMemsetD32Async")}
+
+
+def fill(buf: _Buffer, value: Any, width: Any, stream: Any) -> None:
+    """``Buffer.fill``: every argument checked before any native call."""
+    ptr = buf._live()
+    if isinstance(width, bool) or not isinstance(width, int):
+        raise TypeError(f"width must be 1, 2 or 4 (bytes), not {type(width).__name__}")
+    if width not in _WIDTHS:
+        raise ValueError(f"width={width} is not 1, 2 or 4 (bytes)")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"value must be an int, not {type(value).__name__}")
+    bits = 8 * width
+    if not -(1 << (bits - 1)) <= value < (1 << bits):
+        raise ValueError(f"value={value} does not fit in {width} byte(s): it must be in "
+                         f"[{-(1 << (bits - 1))}, {(1 << bits) - 1}]")
+    value &= (1 << bits) - 1     # the pattern's bits
+    size = buf._size
+    if size % width:
+        raise ValueError(f"the buffer's size ({size} bytes) is not a multiple of width={width}")
+    if ptr % width:
+        raise ValueError(f"the buffer's address {ptr:#x} is not aligned to width={width}")
+    handle = None if stream is None else check_stream(stream)
+    check_writable(buf, "fill")
+    if not size:
+        return
+    if buf._state.host_only:
+        _fill_host(ptr, value, width, size)
+        return
+    count = size // width
+    if width == 4 and value & 0x80000000:
+        value -= 1 << 32     # hipMemsetD32 takes an int: the same 32 bits
+    sync_name, async_name = _WIDTHS[width]
+    rt = _hip.get_runtime()
+    device = buf._state.device
+    with on_device_or_current(device):
+        if handle is None:
+            own = buf._handle
+            if own == 0:
+                rt.check(getattr(rt.fn, sync_name)(ptr, value, count), sync_name, size=size)
+                return
+            rt.check(getattr(rt.fn, async_name)(ptr, value, count, own), async_name,
+                     size=size)
+            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+        else:
+            rt.check(getattr(rt.fn, async_name)(ptr, value, count, handle), async_name,
+                     size=size)
+
+
+def _fill_host(ptr: int, value: int, width: int, size: int) -> None:
+    """The pattern written by the CPU: one element, then doubling copies of what is done."""
+    if width == 1:
+        ctypes.memset(ptr, value, size)
+        return
+    ctypes.memmove(ptr, value.to_bytes(width, sys.byteorder), width)
+    done = width
+    while done < size:
+        step = min(done, size - done)
+        ctypes.memmove(ptr + done, ptr, step)
+        done += step
