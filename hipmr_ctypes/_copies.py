@@ -23,6 +23,7 @@ from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, 
                           PyByteArray_FromStringAndSize, PyBytes_AsString,
                           PyBytes_FromStringAndSize, PyObject_GetBuffer)
 from ._hip.types import hipMemcpyDefault
+from ._hugepages import THRESHOLD as HUGE_PAGES_FROM, advise as advise_huge_pages
 from ._memory_query import pointer_device
 from .device import on_device_or_current
 from .stream_ref import stream_ref
@@ -122,9 +123,12 @@ _OWN: Any = object()   # copy's default device: the buffer's own
 
 
 def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
-               peer: Optional[Tuple[int, int]], device: Optional[int]) -> None:
+               peer: Optional[Tuple[int, int]], device: Optional[int],
+               device_to_device: bool = False) -> None:
     """A synchronous copy ordered after the work on the buffer's stream, made with
-    ``device`` current (the null stream is per device)."""
+    ``device`` current (the null stream is per device).  ``device_to_device``: the source is
+    device memory, which a plain ``hipMemcpy`` may still be reading when it returns (CUDA's
+    rule for device-to-device copies): the null stream is then waited for too."""
     if host:
         ctypes.memmove(dst, src, n)
         return
@@ -136,7 +140,8 @@ def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
                      "hipMemcpyPeerAsync", size=n, device=peer[0])
         elif own == 0:
             rt.check(rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
-            return
+            if not device_to_device:
+                return
         else:
             rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own),
                      "hipMemcpyAsync", size=n)
@@ -144,17 +149,18 @@ def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
 
 
 def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
-         peer: Optional[Tuple[int, int]] = None, device: Any = _OWN) -> None:
+         peer: Optional[Tuple[int, int]] = None, device: Any = _OWN,
+         device_to_device: bool = False) -> None:
     """Copy ``n`` bytes for ``buf``; ``peer`` = (destination device, source device) for a copy
     between two devices' memory, which only the peer copy calls accept.  ``device``: the
     device made current for the copy (default: the buffer's own); the other side may be any
-    memory."""
+    memory (``device_to_device``: see :func:`_sync_copy`)."""
     if not n:
         return
     if device is _OWN:
         device = buf._state.device
     if stream is None:
-        _sync_copy(buf, dst, src, n, host, peer, device)
+        _sync_copy(buf, dst, src, n, host, peer, device, device_to_device)
     elif host:
         ctypes.memmove(dst, src, n)
     else:
@@ -190,6 +196,8 @@ def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
     if view.nbytes < size:
         raise ValueError(f"out has {view.nbytes} bytes, fewer than the buffer's {size}")
     with view as (address, _):
+        if out is None and size >= HUGE_PAGES_FROM:
+            advise_huge_pages(address, size)   # fresh pages: fewer faults while it is filled
         copy(buf, address, ptr, size, stream, buf._state.host_only)
     return target
 
@@ -218,7 +226,7 @@ def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int
             if stream is None:
                 buf._wait_own()
             device = src_device
-    copy(buf, ptr, src, n, stream, host, peer, device)
+    copy(buf, ptr, src, n, stream, host, peer, device, device_to_device=not host)
 
 
 def tobytes(buf: _Buffer, stream: Any) -> bytes:
@@ -231,7 +239,10 @@ def tobytes(buf: _Buffer, stream: Any) -> bytes:
     data = PyBytes_FromStringAndSize(None, n)   # not yet written: nobody else sees it
     if n:
         host = buf._state.host_only
-        copy(buf, PyBytes_AsString(data), ptr, n, stream, host)
+        address = PyBytes_AsString(data)
+        if n >= HUGE_PAGES_FROM:
+            advise_huge_pages(address, n)   # fresh pages: fewer faults while it is filled
+        copy(buf, address, ptr, n, stream, host)
         if stream is not None and not host:
             stream_ref(stream).wait()
     return data  # type: ignore[no-any-return]

@@ -1125,3 +1125,29 @@ def test_the_collector_finds_what_a_buffer_owns_without_an_exception(emulator):
         finally:
             sys.settrace(None)
         assert raised == []
+
+
+def test_device_to_device_copies_are_done_when_they_return(monkeypatch):
+    """A plain hipMemcpy between device memory may return before the copy is done (CUDA's
+    rule): copy_from_device and copy() on the null stream wait for it; a host copy does not
+    need to."""
+    rt = _hip.get_runtime()
+    calls = []
+    for name in ("hipMemcpy", "hipStreamSynchronize"):
+        real = getattr(rt.fn, name)
+        monkeypatch.setattr(rt.fn, name,
+                            lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    mr = hmr.DeviceMemoryResource()
+    src = hmr.Buffer.from_host(b"\x07" * 4096, resource=mr)
+    dst = hmr.Buffer(4096, resource=mr)
+    calls.clear()
+    dst.copy_from_device(src)
+    assert calls == ["hipMemcpy", "hipStreamSynchronize"]
+    calls.clear()
+    copied = src.copy()
+    assert calls == ["hipMemcpy", "hipStreamSynchronize"]
+    calls.clear()
+    assert dst.tobytes() == copied.tobytes() == b"\x07" * 4096
+    assert "hipStreamSynchronize" not in calls   # device to host: done when hipMemcpy returns
+    for b in (src, dst, copied):
+        b.close()
