@@ -29,7 +29,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import distributed
 
-from .._sizes import DeviceFraction, parse_config_size, resolve_size
+from .._device_sizes import parse_config_size, resolve_size
+from .._sizes import DeviceFraction
 from ..adaptors.limiting import LimitingResource
 from ..adaptors.logging import LoggingResource
 from ..adaptors.pool import PoolResource

@@ -27,7 +27,8 @@ from .._checks import check_ptr, check_size, check_stream
 from .._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from .._thread_exit import arm
 from ..stream_ref import PER_THREAD_HANDLE as _PER_THREAD
-from .._sizes import DeviceFraction, Size, parse_config_size, parse_size, resolve_size
+from .._device_sizes import parse_config_size, resolve_size
+from .._sizes import DeviceFraction, Size, parse_size
 from ._common import MAX_DEVICE_ALIGNMENT, check_args
 
 if TYPE_CHECKING:
