@@ -201,7 +201,7 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
         """The device this plugin gives ``worker`` (see the class's documentation)."""
         if self.devices is not None:
             return self.devices
-        from .. import platform
+        from ..device import platform
         if platform() != "emulated" and any(os.environ.get(v) for v in
                                              VISIBLE_DEVICES_VARIABLES):
             return 0
