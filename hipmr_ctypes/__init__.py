@@ -101,7 +101,7 @@ class _Package(_ModuleType):
             if name in _LAZY:
                 return
             if name == "resources":
-                value.per_device.set_default_factory(_default_device_resource)  # type: ignore[attr-defined]
+                value.per_device.set_default_factory(_default_device_resource)
         super().__setattr__(name, value)
 
     def __reduce__(self) -> "tuple[object, tuple[str]]":

@@ -83,8 +83,8 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("resources", ("resources",)),
     ("adaptors", ("adaptors",)),
     ("buffer and IPC", ("buffer", "_foreign", "ipc")),
-    ("above the buffer", ("interop", "statistics", "initialization", "_config", "logfile",
-                          "plot")),
+    ("above the buffer", ("interop", "statistics", "initialization", "_config", "_logformat",
+                          "logfile", "plot")),
     ("command line", ("__main__", "_selftest", "")),
 ]
 

@@ -17,7 +17,8 @@ import pytest
 import hipmr_ctypes as hmr
 import hipmr_ctypes.plot as hplot
 from hipmr_ctypes.__main__ import main as cli_main
-from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, _events, read_columns, read_log, replay
+from hipmr_ctypes._logformat import _events
+from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, read_columns, read_log, replay
 
 SVG = "{http://www.w3.org/2000/svg}"
 FIXTURE = Path(__file__).parent / "fixtures" / "rmm_log.csv"

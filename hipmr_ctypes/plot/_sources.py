@@ -9,7 +9,8 @@ import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import HipError
-from ..logfile import LogColumns, read_columns, replay
+from .._logformat import LogColumns, read_columns
+from ..logfile import replay
 from ._model import Source
 
 __all__ = ["source_of", "find_pool", "from_columns", "from_recording", "from_tracking",
