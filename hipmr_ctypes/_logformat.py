@@ -84,11 +84,20 @@ def _address(text: str) -> int:
     return value
 
 
-def _rows(f: TextIO) -> Iterator[Tuple[int, List[str]]]:
-    """``(line number, fields)`` of each line after the header; every error of the csv module
-    (a quoted field longer than its limit, a NUL, a carriage return inside a field) is a
-    ValueError naming the line."""
+#: Lines parsed together by the line-by-line path (a bad one is then found one line at a time).
+_CHUNK = 4096
+_Chunk = List[Tuple[int, List[str]]]
+
+
+def _chunks(f: TextIO) -> Iterator[Tuple[_Chunk, Optional[ValueError]]]:
+    """The lines after the header, ``(line number, its six fields)``, :data:`_CHUNK` at a
+    time (the csv module splits them).  The last chunk comes with what ended the log early, or
+    None: a line without six fields, or any error of the csv module (a quoted field longer
+    than its limit, a NUL, a carriage return inside a field), a ValueError naming the line.
+    A wrong header raises at once."""
     reader = csv.reader(f)
+    chunk: _Chunk = []
+    error: Optional[ValueError] = None
     start = 1
     try:
         header = next(reader, None)
@@ -100,11 +109,20 @@ def _rows(f: TextIO) -> Iterator[Tuple[int, List[str]]]:
             start = reader.line_num + 1
             row = next(reader, None)
             if row is None:
-                return
-            if row:
-                yield start, row
+                break
+            if not row:
+                continue
+            if len(row) != 6:
+                error = ValueError(f"line {start}: expected 6 fields, got {len(row)}: "
+                                   f"{_short(repr(row))}")
+                break
+            chunk.append((start, row))
+            if len(chunk) == _CHUNK:
+                yield chunk, None
+                chunk = []
     except csv.Error as exc:
-        raise ValueError(f"line {start}: not a line of a log ({exc})") from None
+        error = ValueError(f"line {start}: not a line of a log ({exc})")
+    yield chunk, error
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -132,34 +150,36 @@ class _Unwrap:
 
 
 def _events(f: TextIO) -> Iterator[LogEvent]:
+    """The events of an open log, line by line, parsed a chunk at a time by :func:`_parse`;
+    a line that cannot be read is a ValueError naming it, after the events before it."""
     unwrap = _Unwrap()
-    for lineno, row in _rows(f):
-        if len(row) != 6:
-            raise ValueError(f"line {lineno}: expected 6 fields, got {len(row)}: "
-                             f"{_short(repr(row))}")
-        thread, stamp, action, ptr, size, stream = row
-        action = action.strip()
-        if action not in ACTIONS:
-            raise ValueError(f"line {lineno}: unknown action {_short(repr(action))}")
-        stamp = stamp.strip()
+    for chunk, error in _chunks(f):
+        events, bad = _parse_rows(chunk, unwrap)
+        yield from events
+        if bad is not None:
+            raise bad
+        if error is not None:
+            raise error
+
+
+def _parse_rows(chunk: _Chunk, unwrap: _Unwrap) -> Tuple[List[LogEvent], Optional[ValueError]]:
+    """The events of ``chunk``, and None; when :func:`_parse` cannot read its lines together,
+    it reads each alone: the events before the first bad line, and a ValueError naming it."""
+    if not chunk:
+        return [], None
+    lines, rows = zip(*chunk)
+    try:
+        return _parse(list(lines), *map(list, zip(*rows)), unwrap=unwrap,
+                      clean=False).events(), None
+    except ValueError:
+        pass
+    events: List[LogEvent] = []
+    for lineno, row in chunk:
         try:
-            clock = _clock(stamp)
-        except ValueError:
-            raise ValueError(f"line {lineno}: bad time {_short(repr(stamp))} (expected "
-                             f"HH:MM:SS.ffffff, or seconds from 0 to {MAX_SECONDS:g})") \
-                from None
-        try:
-            values = (int(thread), _address(ptr), int(size), _address(stream))
-        except ValueError:
-            raise ValueError(f"line {lineno}: bad thread, pointer, size or stream in "
-                             f"{_short(repr(row))}") from None
-        if values[2] < 0:
-            raise ValueError(f"line {lineno}: negative size in {_short(repr(row))}")
-        if values[2] > MAX_ADDRESS or not 0 <= values[0] <= MAX_ADDRESS:
-            raise ValueError(f"line {lineno}: a size or thread id above 2**64 - 1 in "
-                             f"{_short(repr(row))}")
-        yield LogEvent(lineno, values[0], stamp, unwrap(clock), action, values[1], values[2],
-                       values[3])
+            events += _parse([lineno], *([v] for v in row), unwrap=unwrap, clean=False).events()
+        except ValueError as exc:
+            return events, ValueError(f"line {lineno}: {exc}")
+    raise AssertionError("a chunk that fails has a line that fails")  # pragma: no cover
 
 
 def _open(source: LogSource) -> Any:
@@ -228,23 +248,23 @@ class LogColumns:
                         self.ptr, self.size, self.stream))
 
 
-def _seconds_of(stamps: List[str]) -> List[float]:
-    """``HH:MM:SS.ffffff`` stamps -> seconds, unwrapped across midnight (each whole second
-    is parsed once).  ValueError for any other form (the line-by-line path then says where)."""
-    if {len(t) for t in stamps} != {15} or {t[8] for t in stamps} != {"."}:
-        raise ValueError("not HH:MM:SS.ffffff")
-    heads = [t[:8] for t in stamps]
-    cache = {h: _clock(h) for h in set(heads)}
-    base = list(map(cache.__getitem__, heads))
-    out = list(map(operator.add, base, map(float, [t[8:] for t in stamps])))
-    if not math.isfinite(math.fsum(out)):       # ".1e3000": the line-by-line path says where
-        raise ValueError("a time that is not finite")
-    if max(base) - min(base) > _DAY / 2:        # maybe past midnight: unwrap one by one
-        out = list(map(_Unwrap(), out))
-    return out
-
-
 _hex = functools.partial(int, base=16)
+_TIME_FORMS = f"HH:MM:SS.ffffff, or seconds from 0 to {MAX_SECONDS:g}"
+
+
+def _clocks(stamps: List[str]) -> List[float]:
+    """:func:`_clock` of each stamp; stamps all ``HH:MM:SS.ffffff`` are read in bulk (each
+    whole second parsed once, the same sums)."""
+    if {len(t) for t in stamps} == {15} and {t[8] for t in stamps} == {"."}:
+        heads = [t[:8] for t in stamps]
+        unique = set(heads)
+        text = "".join(stamps)
+        if all(h[2] == ":" == h[5] for h in unique) and text.isascii() and \
+                text.encode().translate(None, b":.").isdigit():     # ASCII digits only
+            cache = {h: _clock(h) for h in unique}
+            return list(map(operator.add, map(cache.__getitem__, heads),
+                            map(float, [t[8:] for t in stamps])))
+    return list(map(_clock, stamps))
 
 
 def _addresses(column: List[str]) -> List[int]:
@@ -255,6 +275,44 @@ def _addresses(column: List[str]) -> List[int]:
     if values and (min(values) < 0 or max(values) > MAX_ADDRESS):
         raise ValueError("an address out of range")
     return values
+
+
+def _parse(lines: List[int], thread: List[str], stamp: List[str], action: List[str],
+           ptr: List[str], size: List[str], stream: List[str], *, unwrap: _Unwrap,
+           clean: bool) -> LogColumns:
+    """The one parser of a log's fields: the six text columns of some lines -> LogColumns,
+    the times unwrapped across midnight by ``unwrap`` (carried from one call to the next, and
+    changed only when every line is read).  ``clean``: no field has spaces around it (the bulk
+    path's text).  ValueError at the first field it cannot read, checked in the order a line's
+    fields are: its message says what is wrong in a single line's terms."""
+    row = (f"{_short(repr([thread[0], stamp[0], action[0], ptr[0], size[0], stream[0]]))}"
+           if len(lines) == 1 else "")
+    if not clean:
+        strip = str.strip
+        action, stamp, ptr, stream = (list(map(strip, c)) for c in (action, stamp, ptr, stream))
+    if not set(action) <= set(ACTIONS):
+        bad = next(a for a in action if a not in ACTIONS)
+        raise ValueError(f"unknown action {_short(repr(bad))}")
+    try:
+        seconds = _clocks(stamp)
+    except ValueError:
+        raise ValueError(f"bad time {_short(repr(stamp[0]))} (expected {_TIME_FORMS})") from None
+    try:
+        threads = list(map(int, thread))
+        ptrs = _addresses(ptr)
+        sizes = list(map(int, size))
+        streams = _addresses(stream)
+    except ValueError:
+        raise ValueError(f"bad thread, pointer, size or stream in {row}") from None
+    if min(sizes) < 0:
+        raise ValueError(f"negative size in {row}")
+    if max(sizes) > MAX_ADDRESS or min(threads) < 0 or max(threads) > MAX_ADDRESS:
+        raise ValueError(f"a size or thread id above 2**64 - 1 in {row}")
+    if unwrap.last is not None or max(seconds) - min(seconds) > _DAY / 2:
+        seconds = list(map(unwrap, seconds))     # maybe past midnight: one by one
+    else:                                        # within half a day of the first: no midnight
+        unwrap.last = seconds[-1]
+    return LogColumns(lines, threads, stamp, seconds, action, ptrs, sizes, streams)
 
 
 def read_columns(source: LogSource) -> LogColumns:
@@ -294,14 +352,9 @@ def _bulk(text: str) -> LogColumns:
     if len(fields) != 6 * n:
         raise ValueError("a line without 6 fields")
     thread, stamp, action, ptr, size, stream = (fields[i::6] for i in range(6))
-    if not set(action) <= set(ACTIONS):       # also catches a line with too few / many fields
-        raise ValueError("an unknown action")
-    sizes = list(map(int, size))
-    threads = list(map(int, thread))
-    if min(sizes) < 0 or max(sizes) > MAX_ADDRESS or min(threads) < 0 or max(threads) > MAX_ADDRESS:
-        raise ValueError("a size or thread out of range")
-    return LogColumns(list(range(2, n + 2)), threads, stamp,
-                      _seconds_of(stamp), action, _addresses(ptr), sizes, _addresses(stream))
+    # an unknown action also catches a line with too few or too many fields
+    return _parse(list(range(2, n + 2)), thread, stamp, action, ptr, size, stream,
+                  unwrap=_Unwrap(), clean=True)
 
 
 def read_log(source: LogSource) -> List[LogEvent]:
