@@ -35,9 +35,9 @@ _default_factory: Callable[[int], Any] = DeviceMemoryResource
 
 def set_default_factory(factory: Callable[[int], Any]) -> None:
     """Make ``factory(ordinal)`` what makes a device's default resource from now on (called
-    with the device current and no lock of the table held).  The package's ``__init__``
-    registers ``HIPMR_DEVICE_RESOURCE``'s when this package is imported, so that this layer
-    never imports the one above it."""
+    once per device, under ``_making``, never under the table's lock).  The package's
+    ``__init__`` registers ``HIPMR_DEVICE_RESOURCE``'s when this package is imported, so that
+    this layer never imports the one above it."""
     global _default_factory
     _default_factory = factory
 
