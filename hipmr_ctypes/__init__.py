@@ -48,8 +48,9 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names.split()}
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
 _SUBMODULES = frozenset("""adaptors buffer cccl3 concepts device properties resource_ref resources stream
-    stream_ref ipc _checks _exit _hip _limits _locks _sizes _thread_exit errors initialization logfile
-    plot statistics _stream_order _buffer_state _copies _memory_query""".split())
+    stream_ref ipc _checks _device_sizes _exit _hip _limits _locks _sizes _thread_exit errors
+    initialization logfile plot statistics _stream_order _buffer_state _copies _memory_query
+    _hugepages""".split())
 
 __all__ = list(_LAZY)  # pyright: ignore[reportUnsupportedDunderAll]  (listed in __init__.pyi)
 
@@ -81,14 +82,27 @@ def __dir__() -> "list[str]":
     return sorted((set(globals()) - _MACHINERY) | set(_LAZY) | present)
 
 
+def _default_device_resource(device: int) -> object:
+    """A device's default resource, as ``HIPMR_DEVICE_RESOURCE`` says (``_config``, loaded by
+    the first default made)."""
+    from ._config import default_resource
+    return default_resource(device)
+
+
 class _Package(_ModuleType):
     """This package's module type: importing the submodule ``stream_ref`` or ``resource_ref``
-    does not bind the package's attribute of that name to the module: it stays the class."""
+    does not bind the package's attribute of that name to the module: it stays the class.
+    When ``resources`` is imported (before any of it can run), its per-device table is given
+    the factory of the default resource that ``HIPMR_DEVICE_RESOURCE`` describes: the
+    resources layer never imports ``_config``, which builds adaptors above it."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if isinstance(value, _ModuleType) and name in _LAZY and \
-                getattr(value, "__name__", "") == f"{__name__}.{name}":
-            return
+        if isinstance(value, _ModuleType) and getattr(value, "__name__", "") == \
+                f"{__name__}.{name}":
+            if name in _LAZY:
+                return
+            if name == "resources":
+                value.per_device.set_default_factory(_default_device_resource)
         super().__setattr__(name, value)
 
     def __reduce__(self) -> "tuple[object, tuple[str]]":
@@ -100,7 +114,7 @@ class _Package(_ModuleType):
 
 _sys.modules[__name__].__class__ = _Package
 _MACHINERY = frozenset("_sys _ModuleType TYPE_CHECKING _LAZY_MODULES _LAZY _SUBMODULES _Package "
-                       "_MACHINERY __getattr__ __dir__".split())
+                       "_MACHINERY __getattr__ __dir__ _default_device_resource".split())
 
 
 __version__ = "0.1.0"

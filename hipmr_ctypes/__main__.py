@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip.errors import no_device_hint
+from hipmr_ctypes._hip.failure import no_device_hint
 from hipmr_ctypes._hip.loader import library_version_from_path
 
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ._sizes import DeviceFraction, parse_size, resolve_size
+from ._device_sizes import resolve_size
+from ._sizes import DeviceFraction, parse_size
 
 __all__ = ["VARIABLE", "Spec", "parse_spec", "spec_from_environment", "build", "describe"]
 

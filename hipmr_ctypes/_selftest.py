@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes.properties import DEFAULT_ALIGNMENT
-from hipmr_ctypes._hip.errors import no_device_hint
+from hipmr_ctypes._hip.failure import no_device_hint
 
 PATTERN = bytes(range(256)) * 16  # 4 KiB of known data
 

@@ -9,25 +9,26 @@ A size is one of
 * a string of digits with no unit (``"1000"``, ``"1e3"``): bytes;
 * a fraction of the device's total memory: a percentage (``"80%"``), a float ``0 < x <= 1``
   (``0.8``), or a string of such a decimal with a point (``"0.8"``, ``"1.0"``), as RMM and
-  dask-cuda read them.  It is resolved against the device the size is for (the current device
-  where nothing says which), rounded down to a multiple of 256 bytes.
+  dask-cuda read them: a :class:`DeviceFraction`, a value that knows nothing of devices.
+  ``hipmr_ctypes._device_sizes`` resolves it against the device the size is for (the current
+  device where nothing says which), rounded down to a multiple of 256 bytes
+  (:meth:`DeviceFraction.of`).
 
 The one rule for what is ambiguous: a single-letter unit (``"2k"``, ``"512M"``: 1000 or
 1024?) is refused, and so is a unitless decimal above 1 (``"1.5"``: bytes or a fraction?);
 the message says what to write instead.  Where a fraction makes no sense (a block size, the
 emulator's memory) it is refused.
 
-A leaf for the binding: it imports nothing of the package at import time (a fraction's device
-and the size checks are reached on first use).
+A leaf: it imports nothing of the package, so the binding may use it too (the emulator reads
+``HIPMR_EMULATED_MEMORY`` with :func:`parse_bytes`).
 """
 from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any, Dict, Optional, SupportsIndex, Union
+from typing import Any, Dict, SupportsIndex, Union
 
-__all__ = ["parse_bytes", "parse_size", "parse_config_size", "config_size", "resolve_size",
-           "DeviceFraction", "Size", "FRACTION_GRANULE"]
+__all__ = ["parse_bytes", "parse_size", "DeviceFraction", "Size", "FRACTION_GRANULE"]
 
 #: What a configured size may be: an int (or int-like), a float fraction or a size string.
 Size = Union[SupportsIndex, float, str]
@@ -85,7 +86,8 @@ def _fraction(value: float, given: Any) -> DeviceFraction:
 def parse_size(value: Any, fraction: bool = True) -> Union[int, DeviceFraction]:
     """``value`` read by the grammar above: an int of bytes, or a :class:`DeviceFraction`
     (refused when ``fraction`` is False).  TypeError for other types, ValueError for text
-    the grammar does not read; the int is not range-checked here (see :func:`config_size`)."""
+    the grammar does not read; the int is not range-checked here (see
+    ``hipmr_ctypes._device_sizes.config_size``)."""
     if isinstance(value, bool):
         raise TypeError("a size must be an int number of bytes, a size string or a fraction, "
                         "not bool")
@@ -147,41 +149,3 @@ def parse_bytes(text: str) -> int:
         raise _could_not(text) from None
     return int(number * unit)
 
-
-def _total_memory(device: Optional[int]) -> int:
-    from .device import Device
-    return int(Device(device).memory_info()[1])
-
-
-def resolve_size(size: Union[int, DeviceFraction], name: str,
-                 device: Optional[int] = None) -> int:
-    """``size`` in bytes: a fraction resolved against ``device`` (None: the current one),
-    then checked like every size (``[0, 2**63]``, ValueError naming ``name``)."""
-    from ._checks import check_size
-    if isinstance(size, DeviceFraction):
-        size = size.of(_total_memory(device))
-    return check_size(size, name)
-
-
-def parse_config_size(value: Any, name: str,
-                      fraction: bool = True) -> Union[int, DeviceFraction]:
-    """:func:`parse_size`, its errors naming the argument ``name``; an int is range-checked
-    (a fraction is checked once resolved): everything a caller can check before it knows the
-    device."""
-    if type(value) is not int:
-        try:
-            value = parse_size(value, fraction)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{name}: {exc}") from None
-        if isinstance(value, DeviceFraction):
-            return value
-    from ._checks import check_size
-    return check_size(value, name)
-
-
-def config_size(value: Any, name: str, device: Optional[int] = None,
-                fraction: bool = True) -> int:
-    """A configured size in bytes: anything the grammar reads (see the module), a fraction
-    resolved against ``device`` (None: the current device; refused when ``fraction`` is
-    False), checked like every other size; TypeError / ValueError naming ``name``."""
-    return resolve_size(parse_config_size(value, name, fraction), name, device)

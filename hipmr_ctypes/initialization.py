@@ -14,7 +14,8 @@ import threading
 from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar,
                     Union)
 
-from ._sizes import DeviceFraction, Size, parse_config_size, resolve_size
+from ._device_sizes import parse_config_size, resolve_size
+from ._sizes import DeviceFraction, Size
 from .adaptors.logging import LoggingResource
 from .adaptors.pool import PoolResource
 from .device import Device, check_device, get_device

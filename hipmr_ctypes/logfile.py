@@ -9,303 +9,22 @@ A log starts with the header ``Thread,Time,Action,Pointer,Size,Stream``; each li
 one event: the thread id (decimal), the local time ``HH:MM:SS.ffffff``, the action
 (``allocate``, ``allocate failure`` or ``free``), the pointer (hex; RMM writes a failure's null
 pointer as ``(nil)``), the size in bytes (decimal) and the stream handle (hex; ``0`` for the
-null stream).  ``scripts/replay_log.py`` and ``hipmr_ctypes.plot`` are built on this module.
+null stream).  The format and its reader are ``hipmr_ctypes._logformat`` (no resource in it);
+the replay, which runs a log against resources and adaptors, is here.
+``scripts/replay_log.py`` and ``hipmr_ctypes.plot`` are built on this module.
 """
 from __future__ import annotations
 
-import csv
-import functools
-import io
-import math
-import operator
-import os
 from dataclasses import asdict, dataclass, field
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, TextIO,
-                    Tuple, Union)
+from typing import Any, Callable, Dict, Optional
 
-from ._limits import MAX_ADDRESS  # the largest size, pointer, stream or thread id of a line
-from .adaptors.logging import LOG_HEADER
-from .adaptors.statistics import Statistics
+from ._logformat import (ACTIONS, LOG_HEADER, LogColumns, LogEvent, LogSource, Pairing, iter_log,
+                         read_columns, read_log)
+from .adaptors.pool import PoolResource
+from .adaptors.statistics import Statistics, StatisticsResource
 
 __all__ = ["LOG_HEADER", "ACTIONS", "LogEvent", "LogSource", "LogColumns", "read_log",
            "read_columns", "iter_log", "ReplayReport", "replay"]
-
-#: The three actions a log line can carry.
-ACTIONS = ("allocate", "free", "allocate failure")
-
-#: What :func:`read_log` and :func:`replay` accept: a path, an open text file, or events.
-LogSource = Union[str, "os.PathLike[str]", TextIO, Iterable["LogEvent"]]
-
-_DAY = 86400.0
-
-#: The largest time a line may carry as plain seconds (about 31,700 years): spans of such
-#: times, and the picture's scale, stay finite.
-MAX_SECONDS = 1e12
-
-
-class LogEvent(NamedTuple):
-    """One line of a log.  ``seconds`` is the time in seconds since midnight of the first
-    event's day: it keeps growing across midnight, so it orders events within a log."""
-
-    line: int
-    thread: int
-    time: str
-    seconds: float
-    action: str
-    ptr: int
-    size: int
-    stream: int
-
-
-def _clock(text: str) -> float:
-    """``"HH:MM:SS.ffffff"`` -> seconds since midnight; a plain number is taken as seconds."""
-    h, sep, rest = text.partition(":")
-    if not sep:
-        value = float(text)
-        if not (math.isfinite(value) and 0.0 <= value <= MAX_SECONDS):   # nan, inf, -1
-            raise ValueError(text)
-        return value
-    m, sep, s = rest.partition(":")
-    if not sep:
-        raise ValueError(text)
-    whole, dot, fraction = s.partition(".")
-    hours, minutes, seconds = int(h), int(m), int(whole)
-    if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61):
-        raise ValueError(text)
-    if dot and not (fraction.isascii() and fraction.isdigit()):    # not "1e999" nor "nan"
-        raise ValueError(text)
-    value = hours * 3600 + minutes * 60 + seconds      # the same sums as the fast path's
-    return value + float(dot + fraction) if dot else float(value)
-
-
-def _address(text: str) -> int:
-    """A pointer or stream as RMM and this package write it: ``0x7f..``, ``0`` or ``(nil)``."""
-    text = text.strip()
-    if text == "(nil)":
-        return 0
-    value = int(text, 16)
-    if not 0 <= value <= MAX_ADDRESS:
-        raise ValueError(text)
-    return value
-
-
-def _rows(f: TextIO) -> Iterator[Tuple[int, List[str]]]:
-    """``(line number, fields)`` of each line after the header; every error of the csv module
-    (a quoted field longer than its limit, a NUL, a carriage return inside a field) is a
-    ValueError naming the line."""
-    reader = csv.reader(f)
-    start = 1
-    try:
-        header = next(reader, None)
-        found = ",".join(h.strip() for h in header or []).lstrip("\ufeff")
-        if found != LOG_HEADER:
-            raise ValueError(f"not a LoggingResource log: the first line must be "
-                             f"{LOG_HEADER!r}, not {_short(found)!r}")
-        while True:
-            start = reader.line_num + 1
-            row = next(reader, None)
-            if row is None:
-                return
-            if row:
-                yield start, row
-    except csv.Error as exc:
-        raise ValueError(f"line {start}: not a line of a log ({exc})") from None
-
-
-def _short(text: str, limit: int = 80) -> str:
-    """``text`` cut to ``limit`` characters for a message (a bad line may be huge)."""
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _events(f: TextIO) -> Iterator[LogEvent]:
-    day = 0.0
-    last = None
-    for lineno, row in _rows(f):
-        if len(row) != 6:
-            raise ValueError(f"line {lineno}: expected 6 fields, got {len(row)}: "
-                             f"{_short(repr(row))}")
-        thread, stamp, action, ptr, size, stream = row
-        action = action.strip()
-        if action not in ACTIONS:
-            raise ValueError(f"line {lineno}: unknown action {_short(repr(action))}")
-        stamp = stamp.strip()
-        try:
-            clock = _clock(stamp)
-        except ValueError:
-            raise ValueError(f"line {lineno}: bad time {_short(repr(stamp))} (expected "
-                             f"HH:MM:SS.ffffff, or seconds from 0 to {MAX_SECONDS:g})") \
-                from None
-        try:
-            values = (int(thread), _address(ptr), int(size), _address(stream))
-        except ValueError:
-            raise ValueError(f"line {lineno}: bad thread, pointer, size or stream in "
-                             f"{_short(repr(row))}") from None
-        if values[2] < 0:
-            raise ValueError(f"line {lineno}: negative size in {_short(repr(row))}")
-        if values[2] > MAX_ADDRESS or not 0 <= values[0] <= MAX_ADDRESS:
-            raise ValueError(f"line {lineno}: a size or thread id above 2**64 - 1 in "
-                             f"{_short(repr(row))}")
-        if last is not None and clock + day < last - _DAY / 2:
-            day += _DAY                      # the clock passed midnight
-        last = clock + day
-        yield LogEvent(lineno, values[0], stamp, clock + day, action, values[1], values[2],
-                       values[3])
-
-
-def _open(source: LogSource) -> Any:
-    if isinstance(source, (str, os.PathLike)):
-        return open(source, newline="", encoding="utf-8", errors="replace")
-    if isinstance(source, (bytes, bytearray)):
-        raise TypeError("a log is a path, an open text file or LogEvents, not bytes")
-    if isinstance(source, io.TextIOBase) or callable(getattr(source, "readline", None)):
-        return None
-    raise TypeError(f"a log is a path, an open text file or LogEvents, not "
-                    f"{type(source).__name__}")
-
-
-def _check_event(event: LogEvent) -> None:
-    """ValueError naming the line for a LogEvent made by hand that no log could hold."""
-    seconds = event.seconds
-    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
-            and 0 <= seconds <= 2 * MAX_SECONDS):
-        raise ValueError(f"line {event.line}: bad time {_short(repr(seconds))} (finite "
-                         f"seconds from 0 are needed)")
-    if event.action not in ACTIONS:
-        raise ValueError(f"line {event.line}: unknown action {_short(repr(event.action))}")
-    for name in ("thread", "ptr", "size", "stream"):
-        value = getattr(event, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ADDRESS:
-            raise ValueError(f"line {event.line}: {name} {_short(repr(value))} is not an "
-                             f"int from 0 to 2**64 - 1")
-
-
-def iter_log(source: LogSource) -> Iterator[LogEvent]:
-    """The events of a log, one at a time (see :func:`read_log`)."""
-    if isinstance(source, (list, tuple)):
-        for event in source:
-            if not isinstance(event, LogEvent):
-                raise TypeError(f"expected LogEvent items, not {type(event).__name__}")
-            _check_event(event)
-            yield event
-        return
-    f = _open(source)
-    if f is None:
-        yield from _events(source)  # type: ignore[arg-type]
-        return
-    with f:
-        yield from _events(f)
-
-
-@dataclass
-class LogColumns:
-    """A log as one list per field (what :func:`read_columns` returns; the plots use it):
-    ``events()`` gives the same ``LogEvent`` s as :func:`read_log`."""
-
-    line: List[int]
-    thread: List[int]
-    time: List[str]
-    seconds: List[float]
-    action: List[str]
-    ptr: List[int]
-    size: List[int]
-    stream: List[int]
-
-    def __len__(self) -> int:
-        return len(self.line)
-
-    def events(self) -> List[LogEvent]:
-        return list(map(LogEvent, self.line, self.thread, self.time, self.seconds, self.action,
-                        self.ptr, self.size, self.stream))
-
-
-def _seconds_of(stamps: List[str]) -> List[float]:
-    """``HH:MM:SS.ffffff`` stamps -> seconds, unwrapped across midnight (each whole second
-    is parsed once).  ValueError for any other form (the line-by-line path then says where)."""
-    if {len(t) for t in stamps} != {15} or {t[8] for t in stamps} != {"."}:
-        raise ValueError("not HH:MM:SS.ffffff")
-    heads = [t[:8] for t in stamps]
-    cache = {h: _clock(h) for h in set(heads)}
-    base = list(map(cache.__getitem__, heads))
-    out = list(map(operator.add, base, map(float, [t[8:] for t in stamps])))
-    if not math.isfinite(math.fsum(out)):       # ".1e3000": the line-by-line path says where
-        raise ValueError("a time that is not finite")
-    if max(base) - min(base) > _DAY / 2:        # maybe past midnight: unwrap one by one
-        day, last = 0.0, out[0]
-        for i, value in enumerate(out):
-            if value + day < last - _DAY / 2:
-                day += _DAY
-            last = out[i] = value + day
-    return out
-
-
-_hex = functools.partial(int, base=16)
-
-
-def _addresses(column: List[str]) -> List[int]:
-    """Hex fields -> ints (``(nil)`` is 0, as RMM writes a null pointer)."""
-    if "(nil)" in column:
-        column = ["0" if text == "(nil)" else text for text in column]
-    values = list(map(_hex, column))
-    if values and (min(values) < 0 or max(values) > MAX_ADDRESS):
-        raise ValueError("an address out of range")
-    return values
-
-
-def read_columns(source: LogSource) -> LogColumns:
-    """A log as :class:`LogColumns`, read fast: the lines are split in bulk, and a log that
-    fails the bulk path is read line by line for the precise error."""
-    if isinstance(source, (list, tuple)):
-        events = list(iter_log(source))
-        return LogColumns(*(list(c) for c in zip(*events))) if events else \
-            LogColumns([], [], [], [], [], [], [], [])
-    f = _open(source)
-    text = (source.read() if f is None else f.read())  # type: ignore[union-attr]
-    if f is not None:
-        f.close()
-    try:
-        return _bulk(text)
-    except (ValueError, IndexError, TypeError, OverflowError):
-        # newline="": lines end at \n, \r\n or \r, as csv expects (a log written with CR
-        # line endings reads as one; a stray CR ends a line, which then has too few fields)
-        events = list(_events(io.StringIO(text, newline="")))   # raises the precise error
-        return LogColumns(*(list(c) for c in zip(*events))) if events else \
-            LogColumns([], [], [], [], [], [], [], [])
-
-
-def _bulk(text: str) -> LogColumns:
-    """The fast path: one ``split`` of the whole text, every sixth field a column."""
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    head, _, body = text.partition("\n")
-    if ",".join(h.strip() for h in head.split(",")).lstrip("\ufeff") != LOG_HEADER \
-            or '"' in body or "\n\n" in body or " " in body:
-        raise ValueError("header, quoting, blank lines or spaces: read line by line")
-    body = body.rstrip("\n")
-    if not body:
-        return LogColumns([], [], [], [], [], [], [], [])
-    n = body.count("\n") + 1
-    fields = body.replace("\n", ",").split(",")
-    if len(fields) != 6 * n:
-        raise ValueError("a line without 6 fields")
-    thread, stamp, action, ptr, size, stream = (fields[i::6] for i in range(6))
-    if not set(action) <= set(ACTIONS):       # also catches a line with too few / many fields
-        raise ValueError("an unknown action")
-    sizes = list(map(int, size))
-    threads = list(map(int, thread))
-    if min(sizes) < 0 or max(sizes) > MAX_ADDRESS or min(threads) < 0 or max(threads) > MAX_ADDRESS:
-        raise ValueError("a size or thread out of range")
-    return LogColumns(list(range(2, n + 2)), threads, stamp,
-                      _seconds_of(stamp), action, _addresses(ptr), sizes, _addresses(stream))
-
-
-def read_log(source: LogSource) -> List[LogEvent]:
-    """Every event of a log: ``source`` is a path, an open text file or LogEvents.
-
-    Raises ``ValueError`` naming the line for a file that is not such a log (wrong header,
-    wrong number of fields, an unknown action, a bad number or time) and ``TypeError`` for a
-    source of the wrong kind.
-    """
-    return read_columns(source).events()
 
 
 class _LogCounter:
@@ -333,40 +52,6 @@ class _LogCounter:
     def statistics(self) -> Statistics:
         return Statistics(self.current_bytes, self.current_count, self.peak_bytes,
                           self.peak_count, self.total_bytes, self.total_count)
-
-
-class Pairing:
-    """Matches each ``free`` with the live ``allocate`` of the same pointer and size (the
-    rule :func:`replay` and the plots share).  ``allocate(key, ptr, size)`` remembers an
-    allocation under ``key``; ``free(ptr, size)`` returns the key of its allocation, or None
-    for a free without one."""
-
-    def __init__(self) -> None:
-        self.live: Dict[int, List[Tuple[Any, int]]] = {}
-
-    def allocate(self, key: Any, ptr: int, size: int) -> None:
-        entries = self.live.get(ptr)
-        if entries is None:
-            self.live[ptr] = [(key, size)]
-        else:
-            entries.append((key, size))
-
-    def free(self, ptr: int, size: int) -> Optional[Any]:
-        entries = self.live.get(ptr)
-        if entries is None:
-            return None
-        for i, (key, s) in enumerate(entries):
-            if s == size:
-                del entries[i]
-                if not entries:
-                    del self.live[ptr]
-                return key
-        return None
-
-    def remaining(self) -> Iterator[Tuple[Any, int]]:
-        """``(key, size)`` of every allocation still live."""
-        for entries in self.live.values():
-            yield from entries
 
 
 @dataclass
@@ -407,8 +92,6 @@ def replay(log: LogSource, resource: Any = None,
     plots read the pool's size there).  Allocations still live at the end are freed after the
     report's figures are taken, also when the replay stops with an error.
     """
-    from .adaptors.pool import PoolResource
-    from .adaptors.statistics import StatisticsResource
     if resource is None:
         from .resources.host import HostMemoryResource
         resource = PoolResource(HostMemoryResource())

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip import amd, decls, errors, loader, nvidia, search
+from hipmr_ctypes._hip import amd, decls, errors, failure, loader, nvidia, search
 from hipmr_ctypes._hip.runtime import Runtime, decode_cuda_version, decode_hip_version
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -142,21 +142,21 @@ def test_unknown_platform_is_a_clear_error():
 
 
 def test_error_classes():
-    e = errors.make_error(2, "hipMalloc", size=1 << 40, device=3)
+    e = failure.make_error(2, "hipMalloc", size=1 << 40, device=3)
     assert isinstance(e, errors.OutOfMemoryError) and isinstance(e, MemoryError)
     assert e.size == 1 << 40 and e.device == 3 and e.call == "hipMalloc" and e.code == 2
     assert "1099511627776" in str(e) and "device 3" in str(e)
-    assert isinstance(errors.make_error(1, "x"), ValueError)
-    assert type(errors.make_error(600, "x")) is errors.NotReadyError
-    assert type(errors.make_error(100, "x")) is errors.NoDeviceError
-    assert type(errors.make_error(801, "x")) is errors.NotSupportedError
-    e = errors.make_error(12345, "hipFoo")
+    assert isinstance(failure.make_error(1, "x"), ValueError)
+    assert type(failure.make_error(600, "x")) is errors.NotReadyError
+    assert type(failure.make_error(100, "x")) is errors.NoDeviceError
+    assert type(failure.make_error(801, "x")) is errors.NotSupportedError
+    e = failure.make_error(12345, "hipFoo")
     assert type(e) is errors.HipError and e.name == "hipErrorUnknown"
 
 
 def test_errors_pickle():
     import pickle
-    e = errors.make_error(2, "hipMalloc", size=10, device=0)
+    e = failure.make_error(2, "hipMalloc", size=10, device=0)
     e2 = pickle.loads(pickle.dumps(e))
     assert type(e2) is errors.OutOfMemoryError and e2.size == 10 and str(e2) == str(e)
 

@@ -176,3 +176,30 @@ def test_check_builds_and_round_trips_the_configured_resource(tmp_path):
     bad = _cli("check", **{VARIABLE: "device,pool=2k"})
     assert bad.returncode == 1
     assert f"no  {VARIABLE}: ValueError: {VARIABLE}='device,pool=2k'" in bad.stdout
+
+
+@pytest.mark.parametrize("first_import", ["hipmr_ctypes.resources.per_device",
+                                          "hipmr_ctypes.resources", "hipmr_ctypes.buffer"])
+def test_the_default_factory_is_registered_whatever_is_imported_first(first_import):
+    """The resources layer never imports ``_config``: the package registers its factory when
+    ``resources`` is imported, so the variable is obeyed however the table is first reached."""
+    code = (f"import sys, importlib\n"
+            f"importlib.import_module({first_import!r})\n"
+            "from hipmr_ctypes.resources.per_device import get_per_device_resource\n"
+            "assert 'hipmr_ctypes._config' not in sys.modules\n"
+            "print(type(get_per_device_resource(0)).__name__)\n")
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", **{VARIABLE: "device,statistics"})
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["StatisticsResource"]
+
+
+def test_without_a_registered_factory_the_default_is_a_device_resource(monkeypatch, emulator):
+    previous = per_device._replace_all({})
+    monkeypatch.setattr(per_device, "_default_factory", hmr.DeviceMemoryResource)
+    monkeypatch.setenv(VARIABLE, "device,statistics")   # only the registered factory reads it
+    try:
+        assert type(per_device.get_per_device_resource(0)) is hmr.DeviceMemoryResource
+    finally:
+        per_device._replace_all(previous)

@@ -100,7 +100,7 @@ def test_the_workers_device(monkeypatch, two_devices):
     assert plugin.device_for(Worker(True)) == 0
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,0,1,2")
     assert plugin.device_for(Worker(count + 1)) == (count + 1) % count   # emulated: names
-    monkeypatch.setattr(hmr, "platform", lambda: "nvidia")
+    monkeypatch.setattr(hmr.device, "platform", lambda: "nvidia")
     assert plugin.device_for(Worker(count + 1)) == 0                       # real: its own GPU
     assert ResourceSetup(devices=2).device_for(Worker(1)) == 2
 

@@ -1,9 +1,11 @@
-"""The package's layering, read from the source: who may import whom, and no import cycle."""
+"""The package's layering, read from the source (module-level and function-level imports
+alike): who may import whom, no arrow running back up the layers but the few listed with their
+reasons, and no import cycle."""
 from __future__ import annotations
 
 import ast
 import os
-from typing import Dict, Set
+from typing import Dict, List, Set, Tuple
 
 import pytest
 
@@ -26,12 +28,12 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> Set[str]:
         base = ".".join(parts + ([node.module] if node.module else []))
     if not base.startswith("hipmr_ctypes"):
         return set()
-    # ``from . import x`` names a submodule when one exists
-    out = {base}
+    # ``from . import x`` names a submodule when one exists; only a name that is not one is
+    # an import of ``base`` itself
+    out = set()
     for alias in node.names:
         sub = f"{base}.{alias.name}"
-        if sub in PATHS:
-            out.add(sub)
+        out.add(sub if sub in PATHS else base)
     return out
 
 
@@ -65,6 +67,111 @@ def _ancestors(module: str) -> Set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
+#: The layers of DESIGN.md and docs/internals.md, from the bottom: a module may import its own
+#: layer and the layers below it.  A module belongs to the layer of the longest name here that
+#: is the module or a package holding it ("hipmr_ctypes" alone: the package's own __init__).
+#: The binding and the model stand side by side in DESIGN.md (neither imports the other at
+#: import time); here the model is below, so that each lazy reach of the binding from the
+#: model is an arrow up that LAZY_EDGES_THAT_STAY must name.
+LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
+    ("leaves", ("_limits", "_locks", "_exit", "_sizes")),
+    ("model", ("properties", "concepts", "resource_ref", "stream_ref", "cccl3", "_checks")),
+    ("binding", ("_hip",)),
+    ("device and stream", ("device", "stream", "_stream_order", "errors", "_thread_exit",
+                           "_dlpack", "_device_sizes", "_memory_query", "_hugepages", "ipc")),
+    ("resources", ("resources",)),
+    ("adaptors", ("adaptors",)),
+    ("buffer", ("buffer", "_buffer_state", "_copies", "_host_views", "_foreign")),
+    ("above the buffer", ("interop", "statistics", "initialization", "_config", "_logformat",
+                          "logfile", "plot")),
+    ("command line", ("__main__", "_selftest", "")),
+]
+
+#: Imports that run inside a function, from a layer up to a higher one, and must stay: each
+#: is reached only when the call that needs it runs, and its reason is the layer's contract.
+LAZY_EDGES_THAT_STAY: Dict[Tuple[str, str], str] = {
+    # the model loads no library at import; stream_ref.wait() / ready() / priority() /
+    # device() reach the binding on their first call (DESIGN.md's model layer)
+    ("hipmr_ctypes.stream_ref", "hipmr_ctypes._hip"): "stream_ref's calls need the runtime",
+    ("hipmr_ctypes.stream_ref", "hipmr_ctypes._hip.errors"): "stream_ref's calls raise HipError",
+    # cccl3 stands on the model alone, like resource_ref; its stream_ref.wait() reaches the
+    # owning Stream's layer on its first call
+    ("hipmr_ctypes.cccl3", "hipmr_ctypes.stream"): "cccl3's stream_ref.wait() synchronizes",
+}
+
+def _layer(module: str) -> int:
+    """The index in LAYERS of ``module``'s layer (AssertionError for a module in none)."""
+    best, found = -1, None
+    for index, (_, names) in enumerate(LAYERS):
+        for name in names:
+            full = f"hipmr_ctypes.{name}" if name else "hipmr_ctypes"
+            if (module == full or module.startswith(full + ".")) and len(full) > best:
+                best, found = len(full), index
+    assert found is not None, f"{module} is in no layer of LAYERS: add it to its layer"
+    return found
+
+
+def _edges(graph: Dict[str, Set[str]]) -> Set[Tuple[str, str]]:
+    """Every import edge of ``graph`` but those to a package holding the importer (its
+    ``__init__`` runs first, so such an edge is neither a circle nor an arrow up)."""
+    return {(m, d) for m, deps in graph.items() for d in deps if d not in _ancestors(m)}
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in PATHS:
+        _layer(module)
+
+
+def test_no_import_runs_back_up_the_layers() -> None:
+    """Module-level and function-level imports alike: an import of a higher layer is an error
+    unless LAZY_EDGES_THAT_STAY names it, and then it must be function-level."""
+    up = []
+    for module, dep in sorted(_edges(ALL_IMPORTS)):
+        if _layer(dep) <= _layer(module):
+            continue
+        where = "at import" if dep in GRAPH[module] else "inside a function"
+        if (module, dep) in LAZY_EDGES_THAT_STAY and where == "inside a function":
+            continue
+        up.append(f"{module} (layer {LAYERS[_layer(module)][0]!r}) imports {dep} (layer "
+                  f"{LAYERS[_layer(dep)][0]!r}, above it) {where}")
+    assert not up, "arrows running back up the layers:\n" + "\n".join(up)
+
+
+def test_the_allow_lists_name_edges_that_exist() -> None:
+    """A stale entry would let the edge come back unnoticed."""
+    edges = _edges(ALL_IMPORTS)
+    for edge in LAZY_EDGES_THAT_STAY:
+        assert edge in edges, f"LAZY_EDGES_THAT_STAY names {edge}, which is no import: remove it"
+        assert _layer(edge[1]) > _layer(edge[0]), f"{edge} runs down: remove it from the list"
+
+
+def test_no_import_cycle_with_function_level_imports() -> None:
+    """A circle through any import, also one made inside a function (which works only
+    because of the order modules happen to load in)."""
+    graph: Dict[str, Set[str]] = {}
+    for module, dep in _edges(ALL_IMPORTS):
+        graph.setdefault(module, set()).add(dep)
+    state: Dict[str, int] = {}
+    stack: List[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                pytest.fail("import cycle: " + " -> ".join(
+                    f"{x} ({LAYERS[_layer(x)][0]})" for x in cycle))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
 def test_no_import_cycle_at_module_level() -> None:
     # a package's __init__ runs before its submodules, so an edge to an ancestor package is
     # not a cycle of its own; every other edge is
@@ -94,7 +201,7 @@ def _binding_deps(module: str) -> Set[str]:
 
 
 def test_the_binding_imports_only_itself_and_leaves() -> None:
-    leaves = {"hipmr_ctypes._locks", "hipmr_ctypes._limits", "hipmr_ctypes._sizes"}
+    leaves = {f"hipmr_ctypes.{name}" for name in LAYERS[0][1]}
     for module in ALL_IMPORTS:
         if module.startswith("hipmr_ctypes._hip"):
             bad = {d for d in _binding_deps(module)

@@ -17,7 +17,8 @@ import pytest
 import hipmr_ctypes as hmr
 import hipmr_ctypes.plot as hplot
 from hipmr_ctypes.__main__ import main as cli_main
-from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, _events, read_columns, read_log, replay
+from hipmr_ctypes._logformat import _events
+from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, iter_log, read_columns, read_log, replay
 
 SVG = "{http://www.w3.org/2000/svg}"
 FIXTURE = Path(__file__).parent / "fixtures" / "rmm_log.csv"
@@ -489,3 +490,40 @@ def test_degenerate_logs(body):
                 assert int(root.get("data-peak-bytes")) == replay(
                     io.StringIO(LOG_HEADER + "\n" + body), hmr.HostMemoryResource()
                 ).from_log.peak_bytes
+
+
+def test_one_parser_reads_a_time_alike_in_bulk_and_line_by_line():
+    """A fraction the csv path refuses (an underscore, which float() would take) is refused
+    in bulk too, and plain seconds of the bulk path's length read as plain seconds."""
+    odd = LOG_HEADER + "\n1,00:00:00.000001,allocate,0x10,16,0\n1,00:00:00.1_2345,free,0x10,16,0\n"
+    for read in (read_log, lambda f: list(iter_log(f))):
+        with pytest.raises(ValueError, match=r"^line 3: bad time '00:00:00\.1_2345'"):
+            read(io.StringIO(odd))
+    plain = LOG_HEADER + "\n1,12345678.123456,allocate,0x10,16,0\n1,12345678.223456,free,0x10,16,0\n"
+    bulk = read_log(io.StringIO(plain))
+    assert bulk == list(iter_log(io.StringIO(plain)))
+    assert [e.seconds for e in bulk] == [12345678.123456, 12345678.223456]
+
+
+def test_line_by_line_gives_the_events_before_a_bad_line_in_any_chunk(monkeypatch):
+    from hipmr_ctypes import _logformat
+    monkeypatch.setattr(_logformat, "_CHUNK", 4)
+    good = [f"1,00:00:{i:02d}.000000,allocate,{0x10 * (i + 1):#x},16,0" for i in range(10)]
+    for bad, message in (("1,00:00:20.000000,grow,0x10,16,0", "unknown action"),
+                         ("1,00:00:20.000000,free,0x10", "expected 6 fields"),
+                         ('1,00:00:20.000000,"' + "x" * 200_000 + '",0x10,16,0',
+                          "not a line of a log")):   # a field over the csv module's limit
+        text = LOG_HEADER + "\n" + "\n".join(good + [bad] + good[:2]) + "\n"
+        seen = []
+        with pytest.raises(ValueError, match=rf"^line 12: {message}"):
+            for event in iter_log(io.StringIO(text)):
+                seen.append(event.line)
+        assert seen == list(range(2, 12))
+    # across midnight, a chunk boundary keeps the clock growing
+    text = LOG_HEADER + "\n" + "\n".join(
+        f"1,{t},allocate,{0x10 * (i + 1):#x},16,0" for i, t in enumerate(
+            ["23:59:57.000000", "23:59:58.000000", "23:59:59.000000", "23:59:59.500000",
+             "00:00:00.500000", "00:00:01.000000"])) + "\n"
+    seconds = [e.seconds for e in iter_log(io.StringIO(text))]
+    assert seconds == sorted(seconds) and seconds[-1] == 86401.0
+    assert seconds == read_columns(io.StringIO(text)).seconds

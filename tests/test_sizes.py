@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes._sizes import DeviceFraction, config_size, parse_bytes, parse_size
+from hipmr_ctypes._device_sizes import config_size
+from hipmr_ctypes._sizes import DeviceFraction, parse_bytes, parse_size
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 

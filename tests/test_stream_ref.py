@@ -12,7 +12,8 @@ import time
 import pytest
 
 import hipmr_ctypes  # noqa: F401  (loads the package so that _hip is importable)
-from hipmr_ctypes._hip.errors import HipError, InvalidHandleError, NotSupportedError, make_error
+from hipmr_ctypes._hip.errors import HipError, InvalidHandleError, NotSupportedError
+from hipmr_ctypes._hip.failure import make_error
 from hipmr_ctypes.stream_ref import stream_per_thread, stream_ref
 
 _hip = sys.modules["hipmr_ctypes._hip"]

@@ -4,25 +4,21 @@ Every HIP status other than ``hipSuccess`` becomes a :class:`HipError` (or one o
 subclasses) carrying the code, the HIP name, the message and the call that failed.
 Names come from the loaded library when there is one (``hipGetErrorName``), from the
 built-in table below otherwise.  This module (loaded by the first use of the runtime or of an
-error class) holds the classes and
-the table; the code that builds an exception for a status (:func:`make_error`,
-:func:`error_class`, :func:`no_device_hint`, ``Runtime.error``) is in ``failure.py``, compiled
-by the first failure and reachable from here by the same names.  Neither module imports more
-of the package.
+error class) holds the classes, the table and their unpickling; it imports nothing.  The code
+that picks the class for a status and builds the exception (``make_error``, ``error_class``,
+``no_device_hint``) is in ``failure.py``, one step up the chain
+``errors`` <- ``failure`` <- ``runtime``.
 """
 from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterable, Optional, Tuple
-
-    from .failure import error_class as error_class, make_error as make_error, \
-        no_device_hint as no_device_hint
+    from typing import Any, Dict, Iterable, Optional, Tuple, Type
 
 __all__ = [
     "HipError", "OutOfMemoryError", "NotReadyError", "NoDeviceError", "InvalidValueError",
     "InvalidHandleError", "NotSupportedError", "LibraryNotFoundError", "ERROR_NAMES",
-    "error_class", "make_error", "no_device_hint", "NO_DEVICE_CODES",
+    "NO_DEVICE_CODES",
 ]
 
 # hipError_t values, identical in ROCm 5.2.3 ... 7.0: code, then the name without its "hipError"
@@ -100,8 +96,16 @@ class HipError(RuntimeError):
         return text
 
     def __reduce__(self) -> Tuple[Any, ...]:  # keep exceptions picklable (multiprocessing, pytest-xdist)
-        from .failure import rebuild
         return (rebuild, (type(self), self.__dict__.copy()))
+
+
+def rebuild(cls: Type[HipError], state: Dict[str, Any]) -> HipError:
+    """Unpickle ``HipError.__reduce__``'s state."""
+    # an OSError subclass must be made by OSError's own __new__ (its C layout is larger)
+    obj = OSError.__new__(cls) if issubclass(cls, OSError) else cls.__new__(cls)
+    obj.__dict__.update(state)
+    Exception.__init__(obj, obj._format())
+    return obj
 
 
 class OutOfMemoryError(HipError, MemoryError):
@@ -170,13 +174,3 @@ class LibraryNotFoundError(HipError, OSError):
     def _format(self) -> str:
         return self.message
 
-
-def __getattr__(name: str) -> object:
-    """:func:`make_error`, :func:`error_class` and :func:`no_device_hint`, from ``failure.py``
-    on first use."""
-    if name in ("make_error", "error_class", "no_device_hint"):
-        from .failure import error_class, make_error, no_device_hint
-        globals().update(make_error=make_error, error_class=error_class,
-                         no_device_hint=no_device_hint)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

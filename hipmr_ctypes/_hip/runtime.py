@@ -1,6 +1,8 @@
 """The Runtime object: one loaded back end with its function table and error translation.
 
 What every back end (``amd``, ``nvidia``, ``emulated``) builds on; it imports none of them.
+It is the top of the binding's error chain ``errors`` <- ``failure`` <- ``runtime``: the
+classes come from ``errors``, and ``failure`` (loaded by the first failure) builds them.
 """
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional, Tuple
 
-from .errors import HIP_ERROR_NOT_READY, NotSupportedError
+from .errors import (ERROR_NAMES, HIP_ERROR_NOT_READY, NO_DEVICE_CODES, NoDeviceError,
+                     NotSupportedError)
 
 if TYPE_CHECKING:
     from .errors import HipError
@@ -87,8 +90,26 @@ class Runtime:
     def error(self, status: int, call: Optional[str] = None, *, size: Optional[int] = None,
               device: Optional[int] = None, detail: str = "") -> HipError:
         """Build the exception for a non-zero ``status`` returned by ``call``."""
-        from .failure import runtime_error  # compiled by the first failure, not at import
-        return runtime_error(self, status, call, size, device, detail)
+        from .failure import make_error, no_device_hint  # compiled by the first failure
+        code = self.hip_code(status)
+        name = None
+        message = ""
+        try:
+            if self._error_name is not None:
+                name = self._error_name(code)
+            if self._error_string is not None:
+                message = self._error_string(status) or ""
+        except Exception:  # noqa: BLE001 - never let name lookup hide the real error
+            pass
+        if not name or (name == "hipErrorUnknown" and code != 999):
+            name = ERROR_NAMES.get(code, "hipErrorUnknown")
+        self.clear_last_error()
+        if code in NO_DEVICE_CODES and call != "hipGetDeviceCount" and not self.sees_device():
+            hint = no_device_hint(self.platform)
+            return NoDeviceError(code, name, message, call,
+                                 f"{detail}; no device is visible; {hint}" if detail
+                                 else f"no device is visible; {hint}")
+        return make_error(code, call, name, message, size=size, device=device, detail=detail)
 
     def sees_device(self) -> bool:
         """True when the runtime reports at least one device (asked each time: only error

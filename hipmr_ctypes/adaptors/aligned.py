@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
-from .._sizes import Size, config_size
+from .._device_sizes import config_size
+from .._sizes import Size
 from ..errors import OutOfMemoryError
 from ..properties import DEFAULT_ALIGNMENT
 from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_args, check_free_args,

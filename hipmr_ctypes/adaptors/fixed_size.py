@@ -5,7 +5,8 @@ import operator
 from collections import deque
 from typing import Any, Deque, Dict, List
 
-from .._sizes import Size, config_size
+from .._device_sizes import config_size
+from .._sizes import Size
 from .._exit import finalize
 from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT

@@ -6,7 +6,8 @@ from typing import Any, Callable, Deque, Tuple
 
 from ..errors import OutOfMemoryError
 from .._locks import TokenMutex, wait_token
-from .._sizes import Size, config_size
+from .._device_sizes import config_size
+from .._sizes import Size
 from ..properties import DEFAULT_ALIGNMENT
 from .._checks import check_args, check_free_args, check_size
 from ._base import BoundAdaptor

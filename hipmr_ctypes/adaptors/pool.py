@@ -35,7 +35,8 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
 
 from ..errors import OutOfMemoryError
 from .._locks import DeferringLock
-from .._sizes import Size, config_size
+from .._device_sizes import config_size
+from .._sizes import Size
 from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
 from ..stream_ref import PER_THREAD_HANDLE, IntValue

@@ -29,7 +29,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import distributed
 
-from .._sizes import DeviceFraction, parse_config_size, resolve_size
+from .._device_sizes import parse_config_size, resolve_size
+from .._sizes import DeviceFraction
 from ..adaptors.limiting import LimitingResource
 from ..adaptors.logging import LoggingResource
 from ..adaptors.pool import PoolResource
@@ -200,7 +201,7 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
         """The device this plugin gives ``worker`` (see the class's documentation)."""
         if self.devices is not None:
             return self.devices
-        from .. import platform
+        from ..device import platform
         if platform() != "emulated" and any(os.environ.get(v) for v in
                                              VISIBLE_DEVICES_VARIABLES):
             return 0

@@ -16,15 +16,12 @@ the command-line form.  See docs/observability.md.
 from __future__ import annotations
 
 import errno
-import io
 import os
 import stat
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from ..errors import HipError
-from ..logfile import read_columns, replay
 from ._model import Source, View, build_view
-from ._sources import Recording, describe_path, from_columns, from_recording, from_tracking
+from ._sources import Recording, find_pool, source_of
 from ._svg import Layout, format_bytes, render_svg
 from ._html import render_html
 
@@ -48,16 +45,6 @@ def _int_option(name: str, value: Any, low: int, high: Optional[int] = None) -> 
     return int(value)
 
 
-def _find_pool(resource: Any) -> Any:
-    """The first ``PoolResource`` down the chain of upstreams of ``resource`` (or None)."""
-    from ..adaptors.pool import PoolResource
-    from ..resource_ref import upstream_chain
-    for found in upstream_chain(resource, "hipmr_ctypes.plot.record"):
-        if isinstance(found, PoolResource):
-            return found
-    return None
-
-
 def record(resource: Any, pool: Any = None) -> Any:
     """A ``LoggingResource`` over ``resource`` that keeps its log in memory (a
     :class:`Recording`) and, after each event, the size of ``pool`` (by default the first
@@ -66,76 +53,11 @@ def record(resource: Any, pool: Any = None) -> Any:
     ``recording.file.getvalue()`` is the CSV log."""
     from ..adaptors.logging import LoggingResource
     if pool is None:
-        pool = _find_pool(resource)
+        pool = find_pool(resource)
     elif not callable(getattr(pool, "pool_size", None)):
         raise TypeError(f"pool must have a pool_size() method (a PoolResource), not "
                         f"{type(pool).__name__}")
     return LoggingResource(resource, Recording(pool))
-
-
-def _source(source: Any, pool: Any, axis: str, width: float) -> Source:
-    from ..adaptors.logging import LoggingResource
-    from ..adaptors.pool import PoolResource
-    from ..adaptors.tracking import TrackingResource
-    if isinstance(source, TrackingResource):
-        if pool is not None:
-            raise ValueError("pool= applies to logs, not to a TrackingResource")
-        return from_tracking(source, width=width,
-                             description="the outstanding allocations of a TrackingResource, "
-                                         "in the order they were made")
-    if isinstance(source, PoolResource):
-        raise TypeError("a PoolResource keeps no history: allocate through "
-                        "hipmr_ctypes.plot.record(pool) and draw that recording, or draw a "
-                        "log of the run with pool=")
-    if isinstance(source, LoggingResource):
-        file = source.file
-        if isinstance(file, Recording):
-            if pool is not None:
-                raise ValueError("pool= applies to logs; a recording samples its own pool")
-            what = "a recording" + (" of a PoolResource" if file.pool is not None else "")
-            return from_recording(file, axis=axis, width=width, description=what)
-        source.flush()
-        name = source.get_file_name()
-        getvalue = getattr(file, "getvalue", None)
-        if callable(getvalue):
-            source = io.StringIO(str(getvalue()))
-        elif name and os.path.exists(name):
-            source = name
-        else:
-            raise TypeError("this LoggingResource writes to a file that cannot be read back; "
-                            "draw its log file instead")
-    if isinstance(source, (str, bytes)) and not isinstance(source, str):
-        raise TypeError("a log is a path, an open text file or LogEvents, not bytes")
-    log = read_columns(source)
-    description = describe_path(source)
-    sizes: Optional[List[int]] = None
-    if pool is not None:
-        sizes, pool_name = _replay_pool(log.events(), pool)
-        description += f"; replayed against {pool_name} for the pool's size"
-    return from_columns(log, axis=axis, width=width, pool_sizes=sizes,
-                        description=description)
-
-
-def _replay_pool(events: List[Any], pool: Any) -> "tuple[List[int], str]":
-    from ..adaptors.pool import PoolResource
-    if pool is True:
-        from ..resources.host import HostMemoryResource
-        pool = PoolResource(HostMemoryResource())
-    elif not callable(getattr(pool, "pool_size", None)):
-        raise TypeError(f"pool must be True or a PoolResource, not {type(pool).__name__}")
-    sizes: List[int] = []
-    size_of = pool.pool_size
-    try:
-        replay(events, pool, on_event=lambda event: sizes.append(size_of()))
-    except (MemoryError, ValueError, OverflowError, HipError) as exc:
-        # an allocation of the log that this pool cannot give (larger than its maximum, or
-        # than the memory there is): the line that asked for it, and why
-        line = events[len(sizes)].line if len(sizes) < len(events) else 0
-        where = f"line {line}: " if line else ""
-        raise ValueError(f"{where}the log cannot be replayed against {pool!r}: "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                         ) from exc
-    return sizes, repr(pool)
 
 
 def _views(src: Source, split: bool, **options: Any) -> List[View]:
@@ -218,7 +140,7 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     if path is not None:
         _not_the_log(source, path)
     layout = Layout(width, height)
-    src = _source(source, pool, axis, layout.plot_width)
+    src = source_of(source, pool, axis, layout.plot_width)
     if color == "auto":
         color = "stream" if len(set(src.a_stream)) > 1 else "size"
     options = dict(height=layout.plot_height, max_bands=max_bands, max_points=max_points,

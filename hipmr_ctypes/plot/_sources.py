@@ -1,5 +1,6 @@
-"""Turn what ``timeline`` is given (a log, a recording, a tracking resource) into a
-:class:`~hipmr_ctypes.plot._model.Source`."""
+"""Turn what ``timeline`` is given (a log, a ``LoggingResource``, a recording, a tracking
+resource) into a :class:`~hipmr_ctypes.plot._model.Source`: :func:`source_of` chooses, and
+replays a log against a pool where asked; :func:`find_pool` finds the pool a recording samples."""
 from __future__ import annotations
 
 import io
@@ -7,10 +8,13 @@ import os
 import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..logfile import LogColumns, read_columns
+from ..errors import HipError
+from .._logformat import LogColumns, read_columns
+from ..logfile import replay
 from ._model import Source
 
-__all__ = ["from_columns", "from_recording", "from_tracking", "Recording"]
+__all__ = ["source_of", "find_pool", "from_columns", "from_recording", "from_tracking",
+           "Recording"]
 
 
 class Recording(io.TextIOBase):
@@ -153,3 +157,81 @@ def from_tracking(tracking: Any, *, width: float, description: str = "") -> Sour
 
 def describe_path(path: Any) -> str:
     return os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+
+
+def find_pool(resource: Any) -> Any:
+    """The first ``PoolResource`` down the chain of upstreams of ``resource`` (or None);
+    ValueError for a stack with a cycle."""
+    from ..adaptors.pool import PoolResource
+    from ..resource_ref import upstream_chain
+    for found in upstream_chain(resource, "hipmr_ctypes.plot.record"):
+        if isinstance(found, PoolResource):
+            return found
+    return None
+
+
+def source_of(source: Any, pool: Any, axis: str, width: float) -> Source:
+    """What ``timeline`` draws for ``source`` (a log, a ``LoggingResource``, a recording or a
+    ``TrackingResource``; ``pool``: a log's pool to replay it against, see ``timeline``)."""
+    from ..adaptors.logging import LoggingResource
+    from ..adaptors.pool import PoolResource
+    from ..adaptors.tracking import TrackingResource
+    if isinstance(source, TrackingResource):
+        if pool is not None:
+            raise ValueError("pool= applies to logs, not to a TrackingResource")
+        return from_tracking(source, width=width,
+                             description="the outstanding allocations of a TrackingResource, "
+                                         "in the order they were made")
+    if isinstance(source, PoolResource):
+        raise TypeError("a PoolResource keeps no history: allocate through "
+                        "hipmr_ctypes.plot.record(pool) and draw that recording, or draw a "
+                        "log of the run with pool=")
+    if isinstance(source, LoggingResource):
+        file = source.file
+        if isinstance(file, Recording):
+            if pool is not None:
+                raise ValueError("pool= applies to logs; a recording samples its own pool")
+            what = "a recording" + (" of a PoolResource" if file.pool is not None else "")
+            return from_recording(file, axis=axis, width=width, description=what)
+        source.flush()
+        name = source.get_file_name()
+        getvalue = getattr(file, "getvalue", None)
+        if callable(getvalue):
+            source = io.StringIO(str(getvalue()))
+        elif name and os.path.exists(name):
+            source = name
+        else:
+            raise TypeError("this LoggingResource writes to a file that cannot be read back; "
+                            "draw its log file instead")
+    if isinstance(source, (str, bytes)) and not isinstance(source, str):
+        raise TypeError("a log is a path, an open text file or LogEvents, not bytes")
+    log = read_columns(source)
+    description = describe_path(source)
+    sizes: Optional[List[int]] = None
+    if pool is not None:
+        sizes, pool_name = _replay_pool(log.events(), pool)
+        description += f"; replayed against {pool_name} for the pool's size"
+    return from_columns(log, axis=axis, width=width, pool_sizes=sizes,
+                        description=description)
+
+
+def _replay_pool(events: List[Any], pool: Any) -> "tuple[List[int], str]":
+    from ..adaptors.pool import PoolResource
+    if pool is True:
+        from ..resources.host import HostMemoryResource
+        pool = PoolResource(HostMemoryResource())
+    elif not callable(getattr(pool, "pool_size", None)):
+        raise TypeError(f"pool must be True or a PoolResource, not {type(pool).__name__}")
+    sizes: List[int] = []
+    size_of = pool.pool_size
+    try:
+        replay(events, pool, on_event=lambda event: sizes.append(size_of()))
+    except (MemoryError, ValueError, OverflowError, HipError) as exc:
+        # an allocation of the log that this pool cannot give (larger than its maximum, or
+        # than the memory there is): the line that asked for it, and why
+        line = events[len(sizes)].line if len(sizes) < len(events) else 0
+        where = f"line {line}: " if line else ""
+        raise ValueError(f"{where}the log cannot be replayed against {pool!r}: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                         ) from exc
+    return sizes, repr(pool)
