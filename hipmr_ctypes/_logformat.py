@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, TextIO, Tuple, Union
 
 from ._limits import MAX_ADDRESS  # the largest size, pointer, stream or thread id of a line
-from .adaptors.logging import LOG_HEADER   # the writer's header, spelled once
+from ._logheader import LOG_HEADER   # the writer's header, spelled once
 
 __all__ = ["LOG_HEADER", "ACTIONS", "MAX_SECONDS", "LogEvent", "LogSource", "LogColumns",
            "read_log", "read_columns", "iter_log", "Pairing"]

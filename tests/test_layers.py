@@ -74,7 +74,7 @@ def _ancestors(module: str) -> Set[str]:
 #: import time); here the model is below, so that each lazy reach of the binding from the
 #: model is an arrow up that LAZY_EDGES_THAT_STAY must name.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    ("leaves", ("_limits", "_locks", "_exit", "_sizes")),
+    ("leaves", ("_limits", "_locks", "_exit", "_sizes", "_logheader", "_logformat")),
     ("model", ("properties", "concepts", "resource_ref", "stream_ref", "cccl3", "_checks")),
     ("binding", ("_hip",)),
     ("device and stream", ("device", "stream", "_stream_order", "errors", "_thread_exit",
@@ -82,7 +82,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("resources", ("resources",)),
     ("adaptors", ("adaptors",)),
     ("buffer", ("buffer", "_buffer_state", "_copies", "_host_views", "_foreign")),
-    ("above the buffer", ("interop", "statistics", "initialization", "_config", "_logformat",
+    ("above the buffer", ("interop", "statistics", "initialization", "_config",
                           "logfile", "plot")),
     ("command line", ("__main__", "_selftest", "")),
 ]
