@@ -18,16 +18,16 @@ else:
 # Everything but the library loads on first use (PEP 562): module -> the public names it
 # provides.  Add a new public name here and to __init__.pyi (its import and __all__).
 _LAZY_MODULES = {  # (each module's names in one string: less to compile without .pyc)
-    "_hip.errors": "HipError InvalidHandleError InvalidValueError LibraryNotFoundError "
+    "_hip.exceptions": "HipError InvalidHandleError InvalidValueError LibraryNotFoundError "
                    "NoDeviceError NotReadyError NotSupportedError OutOfMemoryError",
     "_hip.fork": "ForkedChildError",
     "properties": "Property device_accessible forward_property get_property has_property "
                   "has_property_with host_accessible property_with_value",
     "concepts": "AsyncResource Resource is_async_resource is_async_resource_with is_resource "
                 "is_resource_with",
-    "resource_ref": "DEFAULT_ALIGNMENT async_resource_ref resource_cast resource_ref "
+    "resource_refs": "DEFAULT_ALIGNMENT async_resource_ref resource_cast resource_ref "
                     "try_get_property",
-    "stream_ref": "stream_per_thread stream_ref",
+    "stream_refs": "stream_per_thread stream_ref",
     "device": "Device device_count driver_version get_device platform runtime_version set_device "
               "synchronize",
     "stream": "Event Stream wait_event",
@@ -47,8 +47,8 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
 }
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names.split()}
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
-_SUBMODULES = frozenset("""adaptors buffer cccl3 concepts device properties resource_ref resources stream
-    stream_ref ipc _checks _device_sizes _exit _hip _limits _locks _sizes _thread_exit errors
+_SUBMODULES = frozenset("""adaptors buffer cccl3 concepts device properties resource_refs resources stream
+    stream_refs ipc _checks _device_sizes _exit _hip _limits _locks _sizes _thread_exit errors
     initialization logfile plot statistics _stream_order _buffer_state _copies _memory_query
     _hugepages _logheader _logformat""".split())
 
@@ -90,19 +90,15 @@ def _default_device_resource(device: int) -> object:
 
 
 class _Package(_ModuleType):
-    """This package's module type: importing the submodule ``stream_ref`` or ``resource_ref``
-    does not bind the package's attribute of that name to the module: it stays the class.
-    When ``resources`` is imported (before any of it can run), its per-device table is given
-    the factory of the default resource that ``HIPMR_DEVICE_RESOURCE`` describes: the
-    resources layer never imports ``_config``, which builds adaptors above it."""
+    """This package's module type.  When ``resources`` is imported (before any of it can
+    run), its per-device table is given the factory of the default resource that
+    ``HIPMR_DEVICE_RESOURCE`` describes: the resources layer never imports ``_config``, which
+    builds adaptors above it."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if isinstance(value, _ModuleType) and getattr(value, "__name__", "") == \
-                f"{__name__}.{name}":
-            if name in _LAZY:
-                return
-            if name == "resources":
-                value.per_device.set_default_factory(_default_device_resource)
+        if name == "resources" and isinstance(value, _ModuleType) and \
+                getattr(value, "__name__", "") == f"{__name__}.resources":
+            value.per_device.set_default_factory(_default_device_resource)
         super().__setattr__(name, value)
 
     def __reduce__(self) -> "tuple[object, tuple[str]]":

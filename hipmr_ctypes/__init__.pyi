@@ -1,6 +1,6 @@
 """What type checkers see of the package: every public name, imported from the module that
 defines it (at run time ``__init__.py`` loads each on first use)."""
-from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError,
+from ._hip.exceptions import (HipError, InvalidHandleError, InvalidValueError,
                           LibraryNotFoundError, NoDeviceError, NotReadyError,
                           NotSupportedError, OutOfMemoryError)
 from ._hip.fork import ForkedChildError
@@ -9,9 +9,9 @@ from .properties import (Property, device_accessible, forward_property, get_prop
                          property_with_value)
 from .concepts import (AsyncResource, Resource, is_async_resource, is_async_resource_with,
                        is_resource, is_resource_with)
-from .resource_ref import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast,
+from .resource_refs import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast,
                            resource_ref, try_get_property)
-from .stream_ref import stream_per_thread, stream_ref
+from .stream_refs import stream_per_thread, stream_ref
 from .device import (Device, device_count, driver_version, get_device, platform,
                      runtime_version, set_device, synchronize)
 from .stream import Event, Stream, wait_event

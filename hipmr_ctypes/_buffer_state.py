@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from ._memory_query import memory_device
 from .device import current_device_function as _current_device
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
-from .resource_ref import async_resource_ref
+from .resource_refs import async_resource_ref
 from .resources import get_per_device_resource, per_device_cache, remember_per_device
 
 class _State:

@@ -11,7 +11,7 @@ import operator
 from typing import Any, Dict, Optional, Tuple
 
 from ._limits import MAX_ADDRESS
-from .stream_ref import HANDLE_READERS, as_stream_handle, stream_ref
+from .stream_refs import HANDLE_READERS, as_stream_handle, stream_ref
 
 __all__ = ["MAX_SIZE", "STREAM_REF", "FAST_ALIGNMENTS", "check_size",
            "check_alignment", "check_ptr", "check_stream", "check_args", "check_free_args",

@@ -139,12 +139,12 @@ def build(spec: Spec, device: int) -> Any:
     from .adaptors.limiting import LimitingResource
     from .adaptors.logging import LoggingResource
     from .adaptors.pool import PoolResource
-    from .adaptors.statistics import StatisticsResource
+    from .adaptors.statistics_resource import StatisticsResource
     from .adaptors.tracking import TrackingResource
     from .device import Device
     from .initialization import log_file_for
     from .resources.async_memory import AsyncMemoryResource
-    from .resources.device import DeviceMemoryResource
+    from .resources.device_memory import DeviceMemoryResource
     from .resources.managed import ManagedMemoryResource
 
     def size(name: str, value: Optional[_SizeValue]) -> Optional[int]:
@@ -181,7 +181,7 @@ def default_resource(device: int) -> Any:
     ``DeviceMemoryResource``."""
     spec = spec_from_environment()
     if spec is None:
-        from .resources.device import DeviceMemoryResource
+        from .resources.device_memory import DeviceMemoryResource
         return DeviceMemoryResource(device)
     return build(spec, device)
 

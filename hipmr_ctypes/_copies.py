@@ -26,7 +26,7 @@ from ._hip.types import hipMemcpyDefault
 from ._hugepages import THRESHOLD as HUGE_PAGES_FROM, advise as advise_huge_pages
 from ._memory_query import pointer_device
 from .device import on_device_or_current
-from .stream_ref import stream_ref
+from .stream_refs import stream_ref
 
 #: a ``Buffer`` (not imported, even for type checkers: ``buffer`` imports this module)
 _Buffer = Any

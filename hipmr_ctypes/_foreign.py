@@ -27,8 +27,8 @@ from ._memory_query import pointer_kind
 from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
 from .device import check_device, on_device_or_current
 from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
-from .resource_ref import async_resource_ref
-from .stream_ref import stream_ref
+from .resource_refs import async_resource_ref
+from .stream_refs import stream_ref
 
 __all__ = ["ForeignMemory", "from_handle", "from_dlpack", "check_writable"]
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 from . import _hip
 from ._hip.types import MEMORY_TYPE_5, MEMORY_TYPE_6, hipPointerAttribute_t
 from .properties import _declared, host_accessible
-from .resource_ref import upstream_chain
+from .resource_refs import upstream_chain
 
 __all__ = ["memory_types", "pointer_kind", "pointer_device", "memory_device", "memory_kind"]
 

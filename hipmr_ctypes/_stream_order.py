@@ -24,7 +24,7 @@ from . import _hip
 from .errors import HipError, NoDeviceError
 from .device import Device, device_count, device_function, get_device
 from .stream import STREAM_DEVICES, Event, event_for, wait_event
-from .stream_ref import PER_THREAD_HANDLE, stream_ref
+from .stream_refs import PER_THREAD_HANDLE, stream_ref
 
 __all__ = ["SYNC", "LAST_SPECIAL_HANDLE", "stream_key", "stream_keys", "own_keys_below",
            "handle_of", "is_foreign", "DeviceWait", "device_of", "record_or_synchronize",

@@ -31,7 +31,7 @@ from ctypes import byref, c_int
 from typing import Any, Callable, List
 
 from .device import current_device_function
-from .stream_ref import PER_THREAD_HANDLE as PER_THREAD
+from .stream_refs import PER_THREAD_HANDLE as PER_THREAD
 
 __all__ = ["arm"]
 

@@ -29,10 +29,10 @@ from .device import (Device, check_device, current_device_function as _current_d
                      get_device, on_device, on_device_or_current, prefetch_if_managed)
 from .device import _NO_SWITCH   # _wait_own alone (everything else: on_device_or_current)
 from .properties import DEFAULT_ALIGNMENT
-from .resource_ref import async_resource_ref, resource_ref
+from .resource_refs import async_resource_ref, resource_ref
 from .resources import get_per_device_resource
 from .stream import Stream, event_for, wait_event
-from .stream_ref import stream_ref
+from .stream_refs import stream_ref
 
 if TYPE_CHECKING:
     from .ipc import IpcBufferDescriptor

@@ -36,11 +36,11 @@ from typing import (Any, Callable, Collection, Dict, FrozenSet, Optional, Protoc
 
 from . import concepts as _concepts
 from . import properties as _props
-from .resource_ref import async_resource_ref as _async_ref22
-from .resource_ref import resource_ref as _ref22
-from .resource_ref import try_get_property as _try_get_property22
-from .stream_ref import as_stream_handle
-from .stream_ref import stream_ref as _stream_ref22
+from .resource_refs import async_resource_ref as _async_ref22
+from .resource_refs import resource_ref as _ref22
+from .resource_refs import try_get_property as _try_get_property22
+from .stream_refs import as_stream_handle
+from .stream_refs import stream_ref as _stream_ref22
 from .properties import DEFAULT_ALIGNMENT, Property, _check_property, forward_property
 
 __all__ = ["DEFAULT_ALIGNMENT", "Resource", "SynchronousResource", "is_resource",

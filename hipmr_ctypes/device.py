@@ -8,7 +8,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, ContextManager, Generator, Optional, Tuple, Union
 
 from . import _hip
-from ._hip.errors import NoDeviceError, NotSupportedError
+from ._hip.exceptions import NoDeviceError, NotSupportedError
 from ._hip.types import (DEVICE_ATTRIBUTES, hipDeviceAttributeManagedMemory,
                          hipDeviceAttributeMemoryPoolsSupported)
 
@@ -193,7 +193,7 @@ def synchronize() -> None:
 
 def prefetch(ptr: int, nbytes: int, device: int, stream: object = 0) -> None:
     """Prefetch managed memory ``[ptr, ptr+nbytes)`` to ``device`` on ``stream``."""
-    from .stream_ref import stream_ref
+    from .stream_refs import stream_ref
     handle = stream_ref(stream).get()
     rt = _hip.get_runtime()
     rt.check(rt.fn.hipMemPrefetchAsync(ptr, nbytes, device, handle), "hipMemPrefetchAsync",

@@ -2,12 +2,12 @@
 internals: ``from hipmr_ctypes.errors import OutOfMemoryError``.  Every one is also a name of
 the package itself (``hipmr_ctypes.OutOfMemoryError``).
 
-The binding (``hipmr_ctypes._hip.errors``) defines them and turns a HIP status into the
+The binding (``hipmr_ctypes._hip.exceptions``) defines them and turns a HIP status into the
 matching one; the layers above it (resources, adaptors, buffers) import them from here.
 """
 from __future__ import annotations
 
-from ._hip.errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
+from ._hip.exceptions import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
                           NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
 from ._hip.fork import ForkedChildError
 

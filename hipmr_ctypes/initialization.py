@@ -20,7 +20,7 @@ from .adaptors.logging import LoggingResource
 from .adaptors.pool import PoolResource
 from .device import Device, check_device, get_device
 from .resources import per_device
-from .resources.device import DeviceMemoryResource
+from .resources.device_memory import DeviceMemoryResource
 from .resources.managed import ManagedMemoryResource
 
 __all__ = ["reinitialize", "is_initialized", "register_reinitialize_hook",

@@ -592,7 +592,7 @@ def source_of(resource: Any) -> Any:
     """The resource that made the memory ``resource`` hands out, through adaptors whose class
     says ``passes_pointers_through = True``: the first whose class names its ``_ipc_memory``;
     NotSupportedError naming the first resource that is neither."""
-    from .resource_ref import upstream_chain   # on first use: importing this stays light
+    from .resource_refs import upstream_chain   # on first use: importing this stays light
     for found in upstream_chain(resource, "Buffer.export_ipc"):   # any depth; a cycle raises
         cls = type(found)
         if getattr(cls, "_ipc_memory", None) is not None:

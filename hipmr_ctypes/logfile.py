@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Optional
 from ._logformat import (ACTIONS, LOG_HEADER, LogColumns, LogEvent, LogSource, Pairing, iter_log,
                          read_columns, read_log)
 from .adaptors.pool import PoolResource
-from .adaptors.statistics import Statistics, StatisticsResource
+from .adaptors.statistics_resource import Statistics, StatisticsResource
 
 __all__ = ["LOG_HEADER", "ACTIONS", "LogEvent", "LogSource", "LogColumns", "read_log",
            "read_columns", "iter_log", "ReplayReport", "replay"]

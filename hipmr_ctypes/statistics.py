@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, TypeVar, cast
 
-from .adaptors.statistics import Statistics, StatisticsResource
+from .adaptors.statistics_resource import Statistics, StatisticsResource
 from .resources import per_device
 
 __all__ = ["Statistics", "enable_statistics", "get_statistics", "push_statistics",

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 from . import _hip
 from ._exit import finalize, finalizer
 from .device import Device, check_device, get_device
-from .stream_ref import (HANDLE_READERS, IntValue, _binding_module, as_stream_handle,
+from .stream_refs import (HANDLE_READERS, IntValue, _binding_module, as_stream_handle,
                          stream_ref)
 
 _T = TypeVar("_T")

@@ -25,8 +25,8 @@ from typing import Any, Callable, Dict, List, Tuple
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from hipmr_ctypes.concepts import is_async_resource  # noqa: E402
-from hipmr_ctypes.resource_ref import async_resource_ref, resource_ref  # noqa: E402
-from hipmr_ctypes.stream_ref import stream_ref  # noqa: E402
+from hipmr_ctypes.resource_refs import async_resource_ref, resource_ref  # noqa: E402
+from hipmr_ctypes.stream_refs import stream_ref  # noqa: E402
 
 from _timing import ns_per_op, save_json  # noqa: E402
 

@@ -446,8 +446,8 @@ def test_resources_and_adaptors_share_one_set_of_argument_checks():
     modules use its functions, and ``check_args`` returns the checked pair for both (with the
     resource's largest alignment where it has one)."""
     from hipmr_ctypes import _checks
-    from hipmr_ctypes.adaptors import _base, limiting, statistics, tracking
-    from hipmr_ctypes.resources import _common, device, host
+    from hipmr_ctypes.adaptors import _base, limiting, statistics_resource, tracking
+    from hipmr_ctypes.resources import _common, device_memory, host
 
     class Index:  # an integer-like (numpy's, for one)
         def __index__(self):
@@ -457,6 +457,6 @@ def test_resources_and_adaptors_share_one_set_of_argument_checks():
     assert _checks.check_free_args(Index(), 0, 1) == (512, 0, 1)
     with pytest.raises(ValueError, match="larger than 256"):
         _checks.check_args(8, 512, 256)
-    for module in (_common, device, host, limiting, statistics, tracking):
+    for module in (_common, device_memory, host, limiting, statistics_resource, tracking):
         assert getattr(module, "check_args", _checks.check_args) is _checks.check_args
     assert not hasattr(_base, "check_args") and not hasattr(_base, "MAX_PTR")

@@ -42,7 +42,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip.errors import InvalidValueError
+from hipmr_ctypes._hip.exceptions import InvalidValueError
 
 from support import Leak, no_crash
 

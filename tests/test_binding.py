@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip import amd, decls, errors, failure, loader, nvidia, search
+from hipmr_ctypes._hip import amd, decls, failure, loader, nvidia, search
+from hipmr_ctypes._hip import exceptions as errors
 from hipmr_ctypes._hip.runtime import Runtime, decode_cuda_version, decode_hip_version
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,7 +15,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _dlpack, _hip
-from hipmr_ctypes._hip.errors import HipError, OutOfMemoryError
+from hipmr_ctypes._hip.exceptions import HipError, OutOfMemoryError
 from hipmr_ctypes.buffer import Buffer
 from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
                                     HostMemoryResource, ManagedMemoryResource,

@@ -16,7 +16,7 @@ from hipmr_ctypes.concepts import (AsyncResource, Resource, is_async_resource,
                                    is_async_resource_with, is_resource, is_resource_with)
 from hipmr_ctypes.properties import (Property, device_accessible, forward_property,
                                      host_accessible)
-from hipmr_ctypes.resource_ref import async_resource_ref, resource_ref
+from hipmr_ctypes.resource_refs import async_resource_ref, resource_ref
 
 
 class prop_with_value(Property):

@@ -12,7 +12,7 @@ from ctypes import byref, c_float, c_int, c_size_t, c_uint, c_uint64, c_ulonglon
 
 import pytest
 
-from hipmr_ctypes._hip import errors
+from hipmr_ctypes._hip import exceptions as errors
 from hipmr_ctypes._hip.decls import DECLS
 from hipmr_ctypes._hip.emulated import config_from_env, parse_size
 from hipmr_ctypes._hip import create_runtime

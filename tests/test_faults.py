@@ -19,7 +19,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip.errors import HipError, OutOfMemoryError
+from hipmr_ctypes._hip.exceptions import HipError, OutOfMemoryError
 
 from support import Leak, no_crash, process_runtime
 
@@ -602,7 +602,7 @@ def _cli(**env):
 
 _PROBE = """
 import hipmr_ctypes as hmr
-from hipmr_ctypes._hip.errors import HipError
+from hipmr_ctypes._hip.exceptions import HipError
 try:
     hmr.device_count()
 except HipError as exc:
@@ -672,7 +672,7 @@ _UNSUPPORTED = """
 import gc
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip.errors import NotSupportedError
+from hipmr_ctypes._hip.exceptions import NotSupportedError
 emu = _hip.get_runtime().emulator
 try:
     {call}

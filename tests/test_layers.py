@@ -75,7 +75,7 @@ def _ancestors(module: str) -> Set[str]:
 #: model is an arrow up that LAZY_EDGES_THAT_STAY must name.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("leaves", ("_limits", "_locks", "_exit", "_sizes", "_logheader", "_logformat")),
-    ("model", ("properties", "concepts", "resource_ref", "stream_ref", "cccl3", "_checks")),
+    ("model", ("properties", "concepts", "resource_refs", "stream_refs", "cccl3", "_checks")),
     ("binding", ("_hip",)),
     ("device and stream", ("device", "stream", "_stream_order", "errors", "_thread_exit",
                            "_dlpack", "_device_sizes", "_memory_query", "_hugepages", "ipc")),
@@ -92,8 +92,8 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
 LAZY_EDGES_THAT_STAY: Dict[Tuple[str, str], str] = {
     # the model loads no library at import; stream_ref.wait() / ready() / priority() /
     # device() reach the binding on their first call (DESIGN.md's model layer)
-    ("hipmr_ctypes.stream_ref", "hipmr_ctypes._hip"): "stream_ref's calls need the runtime",
-    ("hipmr_ctypes.stream_ref", "hipmr_ctypes._hip.errors"): "stream_ref's calls raise HipError",
+    ("hipmr_ctypes.stream_refs", "hipmr_ctypes._hip"): "stream_ref's calls need the runtime",
+    ("hipmr_ctypes.stream_refs", "hipmr_ctypes._hip.exceptions"): "stream_ref's calls raise HipError",
     # cccl3 stands on the model alone, like resource_ref; its stream_ref.wait() reaches the
     # owning Stream's layer on its first call
     ("hipmr_ctypes.cccl3", "hipmr_ctypes.stream"): "cccl3's stream_ref.wait() synchronizes",
@@ -235,11 +235,11 @@ def test_emulator_parts_stand_on_the_core_alone() -> None:
 
 def test_model_and_checks_load_no_binding_at_import() -> None:
     for module in ("hipmr_ctypes.properties", "hipmr_ctypes.concepts",
-                   "hipmr_ctypes.resource_ref", "hipmr_ctypes.stream_ref",
+                   "hipmr_ctypes.resource_refs", "hipmr_ctypes.stream_refs",
                    "hipmr_ctypes.cccl3", "hipmr_ctypes._checks"):
         deps = GRAPH[module]
         allowed = {"hipmr_ctypes.properties", "hipmr_ctypes.concepts",
-                   "hipmr_ctypes.resource_ref", "hipmr_ctypes.stream_ref", "hipmr_ctypes",
+                   "hipmr_ctypes.resource_refs", "hipmr_ctypes.stream_refs", "hipmr_ctypes",
                    "hipmr_ctypes._limits"}
         assert deps <= allowed, f"{module} imports {sorted(deps - allowed)}"
 

@@ -1,6 +1,6 @@
 """One spelling per kind of thing (docs/model.md, "Names"), and the earlier spellings still work."""
 import hipmr_ctypes as hmr
-from hipmr_ctypes.stream_ref import IntValue
+from hipmr_ctypes.stream_refs import IntValue
 
 
 def test_stream_and_ref_read_device_and_priority_alike(emulator):

@@ -6,7 +6,7 @@ import pytest
 from hipmr_ctypes.properties import (DEFAULT_ALIGNMENT, Property, device_accessible,
                                      forward_property, get_property, has_property,
                                      has_property_with, host_accessible, property_with_value)
-from hipmr_ctypes.resource_ref import resource_ref
+from hipmr_ctypes.resource_refs import resource_ref
 
 
 class prop_with_value(Property):

@@ -15,9 +15,9 @@ import pytest
 from hipmr_ctypes.concepts import is_async_resource_with, is_resource, is_resource_with
 from hipmr_ctypes.properties import (Property, device_accessible, forward_property,
                                      get_property, has_property, host_accessible)
-from hipmr_ctypes.resource_ref import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast,
+from hipmr_ctypes.resource_refs import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast,
                                        resource_ref, try_get_property)
-from hipmr_ctypes.stream_ref import stream_ref
+from hipmr_ctypes.stream_refs import stream_ref
 
 
 class with_short(Property):
@@ -645,8 +645,8 @@ def _doc_blocks():
 
 def test_docs_model_examples_run(monkeypatch):
     import hipmr_ctypes
-    for modname in ("properties", "concepts", "resource_ref", "stream_ref"):
-        mod = sys.modules["hipmr_ctypes." + modname]  # the package's names shadow modules
+    for modname in ("properties", "concepts", "resource_refs", "stream_refs"):
+        mod = sys.modules["hipmr_ctypes." + modname]
         for name in mod.__all__:  # harmless once __init__ exports them all
             if not hasattr(hipmr_ctypes, name):
                 monkeypatch.setattr(hipmr_ctypes, name, getattr(mod, name), raising=False)

@@ -15,7 +15,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip.errors import (HipError, InvalidValueError, NotSupportedError,
+from hipmr_ctypes._hip.exceptions import (HipError, InvalidValueError, NotSupportedError,
                                       OutOfMemoryError)
 from hipmr_ctypes.resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource,
                                     DeviceMemoryResource, HostMemoryResource,

@@ -12,9 +12,9 @@ import time
 import pytest
 
 import hipmr_ctypes  # noqa: F401  (loads the package so that _hip is importable)
-from hipmr_ctypes._hip.errors import HipError, InvalidHandleError, NotSupportedError
+from hipmr_ctypes._hip.exceptions import HipError, InvalidHandleError, NotSupportedError
 from hipmr_ctypes._hip.failure import make_error
-from hipmr_ctypes.stream_ref import stream_per_thread, stream_ref
+from hipmr_ctypes.stream_refs import stream_per_thread, stream_ref
 
 _hip = sys.modules["hipmr_ctypes._hip"]
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -290,7 +290,7 @@ def test_runtime_is_looked_up_at_call_time(monkeypatch):
 
 
 def test_missing_library_surfaces_only_on_call(monkeypatch):
-    from hipmr_ctypes._hip.errors import LibraryNotFoundError
+    from hipmr_ctypes._hip.exceptions import LibraryNotFoundError
 
     def no_library():
         raise LibraryNotFoundError("no HIP library (tried: nothing)")
@@ -312,8 +312,8 @@ pkg.__path__ = [{str(ROOT / "hipmr_ctypes")!r}]
 sys.modules["hipmr_ctypes"] = pkg
 from hipmr_ctypes.properties import device_accessible, get_property
 from hipmr_ctypes.concepts import is_resource
-from hipmr_ctypes.resource_ref import resource_ref
-from hipmr_ctypes.stream_ref import stream_ref
+from hipmr_ctypes.resource_refs import resource_ref
+from hipmr_ctypes.stream_refs import stream_ref
 bad = sorted(m for m in sys.modules if m == "ctypes" or m.startswith("_ctypes")
              or m.startswith("hipmr_ctypes._hip"))
 assert not bad, bad
@@ -412,7 +412,7 @@ def test_gpu_priority_device_and_default_streams(gpu_runtime):
 
 def test_the_per_thread_handle_is_named_once():
     import importlib
-    module = importlib.import_module("hipmr_ctypes.stream_ref")
+    module = importlib.import_module("hipmr_ctypes.stream_refs")
     from hipmr_ctypes import _stream_order
     assert module.PER_THREAD_HANDLE == 2 == stream_per_thread.handle
     assert _stream_order._PER_THREAD is module.PER_THREAD_HANDLE

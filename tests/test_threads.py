@@ -22,7 +22,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
-from hipmr_ctypes._hip.errors import OutOfMemoryError
+from hipmr_ctypes._hip.exceptions import OutOfMemoryError
 
 from support import Corruption, Hang, Leak, LiveRanges, past_deadline, process_runtime
 

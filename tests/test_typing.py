@@ -2,7 +2,7 @@
 pyproject.toml's [tool.pyright] settings), and its public interface is fully typed (pyright
 --verifytypes); code written as README.md shows, and every python block of README.md, passes
 ``mypy --strict`` and strict pyright; ``get_property``'s results and the refs are typed as
-tests/typing/reveal.py says, in both checkers; resource_ref.pyi matches resource_ref.py (mypy's
+tests/typing/reveal.py says, in both checkers; resource_refs.pyi matches resource_refs.py (mypy's
 stubtest).  Skipped without mypy / pyright, except under HIPMR_REQUIRE_TOOLS=1 (CI), where a
 missing tool is an error of the run."""
 import importlib.util
@@ -103,7 +103,7 @@ def test_readme_blocks_pass_mypy_strict(mypy, tmp_path):
 
 def test_stub_matches_the_module():
     pytest.importorskip("mypy")
-    done = subprocess.run([sys.executable, "-m", "mypy.stubtest", "hipmr_ctypes.resource_ref",
+    done = subprocess.run([sys.executable, "-m", "mypy.stubtest", "hipmr_ctypes.resource_refs",
                            "--mypy-config-file", os.path.join(REPO, "pyproject.toml"),
                            "--allowlist", os.path.join("tests", "typing", "stubtest_allowlist.txt")],
                           cwd=REPO, capture_output=True, text=True, timeout=600)

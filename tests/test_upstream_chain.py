@@ -6,7 +6,7 @@ import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes._memory_query import memory_device, memory_kind
-from hipmr_ctypes.resource_ref import upstream_chain
+from hipmr_ctypes.resource_refs import upstream_chain
 
 
 class Layer:

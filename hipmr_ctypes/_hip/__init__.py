@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Mapping, Optional
 
-    from .errors import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
+    from .exceptions import (HipError, InvalidHandleError, InvalidValueError, LibraryNotFoundError,
                          NoDeviceError, NotReadyError, NotSupportedError, OutOfMemoryError)
     from .runtime import Runtime
 
@@ -69,7 +69,7 @@ def get_runtime() -> "Runtime":
 
 def _load_locked() -> None:
     global _runtime, _error
-    from .errors import HipError
+    from .exceptions import HipError
     try:
         _runtime = create_runtime(_platform or selected_platform())
     except (HipError, OSError, ValueError) as exc:
@@ -144,8 +144,8 @@ if not TYPE_CHECKING:
         if name == "Runtime":
             from .runtime import Runtime as value
         elif name.endswith("Error") and name in __all__:
-            from . import errors
-            value = getattr(errors, name)
+            from . import exceptions
+            value = getattr(exceptions, name)
         else:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         globals()[name] = value

@@ -7,7 +7,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, Mapping, Optional
 
 from .decls import DECLS, call_argtypes
-from .errors import NotSupportedError
+from .exceptions import NotSupportedError
 from .loader import load_first
 from .search import AMD_NAMES, amd_candidates
 from .runtime import Functions, Runtime, missing_function

@@ -11,7 +11,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Dict, Optional, Type
 
-from .errors import (HIP_ERROR_INVALID_HANDLE, HIP_ERROR_INVALID_VALUE,
+from .exceptions import (HIP_ERROR_INVALID_HANDLE, HIP_ERROR_INVALID_VALUE,
                      HIP_ERROR_NO_DEVICE, HIP_ERROR_NOT_READY, HIP_ERROR_NOT_SUPPORTED,
                      HIP_ERROR_OUT_OF_MEMORY, HipError, InvalidHandleError,
                      InvalidValueError, NoDeviceError, NotReadyError, NotSupportedError,

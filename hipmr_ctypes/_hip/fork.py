@@ -36,7 +36,7 @@ import sys
 from _thread import allocate_lock
 from typing import Any, Dict, Optional
 
-from .errors import HipError
+from .exceptions import HipError
 
 __all__ = ["ForkedChildError", "MESSAGE", "install", "forked_child"]
 

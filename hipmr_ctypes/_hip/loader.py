@@ -21,7 +21,7 @@ def load_first(candidates: "List[str]", what: str, hint: str) -> "Tuple[ctypes.C
     found = open_first(candidates, tried)
     if found is not None:
         return found[0], _real_path(*found)
-    from .errors import LibraryNotFoundError
+    from .exceptions import LibraryNotFoundError
     lines = "\n  ".join(tried)
     raise LibraryNotFoundError(f"could not load {what}; tried:\n  {lines}\n{hint}", tried,
                                what=what, hint=hint)

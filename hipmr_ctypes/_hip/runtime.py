@@ -11,11 +11,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional, Tuple
 
-from .errors import (ERROR_NAMES, HIP_ERROR_NOT_READY, NO_DEVICE_CODES, NoDeviceError,
+from .exceptions import (ERROR_NAMES, HIP_ERROR_NOT_READY, NO_DEVICE_CODES, NoDeviceError,
                      NotSupportedError)
 
 if TYPE_CHECKING:
-    from .errors import HipError
+    from .exceptions import HipError
 
 __all__ = ["Runtime", "Functions", "missing_function", "decode_hip_version"]
 

@@ -13,7 +13,7 @@ from .limiting import LimitingResource
 from .logging import LOG_HEADER, LoggingResource
 from .pool import PoolResource
 from .prefetch import PrefetchResource
-from .statistics import Statistics, StatisticsResource
+from .statistics_resource import Statistics, StatisticsResource
 from .tracking import TrackedAllocation, TrackingResource
 
 __all__ = [

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 from .._stream_order import SYNC
 from ..concepts import is_async_resource, is_resource
 from ..properties import DEFAULT_ALIGNMENT, forward_property
-from ..resource_ref import async_resource_ref, resource_ref
+from ..resource_refs import async_resource_ref, resource_ref
 from ._checked import checked_frees, checking_first
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple
 from .._checks import check_args, check_free, check_free_args, check_stream
 from .._limits import MAX_ADDRESS
 from ..properties import DEFAULT_ALIGNMENT
-from ..resource_ref import resource_ref
+from ..resource_refs import resource_ref
 
 if TYPE_CHECKING:  # a ref with any properties, for annotations
     from typing_extensions import Unpack

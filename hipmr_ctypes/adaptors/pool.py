@@ -39,7 +39,7 @@ from .._device_sizes import config_size
 from .._sizes import Size
 from .._exit import finalize
 from ..properties import DEFAULT_ALIGNMENT
-from ..stream_ref import PER_THREAD_HANDLE, IntValue
+from ..stream_refs import PER_THREAD_HANDLE, IntValue
 from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
 from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_free, check_ptr,
                        check_size, check_stream)

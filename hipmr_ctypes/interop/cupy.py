@@ -23,7 +23,7 @@ import cupy
 from .._exit import _state as _exit_state, warn_failed_free
 from .._memory_query import memory_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
-from ..resource_ref import async_resource_ref
+from ..resource_refs import async_resource_ref
 from ._current import current as _current_resources, resource_of as _resource_of
 
 __all__ = ["allocator"]

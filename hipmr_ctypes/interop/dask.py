@@ -34,14 +34,14 @@ from .._sizes import DeviceFraction
 from ..adaptors.limiting import LimitingResource
 from ..adaptors.logging import LoggingResource
 from ..adaptors.pool import PoolResource
-from ..adaptors.statistics import Statistics, StatisticsResource
+from ..adaptors.statistics_resource import Statistics, StatisticsResource
 from ..adaptors.tracking import TrackingResource
 from ..buffer import Buffer
 from ..device import Device, device_count, set_device
-from ..resource_ref import upstream_chain
+from ..resource_refs import upstream_chain
 from ..resources import per_device
 from ..resources.async_memory import AsyncMemoryResource
-from ..resources.device import DeviceMemoryResource
+from ..resources.device_memory import DeviceMemoryResource
 from ..resources.managed import ManagedMemoryResource
 
 

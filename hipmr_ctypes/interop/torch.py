@@ -53,7 +53,7 @@ from .._exit import _state as _exit_state
 from .._hip import native as _native
 from .._memory_query import memory_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
-from ..resource_ref import async_resource_ref
+from ..resource_refs import async_resource_ref
 from ._current import current as _current_resources, resource_of as _resource_of
 
 __all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "ALLOC_FN", "FREE_FN"]

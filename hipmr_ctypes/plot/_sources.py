@@ -163,7 +163,7 @@ def find_pool(resource: Any) -> Any:
     """The first ``PoolResource`` down the chain of upstreams of ``resource`` (or None);
     ValueError for a stack with a cycle."""
     from ..adaptors.pool import PoolResource
-    from ..resource_ref import upstream_chain
+    from ..resource_refs import upstream_chain
     for found in upstream_chain(resource, "hipmr_ctypes.plot.record"):
         if isinstance(found, PoolResource):
             return found

@@ -3,7 +3,7 @@ host memory, and the per-device resource.  See docs/resources.md."""
 from __future__ import annotations
 
 from .async_memory import AsyncMemoryResource
-from .device import DeviceMemoryResource
+from .device_memory import DeviceMemoryResource
 from .host import HostMemoryResource
 from .managed import ManagedMemoryResource
 from .memory_pool import MAX_RELEASE_THRESHOLD, MemoryPool

@@ -12,7 +12,7 @@ from typing import Any, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
 from .._checks import MAX_SIZE, check_args, check_ptr, check_stream
-from ..stream_ref import stream_ref
+from ..stream_refs import stream_ref
 
 __all__ = ["MAX_DEVICE_ALIGNMENT", "DEVICE_ALIGNMENTS", "sync_stream", "SyncResource",
            "FlagsEqual"]

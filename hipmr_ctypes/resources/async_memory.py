@@ -17,7 +17,7 @@ from .._checks import FAST_ALIGNMENTS as _FAST
 from .._checks import check_args, check_ptr, check_stream
 from .._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from .._thread_exit import arm
-from ..stream_ref import PER_THREAD_HANDLE as _PER_THREAD
+from ..stream_refs import PER_THREAD_HANDLE as _PER_THREAD
 from .._device_sizes import parse_config_size, resolve_size
 from .._sizes import Size
 from ._common import MAX_DEVICE_ALIGNMENT

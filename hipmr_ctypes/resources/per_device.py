@@ -17,7 +17,7 @@ from ..concepts import AsyncResource, is_async_resource
 from ..device import check_device, get_device
 from ..properties import _declared, device_accessible
 from .async_memory import AsyncMemoryResource
-from .device import DeviceMemoryResource
+from .device_memory import DeviceMemoryResource
 
 __all__ = ["get_current_device_resource", "set_current_device_resource",
            "get_per_device_resource", "set_per_device_resource"]

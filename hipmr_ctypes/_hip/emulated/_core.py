@@ -17,7 +17,7 @@ from typing import (Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, 
 
 from ..._locks import AbandonedLockError, DeferringLock
 from ..decls import DECL_BY_NAME, DECLS
-from ..errors import ERROR_NAMES
+from ..exceptions import ERROR_NAMES
 from ..native import memalign_and_free
 from ..runtime import Functions, missing_function
 from ._args import Status, addr

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._shims import ATTRIBUTE_MAP as ATTRIBUTE_MAP  # at run time: __getattr__, below
 
 from ..decls import DECL_BY_NAME, DECLS, call_argtypes
-from ..errors import ERROR_NAMES, NotSupportedError
+from ..exceptions import ERROR_NAMES, NotSupportedError
 from ..loader import load_first
 from ..search import CUDART_NAMES, nvidia_candidates
 from ..runtime import Functions, Runtime, decode_cuda_version, missing_function

@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..errors import NotSupportedError
+from ..exceptions import NotSupportedError
 from . import _raw
 
 __all__ = ["build_shims", "ATTRIBUTE_MAP"]

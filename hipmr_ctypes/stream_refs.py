@@ -202,7 +202,7 @@ class stream_ref:
         rt = _runtime()
         fn = getattr(rt.fn, "hipStreamGetDevice", None)
         if fn is None:
-            from ._hip.errors import NotSupportedError
+            from ._hip.exceptions import NotSupportedError
             raise NotSupportedError(call="hipStreamGetDevice",
                                     detail="this runtime cannot tell a stream's device")
         out = ctypes.c_int()
