@@ -7,6 +7,8 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes.adaptors import AlignedResource, BinningResource, PoolResource
 from hipmr_ctypes.adaptors import binning as binning_module
 
+from support import REPO
+
 
 @pytest.fixture
 def pool():
@@ -239,13 +241,12 @@ def test_bench_hotpaths_counts_instructions_under_callgrind(tmp_path):
         if os.environ.get("HIPMR_REQUIRE_VALGRIND") == "1":
             pytest.fail("HIPMR_REQUIRE_VALGRIND=1 but valgrind is not installed")
         pytest.skip("valgrind is not installed (the --callgrind mode runs under it)")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "cg.json"
     proc = subprocess.run(
-        [sys.executable, os.path.join(root, "scripts", "bench_hotpaths.py"), "--callgrind",
+        [sys.executable, str(REPO / "scripts" / "bench_hotpaths.py"), "--callgrind",
          "--rows", "PoolResource direct,per-thread", "--warmup", "20", "--small", "10",
          "--large", "30", "--json", str(out)],
-        cwd=root, env=dict(os.environ, HIPMR_PLATFORM="emulated"), capture_output=True,
+        cwd=REPO, env=dict(os.environ, HIPMR_PLATFORM="emulated"), capture_output=True,
         text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())

@@ -2,7 +2,6 @@
 and reports the same statistics."""
 import csv
 import io
-import os
 import random
 import re
 import sys
@@ -16,9 +15,9 @@ from hipmr_ctypes.adaptors import (LOG_HEADER, LimitingResource, LoggingResource
                                    PoolResource, Statistics, StatisticsResource)
 from hipmr_ctypes.resources import HostMemoryResource
 
-from support import AddressSpaceResource
+from support import REPO, AddressSpaceResource
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+sys.path.insert(0, str(REPO / "scripts"))
 import replay_log  # noqa: E402
 
 LINE = re.compile(r"^(\d+),(\d\d:\d\d:\d\d\.\d{6}),(allocate|allocate failure|free),"

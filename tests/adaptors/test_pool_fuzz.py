@@ -1,13 +1,14 @@
 """Short runs of scripts/fuzz_pool.py (the full tool runs millions of operations): random
 allocate / deallocate / release over every target, checked at every step against the
 reference model, reproducible from the seed."""
-import os
 import sys
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+from support import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
 import fuzz_pool  # noqa: E402
 
 #: fuzz operations the short runs made (read by scripts/reliability_report.py)

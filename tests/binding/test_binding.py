@@ -10,8 +10,7 @@ import pytest
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip import amd, decls, errors, loader, nvidia, search
 from hipmr_ctypes._hip.runtime import Runtime, decode_cuda_version, decode_hip_version
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 
 
 # ---- pure parts ---------------------------------------------------------------------------
@@ -361,3 +360,18 @@ def test_a_stand_in_called_while_the_shims_are_built_does_not_hang(monkeypatch):
     worker.join(30)
     assert done == [0] and inner == [0]
     assert rt.fn.hipInit.__name__ == "hipInit" and rt.fn.hipInit is not None
+
+
+def test_the_nvidia_address_range_is_the_drivers(monkeypatch):
+    """On ``nvidia`` hipMemGetAddressRange is the driver's cuMemGetAddressRange_v2 (HIP's
+    header maps it so), through libcuda opened on first use; its status comes back as HIP's."""
+    from hipmr_ctypes._hip import nvidia
+    cudart, libcuda = _FakeLibrary(), _FakeLibrary({"cuInit": 0})
+    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
+    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
+    rt = nvidia.create_nvidia_runtime({})
+    base, size = ctypes.c_void_p(), ctypes.c_size_t()
+    assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 0
+    assert libcuda.calls[-1][0] == "cuMemGetAddressRange_v2" and libcuda.calls[-1][3] == 0x1000
+    libcuda.results["cuMemGetAddressRange_v2"] = 1
+    assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 1

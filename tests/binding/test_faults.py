@@ -13,7 +13,6 @@ import gc
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,8 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.errors import HipError, OutOfMemoryError
 
-from support import Leak, no_crash, process_runtime
+from support import REPO, Leak, no_crash, process_runtime
 
-ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 
 #: how many failures the tests here injected (read by scripts/reliability_report.py)
@@ -586,18 +584,18 @@ def test_injected_faults_sweep(clean):
 
 # ================================================================ the library
 def _child(code, **env):
-    full = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    full = dict(os.environ, PYTHONPATH=str(REPO), **env)
     for key in ("HIPMR_REQUIRE_GPU", "HIP_PLATFORM"):
         full.pop(key, None)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full, cwd=str(ROOT), timeout=120)
+                          env=full, cwd=str(REPO), timeout=120)
 
 
 def _cli(**env):
-    full = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    full = dict(os.environ, PYTHONPATH=str(REPO), **env)
     full.pop("HIP_PLATFORM", None)
     return subprocess.run([sys.executable, "-m", "hipmr_ctypes"], capture_output=True,
-                          text=True, env=full, cwd=str(ROOT), timeout=120)
+                          text=True, env=full, cwd=str(REPO), timeout=120)
 
 
 _PROBE = """

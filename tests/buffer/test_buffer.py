@@ -9,7 +9,6 @@ import os
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,8 @@ from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
                                     HostMemoryResource, ManagedMemoryResource,
                                     PinnedMemoryResource, get_current_device_resource)
 
-from support import no_native_call
+from support import REPO, no_native_call
 
-ROOT = Path(__file__).resolve().parent.parent
 
 FACTORIES = {
     "device": DeviceMemoryResource,
@@ -468,7 +466,7 @@ keep.append(Buffer(100, stream=u))      # a live stream and a live buffer on it
 def test_interpreter_exit_with_live_buffers_is_silent(ending):
     env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONWARNINGS="default")
     out = subprocess.run([sys.executable, "-X", "dev", "-c", EXIT_SCRIPT + ending], env=env,
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "" and out.stderr == ""
 
@@ -693,7 +691,7 @@ def test_gpu_dlpack_device(gpu_runtime):
 @pytest.mark.gpu
 def test_gpu_exit_with_live_buffers_is_silent(gpu_runtime):
     env = dict(os.environ, PYTHONWARNINGS="default")
-    out = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], env=env, cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "" and out.stderr == ""
@@ -811,7 +809,7 @@ def test_a_user_del_at_teardown_still_reads_its_buffer():
     buffer's real contents."""
     env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONWARNINGS="default")
     out = subprocess.run([sys.executable, "-X", "dev", "-c", TEARDOWN_SCRIPT], env=env,
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
     assert sorted(out.stdout.splitlines()) == ["read b'loop'", "read b'user'"], out.stdout
@@ -841,7 +839,7 @@ def test_a_numpy_view_of_a_buffer_is_readable_at_teardown():
     a user __del__ during module teardown: the memory is still there, the process exits 0."""
     pytest.importorskip("numpy")
     env = dict(os.environ, HIPMR_PLATFORM="emulated")
-    out = subprocess.run([sys.executable, "-c", VIEW_SCRIPT], env=env, cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", VIEW_SCRIPT], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, (out.returncode, out.stderr)
     assert out.stdout == "sum %d\n" % (255 * 1024), out.stdout
@@ -857,7 +855,7 @@ def test_buffer_live_at_exit_stays_valid():
             "atexit.register(report)\n"   # registered first: runs after the package's hooks
             "keep = h.Buffer.from_host(b'ok' * 8, resource=h.AsyncMemoryResource())\n")
     env = dict(os.environ, HIPMR_PLATFORM="emulated")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "False", "b'ok'"]

@@ -16,9 +16,7 @@ from hipmr_ctypes import Buffer, _dlpack, _hip
 from hipmr_ctypes._foreign import ForeignMemory
 from hipmr_ctypes._hip.decls import DECL_BY_NAME
 
-from support import process_runtime
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO, process_runtime
 
 
 def _pattern(n, seed=0):
@@ -743,7 +741,7 @@ def test_buffer_protocol_on_each_python(version):
     python = f"/root/.pyenv/versions/{version}/bin/python"
     if not os.path.exists(python):
         pytest.skip(f"Python {version} is not installed here")
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=REPO)
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO))
     out = subprocess.run([python, "-c", _VERSIONS_SCRIPT], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

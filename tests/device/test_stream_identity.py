@@ -8,11 +8,10 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from support import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _stream_order
@@ -110,9 +109,9 @@ TWO_DEVICES = textwrap.dedent("""
 
 def test_the_null_streams_of_two_devices_are_two_streams():
     env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-c", TWO_DEVICES], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT), timeout=120)
+                          env=env, cwd=str(REPO), timeout=120)
     no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
 

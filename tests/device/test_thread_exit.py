@@ -13,19 +13,17 @@ import subprocess
 import sys
 import textwrap
 import threading
-from pathlib import Path
 
 import pytest
 
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 
-from support import no_crash, process_runtime, run_in_thread
+from support import REPO, no_crash, process_runtime, run_in_thread
 
 #: scripts/reliability_report.py runs this file as a section and counts what it names
 pytestmark = pytest.mark.reliability("stream_identity_cases")
 
-ROOT = Path(__file__).resolve().parent.parent
 PER_THREAD = 2
 
 
@@ -188,7 +186,7 @@ def test_threads_ending_with_queued_work_do_not_hang_on_a_gpu(gpu_runtime):
     process is killed after 120 s if it hangs)."""
     env = dict(os.environ)
     proc = subprocess.run([sys.executable, "-c", GPU_SCRIPT], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT), timeout=120)
+                          env=env, cwd=str(REPO), timeout=120)
     no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
 
@@ -222,7 +220,7 @@ def test_guards_at_interpreter_exit():
     stderr."""
     env = dict(os.environ, PYTHONWARNINGS="default")
     proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT), timeout=120)
+                          env=env, cwd=str(REPO), timeout=120)
     no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n" and proc.stderr == "", proc.stderr
 
@@ -231,6 +229,6 @@ def test_guards_at_interpreter_exit():
 def test_guards_at_interpreter_exit_on_a_gpu(gpu_runtime):
     env = dict(os.environ, PYTHONWARNINGS="default")
     proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT), timeout=120)
+                          env=env, cwd=str(REPO), timeout=120)
     no_crash(proc)
     assert proc.returncode == 0 and proc.stdout == "ok\n" and proc.stderr == "", proc.stderr

@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import weakref
-from pathlib import Path
 
 import pytest
 
@@ -20,13 +19,12 @@ from hipmr_ctypes.buffer import Buffer
 from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
                                     ManagedMemoryResource, get_current_device_resource,
                                     set_current_device_resource)
-
-ROOT = Path(__file__).resolve().parent.parent
+from support import REPO
 
 
 def run_python(code: str, **env_extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, **env_extra)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 

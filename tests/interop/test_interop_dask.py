@@ -9,13 +9,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
-from pathlib import Path
 
 import pytest
 
 import hipmr_ctypes as hmr
+from support import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
 
 if importlib.util.find_spec("distributed") is None:
     if os.environ.get("HIPMR_REQUIRE_TOOLS") == "1":
@@ -179,7 +178,7 @@ def cluster(tmp_path_factory):
                                             "HIPMR_EMULATED_MEMORY", "PYTHONPATH")}
     os.environ.update(HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
                       HIPMR_EMULATED_MEMORY="256MiB",
-                      PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), saved["PYTHONPATH"]])))
+                      PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), saved["PYTHONPATH"]])))
     try:
         with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                       dashboard_address=None, worker_dashboard_address=None,
@@ -335,13 +334,13 @@ def test_the_docs_example_runs(tmp_path):
     import re
     import subprocess
     import sys
-    text = (ROOT / "docs" / "scale.md").read_text()
+    text = (REPO / "docs" / "scale.md").read_text()
     section = text[text.index("### Dask: `hipmr_ctypes.interop.dask`"):]
     code = re.search(r"^```text\n(.*?)^```", section, re.S | re.M).group(1)
     assert "ResourceSetup(" in code and "statistics(client)" in code
     (tmp_path / "example.py").write_text(code)
     env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT * 2)
     assert done.returncode == 0, done.stdout + done.stderr

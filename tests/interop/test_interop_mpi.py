@@ -14,11 +14,10 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = shutil.which("mpiexec") or shutil.which("mpirun")
 
 if importlib.util.find_spec("mpi4py") is None or MPIEXEC is None:
@@ -124,7 +123,7 @@ def _mpiexec(tmp_path, kind, **env):
     script = tmp_path / "ranks.py"
     script.write_text(RANKS)
     full = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
-                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                 OMPI_MCA_rmaps_base_oversubscribe="1", **env)
     if "HIPMR_MPI_GPU_AWARE" not in env:
         full.pop("HIPMR_MPI_GPU_AWARE", None)
@@ -177,7 +176,7 @@ def test_gpu_two_ranks(tmp_path, kind, gpu_runtime):
     memory in place.  Runs with the GPU platform of this process (HIPMR_PLATFORM)."""
     script = tmp_path / "ranks.py"
     script.write_text(RANKS)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
                                                                    os.environ.get("PYTHONPATH")])))
     args = [MPIEXEC, "--oversubscribe", "-n", "2"]
     if os.geteuid() == 0:
@@ -204,7 +203,7 @@ def test_mpi_demo_with_three_ranks_on_two_devices(tmp_path):
     args = [MPIEXEC, "--oversubscribe", "-n", "3"]
     if os.geteuid() == 0:
         args.insert(1, "--allow-run-as-root")
-    done = subprocess.run(args + [sys.executable, str(ROOT / "scripts" / "mpi_demo.py"),
+    done = subprocess.run(args + [sys.executable, str(REPO / "scripts" / "mpi_demo.py"),
                                   "--size", "256KiB", "--repeat", "2", "--json", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

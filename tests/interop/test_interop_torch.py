@@ -24,9 +24,8 @@ except ImportError:
 
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes.interop import torch as ht  # noqa: E402
-from support import AddressSpaceResource  # noqa: E402
+from support import REPO, TESTS, AddressSpaceResource  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_CUDA_API = hasattr(torch._C, "_cuda_customAllocator")
 
 
@@ -310,7 +309,7 @@ def test_frees_do_nothing_once_the_interpreter_exits(tmp_path):
         "late = Late()\n"
         "print('OK', flush=True)\n")
     env = dict(os.environ, HIPMR_PLATFORM="emulated",
-               PYTHONPATH=REPO + os.pathsep + os.path.join(REPO, "tests"))
+               PYTHONPATH=str(REPO) + os.pathsep + str(TESTS))
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr

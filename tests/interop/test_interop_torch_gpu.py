@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+from support import REPO
 
 try:
     import torch
@@ -19,7 +20,6 @@ except ImportError:
     pytest.skip("PyTorch is not installed (pip install torch==2.13.0: the CPU build will do)",
                 allow_module_level=True)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.gpu
 
 
@@ -33,7 +33,7 @@ def run_script(gpu_runtime, tmp_path):
     def run(code):
         script = tmp_path / "script.py"
         script.write_text(PRELUDE + textwrap.dedent(code))
-        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                               text=True, timeout=540)
         out = done.stdout + done.stderr

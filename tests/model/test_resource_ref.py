@@ -3,7 +3,6 @@ async_resource_ref}/*.pass.cpp and the HEAD any_resource / resource_cast tests (
 items 10-26 and 32-35), plus the docs/model.md examples."""
 import copy
 import gc
-import pathlib
 import pickle
 import re
 import sys
@@ -18,6 +17,8 @@ from hipmr_ctypes.properties import (Property, device_accessible, forward_proper
 from hipmr_ctypes.resource_ref import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast,
                                        resource_ref, try_get_property)
 from hipmr_ctypes.stream_ref import stream_ref
+
+from support import REPO
 
 
 class with_short(Property):
@@ -636,7 +637,7 @@ def test_refs_are_resources():
 
 
 # docs/model.md
-DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "model.md"
+DOC = REPO / "docs" / "model.md"
 
 
 def _doc_blocks():

@@ -3,7 +3,6 @@ HEAD's sync / is_done (reference §5 items 27-30), with a fake runtime, plus GPU
 import copy
 import ctypes
 import os
-import pathlib
 import pickle
 import subprocess
 import sys
@@ -14,9 +13,9 @@ import pytest
 import hipmr_ctypes  # noqa: F401  (loads the package so that _hip is importable)
 from hipmr_ctypes._hip.errors import HipError, InvalidHandleError, NotSupportedError, make_error
 from hipmr_ctypes.stream_ref import stream_per_thread, stream_ref
+from support import REPO
 
 _hip = sys.modules["hipmr_ctypes._hip"]
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 class FakeFn:
@@ -307,7 +306,7 @@ def test_model_layer_imports_no_library_and_works_without_one():
     code = f"""
 import sys, types
 pkg = types.ModuleType("hipmr_ctypes")
-pkg.__path__ = [{str(ROOT / "hipmr_ctypes")!r}]
+pkg.__path__ = [{str(REPO / "hipmr_ctypes")!r}]
 sys.modules["hipmr_ctypes"] = pkg
 from hipmr_ctypes.properties import device_accessible, get_property
 from hipmr_ctypes.concepts import is_resource
@@ -326,7 +325,7 @@ bad = sorted(m for m in sys.modules if m == "ctypes" or m.startswith("hipmr_ctyp
 assert not bad, bad
 print("ok")
 """
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=60)
     assert out.returncode == 0, out.stderr

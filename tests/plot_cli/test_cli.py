@@ -6,10 +6,9 @@ import sys
 import _ctypes
 
 import pytest
+from support import REPO
 
 pytestmark = pytest.mark.any_platform  # every run names its own platform
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(*args, **env):

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,10 @@ import hipmr_ctypes.plot as hplot
 from hipmr_ctypes.__main__ import main as cli_main
 from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, _events, read_columns, read_log, replay
 
+from support import REPO, TESTS
+
 SVG = "{http://www.w3.org/2000/svg}"
-FIXTURE = Path(__file__).parent / "fixtures" / "rmm_log.csv"
+FIXTURE = TESTS / "fixtures" / "rmm_log.csv"
 
 # A hand-written log: two threads, two streams (one the null stream), a failure, a free without
 # an allocation, an allocation live at the end, and a pointer reused after its free.
@@ -352,7 +353,7 @@ def test_command_line(tmp_path, capsys):
     # the module entry point, in a fresh process
     done = subprocess.run([sys.executable, "-m", "hipmr_ctypes", "plot", str(log), "-o",
                            str(tmp_path / "p.svg")], capture_output=True, text=True,
-                          timeout=120, cwd=str(Path(__file__).parent.parent))
+                          timeout=120, cwd=str(REPO))
     assert done.returncode == 0, done.stderr
     ET.parse(tmp_path / "p.svg")
 
@@ -439,13 +440,13 @@ def test_loaded_only_when_used():
             "assert 'hipmr_ctypes.plot' in sys.modules\n"
             "assert hmr.logfile.read_log is not None\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=str(Path(__file__).parent.parent),
+                          timeout=120, cwd=str(REPO),
                           env=dict(os.environ, HIPMR_PLATFORM="emulated"))
     assert done.returncode == 0, done.stderr
 
 
 def test_observability_doc_examples_run():
-    doc = Path(__file__).parent.parent / "docs" / "observability.md"
+    doc = REPO / "docs" / "observability.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
     assert len(blocks) >= 4
     for i, block in enumerate(blocks):
@@ -462,7 +463,7 @@ def test_plot_fragmentation_script(tmp_path):
     done = subprocess.run(
         [sys.executable, "scripts/plot_fragmentation.py", "--ops", "300", "--cap", "256MiB",
          "--svg", str(svg), "--log", str(log)], capture_output=True, text=True, timeout=300,
-        cwd=str(Path(__file__).parent.parent),
+        cwd=str(REPO),
         env=dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_MEMORY="4GiB"))
     assert done.returncode == 0, done.stderr
     assert "peak pool" in done.stdout

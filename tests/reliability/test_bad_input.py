@@ -44,10 +44,8 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 from hipmr_ctypes._hip.errors import InvalidValueError
 
-from support import Leak, no_crash
+from support import REPO, TESTS, Leak, no_crash
 
-ROOT = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).resolve().parent
 
 #: Read-only native queries a check may make before raising (they change no state).
 QUERIES = frozenset({"hipGetDeviceCount", "hipGetDevice"})
@@ -1087,10 +1085,10 @@ _CHILD = textwrap.dedent("""
 
 
 def run_in_child(ids: List[str], env_extra: Dict[str, str]) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(ROOT), **env_extra)
-    return subprocess.run([sys.executable, "-c", _CHILD.format(tests=str(HERE)),
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO), **env_extra)
+    return subprocess.run([sys.executable, "-c", _CHILD.format(tests=str(TESTS)),
                            json.dumps(ids)], capture_output=True, text=True, env=env,
-                          cwd=str(ROOT), timeout=120)
+                          cwd=str(REPO), timeout=120)
 
 
 class _ChildResults:
@@ -1205,7 +1203,7 @@ def test_junk_never_crashes(tmp_path: Path) -> None:
     """Every public callable and every public method of one of each object, called with junk
     in every position (a child process, in a scratch folder): exceptions only, never a
     crash, and the process exits cleanly."""
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(ROOT),
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO),
                HIPMR_EMULATED_MEMORY="256MiB")
     proc = subprocess.run([sys.executable, "-c", _JUNK_CHILD], capture_output=True, text=True,
                           env=env, cwd=str(tmp_path), timeout=180)
@@ -1281,9 +1279,9 @@ _TWO_DEVICE_EXPECTED = [
 def test_streams_and_resources_of_another_device_that_are_allowed() -> None:
     """Not bad input: what the runtimes allow across devices works (child process with two
     emulated devices)."""
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(ROOT),
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO),
                HIPMR_EMULATED_DEVICES="2", HIPMR_EMULATED_MEMORY="256MiB")
     proc = subprocess.run([sys.executable, "-c", _TWO_DEVICE_USES], capture_output=True,
-                          text=True, env=env, cwd=str(ROOT), timeout=120)
+                          text=True, env=env, cwd=str(REPO), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == _TWO_DEVICE_EXPECTED and proc.stderr == ""

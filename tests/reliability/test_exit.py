@@ -13,16 +13,14 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON, no_crash
+from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON, REPO, no_crash
 
 #: scripts/reliability_report.py runs this file as a section and counts what it names
 pytestmark = pytest.mark.reliability("exit_scenarios")
 
-ROOT = Path(__file__).resolve().parent.parent
 
 #: what every user finalizer below does with the package's objects it holds
 USE = textwrap.dedent("""
@@ -112,10 +110,10 @@ PRELUDE = textwrap.dedent("""
 
 def _child(code: str, platform: str = "emulated", **env_extra: str
            ) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HIPMR_PLATFORM=platform, PYTHONPATH=str(ROOT),
+    env = dict(os.environ, HIPMR_PLATFORM=platform, PYTHONPATH=str(REPO),
                HIPMR_EMULATED_MEMORY="2GiB", PYTHONWARNINGS="default", **env_extra)
     return subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
-                          capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=120)
+                          capture_output=True, text=True, env=env, cwd=str(REPO), timeout=120)
 
 
 @pytest.mark.parametrize("name", list(EXIT_SCENARIOS))

@@ -10,16 +10,14 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from support import Hang, no_crash
+from support import REPO, Hang, no_crash
 
 #: scripts/reliability_report.py runs this file as a section and counts what it names
 pytestmark = pytest.mark.reliability("gc_lock_cases")
 
-ROOT = Path(__file__).resolve().parent.parent
 
 PRELUDE = textwrap.dedent("""
     import gc, io, weakref
@@ -109,11 +107,11 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_collection_inside_a_section_never_hangs(name):
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO))
     code = PRELUDE + textwrap.dedent(CASES[name]) + "\nprint('ok')\n"
     try:
         proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
-                              capture_output=True, text=True, env=env, cwd=str(ROOT),
+                              capture_output=True, text=True, env=env, cwd=str(REPO),
                               timeout=60)
     except subprocess.TimeoutExpired:
         raise Hang(f"{name}: hung (a deadlock inside a lock of the resource)") from None

@@ -21,7 +21,6 @@ import sys
 import textwrap
 import threading
 import zlib
-from pathlib import Path
 
 import pytest
 
@@ -30,12 +29,11 @@ from hipmr_ctypes import _hip
 from hipmr_ctypes.buffer import memory_device
 from hipmr_ctypes.ipc import IpcBufferDescriptor
 
-from support import no_crash, no_native_call, process_runtime
+from support import REPO, no_crash, no_native_call, process_runtime
 
 #: scripts/reliability_report.py runs this file as a section and counts what it names
 pytestmark = pytest.mark.reliability("ipc_fork_stream_cases")
 
-ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
 TiB = 1 << 40
 
@@ -344,7 +342,7 @@ def test_a_child_forked_before_the_first_use_is_an_ordinary_process(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0, status
         print("ok")
     """))
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO))
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=TIMEOUT)
     no_crash(done)
@@ -563,7 +561,7 @@ def test_stream_and_stream_ref_share_their_verbs(emulator):
 
 
 def test_the_porting_table_names_verbs_both_objects_have():
-    text = (ROOT / "docs" / "porting.md").read_text()
+    text = (REPO / "docs" / "porting.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| `.synchronize()`"))
     verbs = set(re.findall(r"`\.(\w+)\(\)`", row.split("|")[2]))
     assert {"synchronize", "wait", "sync", "query", "ready", "is_done"} <= verbs
@@ -574,7 +572,7 @@ def test_the_porting_table_names_verbs_both_objects_have():
 # ---- docs: every block a page says to copy runs on its own ---------------------------------------
 def _copy_me_blocks():
     found = []
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         text = page.read_text(encoding="utf-8")
         for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M):
             if '__name__ == "__main__"' in m.group(1):
@@ -592,7 +590,7 @@ def test_there_are_blocks_to_copy():
 def test_a_block_to_copy_runs_on_its_own(code, tmp_path):
     script = tmp_path / "copied.py"
     script.write_text(code)
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO))
     env.pop("HIPMR_LIBRARY", None)
     done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)
@@ -651,22 +649,6 @@ def test_forged_and_repeated_imports_in_another_process(where, monkeypatch):
                       "unmapped": True}
     buf.close()
     mr.close()
-
-
-def test_the_nvidia_address_range_is_the_drivers(monkeypatch):
-    """On ``nvidia`` hipMemGetAddressRange is the driver's cuMemGetAddressRange_v2 (HIP's
-    header maps it so), through libcuda opened on first use; its status comes back as HIP's."""
-    from hipmr_ctypes._hip import nvidia
-    from test_binding import _FakeLibrary
-    cudart, libcuda = _FakeLibrary(), _FakeLibrary({"cuInit": 0})
-    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
-    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
-    rt = nvidia.create_nvidia_runtime({})
-    base, size = ctypes.c_void_p(), ctypes.c_size_t()
-    assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 0
-    assert libcuda.calls[-1][0] == "cuMemGetAddressRange_v2" and libcuda.calls[-1][3] == 0x1000
-    libcuda.results["cuMemGetAddressRange_v2"] = 1
-    assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 1
 
 
 def _child_uses_sub_allocators(resources, out):

@@ -36,25 +36,24 @@ from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, read_columns, read_log, r
 from hipmr_ctypes.plot import _svg
 from hipmr_ctypes.resources import per_device
 
-from support import no_crash, process_runtime
+from support import REPO, no_crash, process_runtime
 
 #: scripts/reliability_report.py runs this file as a section and counts what it names
 pytestmark = pytest.mark.reliability("log_plot_cli_cases")
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
-REPLAY = os.path.join(ROOT, "scripts", "replay_log.py")
+REPLAY = os.path.join(REPO, "scripts", "replay_log.py")
 HEAD = LOG_HEADER + "\n"
 
 
 def _env(**extra: str) -> dict:
     # no empty entry in PYTHONPATH: it would put the current directory on sys.path
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=os.pathsep.join([ROOT, *paths]))
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=os.pathsep.join([str(REPO), *paths]))
     env.update(extra)
     return env
 
 
-def _run(args, cwd=ROOT, stdout=subprocess.PIPE, **env):
+def _run(args, cwd=REPO, stdout=subprocess.PIPE, **env):
     return subprocess.run(args, cwd=cwd, env=_env(**env), stdout=stdout,
                           stderr=subprocess.PIPE, text=True, timeout=240)
 
@@ -501,7 +500,7 @@ def test_closed_standard_output(tmp_path):
     log.write_text(_log("1,00:00:00.000001,allocate,0x10,1024,0"))
     for args in (["check"], ["plot", str(log)], ["--version"]):
         proc = subprocess.run(f"{sys.executable} -m hipmr_ctypes {' '.join(args)} >&-",
-                              shell=True, executable="/bin/bash", cwd=ROOT, env=_env(),
+                              shell=True, executable="/bin/bash", cwd=REPO, env=_env(),
                               capture_output=True, text=True, timeout=240)
         no_crash(proc)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
@@ -511,7 +510,7 @@ def test_closed_standard_output(tmp_path):
 def test_output_piped_into_head_keeps_the_exit_status():
     proc = subprocess.run(f"{sys.executable} -m hipmr_ctypes check | head -n 1; "
                           "echo status=${{PIPESTATUS[0]}}".replace("{{", "{").replace("}}", "}"),
-                          shell=True, executable="/bin/bash", cwd=ROOT, env=_env(),
+                          shell=True, executable="/bin/bash", cwd=REPO, env=_env(),
                           capture_output=True, text=True, timeout=240)
     assert proc.stdout.splitlines()[-1] == "status=0", proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
@@ -535,7 +534,7 @@ def test_bench_json_on_a_nearly_full_device():
 def test_a_hint_names_a_readme_section_that_lists_the_variable(variable):
     hint = configuration_error(setting_error(variable, f"{variable}='x' is bad"), "emulated").hint
     assert variable in hint and "'Environment variables'" in hint
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     section = readme.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
     assert f"| `{variable}` |" in section
@@ -586,7 +585,7 @@ def test_record_finds_a_pool_under_more_than_64_adaptors():
 
 def test_the_reliability_report_counts_these_cases(tmp_path):
     out = tmp_path / "report.json"
-    proc = _run([sys.executable, os.path.join(ROOT, "scripts", "reliability_report.py"),
+    proc = _run([sys.executable, os.path.join(REPO, "scripts", "reliability_report.py"),
                  "--fuzz-ops", "0", "--only", "test_reliability_round3_plot", "--json",
                  str(out), "--", "-k", "any_span"])
     no_crash(proc)

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -25,9 +24,8 @@ from hipmr_ctypes import _hip, _locks, _thread_exit
 from hipmr_ctypes import statistics as st
 from hipmr_ctypes.resources import per_device
 
-from support import Hang, no_crash, process_runtime
+from support import REPO, Hang, no_crash, process_runtime
 
-ROOT = Path(__file__).resolve().parent.parent
 PER_THREAD = 2
 
 #: counted by scripts/reliability_report.py: exit scenarios run, thread operations
@@ -40,12 +38,12 @@ pytestmark = pytest.mark.reliability("round3_threads_cases",
 
 
 def _child(script: str, platform: str = "emulated") -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HIPMR_PLATFORM=platform,
+    env = dict(os.environ, PYTHONPATH=str(REPO), HIPMR_PLATFORM=platform,
                PYTHONWARNINGS="default")
     EXIT_RUNS[0] += 1
     try:
         return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                              env=env, cwd=str(ROOT), timeout=120)
+                              env=env, cwd=str(REPO), timeout=120)
     except subprocess.TimeoutExpired as exc:
         raise Hang(f"the process did not exit within 120 s ({exc.stderr!r})") from None
 

@@ -21,16 +21,14 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON, Leak, no_crash
+from support import DAEMON_EXIT_HANGS, DAEMON_EXIT_REASON, REPO, Leak, no_crash
 
 #: scripts/reliability_report.py runs this file as a section and counts what it names
 pytestmark = pytest.mark.reliability()
 
-ROOT = Path(__file__).resolve().parent.parent
 
 #: The harness, imported first by every scenario.  It lives in a module of its own, not in
 #: ``__main__``: code of ``__main__`` called while ``__main__`` itself is torn down at exit
@@ -338,11 +336,11 @@ def _run(name, tmp_path, drop=False):
     report = tmp_path / "report.json"
     (tmp_path / "hipmr_shutdown_harness.py").write_text(HARNESS)
     env = dict(os.environ, HIPMR_PLATFORM="emulated",
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
+               PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]),
                HIPMR_EMULATED_MEMORY="2GiB", HIPMR_TEST_REPORT=str(report),
                HIPMR_TEST_DROP="1" if drop else "0", PYTHONWARNINGS="default")
     proc = subprocess.run([sys.executable, "-c", PRELUDE + body], capture_output=True,
-                          text=True, env=env, cwd=str(ROOT), timeout=120)
+                          text=True, env=env, cwd=str(REPO), timeout=120)
     return proc, report, leaks_ok
 
 

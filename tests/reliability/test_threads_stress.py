@@ -33,7 +33,7 @@ from hipmr_ctypes._exit import Finalizer
 from hipmr_ctypes.adaptors import _dead
 from hipmr_ctypes._stream_order import SYNC
 
-from support import LiveRanges, process_runtime
+from support import REPO, LiveRanges, process_runtime
 
 THREADS = 16
 SCALE = max(1, int(os.environ.get("HIPMR_STRESS", "1") or 1))
@@ -626,9 +626,8 @@ def test_nothing_is_reported_ignored_at_exit(tmp_path):
             "a.other, b.other = b, a   # a cycle: collected during teardown\n"
             "print('ok')\n")
     env = dict(os.environ, HIPMR_PLATFORM="emulated")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env,
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
         assert "Exception ignored" not in out.stderr, out.stderr[-2000:]

@@ -1,12 +1,13 @@
 """Every Python example in docs/adaptors.md runs (on the emulated platform here)."""
 import contextlib
 import io
-import os
 import re
 
 import pytest
 
-DOC = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "adaptors.md")
+from support import REPO
+
+DOC = REPO / "docs" / "adaptors.md"
 with open(DOC, encoding="utf-8") as _f:
     BLOCKS = re.findall(r"```python\n(.*?)```", _f.read(), flags=re.S)
 

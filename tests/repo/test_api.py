@@ -8,8 +8,7 @@ import sys
 import pytest
 
 import hipmr_ctypes as hmr
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 
 
 def test_every_public_name_and_member_has_a_docstring():

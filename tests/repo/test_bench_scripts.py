@@ -5,14 +5,13 @@ import json
 import os
 import subprocess
 import sys
-
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
+from support import REPO
 
 
 def _run(script, *args, returncode=0, **env_vars):
     env = dict(os.environ, HIPMR_PLATFORM="emulated", **env_vars)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == returncode, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout if returncode == 0 else proc.stderr
 

@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
+from support import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 
 def _pages():
@@ -43,7 +43,7 @@ def _run(path, blocks, tmp_path, env):
     script = tmp_path / "page.py"
     script.write_text("\n".join(lines) + "\n")
     env = dict(env)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=600)
     if done.returncode:

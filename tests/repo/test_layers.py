@@ -7,7 +7,9 @@ from typing import Dict, Set
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "hipmr_ctypes")
+from support import REPO
+
+ROOT = os.path.join(REPO, "hipmr_ctypes")
 
 
 def _module_name(path: str) -> str:

@@ -9,10 +9,9 @@ import tarfile
 import zipfile
 
 import pytest
+from support import REPO
 
 pytestmark = pytest.mark.any_platform
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _build_requirement():

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from support import REPO
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 import peer_suites  # noqa: E402
 
 SUITE = '''
@@ -68,7 +68,7 @@ def test_script_without_numba_or_cupy(tmp_path):
             "importlib.util.find_spec('cupy') is None else 3)")
     if subprocess.run([sys.executable, "-c", code]).returncode:
         pytest.skip("Numba or CuPy is installed: scripts/gpu_run.sh runs the real suites")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "peer_suites.py"),
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "peer_suites.py"),
                            "--out", str(tmp_path)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr

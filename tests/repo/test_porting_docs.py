@@ -3,16 +3,15 @@ the page names every public RMM entry point it promises."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from hipmr_ctypes import initialization
 from hipmr_ctypes.statistics import default_profiler_records
 
-from support import process_runtime
+from support import REPO, process_runtime
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "porting.md"
+DOC = REPO / "docs" / "porting.md"
 
 
 def blocks():

@@ -9,17 +9,17 @@ import sys
 import time
 
 import pytest
+from support import REPO
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
-SCRIPT = os.path.join(ROOT, "scripts", "reliability_report.py")
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+SCRIPT = os.path.join(REPO, "scripts", "reliability_report.py")
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 import reliability_report  # noqa: E402
 
 
 def _report(tmp_path, *args):
     out = tmp_path / "report.json"
     env = dict(os.environ, HIPMR_PLATFORM="emulated")
-    proc = subprocess.run([sys.executable, SCRIPT, "--json", str(out), *args], cwd=ROOT,
+    proc = subprocess.run([sys.executable, SCRIPT, "--json", str(out), *args], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=240)
     return proc, json.loads(out.read_text())
 
@@ -137,7 +137,7 @@ def test_sections_and_rows_come_from_the_reliability_marker(tmp_path):
     """The files holding tests marked ``reliability`` are the sections (found by collecting,
     whatever their names), and each test counts in the row its marker names."""
     files, errors = reliability_report.find_sections(
-        dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=ROOT), str(tmp_path))
+        dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO)), str(tmp_path))
     assert errors == []
     assert {"tests/test_bad_input.py", "tests/test_shutdown.py", "tests/test_pool_fuzz.py",
             "tests/test_reliability_round3_plot.py"} <= set(files)
@@ -191,7 +191,7 @@ def test_sigterm_still_prints_the_report(tmp_path):
     out = tmp_path / "report.json"
     env = dict(os.environ, HIPMR_PLATFORM="emulated")
     proc = subprocess.Popen([sys.executable, SCRIPT, "--json", str(out), "--fuzz-ops", "0",
-                             "--only", "test_slow_section", "--", str(slow)], cwd=ROOT,
+                             "--only", "test_slow_section", "--", str(slow)], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = proc.stdout.readline()  # the plan: the sections have started
     assert "1 sections" in first
@@ -209,12 +209,12 @@ def test_thread_loops_stop_at_the_deadline_and_count_what_ran(tmp_path):
     check everything, and the counters say how much ran of what was planned."""
     out = tmp_path / "section.jsonl"
     env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_TEST_DEADLINE="1",
-               PYTHONPATH=ROOT)
+               PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, SCRIPT, "--pytest-child", str(out), "--", "-q",
                            "-p", "no:cacheprovider", "tests/test_pool_threads.py",
                            "tests/test_threads.py", "-k",
                            "sixteen_threads_on_one_pool or sixteen_threads_on_statistics"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     section = reliability_report.read_section(str(out))
     assert section["done"] == 0 and section["collected"] == 4
@@ -225,7 +225,7 @@ def test_thread_loops_stop_at_the_deadline_and_count_what_ran(tmp_path):
 
 
 def test_extra_paths_become_sections_and_options_go_to_every_section(monkeypatch):
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(REPO)
     # "tests" after -k is the expression, not a path
     assert reliability_report._split_pytest_args(["tests", "-k", "tests", "-x"]) == (
-        [os.path.abspath(os.path.join(ROOT, "tests"))], ["-k", "tests", "-x"])
+        [os.path.abspath(os.path.join(REPO, "tests"))], ["-k", "tests", "-x"])

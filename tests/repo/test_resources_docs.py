@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from support import REPO
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "resources.md"
+DOC = REPO / "docs" / "resources.md"
 
 
 def blocks():

@@ -7,16 +7,14 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from hipmr_ctypes import _hip
 
-from support import process_runtime
+from support import REPO, process_runtime
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "scale.md"
+DOC = REPO / "docs" / "scale.md"
 
 
 def blocks():
@@ -44,7 +42,7 @@ def test_doc_examples_run(two_devices):
 def _script(name, *args, devices="2"):
     env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES=devices,
                HIPMR_EMULATED_MEMORY="512MiB")
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], env=env,
+    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *args], env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -84,14 +82,14 @@ def test_mpi_demo_runs_as_one_rank(tmp_path):
 def _real_script(args, timeout=600):
     env = dict(os.environ)
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT)
+                          cwd=REPO)
 
 
 @pytest.mark.gpu
 @pytest.mark.multi_gpu
 def test_gpu_ipc_demo(tmp_path):
     out = tmp_path / "ipc.json"
-    done = _real_script([sys.executable, str(ROOT / "scripts" / "ipc_demo.py"),
+    done = _real_script([sys.executable, str(REPO / "scripts" / "ipc_demo.py"),
                          "--consumers", "4", "--size", "8MiB", "--json", str(out)])
     assert done.returncode == 0, done.stdout + done.stderr
     import json
@@ -111,6 +109,6 @@ def test_gpu_mpi_demo():
     if os.geteuid() == 0:
         args.insert(1, "--allow-run-as-root")
     done = _real_script(args + ["-x", "HIPMR_PLATFORM", sys.executable,
-                                str(ROOT / "scripts" / "mpi_demo.py"), "--size", "4MiB"])
+                                str(REPO / "scripts" / "mpi_demo.py"), "--size", "4MiB"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all checks passed" in done.stdout

@@ -14,10 +14,10 @@ import subprocess
 import sys
 
 import pytest
+from support import REPO
 
 pytestmark = pytest.mark.any_platform
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_CODE = os.path.join(REPO, "tests", "typing", "user_code.py")
 REVEAL = os.path.join(REPO, "tests", "typing", "reveal.py")
 
@@ -111,7 +111,7 @@ def test_stub_matches_the_module():
 
 
 def test_user_code_runs_on_the_emulated_platform():
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=REPO)
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO))
     done = subprocess.run([sys.executable, os.path.join("tests", "typing", "user_code.py")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -133,7 +133,7 @@ def pyright():
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYRIGHT_PYTHON_")}
     env["PYRIGHT_PYTHON_IGNORE_WARNINGS"] = "1"
     # the package as users import it (what --verifytypes looks up by name)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
 
     def run(*args, cwd=REPO):
         done = subprocess.run([sys.executable, "-m", "pyright", "--outputjson",
@@ -184,7 +184,7 @@ def pyright_strict_user_code(pyright, tmp_path_factory):
     reveal.py, each diagnostic listed under its file's name."""
     folder = tmp_path_factory.mktemp("pyright_user")
     (folder / "pyrightconfig.json").write_text(json.dumps(
-        {"typeCheckingMode": "strict", "pythonVersion": "3.9", "extraPaths": [REPO]}))
+        {"typeCheckingMode": "strict", "pythonVersion": "3.9", "extraPaths": [str(REPO)]}))
     shutil.copy(USER_CODE, folder / "user_code.py")
     shutil.copy(REVEAL, folder / "reveal.py")
     for i, code in enumerate(_readme_blocks()):

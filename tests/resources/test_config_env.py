@@ -12,8 +12,8 @@ from hipmr_ctypes import _config
 from hipmr_ctypes._config import VARIABLE, build, describe, parse_spec
 from hipmr_ctypes._sizes import DeviceFraction
 from hipmr_ctypes.resources import per_device
+from support import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
 
 
@@ -147,7 +147,7 @@ def test_describe(monkeypatch):
 
 
 def _cli(*args, **env):
-    full = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=ROOT, **env)
+    full = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO), **env)
     return subprocess.run([sys.executable, "-m", "hipmr_ctypes", *args], env=full,
                           capture_output=True, text=True, timeout=120)
 
@@ -160,7 +160,7 @@ def test_info_shows_the_configuration_and_its_source():
     env.pop(VARIABLE, None)
     out = subprocess.run([sys.executable, "-m", "hipmr_ctypes", "info"], capture_output=True,
                          text=True, timeout=120,
-                         env=dict(env, HIPMR_PLATFORM="emulated", PYTHONPATH=ROOT)).stdout
+                         env=dict(env, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO))).stdout
     assert f"device resource: DeviceMemoryResource per device ({VARIABLE} unset) " \
            "(the default)" in out
     bad = _cli("info", **{VARIABLE: "device,colour=red"})

@@ -15,9 +15,8 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import initialization
 from hipmr_ctypes.resources import per_device
 
-from support import process_runtime
+from support import REPO, process_runtime
 
-ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 MiB = 1 << 20
 
 
@@ -330,7 +329,7 @@ _TWO = textwrap.dedent(r"""
 
 def test_reinitialize_over_two_devices(tmp_path):
     env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
-               HIPMR_EMULATED_MEMORY="64MiB", PYTHONPATH=ROOT)
+               HIPMR_EMULATED_MEMORY="64MiB", PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-c", _TWO, str(tmp_path)], capture_output=True,
                           text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -9,7 +9,6 @@ import gc
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,8 @@ from hipmr_ctypes.resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource,
                                     DeviceMemoryResource, HostMemoryResource,
                                     ManagedMemoryResource, MemoryPool, PinnedMemoryResource)
 
-from support import no_native_call, process_runtime
+from support import REPO, no_native_call, process_runtime
 
-ROOT = Path(__file__).resolve().parent.parent
 
 FACTORIES = {
     "device": DeviceMemoryResource,
@@ -806,7 +804,7 @@ def test_host_resource_needs_no_hip_library():
             "assert _hip.load_error() is not None\n"
             "print('ok')\n")
     env = dict(os.environ, HIPMR_PLATFORM="amd", HIPMR_LIBRARY="/nonexistent/libamdhip64.so")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "ok\n" and out.stderr == ""

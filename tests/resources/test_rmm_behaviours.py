@@ -7,6 +7,8 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes import Buffer, stream_ref
 
+from support import TESTS
+
 
 def _resources():
     return {
@@ -130,12 +132,11 @@ def test_log_lines_read_like_a_log_rmm_wrote():
     """Every line of tests/fixtures/rmm_log.csv (written by RMM itself) and of ours matches
     one pattern; a failed allocation's pointer is ``(nil)`` in both."""
     import io
-    import os
     import re
 
     line = re.compile(r"^\d+,\d\d:\d\d:\d\d\.\d{6},(allocate|allocate failure|free),"
                       r"(0x[0-9a-f]+|\(nil\)),\d+,(0x[0-9a-f]+|0)$")   # the null stream: 0
-    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "rmm_log.csv")
+    fixture = TESTS / "fixtures" / "rmm_log.csv"
     with open(fixture) as f:
         theirs = f.read().splitlines()
     out = io.StringIO()
