@@ -3,7 +3,7 @@ the callbacks' bodies are called through their C function pointers, as PyTorch c
 
 Needs PyTorch: skipped without it, except under HIPMR_REQUIRE_TORCH=1 (set by .ci/run where it
 installs the CPU build), where a missing PyTorch fails the run.  The GPU
-tests, with PyTorch's CUDA or ROCm build, are in tests/test_interop_torch_gpu.py."""
+tests, with PyTorch's CUDA or ROCm build, are in tests/interop/test_interop_torch_gpu.py."""
 import ctypes
 import gc
 import os

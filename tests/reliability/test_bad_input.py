@@ -1071,7 +1071,7 @@ assert len(CASE_BY_ID) == len(CASES), "duplicate case ids"
 
 _CHILD = textwrap.dedent("""
     import json, sys, traceback
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {here!r}]   # support, then this file
     import test_bad_input as t
     results = {{}}
     for cid in json.loads(sys.argv[1]):
@@ -1086,9 +1086,9 @@ _CHILD = textwrap.dedent("""
 
 def run_in_child(ids: List[str], env_extra: Dict[str, str]) -> subprocess.CompletedProcess:
     env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO), **env_extra)
-    return subprocess.run([sys.executable, "-c", _CHILD.format(tests=str(TESTS)),
-                           json.dumps(ids)], capture_output=True, text=True, env=env,
-                          cwd=str(REPO), timeout=120)
+    code = _CHILD.format(tests=str(TESTS), here=os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-c", code, json.dumps(ids)], capture_output=True,
+                          text=True, env=env, cwd=str(REPO), timeout=120)
 
 
 class _ChildResults:

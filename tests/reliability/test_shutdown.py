@@ -379,7 +379,8 @@ def test_exit_with_everything_alive(name, tmp_path):
     seen = json.loads(report.read_text())
     assert seen["failed"] == [], f"runtime calls failed (double free? freed too late?): " \
                                  f"{seen['failed'][:10]}"
-    # (nothing live at exit is freed then: tests/test_exit.py checks that it stays usable)
+    # (nothing live at exit is freed then: tests/reliability/test_exit.py checks that it stays
+    # usable)
 
 
 @pytest.mark.parametrize("name", [n for n, (_, leaks_ok) in SCENARIOS.items()

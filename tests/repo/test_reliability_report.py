@@ -32,7 +32,7 @@ def test_counts_fuzz_operations_and_is_ok(tmp_path):
     assert result["ok"] and result["complete"] and not result["fuzz"]["crashed"]
     assert result["fuzz"]["ops"] == 700 // len(targets) * len(targets)
     assert result["fuzz"]["runs"] == len(targets)
-    assert [s["name"] for s in result["sections"]] == ["tests/test_gc_locks.py"] + [
+    assert [s["name"] for s in result["sections"]] == ["tests/reliability/test_gc_locks.py"] + [
         f"scripts/fuzz_pool.py {t}" for t in targets]
     assert {s["status"] for s in result["sections"]} == {"complete"}
     assert "result: OK" in proc.stdout and "| crashes | 0 |" in proc.stdout
@@ -72,7 +72,7 @@ def test_a_usage_error_of_pytest_is_an_error(tmp_path):
                            "--no-such-pytest-option")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (failure,) = result["failures"]
-    assert failure["id"] == "tests/test_gc_locks.py"
+    assert failure["id"] == "tests/reliability/test_gc_locks.py"
     assert "pytest exited with status 4" in failure["message"]
     assert "no-such-pytest-option" in failure["message"]
 
@@ -139,9 +139,10 @@ def test_sections_and_rows_come_from_the_reliability_marker(tmp_path):
     files, errors = reliability_report.find_sections(
         dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO)), str(tmp_path))
     assert errors == []
-    assert {"tests/test_bad_input.py", "tests/test_shutdown.py", "tests/test_pool_fuzz.py",
-            "tests/test_reliability_round3_plot.py"} <= set(files)
-    assert "tests/test_buffer.py" not in files and len(files) == len(set(files))
+    assert {"tests/reliability/test_bad_input.py", "tests/reliability/test_shutdown.py",
+            "tests/adaptors/test_pool_fuzz.py", "tests/reliability/test_reliability_round3_plot.py",
+            "tests/binding/test_errors.py", "tests/resources/test_async_copies.py"} <= set(files)
+    assert "tests/buffer/test_buffer.py" not in files and len(files) == len(set(files))
     assert all(f.startswith("tests/") for f in files)
 
 
@@ -211,8 +212,8 @@ def test_thread_loops_stop_at_the_deadline_and_count_what_ran(tmp_path):
     env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_TEST_DEADLINE="1",
                PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, SCRIPT, "--pytest-child", str(out), "--", "-q",
-                           "-p", "no:cacheprovider", "tests/test_pool_threads.py",
-                           "tests/test_threads.py", "-k",
+                           "-p", "no:cacheprovider", "tests/adaptors/test_pool_threads.py",
+                           "tests/reliability/test_threads.py", "-k",
                            "sixteen_threads_on_one_pool or sixteen_threads_on_statistics"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
