@@ -10,12 +10,13 @@ import types
 
 import pytest
 
+import hipmr_ctypes as hmr
 from hipmr_ctypes import OutOfMemoryError, stream_ref
 from hipmr_ctypes.adaptors import (LOG_HEADER, LimitingResource, LoggingResource,
                                    PoolResource, Statistics, StatisticsResource)
 from hipmr_ctypes.resources import HostMemoryResource
 
-from support import REPO, AddressSpaceResource
+from support import REPO, TESTS, AddressSpaceResource
 
 sys.path.insert(0, str(REPO / "scripts"))
 import replay_log  # noqa: E402
@@ -208,3 +209,29 @@ def test_the_time_is_local_time_to_the_microsecond_format():
     if hi >= lo:  # not across midnight
         assert all(lo - 0.001 <= v <= hi + 0.001 for v in values)
         assert values == sorted(values)
+
+
+# ---- the log is RMM's, failures included --------------------------------------------------
+def test_log_lines_read_like_a_log_rmm_wrote():
+    """Every line of tests/fixtures/rmm_log.csv (written by RMM itself) and of ours matches
+    one pattern; a failed allocation's pointer is ``(nil)`` in both."""
+    import io
+    import re
+
+    line = re.compile(r"^\d+,\d\d:\d\d:\d\d\.\d{6},(allocate|allocate failure|free),"
+                      r"(0x[0-9a-f]+|\(nil\)),\d+,(0x[0-9a-f]+|0)$")   # the null stream: 0
+    fixture = TESTS / "fixtures" / "rmm_log.csv"
+    with open(fixture) as f:
+        theirs = f.read().splitlines()
+    out = io.StringIO()
+    log = hmr.LoggingResource(hmr.LimitingResource(hmr.DeviceMemoryResource(), 4096), out)
+    log.deallocate(log.allocate(100), 100)
+    with pytest.raises(hmr.OutOfMemoryError):
+        log.allocate_async(1 << 20, 256, 0x5000)
+    ours = out.getvalue().splitlines()
+    assert ours[0] == theirs[0]
+    for text in theirs[1:] + ours[1:]:
+        assert line.match(text), text
+    fail_theirs = [t.split(",")[3] for t in theirs if ",allocate failure," in t]
+    fail_ours = [t.split(",")[3] for t in ours if ",allocate failure," in t]
+    assert fail_theirs and fail_theirs == ["(nil)"] * len(fail_theirs) and fail_ours == ["(nil)"]

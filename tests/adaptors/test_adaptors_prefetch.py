@@ -4,6 +4,7 @@ prefetch fails."""
 import pytest
 
 import hipmr_ctypes as hmr
+from hipmr_ctypes import Buffer
 from hipmr_ctypes.adaptors import PrefetchResource
 from hipmr_ctypes.resources import ManagedMemoryResource
 
@@ -70,3 +71,54 @@ def test_prefetch_on_the_emulated_runtime(monkeypatch):
     assert rt.emulator.live_allocations().count == before.count + 1
     pf.deallocate(p, 1 << 16)
     assert rt.emulator.live_allocations() == before
+
+
+# ---- RMM's behaviours: PrefetchResource over memory that is not managed is a no-op ----------
+def _resources():
+    return {
+        "device": lambda: hmr.DeviceMemoryResource(),
+        "pool": lambda: hmr.PoolResource(hmr.DeviceMemoryResource(), 1 << 20),
+        "managed": lambda: hmr.ManagedMemoryResource(),
+        "managed pool": lambda: hmr.PoolResource(hmr.ManagedMemoryResource(), 1 << 20),
+        "pinned": lambda: hmr.PinnedMemoryResource(),
+    }
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", sorted(_resources()))
+def test_prefetch_resource_over_any_memory(kind):
+    up = _resources()[kind]()
+    pf = hmr.PrefetchResource(up)
+    with hmr.Stream() as s:
+        for size in (1, 256, 1 << 20):
+            p = pf.allocate(size)
+            q = pf.allocate_async(size, 256, s)
+            assert p and q and p != q
+            pf.deallocate(p, size)
+            pf.deallocate_async(q, size, 256, s)
+        s.synchronize()
+    buf = Buffer(4096, resource=pf)  # as the current resource would be used
+    buf.copy_from_host(b"\x01" * 4096)
+    assert buf.tobytes() == b"\x01" * 4096
+    buf.close()
+
+
+@pytest.mark.gpu
+def test_prefetch_resource_as_the_current_resource():
+    previous = hmr.get_current_device_resource()
+    hmr.set_current_device_resource(hmr.PrefetchResource(previous))
+    try:
+        with Buffer(1000) as buf:
+            buf.memset(7)
+            assert buf.tobytes() == b"\x07" * 1000
+    finally:
+        hmr.set_current_device_resource(previous)
+
+
+def test_prefetch_leaves_no_error_behind(emulator):
+    from hipmr_ctypes import _hip
+    rt = _hip.get_runtime()
+    pf = hmr.PrefetchResource(hmr.PinnedMemoryResource())
+    p = pf.allocate(64)
+    assert rt.fn.hipGetLastError() == 0   # the refused prefetch was cleared
+    pf.deallocate(p, 64)

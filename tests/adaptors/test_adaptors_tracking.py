@@ -2,6 +2,7 @@
 
 import pytest
 
+import hipmr_ctypes as hmr
 from hipmr_ctypes.adaptors import TrackingResource
 from hipmr_ctypes.resources import HostMemoryResource
 
@@ -231,3 +232,22 @@ def test_tracking_records_of_every_shape_read_and_free_alike(pool):
         tr.deallocate_async(p, n, al, 0)
     assert tr.outstanding() == {} and tr.get_allocated_bytes() == 0
     assert pool.allocation_count() == 0
+
+
+# ---- TrackingResource's RMM text is empty when nothing is outstanding ------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("capture", [False, True])
+def test_outstanding_allocations_str(capture):
+    tr = hmr.TrackingResource(hmr.DeviceMemoryResource(), capture_stacks=capture)
+    assert tr.get_outstanding_allocations_str() == ""
+    p = tr.allocate(100)
+    q = tr.allocate(300)
+    text = tr.get_outstanding_allocations_str()
+    assert f"{p:#x}: 100 B" in text and f"{q:#x}: 300 B" in text
+    assert ("callstack" in text) is capture
+    assert "test_outstanding_allocations_str" in text if capture else text.count("\n") == 2
+    tr.deallocate(p, 100)
+    assert f"{p:#x}" not in tr.get_outstanding_allocations_str()
+    tr.deallocate(q, 300)
+    assert not tr.get_outstanding_allocations_str()
+    assert tr.report().startswith("0 outstanding allocations")   # the richer text stays

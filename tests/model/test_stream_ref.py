@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-import hipmr_ctypes  # noqa: F401  (loads the package so that _hip is importable)
+import hipmr_ctypes as hmr
+from hipmr_ctypes import Buffer
 from hipmr_ctypes._hip.errors import HipError, InvalidHandleError, NotSupportedError, make_error
 from hipmr_ctypes.stream_ref import stream_per_thread, stream_ref
 from support import REPO
@@ -414,3 +415,50 @@ def test_the_per_thread_handle_is_named_once():
     from hipmr_ctypes import _stream_order
     assert module.PER_THREAD_HANDLE == 2 == stream_per_thread.handle
     assert _stream_order._PER_THREAD is module.PER_THREAD_HANDLE
+
+
+# ---- only version 0 of the stream protocol --------------------------------------------------
+class _Proto:
+    def __init__(self, version, handle, name="__cuda_stream__"):
+        setattr(self, name, lambda: (version, handle))
+
+
+@pytest.mark.parametrize("name", ["__cuda_stream__", "__hip_stream__"])
+def test_stream_protocol_version_other_than_zero_is_refused(name):
+    assert stream_ref(_Proto(0, 0x40, name)).get() == 0x40
+    for version in (1, 2, -1):
+        with pytest.raises(NotImplementedError, match=f"version {version}"):
+            stream_ref(_Proto(version, 0x40, name))
+    with pytest.raises(NotImplementedError, match="version '0'"):
+        stream_ref(_Proto("0", 0x40, name))
+    with pytest.raises(NotImplementedError):
+        Buffer(8, stream=_Proto(1, 0, name))
+
+
+# ---- stream_ref equals (and hashes as) any object naming the same stream ---------------------
+@pytest.mark.gpu
+def test_stream_ref_equals_the_stream():
+    with hmr.Stream() as s:
+        ref = stream_ref(s)
+        assert ref == s and s == ref and not (ref != s) and not (s != ref)
+        assert hash(ref) == hash(s) and {ref: 1}[s] == 1 and s in {ref}
+        assert Buffer(8, stream=s).stream == s
+        assert stream_ref(0) != s and s != stream_ref(0)
+        with hmr.Stream() as t:
+            assert s != t and stream_ref(t) != s
+    assert ref != s    # a closed Stream names no stream any more
+
+
+def test_stream_ref_equals_other_libraries_streams():
+    class Foreign:
+        def __cuda_stream__(self):
+            return (0, 0x1234)
+
+    class Handle:
+        handle = 0x1234
+
+    assert stream_ref(0x1234) == Foreign() and Foreign() == stream_ref(0x1234)
+    assert stream_ref(0x1234) == Handle()
+    assert stream_ref(0x1235) != Foreign()
+    assert stream_ref(0x1234) != _Proto(1, 0x1234)   # a version we cannot read is not equal
+    assert stream_ref(0) != None and stream_ref(0) != "0" and stream_ref(1) != True  # noqa: E711,E712
