@@ -1,5 +1,5 @@
-"""Test doubles and checks the test suite shares (``from support import ...``; pytest puts
-this folder on ``sys.path``).
+"""Test doubles and checks the test suite shares (``from support import ...``: pytest puts
+this folder, where ``conftest.py`` is, on ``sys.path``; the test files sit in its subfolders).
 
 * The reference model of the sub-allocators, re-exported from ``scripts/pool_model.py``
   (``scripts/fuzz_pool.py`` runs on it; a script does not import from ``tests/``):
