@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # CI's free-threaded step: builds (or reuses) a free-threaded CPython with
 # .ci/build_freethreaded.sh, then runs the thread-related tests and a longer stress run of
-# tests/test_threads_stress.py on it with the GIL off (-X gil=0 and PYTHON_GIL=0), checked by
-# .ci/nogil_check.py before the run, after every test and at the end: the step fails if the GIL
-# is ever on.  FREETHREADED_VERSION=3.14 for 3.14t; HIPMR_STRESS multiplies the stress run's
-# operations (default 5).  Needs network for the source tarball and PyPI (pytest; numpy when a
+# tests/reliability/test_threads_stress.py on it with the GIL off (-X gil=0 and PYTHON_GIL=0),
+# checked by .ci/nogil_check.py before the run, after every test and at the end: the step fails
+# if the GIL is ever on.  FREETHREADED_VERSION=3.14 for 3.14t; HIPMR_STRESS multiplies the stress
+# run's operations (default 5).  Needs network for the source tarball and PyPI (pytest; numpy when a
 # wheel for the build exists, else the tests that need it skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,10 +19,12 @@ VENV="$(mktemp -d)/venv"
 unset HIPMR_REQUIRE_TOOLS HIPMR_REQUIRE_AMD_LIBRARY HIPMR_REQUIRE_TORCH HIPMR_REQUIRE_BROWSER
 export PYTHON_GIL=0 HIPMR_PLATFORM=emulated HIPMR_REQUIRE_NO_GIL=1 PYTHONPATH=.ci
 run() { "$VENV/bin/python" -X gil=0 -m pytest -q -p nogil_check "$@"; }
-run tests/test_threads_stress.py tests/test_threads.py tests/test_pool_threads.py \
-    tests/test_locks.py tests/test_gc_locks.py tests/test_thread_exit.py tests/test_exit.py \
-    tests/test_shutdown.py tests/test_buffer.py tests/test_misbehaving_upstreams.py \
-    tests/test_adaptors_logging.py tests/test_logging_failures.py tests/test_per_device.py \
-    tests/test_interop.py tests/test_stream_lifetime.py tests/test_pool.py \
-    tests/test_adaptors_fixed_size.py tests/test_reliability_round3_threads.py
-HIPMR_STRESS="${HIPMR_STRESS:-5}" run tests/test_threads_stress.py
+run tests/reliability/test_threads_stress.py tests/reliability/test_threads.py \
+    tests/adaptors/test_pool_threads.py tests/reliability/test_locks.py \
+    tests/reliability/test_gc_locks.py tests/device/test_thread_exit.py \
+    tests/reliability/test_exit.py tests/reliability/test_shutdown.py tests/buffer/test_buffer.py \
+    tests/reliability/test_misbehaving_upstreams.py tests/adaptors/test_adaptors_logging.py \
+    tests/reliability/test_logging_failures.py tests/resources/test_per_device.py \
+    tests/interop/test_interop.py tests/device/test_stream_lifetime.py tests/adaptors/test_pool.py \
+    tests/adaptors/test_adaptors_fixed_size.py tests/reliability/test_reliability_round3_threads.py
+HIPMR_STRESS="${HIPMR_STRESS:-5}" run tests/reliability/test_threads_stress.py

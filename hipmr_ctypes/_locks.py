@@ -15,8 +15,8 @@ of the package is one of:
   checked slow path when the lock is busy;
 * a :class:`TokenMutex` around int operations only.
 
-Errors are built after the lock is let go.  ``tests/test_gc_locks.py`` runs a collection that
-frees through the same resource inside every lock of the package.
+Errors are built after the lock is let go.  ``tests/reliability/test_gc_locks.py`` runs a
+collection that frees through the same resource inside every lock of the package.
 
 Interpreter exit: once the interpreter finalizes, only the finalizing thread runs Python code;
 every other thread is stopped for good at its next attempt to run any, so a lock it holds is

@@ -1,7 +1,7 @@
 # What type checkers see of resource_refs.py.  At run time ``resource_ref[P, ...]`` builds one
 # class per set of properties (``__class_getitem__``); to a type checker the refs are generic
 # over their properties, so ``async_resource_ref[device_accessible](r)`` is typed.  Keep in
-# step with resource_refs.py (tests/test_typing.py runs mypy's stubtest over both).
+# step with resource_refs.py (tests/repo/test_typing.py runs mypy's stubtest over both).
 from typing import Any, FrozenSet, Generic, Iterator, Optional, Tuple, Type, TypeVar, overload
 
 from typing_extensions import TypeVarTuple, Unpack

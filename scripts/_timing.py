@@ -11,7 +11,7 @@
   ``--json`` file.
 
 The scripts import it as ``from _timing import ...`` (Python puts a script's folder on
-``sys.path``).  Timing bounds never go into unit tests; ``tests/test_bench_scripts.py`` only
+``sys.path``).  Timing bounds never go into unit tests; ``tests/repo/test_bench_scripts.py`` only
 runs the scripts in a quick mode.
 """
 from __future__ import annotations

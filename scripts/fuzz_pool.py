@@ -21,7 +21,7 @@ every step the model checks that
 and periodically that the pool's own structures tile its chunks exactly; after release()
 with nothing live, every byte is back in the upstream.  Seeded and reproducible; a failure
 prints the seed, the target and the step.  The test suite imports this file and runs short
-versions (tests/test_pool_fuzz.py).
+versions (tests/adaptors/test_pool_fuzz.py).
 """
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ echo "all-on-nvidia rc=$?"; tail -8 "$OUT/all-nvidia.txt"
 lib=$(ls /opt/rocm*/lib/libamdhip64.so* /usr/lib/x86_64-linux-gnu/libamdhip64.so* 2>/dev/null | head -1)
 echo "== amd library tests against ${lib:-none}"
 if [ -n "$lib" ]; then
-  HIPMR_LIBRARY=$lib HIPMR_REQUIRE_AMD_LIBRARY=1 timeout 120 python3 -m pytest -q -p no:cacheprovider -m amd_library tests/test_binding.py > "$OUT/amd-lib.txt" 2>&1
+  HIPMR_LIBRARY=$lib HIPMR_REQUIRE_AMD_LIBRARY=1 timeout 120 python3 -m pytest -q -p no:cacheprovider -m amd_library tests/binding/test_binding.py > "$OUT/amd-lib.txt" 2>&1
   echo "amd rc=$?"; tail -4 "$OUT/amd-lib.txt"
 fi
 fi

@@ -18,7 +18,8 @@ installed from ``.whl/filecheck-*.whl`` into a scratch folder.
 CuPy: its memory tests when a CuPy source tree is found (``--cupy-tests DIR`` or
 ``$CUPY_TESTS``; CuPy's wheels do not ship its tests), with and without
 ``cupy.cuda.set_allocator(hipmr_ctypes.interop.cupy.allocator())`` installed by a small pytest
-plugin; otherwise our own CuPy interop tests (``tests/test_interop.py -k cupy``) under both.
+plugin; otherwise our own CuPy interop tests (``tests/interop/test_interop.py -k cupy``) under
+both.
 
     python3 scripts/peer_suites.py [--out DIR] [--suite numba|cupy|all] [--timeout S]
                                    [--modules m1,m2,...] [--cupy-tests DIR] [--xml-dir DIR]
@@ -346,7 +347,7 @@ def run_cupy(out: str, timeout: float, tests_dir: Optional[str],
               "--cupy-tests DIR or set CUPY_TESTS to a CuPy source tree): running our CuPy "
               "interop tests under both allocators instead")
         what, cwd = "hipmr_ctypes' CuPy interop tests", ROOT
-        args = [os.path.join(ROOT, "tests", "test_interop.py"), "-k", "cupy"]
+        args = [os.path.join(ROOT, "tests", "interop", "test_interop.py"), "-k", "cupy"]
     theirs_out, rc1, _ = _run(f"{what}, CuPy's memory pool", args, env,
                               os.path.join(out, "peer-cupy-cupy.xml"), timeout, cwd)
     ours_env = dict(env, PYTHONPATH=os.pathsep.join(

@@ -36,7 +36,7 @@ class Corruption(AssertionError):
 
 HOST = None          # the "stream" of synchronous calls, in the models below
 # created streams' handles: the special handles 0, 1 and 2 name one stream per device (and
-# thread), which the pools ask the runtime about; tests/test_stream_identity.py covers them
+# thread), which the pools ask the runtime about; tests/device/test_stream_identity.py covers them
 STREAMS = (HOST, 3, 4, 5, 6)
 
 

@@ -1,5 +1,5 @@
-"""Test doubles and checks the test suite shares (``from support import ...``; pytest puts
-this folder on ``sys.path``).
+"""Test doubles and checks the test suite shares (``from support import ...``: pytest puts
+this folder, where ``conftest.py`` is, on ``sys.path``; the test files sit in its subfolders).
 
 * The reference model of the sub-allocators, re-exported from ``scripts/pool_model.py``
   (``scripts/fuzz_pool.py`` runs on it; a script does not import from ``tests/``):
@@ -17,6 +17,8 @@ this folder on ``sys.path``).
 * :func:`no_native_call`: a block that must make no HIP call and change no allocation.
 * :func:`past_deadline`: whether long loops must stop (``scripts/reliability_report.py
   --budget`` sets ``HIPMR_TEST_DEADLINE``).
+* ``REPO`` (the repository's root) and ``TESTS`` (this folder), as :class:`pathlib.Path`: the
+  test files live in subfolders and take every path from these.
 """
 from __future__ import annotations
 
@@ -28,18 +30,22 @@ import sys
 import threading
 import time
 from bisect import bisect_left, insort
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from hipmr_ctypes import host_accessible
 from hipmr_ctypes._hip.decls import DECLS
 from hipmr_ctypes import _stream_order
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
-                                "scripts"))
+#: the repository's root and the tests' folder (the test files sit in its subfolders)
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+sys.path.insert(0, str(REPO / "scripts"))
 from pool_model import (HOST, STREAMS, AddressSpaceResource, Corruption,  # noqa: E402
                         FreedRanges, StreamModel, check_pool_tiles)
 
-__all__ = ["HOST", "STREAMS", "StreamModel", "recording_events", "FreedRanges",
+__all__ = ["REPO", "TESTS", "HOST", "STREAMS", "StreamModel", "recording_events", "FreedRanges",
            "AddressSpaceResource", "HostBufferResource", "check_pool_tiles", "LiveRanges",
            "NATIVE", "no_native_call", "past_deadline", "process_runtime", "Crash", "Hang",
            "Leak", "Corruption", "no_crash"]

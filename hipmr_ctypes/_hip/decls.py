@@ -35,8 +35,8 @@ __all__ = ["Decl", "DECLS", "DECL_BY_NAME", "HOT", "call_argtypes", "hipMemLocat
            "hipMemPoolPtrExportData"]
 
 
-# ---- the structures (x86-64 Linux, LP64; tests/test_abi.py checks them against the headers;
-# ``types.py`` re-exports them with the enum values and flags) --------------------------------
+# ---- the structures (x86-64 Linux, LP64; tests/binding/test_abi.py checks them against the
+# headers; ``types.py`` re-exports them with the enum values and flags) -----------------------
 class hipMemLocation(Structure):
     """``hipMemLocation``: where memory lives (type 1 = device, id = device ordinal)."""
     _fields_ = [("type", c_int), ("id", c_int)]

@@ -2,8 +2,8 @@
 (defined in ``decls.py`` beside the functions that take them, re-exported here).
 
 Values and layouts follow HIP's headers (``hip_runtime_api.h``, ``driver_types.h``) for every
-supported ROCm version and are checked against the real headers by ``tests/test_abi.py`` (a C
-probe compiled with gcc).
+supported ROCm version and are checked against the real headers by
+``tests/binding/test_abi.py`` (a C probe compiled with gcc).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the type checkers must show of users' code (never run): tests/test_typing.py runs
+"""What the type checkers must show of users' code (never run): tests/repo/test_typing.py runs
 ``mypy --strict`` and strict pyright over this file.  A line ending in ``# R: T`` must reveal
 the type T; a line ending in ``# E`` must be an error, and no other line may be one."""
 from typing import Optional, Type

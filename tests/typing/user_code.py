@@ -1,5 +1,5 @@
 """Code written the way README.md and docs/ show it, checked with ``mypy --strict`` and strict
-pyright by tests/test_typing.py: the public API must type-check without casts or ignores."""
+pyright by tests/repo/test_typing.py: the public API must type-check without casts or ignores."""
 from typing import Optional, Type
 
 import hipmr_ctypes as hmr

@@ -21,7 +21,8 @@ hipMemcpyDeviceToDeviceNoCU = 1024   # HIP >= 6.1
 _HOST_MALLOC_FLAGS = 0x1 | 0x2 | 0x4 | 0x20000000 | 0x40000000 | 0x80000000
 _HOST_MALLOC_UNCACHED = 0x10000000   # HIP >= 7.0
 _COHERENT_BOTH = 0x40000000 | 0x80000000
-# hipMemoryType numbering (ROCm 6 and later; checked against the headers by tests/test_abi.py)
+# hipMemoryType numbering (ROCm 6 and later; tests/binding/test_abi.py checks it against the
+# headers)
 _MEMORY_TYPE_6 = {PINNED: 1, DEVICE: 2, MANAGED: 3}
 _MEMORY_TYPE_5 = {PINNED: 0, DEVICE: 1, MANAGED: 4}
 _SYNC = object()   # "no stream": the synchronous copy and memset

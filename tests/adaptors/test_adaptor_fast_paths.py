@@ -1,0 +1,254 @@
+"""The inline fast paths of BinningResource (its route cache) and AlignedResource (over the
+package's own async upstreams): the same answers and checks as the checked paths."""
+
+import pytest
+
+import hipmr_ctypes as hmr
+from hipmr_ctypes.adaptors import AlignedResource, BinningResource, PoolResource
+from hipmr_ctypes.adaptors import binning as binning_module
+
+from support import REPO
+
+
+@pytest.fixture
+def pool():
+    return PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=1 << 22)
+
+
+class CountingBin:
+    """A user-written async bin over the pool: it checks nothing itself."""
+
+    def __init__(self, upstream):
+        self.up = upstream
+        self.calls = []
+        self.properties = (hmr.device_accessible,)
+
+    def allocate(self, bytes, alignment=256):
+        self.calls.append(("allocate", bytes))
+        return self.up.allocate(bytes, alignment)
+
+    def deallocate(self, ptr, bytes, alignment=256):
+        self.calls.append(("deallocate", bytes))
+        self.up.deallocate(ptr, bytes, alignment)
+
+    def allocate_async(self, bytes, alignment, stream):
+        self.calls.append(("allocate_async", bytes))
+        return self.up.allocate_async(bytes, alignment, stream)
+
+    def deallocate_async(self, ptr, bytes, alignment, stream):
+        self.calls.append(("deallocate_async", bytes))
+        self.up.deallocate_async(ptr, bytes, alignment, stream)
+
+    def __eq__(self, other):
+        return other is self
+
+    __hash__ = object.__hash__
+
+
+def test_binning_route_cache_follows_add_bin(pool):
+    b = BinningResource(pool, [1024])
+    first = b.bin_resources[1024]
+    p1 = b.allocate_async(300, 256, 0)          # -> the 1 KiB bin (and cached)
+    p2 = b.allocate_async(300, 256, 0)          # a cache hit
+    assert first.allocation_count() == 2
+    b.add_bin(512)
+    p3 = b.allocate_async(300, 256, 0)          # the new cache: the new 512 B bin
+    assert b.bin_resources[512].allocation_count() == 1 and first.allocation_count() == 2
+    for p in (p1, p2):                           # still freed through the bin that gave them
+        b.deallocate_async(p, 300, 256, 0)
+    assert first.allocation_count() == 0
+    b.deallocate_async(p3, 300, 256, 0)
+    assert b.allocation_count() == 0
+
+
+def test_binning_sync_and_async_share_the_routes(pool):
+    b = BinningResource(pool, [1024, 65536])
+    ptrs = [(b.allocate(n), n) for n in (1, 256, 1024, 1025, 65536, 65537)]
+    ptrs += [(b.allocate_async(n, 256, 0), n) for n in (1, 256, 1024, 1025, 65536, 65537)]
+    res = b.bin_resources
+    assert res[1024].allocation_count() == 6 and res[65536].allocation_count() == 4
+    assert b.allocation_count() == 12
+    for i, (p, n) in enumerate(ptrs):
+        if i % 2:
+            b.deallocate(p, n)
+        else:
+            b.deallocate_async(p, n, 256, 0)
+    assert b.allocation_count() == 0
+
+
+def test_binning_fast_path_refuses_what_the_checked_path_refuses(pool):
+    b = BinningResource(pool, [1024])
+    b.allocate_async(256, 256, 0)                # the size 256 is now in the route cache
+    for bad in (True, 256.0):
+        with pytest.raises(TypeError):
+            b.allocate_async(bad, 256, 0)
+    with pytest.raises(TypeError):
+        b.allocate_async(256, 256.0, 0)
+    with pytest.raises(TypeError):
+        b.allocate_async(256, [256], 0)
+    with pytest.raises(ValueError):
+        b.allocate_async(256, 3, 0)
+    with pytest.raises((TypeError, ValueError)):
+        b.allocate_async(256, 256, -1)           # the bin checks the stream
+    with pytest.raises((TypeError, ValueError)):
+        b.allocate_async(256, 256, "stream")
+    assert b.allocation_count() == 1
+    assert b.allocate_async(0, 256, 0) == 0
+
+
+def test_binning_free_with_a_bad_stream_changes_nothing(pool):
+    b = BinningResource(pool, [1024])
+    p = b.allocate_async(256, 256, 0)
+    with pytest.raises((TypeError, ValueError)):
+        b.deallocate_async(p, 256, 256, -1)
+    assert b.allocation_count() == 1
+    with pytest.raises(ValueError):
+        b.deallocate_async(p, 512, 256, 0)      # the wrong size
+    assert b.allocation_count() == 1
+    b.deallocate_async(p, 256, 256, 0)
+    assert b.allocation_count() == 0
+
+
+def test_binning_user_bin_gets_the_stream_checked_first(pool):
+    user = CountingBin(pool)
+    b = BinningResource(pool, [(1024, user)])
+    for bad in (-1, 1 << 64, "stream", 1.5):
+        with pytest.raises((TypeError, ValueError)):
+            b.allocate_async(256, 256, bad)
+    assert user.calls == []
+    p = b.allocate_async(256, 256, 0)
+    with pytest.raises((TypeError, ValueError)):
+        b.deallocate_async(p, 256, 256, -1)
+    assert user.calls == [("allocate_async", 256)] and b.allocation_count() == 1
+    b.deallocate_async(p, 256, 256, 0)
+    assert user.calls[-1] == ("deallocate_async", 256) and b.allocation_count() == 0
+
+
+def test_binning_route_cache_is_bounded(pool):
+    b = BinningResource(pool, [1 << 16])
+    for n in range(1, binning_module._ROUTES_CACHED + 50):
+        b.deallocate_async(b.allocate_async(n, 256, 0), n, 256, 0)
+    assert len(b._table[0]) == binning_module._ROUTES_CACHED
+    assert b.allocation_count() == 0
+
+
+@pytest.mark.parametrize("alignment", [512, 4096])
+def test_aligned_fast_path_over_the_pool(pool, alignment):
+    a = AlignedResource(pool, alignment)
+    ptrs = [(a.allocate_async(n, 256, 0), n) for n in (1, 255, 256, 257, 5000)]
+    assert all(p % alignment == 0 for p, _ in ptrs)
+    assert len({p for p, _ in ptrs}) == len(ptrs)
+    p = a.allocate_async(100, 64, 0)
+    assert p % alignment == 0
+    a.deallocate_async(p, 100, 64, 0)
+    for p, n in ptrs:
+        a.deallocate_async(p, n, 256, 0)
+    assert pool.allocation_count() == 0
+
+
+def test_aligned_threshold_and_small_default(pool):
+    a = AlignedResource(pool, 1024, threshold=4096)
+    small = a.allocate_async(100, 256, 0)       # under the threshold: passed through
+    assert small % 256 == 0 and pool.allocation_count() == 1
+    big = a.allocate_async(4096, 256, 0)
+    assert big % 1024 == 0
+    a.deallocate_async(small, 100, 256, 0)
+    a.deallocate_async(big, 4096, 256, 0)
+    assert pool.allocation_count() == 0
+    b = AlignedResource(pool, 128)               # the upstream aligns it itself
+    p = b.allocate_async(100, 8, 0)
+    assert p % 128 == 0
+    b.deallocate_async(p, 100, 8, 0)
+    assert pool.allocation_count() == 0
+
+
+def test_aligned_fast_path_refusals_change_nothing(pool):
+    a = AlignedResource(pool, 512)
+    p = a.allocate_async(256, 256, 0)
+    for bad in (True, 256.0):
+        with pytest.raises(TypeError):
+            a.allocate_async(bad, 256, 0)
+    with pytest.raises(TypeError):
+        a.allocate_async(256, [256], 0)
+    with pytest.raises((TypeError, ValueError)):
+        a.allocate_async(256, 256, -1)
+    with pytest.raises(ValueError):
+        a.deallocate_async(p, 257, 256, 0)       # the wrong size
+    with pytest.raises((TypeError, ValueError)):
+        a.deallocate_async(p, 256, 256, -1)      # refused by the pool: the record is kept
+    with pytest.raises(TypeError):
+        a.deallocate_async(p, 256, 256.0, 0)
+    assert pool.allocation_count() == 1
+    a.deallocate_async(p, 256, 256, 0)
+    assert pool.allocation_count() == 0
+    with pytest.raises(ValueError):
+        a.deallocate_async(p, 256, 256, 0)       # twice
+    assert a.allocate_async(0, 256, 0) == 0
+
+
+# ---- the pool's per-thread stream: exact counts across threads and streams
+
+PER_THREAD = 2
+
+
+def _per_thread_map(pool):
+    """The arena's map of free lists for the calling thread's per-thread stream (or None)."""
+    from hipmr_ctypes._stream_order import stream_key
+    return pool._arena.free.get(stream_key(PER_THREAD))
+
+
+def _pairs(pool, n, size=1000, stream=PER_THREAD):
+    ptrs = set()
+    for _ in range(n):
+        p = pool.allocate_async(size, 256, stream)
+        ptrs.add(p)
+        pool.deallocate_async(p, size, 256, stream)
+    return ptrs
+
+
+def test_per_thread_and_other_streams_keep_exact_counts(emulator, pool):
+    from support import run_in_thread
+    s = hmr.Stream()
+    live = []
+    for i in range(20):
+        stream = (PER_THREAD, 0, s)[i % 3]
+        live.append((pool.allocate_async(256 * (1 + i % 4), 256, stream), 256 * (1 + i % 4),
+                     stream))
+    assert pool.allocation_count() == 20
+    for p, n, stream in live[::2]:
+        pool.deallocate_async(p, n, 256, stream)
+    pool.release()
+    for p, n, stream in live[1::2]:
+        pool.deallocate_async(p, n, 256, stream)
+    assert pool.allocation_count() == 0
+    with pytest.raises(ValueError):                  # a double free on the cached path
+        pool.deallocate_async(live[0][0], live[0][1], 256, live[0][2])
+    results = [run_in_thread(lambda: len(_pairs(pool, 50, 512)))[1] for _ in range(3)]
+    assert results == [1, 1, 1]
+    assert pool.allocation_count() == 0 and pool.free_bytes() == pool.pool_size()
+    s.close()
+
+
+def test_bench_hotpaths_counts_instructions_under_callgrind(tmp_path):
+    """``scripts/bench_hotpaths.py --callgrind``: one row per chosen name, a positive count
+    (the instruction counts themselves are not bounded here)."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    if shutil.which("valgrind") is None:
+        if os.environ.get("HIPMR_REQUIRE_VALGRIND") == "1":
+            pytest.fail("HIPMR_REQUIRE_VALGRIND=1 but valgrind is not installed")
+        pytest.skip("valgrind is not installed (the --callgrind mode runs under it)")
+    out = tmp_path / "cg.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench_hotpaths.py"), "--callgrind",
+         "--rows", "PoolResource direct,per-thread", "--warmup", "20", "--small", "10",
+         "--large", "30", "--json", str(out)],
+        cwd=REPO, env=dict(os.environ, HIPMR_PLATFORM="emulated"), capture_output=True,
+        text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data) == {"PoolResource direct", "PoolResource on the per-thread stream (2)"}
+    assert all(v > 0 for v in data.values())

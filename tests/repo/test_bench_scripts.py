@@ -1,0 +1,103 @@
+"""The benchmark scripts run end to end (tiny counts, emulated platform, no peers) and save
+JSON with a positive figure for every row: they must not rot between GPU runs.  Their timings
+are never asserted."""
+import json
+import os
+import subprocess
+import sys
+from support import REPO
+
+
+def _run(script, *args, returncode=0, **env_vars):
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", **env_vars)
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == returncode, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout if returncode == 0 else proc.stderr
+
+
+def test_bench_alloc(tmp_path):
+    out = tmp_path / "bench.json"
+    text = _run("bench_alloc.py", "--no-peers", "--pairs", "300", "--repeats", "2",
+                "--frag-ops", "30", "--frag-seeds", "1,2", "--json", str(out))
+    data = json.loads(out.read_text())
+    rows = data["ns_per_pair"]
+    pool = rows["PoolResource via async_resource_ref[device_accessible]"]
+    assert set(pool) == {"256 B", "64 KiB", "16 MiB"}
+    assert "(run stopped)" not in rows
+    assert all((isinstance(v, float) and v > 0) or (isinstance(v, str) and v.startswith("missing:"))
+               for row in rows.values() for v in row.values())  # peers absent here
+    for name in ("Buffer over PoolResource, create + close",
+                 "Buffer via async_resource_ref, create + drop",
+                 "Buffer over the current device resource (pool), create + close"):
+        assert set(rows[name]) == {"256 B", "64 KiB", "16 MiB"}
+    assert isinstance(rows["is_async_resource(StatisticsResource) (one call)"]["256 B"], float)
+    assert "# Ours / the peer's equivalent" in text
+    assert [f["seed"] for f in data["fragmentation"]] == [1, 2]
+    assert all(f["hipmr PoolResource"]["ratio"] >= 1 for f in data["fragmentation"])
+    assert "# Ratios" in text and "seed 2" in text
+
+
+def test_bench_alloc_fits_a_small_emulated_device(tmp_path):
+    """The fragmentation workload keeps its live bytes under a third of the device's memory
+    (it once needed more than the emulated default and died printing nothing)."""
+    out = tmp_path / "bench.json"
+    text = _run("bench_alloc.py", "--no-peers", "--pairs", "100", "--repeats", "1",
+                "--frag-ops", "400", "--frag-seeds", "3", "--json", str(out),
+                HIPMR_EMULATED_MEMORY="400MiB")
+    frag = json.loads(out.read_text())["fragmentation"][0]
+    assert frag["live_cap"] == (400 << 20) // 3
+    assert frag["hipmr PoolResource"]["peak_live"] <= frag["live_cap"] + (64 << 20)
+    assert "raw ctypes" not in text and "emulator's hipMallocAsync" in text
+
+
+def test_bench_alloc_prints_what_it_measured_when_a_step_fails(tmp_path):
+    out = tmp_path / "bench.json"
+    # 330 MiB of emulated memory: the 16 MiB rows run out of it; the earlier sizes' rows are kept
+    err = _run("bench_alloc.py", "--no-peers", "--pairs", "50", "--repeats", "1",
+               "--frag-ops", "10", "--json", str(out), returncode=1,
+               HIPMR_EMULATED_MEMORY="330MiB")
+    assert "stopped early: OutOfMemoryError" in err
+    data = json.loads(out.read_text())
+    assert data["errors"] and data["ns_per_pair"]["PoolResource direct"]["256 B"] > 0
+
+
+def test_bench_scripts_without_a_device_say_so():
+    for script in ("bench_alloc.py", "bench_hotpaths.py"):
+        err = _run(script, returncode=2, HIPMR_EMULATED_DEVICES="0")
+        assert err.strip().splitlines() == [
+            f"{script}: the emulated platform sees no device; HIPMR_PLATFORM=emulated runs it "
+            "on host memory"]
+
+
+def test_bench_hotpaths(tmp_path):
+    out = tmp_path / "hot.json"
+    _run("bench_hotpaths.py", "--rounds", "2", "--pairs", "200", "--ops", "20", "--json",
+         str(out))
+    data = json.loads(out.read_text())
+    assert {"PoolResource via async_resource_ref", "... with a Stream argument",
+            "Buffer(256, resource=pool) + close()", "Buffer(256), pool current, dropped",
+            "is_async_resource(user class)", "ref of a new StatisticsResource(pool)"} <= set(data)
+    assert len(data) >= 25 and all(v > 0 for v in data.values())
+
+
+def test_bench_import(tmp_path):
+    out = tmp_path / "import.json"
+    text = _run("bench_import.py", "--rounds", "1", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert set(data["median_ms"]) == {"floor (import ctypes + CDLL)", "import hipmr_ctypes",
+                                      "import hipmr_ctypes, no .pyc"}
+    assert all(v > 0 for v in data["median_ms"].values())
+    assert "beyond the library" in text
+
+
+def test_bench_copy(tmp_path):
+    out = tmp_path / "copy.json"
+    text = _run("bench_copy.py", "--sizes", "4KiB,64KiB", "--rounds", "2", "--min-ms", "1",
+                "--json", str(out))
+    data = json.loads(out.read_text())
+    rows = {(r["row"], r["bytes"]): r for r in data["rows"]}
+    assert len(rows) == 2 * 9 and (("D2H new bytes", 65536) in rows)
+    assert all(r["GB/s"]["ours"] > 0 for r in rows.values())
+    assert "ours/best" in text
+    assert _run("bench_copy.py", "--rows", "nope", returncode=2).count("unknown rows") == 1

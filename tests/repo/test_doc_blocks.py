@@ -1,0 +1,79 @@
+"""Every python block of README.md and docs/*.md runs on the emulated platform, so the docs
+cannot drift from the code.  New pages are picked up automatically.
+
+A page's blocks run in order as one script in a fresh interpreter (sharing one namespace, as a
+reader types them).  A block that needs a real GPU is fenced as ```` ```python gpu ````: it is left out
+here and runs in ``test_gpu_blocks`` (marked ``gpu``) on the GPU machine, where it fails
+instead of skipping under HIPMR_REQUIRE_GPU=1.  Pseudo-code is fenced as ``text``, never
+``python``."""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from support import REPO
+
+_FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
+
+def _pages():
+    return [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+
+
+def _blocks(path, gpu):
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    return [(text.count("\n", 0, m.start()) + 1, m.group(2)) for m in _FENCE.finditer(text)
+            if ("gpu" in m.group(1).split()) == gpu]
+
+
+PAGES = [pytest.param(p, id=os.path.relpath(p, REPO)) for p in _pages()]
+
+
+def _run(path, blocks, tmp_path, env):
+    """The page's blocks, in order, as one script (what a reader who saved them would run;
+    ``multiprocessing`` with "spawn" needs a real file); a failure names the block."""
+    page = os.path.relpath(path, REPO)
+    lines, starts = [], []
+    for doc_line, code in blocks:
+        starts.append((len(lines) + 2, doc_line))      # the block's first line in the script
+        lines.append(f"# ---- {page}:{doc_line}")
+        lines.extend(code.splitlines())
+    script = tmp_path / "page.py"
+    script.write_text("\n".join(lines) + "\n")
+    env = dict(env)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        hits = [int(n) for n in re.findall(r'page\.py", line (\d+)', done.stderr)]
+        where = [doc for first, doc in starts if hits and first <= hits[-1]]
+        block = f"the block at {page}:{where[-1]}" if where else page
+        pytest.fail(f"{block} failed:\n{done.stdout}{done.stderr}", pytrace=False)
+
+
+def test_the_docs_have_python_blocks():
+    assert sum(len(_blocks(p, False)) for p in _pages()) > 10
+
+
+@pytest.mark.any_platform
+@pytest.mark.parametrize("path", PAGES)
+def test_blocks_run_on_the_emulated_platform(path, tmp_path):
+    blocks = _blocks(path, gpu=False)
+    if not blocks:
+        return
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
+               HIPMR_EMULATED_MEMORY="2GiB")
+    env.pop("HIPMR_LIBRARY", None)
+    _run(path, blocks, tmp_path, env)
+
+
+GPU_PAGES = [pytest.param(p, id=os.path.relpath(p, REPO)) for p in _pages() if _blocks(p, True)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", GPU_PAGES)  # empty (reported as skipped) while no page has one
+def test_gpu_blocks(path, tmp_path, gpu_runtime):
+    blocks = sorted(_blocks(path, gpu=False) + _blocks(path, gpu=True))
+    _run(path, blocks, tmp_path, os.environ)
