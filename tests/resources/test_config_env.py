@@ -189,7 +189,7 @@ def test_the_default_factory_is_registered_whatever_is_imported_first(first_impo
             "assert 'hipmr_ctypes._config' not in sys.modules\n"
             "print(type(get_per_device_resource(0)).__name__)\n")
     env = dict(os.environ, HIPMR_PLATFORM="emulated", **{VARIABLE: "device,statistics"})
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["StatisticsResource"]
