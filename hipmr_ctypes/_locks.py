@@ -240,21 +240,17 @@ def run_forked_child_hooks() -> None:
 
 
 # ---- exactly-once claims on a slot, atomic on every build ----------------------------------
-# Several objects of the package own memory through one slot (``Buffer._free``) and free it
-# exactly once: ``free = obj.slot; del obj.slot`` is the claim, and only the caller whose ``del``
-# succeeds frees.  With the GIL that is atomic: deleting a slot runs as one C call, and a second
-# ``del`` raises AttributeError.  On a free-threaded build (PEP 703) CPython 3.13 does not make
-# it atomic: the slot is tested for "unset" outside the object's lock, so two threads can both
-# delete it and both free (a double free).  :func:`atomic_slot` makes the claim atomic there: on
-# a free-threaded build it replaces the slot's descriptor with a ``property`` whose getter and
-# setter are the slot's own (C, no lock) and whose deleter tests and deletes the slot under one
-# lock, so the claim sites are the same code on every build.  On a build with the GIL it does
-# nothing: the hot paths are unchanged.
-#
-# The lock is an ``RLock`` held around no more than the delete of one slot (the claim sites
-# read the value first, so the delete never drops its last reference): if the garbage
-# collector runs a finalizer there that claims another object's slot, it re-enters and does
-# the same to that object, so no lock waits on itself.
+# - The claim: ``free = obj.slot; del obj.slot``; only the caller whose ``del`` succeeds frees
+#   (``Buffer._free`` and the other owning slots).
+# - With the GIL it is atomic (one C call; a second ``del`` raises AttributeError), and
+#   :func:`atomic_slot` does nothing: the hot paths are unchanged.
+# - On a free-threaded build CPython 3.13 tests the slot outside the object's lock (two threads
+#   could both delete it and both free), so :func:`atomic_slot` puts a ``property`` in the
+#   slot's place: the slot's own C getter and setter, and a deleter that tests and deletes
+#   under one lock; the claim sites are the same code on every build.
+# - That lock is an ``RLock`` around the delete of one slot only (the value was read first, so
+#   the delete never drops its last reference); a finalizer the collector runs there that
+#   claims another slot re-enters it, so no lock waits on itself.
 
 #: True on a free-threaded build (PEP 703), whether or not the GIL was turned on at run time
 FREE_THREADED: bool = ("t" in getattr(sys, "abiflags", "")

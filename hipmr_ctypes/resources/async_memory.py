@@ -332,20 +332,17 @@ class AsyncMemoryResource:
         """The device ordinal the memory lives on."""
         return self._device
 
-    # ---- hot path: one inlined test for the usual call (an int size, the default alignment,
-    # the stream last validated here, passed again: the same object; or a created stream's
-    # int handle up to 2**63, tested in full) and the native call; a free tests the pointer
-    # the same way: the int object the last allocation returned (an address the runtime gave,
-    # so an int in range: nothing to test), or any int in (0, 2**63]; a size is the int object
-    # the last allocation took (tested then; an int never changes: a caller that frees with the
-    # size it allocated with, as Buffer does, or allocates the same size object again, skips
-    # its test), or an int tested here;
-    # anything else takes the checked path, which tests the other fast cases, converts what it
-    # may (Stream, stream_ref, numpy integers, handles above 2**63), names what it rejects and
-    # remembers a validated int handle.  An allocation on the per-thread stream (handle 2)
-    # always takes it: the calling thread is made to wait for that stream when it ends
-    # (hipmr_ctypes._thread_exit), so that handle is never remembered.  The test is kept out
-    # of the native call's error handling, so no error of the call is swallowed.
+    # ---- hot path.  Invariants:
+    # - one inlined test passes the usual call: an int size, the default alignment, and the
+    #   stream last validated here (the same object) or a created stream's int handle in
+    #   (2, 2**63]; a free's pointer is the int the last allocation returned or any int in
+    #   (0, 2**63]; a size that is the object the last allocation took needs no test again;
+    # - everything else takes the checked path, which converts what it may (Stream,
+    #   stream_ref, numpy integers, handles above 2**63), names what it rejects, and remembers
+    #   a validated int handle;
+    # - the per-thread stream (handle 2) always takes the checked path, which arms the
+    #   thread's wait for it at exit (_thread_exit), so handle 2 is never remembered;
+    # - the test stays outside the native call's error handling: no error is swallowed.
     def allocate_async(self, bytes: int, alignment: int, stream: Any) -> int:
         """``hipMallocFromPoolAsync(bytes)`` on ``stream`` (anything ``stream_ref`` accepts);
         returns the pointer as an int (0 for ``bytes == 0``)."""
