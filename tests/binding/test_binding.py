@@ -376,3 +376,29 @@ def test_the_nvidia_address_range_is_the_drivers(monkeypatch):
     assert libcuda.calls[-1][0] == "cuMemGetAddressRange_v2" and libcuda.calls[-1][3] == 0x1000
     libcuda.results["cuMemGetAddressRange_v2"] = 1
     assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 1
+
+
+def test_the_nvidia_address_range_makes_a_context_current_first(monkeypatch):
+    """A thread with no current context (an importing process that only mapped pool memory)
+    gets CUDA_ERROR_INVALID_CONTEXT (201) from the driver: the shim makes the runtime's primary
+    context current (cudaFree(NULL)) and asks again, as the memset shims do."""
+    from hipmr_ctypes._hip import nvidia
+
+    class Driver(_FakeLibrary):
+        def __getattr__(self, symbol):
+            if symbol != "cuMemGetAddressRange_v2":
+                return super().__getattr__(symbol)
+
+            def query(*args):
+                self.calls.append((symbol,) + args)
+                return 0 if any(c[0] == "cudaFree" for c in cudart.calls) else 201
+            return query
+
+    cudart, libcuda = _FakeLibrary(), Driver({"cuInit": 0})
+    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
+    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
+    rt = nvidia.create_nvidia_runtime({})
+    base, size = ctypes.c_void_p(), ctypes.c_size_t()
+    assert rt.fn.hipMemGetAddressRange(base, size, 0x2000) == 0
+    asked = [c for c in libcuda.calls if c[0] == "cuMemGetAddressRange_v2"]
+    assert len(asked) == 2 and [c[0] for c in cudart.calls].count("cudaFree") == 1
