@@ -326,6 +326,9 @@ class _PipeSafeStdout(io.TextIOBase):
                 self._out.flush()
             except BrokenPipeError:
                 self._broke()
+            except ValueError:   # the stream it wraps was closed: nothing is left to flush
+                if not getattr(self._out, "closed", False):
+                    raise
 
     def _broke(self) -> None:
         self.broken = True

@@ -639,3 +639,31 @@ def test_huge_band_and_point_limits_are_fine():
     text = _log("1,0,allocate,0x10,16,0", "1,1,free,0x10,16,0")
     root = _svg_of(text, max_bands=10 ** 400, max_points=10 ** 400)
     assert root.get("data-bands") == "1"
+
+
+def test_the_pipe_safe_stdout_is_collected_quietly_after_its_stream_closed(monkeypatch):
+    """The command line's stdout wrapper outlives the stream it wraps when the command runs
+    in-process (a test's capture, an embedding program): collecting it later flushes nothing
+    and raises nothing; a flush of an open stream still reports its own errors."""
+    import gc
+    import io
+    from hipmr_ctypes.__main__ import _PipeSafeStdout
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    inner = io.StringIO()
+    wrapper = _PipeSafeStdout(inner)
+    wrapper.write("text")
+    inner.close()
+    wrapper.flush()                         # the closed stream: nothing to flush
+    del wrapper
+    gc.collect()
+    assert seen == []
+
+    class Failing(io.StringIO):
+        def flush(self):
+            raise ValueError("not about being closed")
+
+    failing = _PipeSafeStdout(Failing())
+    with pytest.raises(ValueError, match="not about being closed"):
+        failing.flush()
+    failing.broken = True                   # (its own collection must not raise either)
