@@ -992,3 +992,17 @@ def test_a_call_from_a_finalizer_inside_the_emulator_is_deferred_not_deadlocked(
     assert done == [0]
     assert rt.emulator.live_allocations()[0] == before[0] - 1  # freed once the lock was let go
     assert rt.fn.hipFree(ptr) == errors.HIP_ERROR_INVALID_VALUE  # and only once
+
+
+def test_the_emulators_memory_is_not_freed_while_the_interpreter_exits():
+    """The emulator's finalizer gives its host memory back to libc when the emulator is
+    collected, but not during the interpreter's exit, when a daemon thread may still be
+    using it (the emulator can be collected while modules are torn down)."""
+    from hipmr_ctypes._hip.emulated import _core
+    heap = _core.HostHeap()
+    a, b = heap.alloc(4096), heap.alloc(64)
+    assert a and b
+    _core._release_unless_exiting(heap, exiting=lambda: True)
+    assert set(heap._outstanding) == {a, b}          # left to the operating system
+    _core._release_unless_exiting(heap, exiting=lambda: False)
+    assert heap._outstanding == {}

@@ -152,6 +152,14 @@ class HostHeap:
             self.free(ptr)
 
 
+def _release_unless_exiting(heap: HostHeap,
+                            exiting: Callable[[], bool] = sys.is_finalizing) -> None:
+    """The emulator's finalizer: its host memory back to libc, unless the interpreter is
+    exiting (``exiting`` bound now: module globals may be gone by then)."""
+    if not exiting():
+        heap.release_all()
+
+
 # ------------------------------------------------------------------------------------------------
 # records
 class Alloc:
@@ -278,9 +286,10 @@ class EmulatorCore:
         self._lock = _StateLock()
         self._tls = _ThreadState()
         self._heap = HostHeap()
-        # memory goes back to libc when the emulator is collected (not at exit: the OS does it,
-        # and a daemon thread may still be using it then)
-        self._finalizer = weakref.finalize(self, self._heap.release_all)
+        # memory goes back to libc when the emulator is collected, never while the interpreter
+        # exits (the OS takes it back then, and a daemon thread may still be using it: the
+        # emulator can be collected during the teardown of modules, after the exit hooks)
+        self._finalizer = weakref.finalize(self, _release_unless_exiting, self._heap)
         setattr(self._finalizer, "atexit", False)  # (Python 3.9's typeshed has no .atexit)
         self._handle_seq = 0
         self._allocs: Dict[int, Alloc] = {}
