@@ -859,8 +859,9 @@ def test_nvidia_memset_shims_call_the_driver_and_make_a_context_once():
                                          "cuMemsetD32Async")}
 
     contexts = []
-    shims = _shims._memset_shims(FakeDriver(), lambda: contexts.append(1) or 0)
-    assert sorted(shims) == sorted(n for n in DECL_BY_NAME if n.startswith("hipMemsetD"))
+    shims = _shims._context_shims(FakeDriver(), lambda: contexts.append(1) or 0)
+    assert sorted(shims) == sorted([n for n in DECL_BY_NAME if n.startswith("hipMemsetD")]
+                                   + ["hipMemGetAddressRange"])
     assert shims["hipMemsetD16"](0x1000, 0xABCD, 8) == 0
     assert calls == [("cuMemsetD16_v2", 0x1000, 0xABCD, 8)] * 2 and contexts == [1]
     assert shims["hipMemsetD32Async"](0x2000, -1, 4, 0x99) == 0
@@ -871,7 +872,7 @@ def test_nvidia_memset_shims_call_the_driver_and_make_a_context_once():
         def functions(self):
             return None
     with pytest.raises(hmr.NotSupportedError):
-        _shims._memset_shims(NoDriver(), lambda: 0)["hipMemsetD8"](0x1000, 1, 1)
+        _shims._context_shims(NoDriver(), lambda: 0)["hipMemsetD8"](0x1000, 1, 1)
 
 
 def test_nvidia_back_end_maps_the_memsets_through_shims():

@@ -118,10 +118,8 @@ class _Driver:
         return found or None
 
 
-def _driver_shims(driver: _Driver, init_context: Callable[[], int]
-                  ) -> Dict[str, Callable[..., int]]:
-    """hipInit, hipDeviceGetName, hipDeviceTotalMem, hipMemGetAddressRange: driver calls in
-    HIP's NVIDIA header."""
+def _driver_shims(driver: _Driver) -> Dict[str, Callable[..., int]]:
+    """hipInit, hipDeviceGetName, hipDeviceTotalMem: driver calls in HIP's NVIDIA header."""
 
     def functions(name: str) -> Dict[str, Callable[..., int]]:
         cu = driver.functions()
@@ -151,29 +149,21 @@ def _driver_shims(driver: _Driver, init_context: Callable[[], int]
         st, dev = _device(cu, ordinal)
         return st or _cu_status(cu["cuDeviceTotalMem_v2"](out, dev))
 
-    def hipMemGetAddressRange(pbase: Any, psize: Any, ptr: Any) -> int:
-        # HIP's NVIDIA header: cuMemGetAddressRange (the driver asks the current context; a
-        # thread with none yet gets the runtime's primary context made current, then again)
-        query = functions("hipMemGetAddressRange")["cuMemGetAddressRange_v2"]
-        result = query(pbase, psize, ptr)
-        if result == _CU_INVALID_CONTEXT and not init_context():
-            result = query(pbase, psize, ptr)
-        return _cu_status(result)
-
     return {"hipInit": hipInit, "hipDeviceGetName": hipDeviceGetName,
-            "hipDeviceTotalMem": hipDeviceTotalMem,
-            "hipMemGetAddressRange": hipMemGetAddressRange}
+            "hipDeviceTotalMem": hipDeviceTotalMem}
 
 
 _CU_INVALID_CONTEXT = 201
 
 
-def _memset_shims(driver: _Driver, init_context: Callable[[], int]
-                  ) -> Dict[str, Callable[..., int]]:
-    """hipMemsetD8/D16/D32 and their Async forms: ``cuMemsetD8_v2`` ... ``cuMemsetD32Async``,
-    as HIP's NVIDIA header maps them.  The driver needs a current context: where the calling
-    thread has none yet (CUDA_ERROR_INVALID_CONTEXT), ``init_context`` makes the runtime's
-    primary context current (``cudaFree(NULL)``) and the call is made once more."""
+def _context_shims(driver: _Driver, init_context: Callable[[], int]
+                   ) -> Dict[str, Callable[..., int]]:
+    """The driver calls that ask the calling thread's current context, as HIP's NVIDIA header
+    maps them: hipMemsetD8/D16/D32 and their Async forms (``cuMemsetD8_v2`` ...
+    ``cuMemsetD32Async``) and hipMemGetAddressRange (``cuMemGetAddressRange_v2``).  Where the
+    thread has none yet (CUDA_ERROR_INVALID_CONTEXT: an importing process that only mapped
+    pool memory, a new thread), ``init_context`` makes the runtime's primary context current
+    (``cudaFree(NULL)``) and the call is made once more."""
 
     def shim(name: str, symbol: str) -> Callable[..., int]:
         def call(*args: Any) -> int:
@@ -191,7 +181,8 @@ def _memset_shims(driver: _Driver, init_context: Callable[[], int]
     return {name: shim(name, symbol) for name, symbol in (
         ("hipMemsetD8", "cuMemsetD8_v2"), ("hipMemsetD16", "cuMemsetD16_v2"),
         ("hipMemsetD32", "cuMemsetD32_v2"), ("hipMemsetD8Async", "cuMemsetD8Async"),
-        ("hipMemsetD16Async", "cuMemsetD16Async"), ("hipMemsetD32Async", "cuMemsetD32Async"))}
+        ("hipMemsetD16Async", "cuMemsetD16Async"), ("hipMemsetD32Async", "cuMemsetD32Async"),
+        ("hipMemGetAddressRange", "cuMemGetAddressRange_v2"))}
 
 
 def build_shims(cudart: Any, cuda_version: int,
@@ -202,8 +193,8 @@ def build_shims(cudart: Any, cuda_version: int,
     # --- driver API pieces (libcuda), as HIP's header uses them, opened on first use ---
     driver = _Driver(open_libcuda)
     cuda_free: Callable[..., int] = _raw(cudart, "cudaFree", c_int, [c_void_p])
-    shims = _driver_shims(driver, lambda: cuda_free(None))
-    shims.update(_memset_shims(driver, lambda: cuda_free(None)))
+    shims = _driver_shims(driver)
+    shims.update(_context_shims(driver, lambda: cuda_free(None)))
 
     get_attr: Callable[..., int] = _raw(cudart, "cudaDeviceGetAttribute", c_int,
                                         [POINTER(c_int), c_int, c_int])
