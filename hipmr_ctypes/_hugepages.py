@@ -10,14 +10,15 @@ happens (it is advice: the copy is right either way).
 """
 from __future__ import annotations
 
-import mmap
+import os
 
 from ._hip.native import madvise
 
 #: below this a copy is too short for the page faults to matter (NumPy's threshold too)
 THRESHOLD = 4 << 20
 MADV_HUGEPAGE = 14
-_PAGE = mmap.PAGESIZE
+# (os, not mmap, whose import ``import hipmr_ctypes.buffer`` would otherwise pay for)
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def advise(address: int, size: int) -> None:
