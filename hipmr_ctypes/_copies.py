@@ -24,7 +24,8 @@ from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, 
                           PyBytes_FromStringAndSize, PyObject_GetBuffer)
 from ._hip.types import hipMemcpyDefault
 from ._hugepages import THRESHOLD as HUGE_PAGES_FROM, advise as advise_huge_pages
-from ._memory_query import pointer_device
+from ._memory_query import pointer_device, pointer_kind
+from . import _staging
 from .device import on_device_or_current
 from .stream_refs import stream_ref
 
@@ -124,17 +125,24 @@ _OWN: Any = object()   # copy's default device: the buffer's own
 
 def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
                peer: Optional[Tuple[int, int]], device: Optional[int],
-               device_to_device: bool = False) -> None:
+               device_to_device: bool = False, staged: Any = None) -> None:
     """A synchronous copy ordered after the work on the buffer's stream, made with
     ``device`` current (the null stream is per device).  ``device_to_device``: the source is
     device memory, which a plain ``hipMemcpy`` may still be reading when it returns (CUDA's
-    rule for device-to-device copies): the null stream is then waited for too."""
+    rule for device-to-device copies): the null stream is then waited for too.  ``staged``:
+    ``_staging.to_device`` / ``to_host`` for a copy between a host object and the buffer,
+    which a large copy of pageable memory into or out of device memory goes through."""
     if host:
         ctypes.memmove(dst, src, n)
         return
     rt = _hip.get_runtime()
     own = buf._own_stream()
     with on_device_or_current(device):
+        if (staged is not None and n >= _staging.THRESHOLD and peer is None
+                and buf._memory_kind() == "device"
+                and pointer_kind(src if staged is _staging.to_device else dst)[0] is None
+                and staged(rt, dst, src, n, own, device)):
+            return
         if peer is not None:
             rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
                      "hipMemcpyPeerAsync", size=n, device=peer[0])
@@ -150,17 +158,17 @@ def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
 
 def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
          peer: Optional[Tuple[int, int]] = None, device: Any = _OWN,
-         device_to_device: bool = False) -> None:
+         device_to_device: bool = False, staged: Any = None) -> None:
     """Copy ``n`` bytes for ``buf``; ``peer`` = (destination device, source device) for a copy
     between two devices' memory, which only the peer copy calls accept.  ``device``: the
     device made current for the copy (default: the buffer's own); the other side may be any
-    memory (``device_to_device``: see :func:`_sync_copy`)."""
+    memory (``device_to_device``, ``staged``: see :func:`_sync_copy`)."""
     if not n:
         return
     if device is _OWN:
         device = buf._state.device
     if stream is None:
-        _sync_copy(buf, dst, src, n, host, peer, device, device_to_device)
+        _sync_copy(buf, dst, src, n, host, peer, device, device_to_device, staged)
     elif host:
         ctypes.memmove(dst, src, n)
     else:
@@ -180,7 +188,7 @@ def copy_in(buf: _Buffer, view: HostView, stream: Any) -> None:
     ptr = buf._live()
     check_fits(buf, view.nbytes, "obj")
     with view as (address, n):
-        copy(buf, ptr, address, n, stream, buf._state.host_only)
+        copy(buf, ptr, address, n, stream, buf._state.host_only, staged=_staging.to_device)
 
 
 def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
@@ -198,7 +206,7 @@ def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
     with view as (address, _):
         if out is None and size >= HUGE_PAGES_FROM:
             advise_huge_pages(address, size)   # fresh pages: fewer faults while it is filled
-        copy(buf, address, ptr, size, stream, buf._state.host_only)
+        copy(buf, address, ptr, size, stream, buf._state.host_only, staged=_staging.to_host)
     return target
 
 
@@ -242,7 +250,7 @@ def tobytes(buf: _Buffer, stream: Any) -> bytes:
         address = PyBytes_AsString(data)
         if n >= HUGE_PAGES_FROM:
             advise_huge_pages(address, n)   # fresh pages: fewer faults while it is filled
-        copy(buf, address, ptr, n, stream, host)
+        copy(buf, address, ptr, n, stream, host, staged=_staging.to_host)
         if stream is not None and not host:
             stream_ref(stream).wait()
     return data  # type: ignore[no-any-return]

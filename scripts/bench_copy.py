@@ -163,7 +163,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--min-ms", type=float, default=30.0)
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--staging", default="on", choices=["on", "off"],
+                        help="off: large pageable copies go to the runtime directly")
+    parser.add_argument("--staging-chunk", default=None,
+                        help="the pinned chunk of the staged copies (default: the package's)")
     args = parser.parse_args(argv)
+    from hipmr_ctypes import _staging
+    if args.staging == "off":
+        _staging.THRESHOLD = 1 << 62
+    if args.staging_chunk:
+        _staging.CHUNK = parse_bytes(args.staging_chunk)
     sizes = [parse_bytes(s) for s in args.sizes.split(",")]
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ROWS]
@@ -191,7 +200,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         del libs
     save_json(args.json, {"platform": hmr.platform(), "host": platform.node(),
                           "python": platform.python_version(), "rounds": args.rounds,
-                          "min_ms": args.min_ms, "rows": results})
+                          "min_ms": args.min_ms, "staging": args.staging,
+                          "staging_threshold": _staging.THRESHOLD,
+                          "staging_chunk": _staging.CHUNK, "rows": results})
     return 0
 
 
