@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Set, Tuple
 
 # module globals, so that tests can replace them with fakes
 from . import _hip
@@ -25,10 +25,11 @@ from .errors import HipError, NoDeviceError
 from .device import Device, device_count, device_function, get_device
 from .stream import STREAM_DEVICES, Event, event_for, wait_event
 from .stream_refs import PER_THREAD_HANDLE, stream_ref
+from ._thread_exit import arm
 
 __all__ = ["SYNC", "LAST_SPECIAL_HANDLE", "stream_key", "stream_keys", "own_keys_below",
-           "handle_of", "is_foreign", "DeviceWait", "device_of", "record_or_synchronize",
-           "wait_all", "StreamOrder"]
+           "handle_of", "is_foreign", "Recorded", "DeviceWait", "device_of",
+           "record_or_synchronize", "wait_all", "StreamOrder"]
 
 
 class _Sync:
@@ -155,6 +156,62 @@ def is_foreign(key: Any) -> bool:
     return type(key) is tuple and key[0] == _PER_THREAD and key[2] != _thread_token()
 
 
+def _is_own_per_thread(key: Any) -> bool:
+    return type(key) is tuple and key[0] == _PER_THREAD and key[2] == _thread_token()
+
+
+#: the tokens of the threads that ended after waiting for their per-thread streams (the
+#: thread-exit guard, ``_thread_exit``): nothing they queued can still run, so blocks they
+#: freed on those streams are clean.  Bounded: past the limit it is emptied, which only makes
+#: later waits device-wide again (never wrong).
+_finished: Set[int] = set()
+_FINISHED_LIMIT = 1 << 16
+
+
+def _thread_finished(token: int) -> None:
+    if len(_finished) >= _FINISHED_LIMIT:
+        _finished.clear()
+    _finished.add(token)
+
+
+def _ended(key: Any) -> bool:
+    """True for the per-thread stream key of a thread that ended having waited for it."""
+    return key[2] in _finished
+
+
+class Recorded:
+    """A tag element for blocks freed on a thread's per-thread stream and moved out of its
+    free lists by that thread itself: the work its stream had queued until then, covered by
+    ``event``, recorded by that thread at the move.  Another stream waits for the event (not
+    for the whole device); the event lives as long as a block carries this element."""
+
+    __slots__ = ("key", "event")
+
+    def __init__(self, key: Any, event: Any) -> None:
+        self.key = key
+        self.event = event
+
+    def __repr__(self) -> str:
+        return f"Recorded({self.key!r})"
+
+
+class _RecordedWait:
+    """:meth:`StreamOrder.record_for_host`'s stand-in for a :class:`Recorded` element: the host
+    waits for its event; ``close`` leaves the event to the element, which other blocks may
+    still carry."""
+
+    __slots__ = ("recorded",)
+
+    def __init__(self, recorded: Recorded) -> None:
+        self.recorded = recorded
+
+    def synchronize(self) -> None:
+        self.recorded.event.synchronize()
+
+    def close(self) -> None:
+        pass
+
+
 class DeviceWait:
     """Stands for an event where none can be recorded (another thread's per-thread stream):
     ``synchronize()`` waits for all work on the device, which includes that stream's."""
@@ -245,9 +302,34 @@ class StreamOrder:
 
     def note(self, key: Any) -> None:
         """Remember the device of ``key``'s stream (a created one), which the caller is using
-        now: before any block is kept for it."""
-        if type(key) is int and key > LAST_SPECIAL_HANDLE and key not in self.devices:
-            self.devices[key] = device_of(key)  # (a null stream's key is 0 with one device)
+        now: before any block is kept for it.  For the caller's own per-thread stream: the
+        thread waits for that stream when it ends, and is then known to have ended (see
+        :data:`_finished`)."""
+        if type(key) is int:
+            if key > LAST_SPECIAL_HANDLE and key not in self.devices:
+                self.devices[key] = device_of(key)  # (a null stream's key is 0, one device)
+        elif _is_own_per_thread(key):
+            try:
+                arm(_hip.get_runtime(), key[2], _thread_finished)
+            except Exception:  # noqa: BLE001 - no runtime: nothing queued, nothing to wait for
+                pass
+
+    def tag_of(self, key: Any) -> FrozenSet[Any]:
+        """The tag of blocks moved out of ``key``'s free lists now: ``{key}``, or for the
+        calling thread's own per-thread stream ``{Recorded(key, event)}`` with an event
+        recorded on it now (``{key}`` when it cannot be recorded)."""
+        if _is_own_per_thread(key):
+            try:
+                ev = event_for(key)
+                try:
+                    ev.record(_PER_THREAD)
+                except BaseException:
+                    ev.close()
+                    raise
+                return frozenset((Recorded(key, ev),))
+            except Exception:  # noqa: BLE001 - as before: another thread waits device-wide
+                pass
+        return frozenset((key,))
 
     def holds(self, handle: int) -> bool:
         """True when blocks may be kept for the created stream ``handle``."""
@@ -274,8 +356,17 @@ class StreamOrder:
         others = [s for s in streams if s != key and s is not SYNC]
         events = self.events
         for s in others:
-            if is_foreign(s):  # another thread's per-thread stream: wait device-wide
-                DeviceWait(s[1]).synchronize()
+            if type(s) is Recorded:  # up to an event its own thread recorded
+                if s.key == key or _ended(s.key):
+                    continue
+                if key is SYNC:
+                    s.event.synchronize()
+                else:
+                    wait_event(handle_of(key), s.event)
+                continue
+            if is_foreign(s):  # another thread's per-thread stream: wait device-wide,
+                if not _ended(s):  # unless the thread waited for it when it ended
+                    DeviceWait(s[1]).synchronize()
                 continue
             ev = events.get(s)
             if ev is None:
@@ -300,8 +391,12 @@ class StreamOrder:
         events: List[Any] = []
         try:
             for s in streams:
-                if is_foreign(s):
-                    events.append(DeviceWait(s[1]))
+                if type(s) is Recorded:
+                    if not _ended(s.key):
+                        events.append(_RecordedWait(s))
+                elif is_foreign(s):
+                    if not _ended(s):
+                        events.append(DeviceWait(s[1]))
                 elif s is not SYNC:
                     ev = _event_or_none(s, self.devices.get(s))
                     if ev is None:  # a runtime with no device: nothing can be queued

@@ -28,7 +28,7 @@ import atexit
 import sys
 import threading
 from ctypes import byref, c_int
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional, Tuple
 
 from .device import current_device_function
 from .stream_refs import PER_THREAD_HANDLE as PER_THREAD
@@ -41,18 +41,20 @@ _local = threading.local()
 class _ExitSync:
     """Waits for the ending thread's per-thread streams (see the module docstring)."""
 
-    __slots__ = ("rt", "devices", "ident", "__weakref__")
+    __slots__ = ("rt", "devices", "ident", "then", "__weakref__")
 
     def __init__(self, rt: Any) -> None:
         self.rt = rt
         self.devices: List[int] = []
         self.ident = threading.get_ident()
+        self.then: List[Tuple[Callable[[Any], None], Any]] = []
 
     def wait(self) -> None:
         """Synchronize the per-thread stream of each device recorded, in the calling thread
         (the one that armed the guard), the thread's device restored after; then forget
         them.  Errors are ignored: the thread is ending, nobody can be told."""
         devices, self.devices = self.devices, []
+        then, self.then = self.then, []
         if not devices:
             return
         fn = self.rt.fn
@@ -60,13 +62,17 @@ class _ExitSync:
         try:
             fn.hipGetDevice(byref(out))
             first = now = out.value
+            waited = True
             for device in devices:
                 if device != now:
-                    fn.hipSetDevice(device)
+                    waited = not fn.hipSetDevice(device) and waited
                     now = device
-                fn.hipStreamSynchronize(PER_THREAD)
+                waited = not fn.hipStreamSynchronize(PER_THREAD) and waited
             if now != first >= 0:
                 fn.hipSetDevice(first)
+            if waited:   # every per-thread stream of the thread is idle for good
+                for call, arg in then:
+                    call(arg)
         except Exception:  # noqa: BLE001 - the thread is ending: nobody can be told
             pass
 
@@ -90,9 +96,11 @@ def _wait_at_exit() -> None:
 atexit.register(_wait_at_exit)
 
 
-def arm(rt: Any) -> None:
+def arm(rt: Any, arg: Any = None, then: Optional[Callable[[Any], None]] = None) -> None:
     """Make the calling thread wait for its per-thread stream of the current device when it
-    ends (``rt``: the runtime the allocation is queued on)."""
+    ends (``rt``: the runtime the allocation is queued on); ``then(arg)`` runs after that wait
+    when every one of the thread's per-thread streams was waited for without an error (once
+    per distinct pair)."""
     try:
         guard = _local.guard
     except AttributeError:
@@ -102,3 +110,5 @@ def arm(rt: Any) -> None:
     device = current_device_function()()
     if device not in guard.devices:
         guard.devices.append(device)
+    if then is not None and (then, arg) not in guard.then:
+        guard.then.append((then, arg))

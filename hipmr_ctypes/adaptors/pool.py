@@ -225,9 +225,12 @@ class _Arena:
         The lock-free fast paths may pop from or append to these lists at any moment, so they
         are drained with atomic ``pop`` calls and never replaced or dropped: a block appended
         concurrently stays on a list that later allocations and flushes still see."""
-        if tag is None:
-            tag = _CLEAN if key is SYNC else frozenset((key,))
-        for size, lst in list(self.classes[key].items()):
+        lists = [(size, lst) for size, lst in self.classes[key].items() if lst]
+        if not lists:
+            return
+        if tag is None:  # (the calling thread's own per-thread stream: up to an event)
+            tag = _CLEAN if key is SYNC else self.streams.tag_of(key)
+        for size, lst in lists:
             self._drain(lst, size, tag)
 
     def _drain(self, lst: Deque[int], size: int, tag: FrozenSet[Any]) -> None:
@@ -379,6 +382,7 @@ class _Arena:
         threads keep allocating meanwhile.  ``pending`` keeps concurrent growth within
         ``maximum_pool_size``."""
         lock = self.lock
+        tag: Optional[FrozenSet[Any]]
         self.pending += size
         lock.release()
         try:
@@ -388,7 +392,7 @@ class _Arena:
             else:
                 self.streams.note(key)
                 ptr = self.up_alloc_async(size, _GRAIN, handle_of(key))
-                tag = frozenset((key,))
+                tag = None
         finally:
             lock.acquire()
             self.pending -= size
@@ -398,7 +402,9 @@ class _Arena:
         self.pool_size += size
         if self.pool_size > self.peak_pool_size:
             self.peak_pool_size = self.pool_size
-        self._add(ptr, size, tag)
+        # queued on key's stream (for the calling thread's own per-thread stream: up to an
+        # event recorded now, once the chunk is the pool's)
+        self._add(ptr, size, self.streams.tag_of(key) if tag is None else tag)
 
     def _release_free_chunks(self) -> int:
         """Give every fully free chunk back to the upstream; returns the bytes given back.

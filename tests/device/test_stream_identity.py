@@ -262,3 +262,111 @@ def test_the_stream_order_has_one_home():
     assert pool.StreamOrder is fixed_size.StreamOrder is _stream_order.StreamOrder
     with pytest.raises(ImportError):
         __import__("hipmr_ctypes.adaptors._order")
+
+
+def _alive_thread(work):
+    """Run ``work()`` in a thread that stays alive until the returned ``finish()``; returns
+    (its result, finish)."""
+    import threading
+    out, done = {}, threading.Event()
+
+    def body():
+        try:
+            out["value"] = work()
+        except BaseException as exc:  # noqa: BLE001
+            out["error"] = exc
+        out["ready"] = True
+        done.wait(60)
+
+    t = threading.Thread(target=body)
+    t.start()
+    while "ready" not in out:
+        t.join(0.001)
+    if "error" in out:
+        raise out["error"]
+
+    def finish():
+        done.set()
+        t.join()
+
+    return out.get("value"), finish
+
+
+def test_a_thread_that_moved_its_own_blocks_recorded_an_event_for_them(emulator, monkeypatch):
+    """Thread A frees on its per-thread stream, then its own slow path moves its free lists
+    into the shared structure (a request that nothing cached fits): it records an event on its
+    stream for them, so thread B's per-thread stream waits for that event, not for the whole
+    device."""
+    r = hmr.PoolResource(hmr.AsyncMemoryResource())
+    seen = _spy(monkeypatch)
+
+    def a():
+        p = r.allocate_async(1000, 256, PER_THREAD)
+        r.deallocate_async(p, 1000, 256, PER_THREAD)
+        big = r.allocate_async(4 << 20, 256, PER_THREAD)   # flushes A's lists, then grows
+        return p, big
+
+    (p, big), finish = _alive_thread(a)
+    try:
+        tags = [t for t in r._arena.ftag.values() if t]
+        assert tags and all(type(e) is _stream_order.Recorded for t in tags for e in t)
+        seen.clear()
+        q = _in_thread(lambda: r.allocate_async(1000, 256, PER_THREAD))
+        assert "wait" in seen and "device-wait" not in seen, seen
+        _in_thread(lambda: r.deallocate_async(q, 1000, 256, PER_THREAD))
+    finally:
+        finish()
+    _in_thread(lambda: r.deallocate_async(big, 4 << 20, 256, PER_THREAD))
+    r.release()
+
+
+def test_blocks_another_live_thread_freed_still_wait_for_the_device(emulator, monkeypatch):
+    """Thread B moving thread A's free lists cannot record on A's per-thread stream: while A
+    lives, a block of them reaches B's stream after a device-wide wait."""
+    r = hmr.PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=1 << 20)
+
+    def a():
+        p = r.allocate_async(1 << 20, 256, PER_THREAD)   # the whole initial chunk
+        r.deallocate_async(p, 1 << 20, 256, PER_THREAD)
+        return p
+
+    p, finish = _alive_thread(a)
+    try:
+        seen = _spy(monkeypatch)
+        q = _in_thread(lambda: r.allocate_async(1000, 256, PER_THREAD))
+        assert q == p and "device-wait" in seen, seen
+        _in_thread(lambda: r.deallocate_async(q, 1000, 256, PER_THREAD))
+    finally:
+        finish()
+    r.release()
+
+
+@pytest.mark.parametrize("kind", ["PoolResource", "FixedSizeResource"])
+def test_blocks_of_a_thread_that_ended_need_no_wait(emulator, monkeypatch, kind):
+    """A thread that used its per-thread stream with a sub-allocator waits for that stream as
+    it ends: what it freed there is then clean, and another thread's stream takes it with no
+    ordering step at all."""
+    up = hmr.AsyncMemoryResource()
+    r = (hmr.PoolResource(up, initial_pool_size=1 << 20) if kind == "PoolResource"
+         else hmr.FixedSizeResource(up, 4096, 4))
+    waited = []
+    real = hmr.Device.synchronize
+    seen = _spy(monkeypatch)
+    monkeypatch.setattr(hmr.Device, "synchronize", lambda self: waited.append(1) or real(self))
+
+    # thread A takes all the memory there is (the pool's chunk; the fixed-size chunk's four
+    # blocks) and frees it on its per-thread stream
+    sizes = [1 << 20] if kind == "PoolResource" else [4000] * 4
+
+    def a():
+        ps = [r.allocate_async(n, 256, PER_THREAD) for n in sizes]
+        for p, n in zip(ps, sizes):
+            r.deallocate_async(p, n, 256, PER_THREAD)
+        return ps
+
+    ps = _in_thread(a)            # joined: it has ended
+    seen.clear()
+    q = _in_thread(lambda: r.allocate_async(4000, 256, PER_THREAD))
+    assert q in ps and "device-wait" not in seen and "wait" not in seen and not waited, seen
+    _in_thread(lambda: r.deallocate_async(q, 4000, 256, PER_THREAD))
+    r.release()
