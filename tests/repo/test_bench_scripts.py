@@ -101,3 +101,25 @@ def test_bench_copy(tmp_path):
     assert all(r["GB/s"]["ours"] > 0 for r in rows.values())
     assert "ours/best" in text
     assert _run("bench_copy.py", "--rows", "nope", returncode=2).count("unknown rows") == 1
+
+
+def test_bench_copy_with_the_staging_off_and_another_chunk(tmp_path):
+    out = tmp_path / "copy.json"
+    _run("bench_copy.py", "--sizes", "64KiB", "--rounds", "1", "--min-ms", "1",
+         "--rows", "H2D new (alloc + copy)", "--staging", "off", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert data["staging"] == "off" and data["staging_threshold"] >= 1 << 62
+    _run("bench_copy.py", "--sizes", "64KiB", "--rounds", "1", "--min-ms", "1",
+         "--rows", "D2H into pageable", "--staging-chunk", "1MiB", "--json", str(out))
+    assert json.loads(out.read_text())["staging_chunk"] == 1 << 20
+
+
+def test_bench_per_thread_reuse(tmp_path):
+    out = tmp_path / "reuse.json"
+    text = _run("bench_per_thread_reuse.py", "--rounds", "2", "--busy-ms", "2",
+                "--busy-bytes", "8MiB", "--json", str(out))
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["case"] for r in rows] == ["A alive, B moves A's blocks",
+                                         "A moved its own blocks", "A ended"]
+    assert all(r["ms"] > 0 and len(r["all_ms"]) == 2 for r in rows)
+    assert "median of 2" in text
