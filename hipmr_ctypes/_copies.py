@@ -206,7 +206,9 @@ def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
     with view as (address, _):
         if out is None and size >= HUGE_PAGES_FROM:
             advise_huge_pages(address, size)   # fresh pages: fewer faults while it is filled
-        copy(buf, address, ptr, size, stream, buf._state.host_only, staged=_staging.to_host)
+        # staged into a fresh destination only, unless told (see _staging.INTO_EXISTING)
+        staged = _staging.to_host if out is None or _staging.INTO_EXISTING else None
+        copy(buf, address, ptr, size, stream, buf._state.host_only, staged=staged)
     return target
 
 

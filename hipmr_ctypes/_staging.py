@@ -4,49 +4,63 @@ page-locked (pinned) memory, chunked and pipelined.
 The runtime cannot DMA from or into pageable memory: for such a copy it stages the bytes
 through pinned buffers of its own, one piece after another, and the host waits for each piece.
 Here the package does the staging itself, so that the CPU's copy of one chunk overlaps the
-device's transfer of the chunk before it:
+device's transfer of the chunk before it, and several CPU copies run at once:
 
 * host to device: chunk *i* is copied by the CPU into pinned slot ``i % SLOTS`` (once the
   transfer that last read that slot has completed: its event), then its transfer is queued on
   the copy's stream and an event recorded after it;
 * device to host: the transfer of chunk *i + 1* into its slot is queued before the CPU copies
-  chunk *i* out of the slot its transfer has filled (its event waited for).
+  chunk *i* out of the slot its transfer has filled (its event waited for);
+* the bytes are split into ``WORKERS`` contiguous parts, one pipeline each: the calling
+  thread runs the first, a thread started for the copy each other one (joined before the
+  copy returns).  On the per-thread stream (handle 2, another stream in every thread) one
+  pipeline runs, in the calling thread.
 
 The CPU copies are ``ctypes.memmove``, which lets go of the GIL.  The copy's stream is the
 buffer's own, so the copy is ordered after the work on it, as the runtime's synchronous copy
-would be; the call returns when the whole copy is complete (the stream synchronized).
+would be; the call returns when the whole copy is complete (the stream synchronized), also
+after an error, which is then raised.
 
-Each (runtime, device) has one staging set: ``SLOTS`` pinned chunks of ``CHUNK`` bytes
-(``hipHostMallocPortable``) and one event per slot, made on its first staged copy and kept for
-the life of the process (a bounded cache, like the runtime's own staging buffers; nothing is
-allocated per copy).  A set serves one copy at a time: a copy that finds its set busy (another
-thread is copying) is not staged, and the runtime copies it as before; so is a copy whose
-set cannot be made (no pinned memory: the error is kept and not retried).  A forked child never
-stages (the runtime is not usable there at all; see ``_hip.fork``).
+Each (runtime, device) has ``WORKERS`` staging sets, each ``SLOTS`` pinned chunks of ``CHUNK``
+bytes (``hipHostMallocPortable``) and one event per slot, made on the first staged copy and
+kept for the life of the process (a bounded cache, like the runtime's own staging buffers;
+nothing is allocated per copy).  A set serves one pipeline at a time: a copy takes the sets
+that are free (others may be copying), and a copy that finds none free, or whose sets cannot
+be made (no pinned memory: not retried), is left to the runtime, as a smaller copy is.  A
+forked child never stages: the runtime is not usable there at all (see ``_hip.fork``).
 """
 from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyDefault
 from .device import get_device, on_device_or_current
 
-__all__ = ["THRESHOLD", "CHUNK", "SLOTS", "to_device", "to_host"]
+__all__ = ["THRESHOLD", "CHUNK", "SLOTS", "WORKERS", "INTO_EXISTING", "to_device", "to_host"]
 
 #: copies of fewer bytes go to the runtime directly (one call is faster than a pipeline)
 THRESHOLD = 16 << 20
 #: the bytes of one pinned slot: the pipeline's step
-CHUNK = 4 << 20
-#: pinned slots per staging set (two: one filled by the CPU while the other is in flight)
+CHUNK = 2 << 20
+#: pinned slots per pipeline (two: one filled by the CPU while the other is in flight)
 SLOTS = 2
+#: pipelines per copy, each over its own part of the bytes and its own slots: the calling
+#: thread runs one, a thread started for the copy each other one (the CPU's copies, not the
+#: link, set the speed of one pipeline)
+WORKERS = 2
+#: whether a copy into a host object that already exists (``copy_to_host(out)``) is staged
+#: too; by default only fresh destinations are (``tobytes()``, ``copy_to_host()``): the
+#: runtime's own copy into touched pageable memory is faster than one CPU copy
+INTO_EXISTING = False
 
 _memmove = ctypes.memmove
+_PER_THREAD = 2   # a stream handle that names another stream in every thread
 
 
 class _Set:
-    """One device's pinned slots and their events (see the module docstring)."""
+    """One pipeline's pinned slots and their events (see the module docstring)."""
 
     __slots__ = ("rt", "lock", "slots", "events", "chunk")
 
@@ -80,30 +94,32 @@ class _Set:
         self.slots, self.events = [], []
 
 
-# (id of the runtime, device) -> (the runtime, its set or None: it could not be made); the
-# runtime is held, so its id is not reused while its entry is here
-_sets: Dict[Tuple[int, int], Tuple[Any, Optional[_Set]]] = {}
+# (id of the runtime, device) -> (the runtime, the device's WORKERS sets, or () when they
+# could not be made); the runtime is held, so its id is not reused while its entry is here
+_sets: Dict[Tuple[int, int], Tuple[Any, Tuple[_Set, ...]]] = {}
 _make_lock = threading.Lock()
 
 
-def _set_for(rt: Any, device: Optional[int]) -> Optional[_Set]:
-    """The staging set of ``device`` (None: the current one) on ``rt``, made on first use;
-    None when it cannot be made (the error is not raised: the runtime copies instead)."""
-    if device is None:
-        device = get_device()
+def _sets_for(rt: Any, device: int) -> Tuple[_Set, ...]:
+    """The staging sets of ``device`` on ``rt``, made on first use; () when they cannot be
+    made (the error is not raised: the runtime copies instead)."""
     key = (id(rt), device)
     entry = _sets.get(key)
     if entry is None:
         with _make_lock:
             entry = _sets.get(key)
             if entry is None:
-                made: Optional[_Set] = None
+                made: List[_Set] = []
                 try:
                     with on_device_or_current(device):
-                        made = _Set(rt, CHUNK, SLOTS)
+                        for _ in range(max(1, WORKERS)):
+                            made.append(_Set(rt, CHUNK, SLOTS))
                 except Exception:  # noqa: BLE001 - no pinned memory: not staged, ever
                     rt.clear_last_error()
-                entry = _sets[key] = (rt, made)
+                    for one in made:
+                        one.close()
+                    made = []
+                entry = _sets[key] = (rt, tuple(made))
     return entry[1]
 
 
@@ -117,77 +133,119 @@ def _finish(rt: Any, stream: int, ok: bool) -> None:
         rt.clear_last_error()
 
 
+def _into_device(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int) -> None:
+    """One pipeline, host to device: chunk i is copied into slot i % SLOTS once the transfer
+    that last read that slot is done, then its transfer is queued."""
+    fn = rt.fn
+    check = rt.check
+    copy_async, record, wait = fn.hipMemcpyAsync, fn.hipEventRecord, fn.hipEventSynchronize
+    slots, events, chunk = staging.slots, staging.events, staging.chunk
+    count = len(slots)
+    queued = [False] * count
+    offset = i = 0
+    while offset < n:
+        m = min(chunk, n - offset)
+        s = i % count
+        if queued[s]:
+            check(wait(events[s]), "hipEventSynchronize")
+        _memmove(slots[s], src + offset, m)
+        check(copy_async(dst + offset, slots[s], m, hipMemcpyDefault, stream),
+              "hipMemcpyAsync", size=m)
+        check(record(events[s], stream), "hipEventRecord")
+        queued[s] = True
+        offset += m
+        i += 1
+
+
+def _into_host(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int) -> None:
+    """One pipeline, device to host: the transfer of chunk i + SLOTS - 1 is queued before the
+    CPU copies chunk i out of the slot its transfer filled."""
+    fn = rt.fn
+    check = rt.check
+    copy_async, record, wait = fn.hipMemcpyAsync, fn.hipEventRecord, fn.hipEventSynchronize
+    slots, events, chunk = staging.slots, staging.events, staging.chunk
+    count = len(slots)
+    pieces = [(off, min(chunk, n - off)) for off in range(0, n, chunk)]
+
+    def queue(i: int) -> None:
+        off, m = pieces[i]
+        s = i % count
+        check(copy_async(slots[s], src + off, m, hipMemcpyDefault, stream),
+              "hipMemcpyAsync", size=m)
+        check(record(events[s], stream), "hipEventRecord")
+
+    ahead = min(count - 1, len(pieces))
+    for i in range(ahead):
+        queue(i)
+    for i, (off, m) in enumerate(pieces):
+        if i + ahead < len(pieces):
+            queue(i + ahead)   # its slot was emptied by the CPU one round before
+        s = i % count
+        check(wait(events[s]), "hipEventSynchronize")
+        _memmove(dst + off, slots[s], m)
+
+
+def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, stream: int,
+            device: Optional[int]) -> bool:
+    """Run ``pipeline`` over ``n`` bytes on as many free sets as there are (up to WORKERS;
+    one only on the per-thread stream, which names another stream in every thread), each over
+    its own contiguous part; False, having done nothing, when no set is free."""
+    if device is None:
+        device = get_device()
+    sets = _sets_for(rt, device)
+    claimed = [one for one in sets[:1 if stream == _PER_THREAD else None]
+               if one.lock.acquire(False)]
+    if not claimed:
+        return False
+    errors: List[BaseException] = []
+    try:
+        chunk = claimed[0].chunk
+        share = -(-n // len(claimed))          # each pipeline's part, rounded up to chunks
+        per = -(-share // chunk) * chunk
+        parts = [(staging, off, min(per, n - off))
+                 for staging, off in zip(claimed, range(0, n, per))]
+
+        def run(staging: _Set, off: int, m: int, switch: bool) -> None:
+            try:
+                if switch:
+                    with on_device_or_current(device):
+                        pipeline(rt, staging, dst + off, src + off, m, stream)
+                else:
+                    pipeline(rt, staging, dst + off, src + off, m, stream)
+            except BaseException as exc:  # noqa: BLE001 - raised by the caller below
+                errors.append(exc)
+
+        threads = []
+        for staging, off, m in parts[1:]:
+            t = threading.Thread(target=run, args=(staging, off, m, True), daemon=True)
+            try:
+                t.start()
+            except RuntimeError:   # no new threads (the interpreter is exiting): in turn
+                run(staging, off, m, False)
+                continue
+            threads.append(t)
+        staging, off, m = parts[0]
+        run(staging, off, m, False)
+        for t in threads:
+            t.join()
+    finally:
+        try:
+            _finish(rt, stream, not errors)
+        finally:
+            for one in claimed:
+                one.lock.release()
+    if errors:
+        raise errors[0]
+    return True
+
+
 def to_device(rt: Any, dst: int, src: int, n: int, stream: int, device: Optional[int]) -> bool:
     """Copy ``n`` bytes from pageable ``src`` to device memory ``dst`` on ``stream``, staged;
     returns False, having done nothing, when the copy is not staged (see the module)."""
-    staging = _set_for(rt, device)
-    if staging is None or not staging.lock.acquire(False):
-        return False
-    ok = False
-    try:
-        fn = rt.fn
-        check = rt.check
-        copy_async, record, wait = fn.hipMemcpyAsync, fn.hipEventRecord, fn.hipEventSynchronize
-        slots, events, chunk = staging.slots, staging.events, staging.chunk
-        count = len(slots)
-        queued = [False] * count
-        offset = i = 0
-        while offset < n:
-            m = min(chunk, n - offset)
-            s = i % count
-            if queued[s]:
-                check(wait(events[s]), "hipEventSynchronize")
-            _memmove(slots[s], src + offset, m)
-            check(copy_async(dst + offset, slots[s], m, hipMemcpyDefault, stream),
-                  "hipMemcpyAsync", size=m)
-            check(record(events[s], stream), "hipEventRecord")
-            queued[s] = True
-            offset += m
-            i += 1
-        ok = True
-    finally:
-        try:
-            _finish(rt, stream, ok)
-        finally:
-            staging.lock.release()
-    return True
+    return _staged(_into_device, rt, dst, src, n, stream, device)
 
 
 def to_host(rt: Any, dst: int, src: int, n: int, stream: int, device: Optional[int]) -> bool:
     """Copy ``n`` bytes from device memory ``src`` to pageable ``dst`` on ``stream``, staged;
     returns False, having done nothing, when the copy is not staged (see the module)."""
-    staging = _set_for(rt, device)
-    if staging is None or not staging.lock.acquire(False):
-        return False
-    ok = False
-    try:
-        fn = rt.fn
-        check = rt.check
-        copy_async, record, wait = fn.hipMemcpyAsync, fn.hipEventRecord, fn.hipEventSynchronize
-        slots, events, chunk = staging.slots, staging.events, staging.chunk
-        count = len(slots)
-        pieces = [(off, min(chunk, n - off)) for off in range(0, n, chunk)]
-
-        def queue(i: int) -> None:
-            off, m = pieces[i]
-            s = i % count
-            check(copy_async(slots[s], src + off, m, hipMemcpyDefault, stream),
-                  "hipMemcpyAsync", size=m)
-            check(record(events[s], stream), "hipEventRecord")
-
-        ahead = min(count - 1, len(pieces))
-        for i in range(ahead):
-            queue(i)
-        for i, (off, m) in enumerate(pieces):
-            if i + ahead < len(pieces):
-                queue(i + ahead)   # its slot was emptied by the CPU one round before
-            s = i % count
-            check(wait(events[s]), "hipEventSynchronize")
-            _memmove(dst + off, slots[s], m)
-        ok = True
-    finally:
-        try:
-            _finish(rt, stream, ok)
-        finally:
-            staging.lock.release()
-    return True
+    return _staged(_into_host, rt, dst, src, n, stream, device)

@@ -35,8 +35,8 @@ def staging(monkeypatch):
         monkeypatch.setattr(_staging, name, counted)
     yield calls
     for _, made in sets.values():
-        if made is not None:
-            made.close()
+        for one in made:
+            one.close()
 
 
 def _pattern(n: int) -> bytes:
@@ -46,8 +46,11 @@ def _pattern(n: int) -> bytes:
 SIZES = [2 * CHUNK, 2 * CHUNK + 1, 3 * CHUNK - 1, 5 * CHUNK, 7 * CHUNK + 123]
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("n", SIZES)
-def test_every_host_to_device_and_back_path_is_exact(staging, n):
+def test_every_host_to_device_and_back_path_is_exact(staging, monkeypatch, n, workers):
+    monkeypatch.setattr(_staging, "WORKERS", workers)
+    monkeypatch.setattr(_staging, "INTO_EXISTING", True)
     data = _pattern(n)
     mr = hmr.AsyncMemoryResource()
     buf = hmr.Buffer.from_host(data, resource=mr)
@@ -57,13 +60,84 @@ def test_every_host_to_device_and_back_path_is_exact(staging, n):
     out = bytearray(n + 3)
     buf.copy_to_host(out)
     assert bytes(out[:n]) == data and out[n:] == b"\0\0\0"
-    assert staging["to_host"] == 3
+    assert staging["to_host"] == 3          # (INTO_EXISTING: out is staged too)
     other = hmr.Buffer(n, resource=mr)
     other.copy_from_host(bytes(reversed(data)))
     assert other.tobytes() == bytes(reversed(data))
     assert staging == {"to_device": 2, "to_host": 4}
     buf.close()
     other.close()
+
+
+def _threads_of(monkeypatch):
+    """The threads each pipeline ran in."""
+    seen = []
+    for name in ("_into_device", "_into_host"):
+        real = getattr(_staging, name)
+
+        def spy(*args, _real=real):
+            seen.append(threading.get_ident())
+            return _real(*args)
+
+        monkeypatch.setattr(_staging, name, spy)
+    return seen
+
+
+def test_the_parts_run_in_threads_of_their_own_but_not_on_the_per_thread_stream(
+        staging, monkeypatch):
+    n = 6 * CHUNK
+    seen = _threads_of(monkeypatch)
+    mr = hmr.AsyncMemoryResource()
+    buf = hmr.Buffer.from_host(_pattern(n), resource=mr)
+    assert len(seen) == 2 and threading.get_ident() in seen and len(set(seen)) == 2
+    seen.clear()
+    own = hmr.Buffer(n, resource=mr, stream=hmr.stream_per_thread)
+    own.copy_from_host(_pattern(n))
+    assert own.tobytes() == _pattern(n)
+    assert seen == [threading.get_ident()] * 2     # one pipeline each, in this thread
+    own.close()
+    buf.close()
+
+
+def test_an_existing_host_destination_is_left_to_the_runtime_by_default(staging):
+    n = 4 * CHUNK
+    buf = hmr.Buffer.from_host(_pattern(n), resource=hmr.AsyncMemoryResource())
+    out = bytearray(n)
+    buf.copy_to_host(out)
+    assert bytes(out) == _pattern(n) and staging == {"to_device": 1, "to_host": 0}
+    buf.copy_to_host()
+    assert staging == {"to_device": 1, "to_host": 1}
+    buf.close()
+
+
+def test_memory_of_another_device_than_the_current_one():
+    """The workers make the buffer's device current (the emulator, like the runtime,
+    refuses a plain copy of pool memory while another device is current)."""
+    from support import process_runtime
+    two = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})
+    n = 3 * _staging.CHUNK + 5
+    data = _pattern(n)
+    saved = dict(_staging._sets)
+    try:
+        with process_runtime(two):
+            mr = hmr.AsyncMemoryResource(device=1)
+            with hmr.Device(0):
+                buf = hmr.Buffer(n, resource=mr)
+                before = _staging.THRESHOLD
+                _staging.THRESHOLD = 2 * _staging.CHUNK
+                try:
+                    buf.copy_from_host(data)
+                    assert buf.tobytes() == data
+                finally:
+                    _staging.THRESHOLD = before
+                assert hmr.get_device() == 0
+            assert (id(two), 1) in _staging._sets and _staging._sets[(id(two), 1)][1]
+            buf.close()
+    finally:
+        entry = _staging._sets.pop((id(two), 1), None)
+        for one in entry[1] if entry else ():
+            one.close()
+        assert dict(_staging._sets) == saved
 
 
 def test_small_copies_and_async_copies_are_not_staged(staging):
@@ -116,12 +190,26 @@ def test_pinned_and_host_only_memory_is_not_staged(staging):
 def test_a_busy_set_leaves_the_copy_to_the_runtime(staging):
     n = 4 * CHUNK
     mr = hmr.AsyncMemoryResource()
-    first = hmr.Buffer.from_host(_pattern(n), resource=mr)   # makes the set
+    first = hmr.Buffer.from_host(_pattern(n), resource=mr)   # makes the sets
     (_, made), = _staging._sets.values()
-    with made.lock:                                          # another copy holds it
+    assert len(made) == _staging.WORKERS
+    for one in made:                                         # other copies hold them all
+        one.lock.acquire()
+    try:
         second = hmr.Buffer.from_host(_pattern(n), resource=mr)
         assert second.tobytes() == _pattern(n)
+    finally:
+        for one in made:
+            one.lock.release()
     assert staging == {"to_device": 1, "to_host": 0}
+    made[0].lock.acquire()                                   # one busy: the others serve
+    try:
+        third = hmr.Buffer.from_host(_pattern(n), resource=mr)
+        assert third.tobytes() == _pattern(n)
+    finally:
+        made[0].lock.release()
+    assert staging == {"to_device": 2, "to_host": 1}
+    third.close()
     first.close()
     second.close()
 
@@ -133,7 +221,7 @@ def test_a_set_that_cannot_be_made_is_not_retried_and_the_copy_still_works(stagi
     buf = hmr.Buffer.from_host(_pattern(n), resource=mr)
     assert buf.tobytes() == _pattern(n)
     (_, made), = _staging._sets.values()
-    assert made is None and staging == {"to_device": 0, "to_host": 0}
+    assert made == () and staging == {"to_device": 0, "to_host": 0}
     assert emulator.pending_faults() == 1     # asked once, not on every copy
     assert buf.tobytes() == _pattern(n)      # and the next copy works as well
     buf.close()
@@ -148,11 +236,11 @@ def test_a_failure_in_the_middle_raises_and_leaves_the_set_usable(staging, emula
     with pytest.raises(HipError, match="hipEventSynchronize"):
         buf.copy_from_host(bytes(n))
     (_, made), = _staging._sets.values()
-    assert not made.lock.locked()
+    assert not any(one.lock.locked() for one in made)
     emulator.inject_failure(calls="hipMemcpyAsync")           # the first transfer back
     with pytest.raises(HipError, match="hipMemcpyAsync"):
         buf.tobytes()
-    assert not made.lock.locked()
+    assert not any(one.lock.locked() for one in made)
     buf.copy_from_host(_pattern(n))
     assert buf.tobytes() == _pattern(n)
     buf.close()
