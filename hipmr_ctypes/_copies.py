@@ -130,8 +130,9 @@ def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
     ``device`` current (the null stream is per device).  ``device_to_device``: the source is
     device memory, which a plain ``hipMemcpy`` may still be reading when it returns (CUDA's
     rule for device-to-device copies): the null stream is then waited for too.  ``staged``:
-    ``_staging.to_device`` / ``to_host`` for a copy between a host object and the buffer,
-    which a large copy of pageable memory into or out of device memory goes through."""
+    ``_staging.to_device`` / ``to_host`` / ``to_existing_host`` for a copy between a host
+    object and the buffer, which a large copy of pageable memory into or out of device memory
+    goes through."""
     if host:
         ctypes.memmove(dst, src, n)
         return
@@ -206,8 +207,7 @@ def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
     with view as (address, _):
         if out is None and size >= HUGE_PAGES_FROM:
             advise_huge_pages(address, size)   # fresh pages: fewer faults while it is filled
-        # staged into a fresh destination only, unless told (see _staging.INTO_EXISTING)
-        staged = _staging.to_host if out is None or _staging.INTO_EXISTING else None
+        staged = _staging.to_host if out is None else _staging.to_existing_host
         copy(buf, address, ptr, size, stream, buf._state.host_only, staged=staged)
     return target
 

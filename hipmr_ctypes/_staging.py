@@ -32,13 +32,15 @@ forked child never stages: the runtime is not usable there at all (see ``_hip.fo
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyDefault
 from .device import get_device, on_device_or_current
 
-__all__ = ["THRESHOLD", "CHUNK", "SLOTS", "WORKERS", "INTO_EXISTING", "to_device", "to_host"]
+__all__ = ["THRESHOLD", "CHUNK", "SLOTS", "WORKERS", "to_device", "to_host",
+           "to_existing_host"]
 
 #: copies of fewer bytes go to the runtime directly (one call is faster than a pipeline)
 THRESHOLD = 16 << 20
@@ -47,13 +49,10 @@ CHUNK = 2 << 20
 #: pinned slots per pipeline (two: one filled by the CPU while the other is in flight)
 SLOTS = 2
 #: pipelines per copy, each over its own part of the bytes and its own slots: the calling
-#: thread runs one, a thread started for the copy each other one (the CPU's copies, not the
-#: link, set the speed of one pipeline)
-WORKERS = 2
-#: whether a copy into a host object that already exists (``copy_to_host(out)``) is staged
-#: too; by default only fresh destinations are (``tobytes()``, ``copy_to_host()``): the
-#: runtime's own copy into touched pageable memory is faster than one CPU copy
-INTO_EXISTING = False
+#: thread runs one, a thread started for the copy each other one (one pipeline is bound by
+#: the CPU's copies, not by the link): up to 4, half the CPUs this process may run on
+WORKERS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                     else (os.cpu_count() or 1)) // 2)
 
 _memmove = ctypes.memmove
 _PER_THREAD = 2   # a stream handle that names another stream in every thread
@@ -186,16 +185,18 @@ def _into_host(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int) 
 
 
 def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, stream: int,
-            device: Optional[int]) -> bool:
+            device: Optional[int], least: int = 1) -> bool:
     """Run ``pipeline`` over ``n`` bytes on as many free sets as there are (up to WORKERS;
     one only on the per-thread stream, which names another stream in every thread), each over
-    its own contiguous part; False, having done nothing, when no set is free."""
+    its own contiguous part; False, having done nothing, when fewer than ``least`` are free."""
     if device is None:
         device = get_device()
     sets = _sets_for(rt, device)
     claimed = [one for one in sets[:1 if stream == _PER_THREAD else None]
                if one.lock.acquire(False)]
-    if not claimed:
+    if len(claimed) < least or not claimed:
+        for one in claimed:
+            one.lock.release()
         return False
     errors: List[BaseException] = []
     try:
@@ -246,6 +247,15 @@ def to_device(rt: Any, dst: int, src: int, n: int, stream: int, device: Optional
 
 
 def to_host(rt: Any, dst: int, src: int, n: int, stream: int, device: Optional[int]) -> bool:
-    """Copy ``n`` bytes from device memory ``src`` to pageable ``dst`` on ``stream``, staged;
-    returns False, having done nothing, when the copy is not staged (see the module)."""
+    """Copy ``n`` bytes from device memory ``src`` to fresh pageable ``dst`` (memory nobody
+    has touched yet) on ``stream``, staged; returns False, having done nothing, when the copy
+    is not staged (see the module)."""
     return _staged(_into_host, rt, dst, src, n, stream, device)
+
+
+def to_existing_host(rt: Any, dst: int, src: int, n: int, stream: int,
+                     device: Optional[int]) -> bool:
+    """:func:`to_host` into pageable memory already in use (``copy_to_host(out)``): staged
+    only when two pipelines or more can run, since the runtime's own copy into touched memory
+    is faster than one pipeline's CPU copy (measured; see docs/performance.md)."""
+    return _staged(_into_host, rt, dst, src, n, stream, device, least=2)

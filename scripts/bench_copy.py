@@ -169,8 +169,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="the pinned chunk of the staged copies (default: the package's)")
     parser.add_argument("--staging-workers", type=int, default=None,
                         help="pipelines per staged copy (default: the package's)")
-    parser.add_argument("--staging-into-existing", action="store_true",
-                        help="stage copy_to_host(out) into existing pageable memory too")
+
     args = parser.parse_args(argv)
     from hipmr_ctypes import _staging
     if args.staging == "off":
@@ -179,8 +178,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         _staging.CHUNK = parse_bytes(args.staging_chunk)
     if args.staging_workers:
         _staging.WORKERS = args.staging_workers
-    if args.staging_into_existing:
-        _staging.INTO_EXISTING = True
+
     sizes = [parse_bytes(s) for s in args.sizes.split(",")]
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ROWS]
@@ -211,8 +209,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "min_ms": args.min_ms, "staging": args.staging,
                           "staging_threshold": _staging.THRESHOLD,
                           "staging_chunk": _staging.CHUNK,
-                          "staging_workers": _staging.WORKERS,
-                          "staging_into_existing": _staging.INTO_EXISTING, "rows": results})
+                          "staging_workers": _staging.WORKERS, "rows": results})
     return 0
 
 

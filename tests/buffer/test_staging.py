@@ -17,13 +17,14 @@ CHUNK = 4096
 
 @pytest.fixture
 def staging(monkeypatch):
-    """Small chunks, a low threshold, a set table of this test's own (closed afterwards), and
-    the calls of the staged copies counted."""
+    """Small chunks, a low threshold, two pipelines, a set table of this test's own (closed
+    afterwards), and the calls of the staged copies counted."""
     monkeypatch.setattr(_staging, "CHUNK", CHUNK)
     monkeypatch.setattr(_staging, "THRESHOLD", 2 * CHUNK)
+    monkeypatch.setattr(_staging, "WORKERS", 2)   # (the default depends on the CPUs)
     sets = {}
     monkeypatch.setattr(_staging, "_sets", sets)
-    calls = {"to_device": 0, "to_host": 0}
+    calls = {"to_device": 0, "to_host": 0, "to_existing_host": 0}
     for name in calls:
         real = getattr(_staging, name)
 
@@ -50,7 +51,6 @@ SIZES = [2 * CHUNK, 2 * CHUNK + 1, 3 * CHUNK - 1, 5 * CHUNK, 7 * CHUNK + 123]
 @pytest.mark.parametrize("n", SIZES)
 def test_every_host_to_device_and_back_path_is_exact(staging, monkeypatch, n, workers):
     monkeypatch.setattr(_staging, "WORKERS", workers)
-    monkeypatch.setattr(_staging, "INTO_EXISTING", True)
     data = _pattern(n)
     mr = hmr.AsyncMemoryResource()
     buf = hmr.Buffer.from_host(data, resource=mr)
@@ -60,11 +60,12 @@ def test_every_host_to_device_and_back_path_is_exact(staging, monkeypatch, n, wo
     out = bytearray(n + 3)
     buf.copy_to_host(out)
     assert bytes(out[:n]) == data and out[n:] == b"\0\0\0"
-    assert staging["to_host"] == 3          # (INTO_EXISTING: out is staged too)
+    # into existing memory: staged only when two pipelines can run
+    assert staging["to_host"] == 2 and staging["to_existing_host"] == (workers >= 2)
     other = hmr.Buffer(n, resource=mr)
     other.copy_from_host(bytes(reversed(data)))
     assert other.tobytes() == bytes(reversed(data))
-    assert staging == {"to_device": 2, "to_host": 4}
+    assert staging == {"to_device": 2, "to_host": 3, "to_existing_host": workers >= 2}
     buf.close()
     other.close()
 
@@ -99,14 +100,24 @@ def test_the_parts_run_in_threads_of_their_own_but_not_on_the_per_thread_stream(
     buf.close()
 
 
-def test_an_existing_host_destination_is_left_to_the_runtime_by_default(staging):
+def test_an_existing_host_destination_needs_two_pipelines(staging, monkeypatch):
     n = 4 * CHUNK
+    monkeypatch.setattr(_staging, "WORKERS", 2)
     buf = hmr.Buffer.from_host(_pattern(n), resource=hmr.AsyncMemoryResource())
     out = bytearray(n)
-    buf.copy_to_host(out)
-    assert bytes(out) == _pattern(n) and staging == {"to_device": 1, "to_host": 0}
-    buf.copy_to_host()
-    assert staging == {"to_device": 1, "to_host": 1}
+    (_, made), = _staging._sets.values()
+    made[1].lock.acquire()                  # one pipeline free only: the runtime copies
+    try:
+        buf.copy_to_host(out)
+    finally:
+        made[1].lock.release()
+    assert bytes(out) == _pattern(n)
+    assert staging == {"to_device": 1, "to_host": 0, "to_existing_host": 0}
+    assert not made[0].lock.locked()
+    out[:] = bytes(n)
+    buf.copy_to_host(out)                   # both free: staged
+    assert bytes(out) == _pattern(n)
+    assert staging == {"to_device": 1, "to_host": 0, "to_existing_host": 1}
     buf.close()
 
 
@@ -151,7 +162,7 @@ def test_small_copies_and_async_copies_are_not_staged(staging):
         s.synchronize()
         assert bytes(out) == _pattern(4 * CHUNK)
         big.close()
-    assert staging == {"to_device": 0, "to_host": 0}
+    assert staging == {"to_device": 0, "to_host": 0, "to_existing_host": 0}
     small.close()
 
 
@@ -184,7 +195,7 @@ def test_pinned_and_host_only_memory_is_not_staged(staging):
     host = hmr.Buffer.from_host(_pattern(n), resource=hmr.PinnedMemoryResource())
     assert host.tobytes() == _pattern(n)
     host.close()
-    assert staging == {"to_device": 0, "to_host": 0}
+    assert staging == {"to_device": 0, "to_host": 0, "to_existing_host": 0}
 
 
 def test_a_busy_set_leaves_the_copy_to_the_runtime(staging):
@@ -201,14 +212,14 @@ def test_a_busy_set_leaves_the_copy_to_the_runtime(staging):
     finally:
         for one in made:
             one.lock.release()
-    assert staging == {"to_device": 1, "to_host": 0}
+    assert staging == {"to_device": 1, "to_host": 0, "to_existing_host": 0}
     made[0].lock.acquire()                                   # one busy: the others serve
     try:
         third = hmr.Buffer.from_host(_pattern(n), resource=mr)
         assert third.tobytes() == _pattern(n)
     finally:
         made[0].lock.release()
-    assert staging == {"to_device": 2, "to_host": 1}
+    assert staging == {"to_device": 2, "to_host": 1, "to_existing_host": 0}
     third.close()
     first.close()
     second.close()
@@ -221,7 +232,7 @@ def test_a_set_that_cannot_be_made_is_not_retried_and_the_copy_still_works(stagi
     buf = hmr.Buffer.from_host(_pattern(n), resource=mr)
     assert buf.tobytes() == _pattern(n)
     (_, made), = _staging._sets.values()
-    assert made == () and staging == {"to_device": 0, "to_host": 0}
+    assert made == () and staging == {"to_device": 0, "to_host": 0, "to_existing_host": 0}
     assert emulator.pending_faults() == 1     # asked once, not on every copy
     assert buf.tobytes() == _pattern(n)      # and the next copy works as well
     buf.close()
