@@ -199,6 +199,7 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
             one.lock.release()
         return False
     errors: List[BaseException] = []
+    workers: List[Tuple[_Set, threading.Thread]] = []
     try:
         chunk = claimed[0].chunk
         share = -(-n // len(claimed))          # each pipeline's part, rounded up to chunks
@@ -216,7 +217,6 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
             except BaseException as exc:  # noqa: BLE001 - raised by the caller below
                 errors.append(exc)
 
-        threads = []
         for staging, off, m in parts[1:]:
             t = threading.Thread(target=run, args=(staging, off, m, True), daemon=True)
             try:
@@ -224,17 +224,21 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
             except RuntimeError:   # no new threads (the interpreter is exiting): in turn
                 run(staging, off, m, False)
                 continue
-            threads.append(t)
+            workers.append((staging, t))
         staging, off, m = parts[0]
         run(staging, off, m, False)
-        for t in threads:
+        for _, t in workers:
             t.join()
     finally:
         try:
             _finish(rt, stream, not errors)
         finally:
+            # a set whose pipeline still runs (the caller was interrupted while it waited)
+            # stays claimed for good: no later copy may reuse its slots
+            running = {id(staging) for staging, t in workers if t.is_alive()}
             for one in claimed:
-                one.lock.release()
+                if id(one) not in running:
+                    one.lock.release()
     if errors:
         raise errors[0]
     return True
