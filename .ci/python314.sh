@@ -92,5 +92,6 @@ PIP_WHEEL="$(ls "$ROOT"/usr/share/python-wheels/pip-*.whl 2>/dev/null | head -n 
 # browser that the main steps require are not this step's subject
 unset HIPMR_REQUIRE_TOOLS HIPMR_REQUIRE_AMD_LIBRARY HIPMR_REQUIRE_TORCH HIPMR_REQUIRE_BROWSER
 export HIPMR_PLATFORM=emulated
+"$PY" -m hipmr_ctypes info
 [[ $# -gt 0 ]] || set -- -q tests   # the README's: python -m pytest -q tests
 PATH="$VENV/bin:$PATH" "$PY" -m pytest "$@"
