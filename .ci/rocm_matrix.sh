@@ -20,7 +20,8 @@
 # loader: <root>/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path <root's library
 # folders>:<python's LIBDIR> python ...  A small wrapper does this and is the `python` of a
 # venv-shaped folder (pyvenv.cfg, lib -> the tested venv's lib), so that sys.executable is the
-# wrapper and the subprocesses the tests start load the same release.
+# wrapper and the subprocesses the tests start load the same release.  These pieces are
+# .ci/debian_root.sh's, shared with .ci/python314.sh.
 #
 # A failure to fetch (no network, a package gone from the archive) is an error that says so;
 # nothing is skipped.
@@ -30,6 +31,7 @@ cd "$(dirname "$0")/.."
 DIR="${ROCM_MATRIX_DIR:-${TMPDIR:-/tmp}/hipmr-rocm-matrix}"
 PYTHON="${PYTHON:-python3}"
 source .ci/debian_mirror.sh
+source .ci/debian_root.sh
 MIRROR="$(debian_mirror ROCM_MATRIX_MIRROR)" || exit 1
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 
@@ -57,18 +59,8 @@ row() {  # row RELEASE -> sets SUITE PACKAGES FILEVER WORDS TUNABLES
   die "unknown release '$1' (known: ${ALL_RELEASES[*]})"
 }
 
-apt_opts() {  # the private apt configuration of one release's suite
-  local suite="$1"
-  echo "-o Dir::Etc::sourcelist=$DIR/apt/$suite.list -o Dir::Etc::sourceparts=$DIR/apt/empty" \
-       "-o Dir::Etc::preferences=$DIR/apt/$suite.pref -o Dir::Etc::preferencesparts=$DIR/apt/empty" \
-       "-o Dir::State::Lists=$DIR/apt/lists -o Dir::State::status=$DIR/apt/status" \
-       "-o Dir::Cache=$DIR/apt/cache -o APT::Sandbox::User=root -o Debug::NoLocking=1" \
-       "-o APT::Get::List-Cleanup=0 -o Acquire::Retries=3"
-}
-
 write_apt_config() {
-  mkdir -p "$DIR/apt/empty" "$DIR/apt/lists/partial" "$DIR/apt/cache/archives/partial" "$DIR/debs"
-  : > "$DIR/apt/status"
+  debroot_init "$DIR" || die "cannot make $DIR/apt"
   local suite
   for suite in bookworm trixie sid experimental; do
     {
@@ -93,13 +85,8 @@ fetch() {
   printf 'deb [signed-by=%s] %s %s main\n' "$KEYRING" "$MIRROR" bookworm "$KEYRING" "$MIRROR" trixie \
     "$KEYRING" "$MIRROR" sid "$KEYRING" "$MIRROR" experimental > "$DIR/apt/all.list"
   cp "$DIR/apt/sid.pref" "$DIR/apt/all.pref"
-  # shellcheck disable=SC2046
-  if ! apt-get update -qq $(apt_opts all) >"$DIR/apt/update.log" 2>&1 \
-      || grep -qE '^(W|E): (Failed|Some index files failed)' "$DIR/apt/update.log"; then
-    cat "$DIR/apt/update.log" >&2
-    die "could not download Debian's package lists from $MIRROR (see above): the ROCm" \
-        "release matrix cannot run without them"
-  fi
+  debroot_update "$DIR" all \
+    || die "the ROCm release matrix cannot run without Debian's package lists ($MIRROR)"
   local rel
   for rel in "${ALL_RELEASES[@]}"; do
     row "$rel"
@@ -108,33 +95,12 @@ fetch() {
       echo "ROCm $rel: already unpacked in $root"
       continue
     fi
-    # shellcheck disable=SC2046,SC2086
-    local closure
-    closure=$(apt-cache $(apt_opts "$SUITE") depends --recurse --no-recommends --no-suggests \
-                --no-conflicts --no-breaks --no-replaces --no-enhances $PACKAGES 2>/dev/null \
-              | grep -v '^ ' | grep -v '^<' | sort -u) \
-      || die "apt could not resolve $PACKAGES in Debian $SUITE"
-    [[ -n "$closure" ]] || die "apt knows no $PACKAGES in Debian $SUITE"
-    rm -rf "$DIR/debs/$rel" && mkdir -p "$DIR/debs/$rel"
-    # shellcheck disable=SC2046,SC2086
-    if ! (cd "$DIR/debs/$rel" && apt-get download -qq $(apt_opts "$SUITE") $closure \
-            >"$DIR/debs/$rel.log" 2>&1); then
-      cat "$DIR/debs/$rel.log" >&2
-      die "could not download ROCm $rel's packages from Debian $SUITE ($MIRROR):" \
-          "$(echo $closure | tr '\n' ' ')"
-    fi
-    rm -rf "$root" && mkdir -p "$root"
-    local deb
-    for deb in "$DIR/debs/$rel"/*.deb; do
-      dpkg -x "$deb" "$root"
-    done
-    local loader="$root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
-    [[ -e "$loader" ]] || die "ROCm $rel's root has no dynamic loader ($loader)"
+    debroot_unpack "$DIR" "$SUITE" "$root" $PACKAGES \
+      || die "could not fetch and unpack ROCm $rel's packages from Debian $SUITE ($MIRROR)"
     local lib
     lib=$(ls "$root"/usr/lib/x86_64-linux-gnu/libamdhip64.so.*.*.* 2>/dev/null | head -n1)
     [[ "$lib" == *".so.$FILEVER" ]] \
       || die "ROCm $rel: expected libamdhip64.so.$FILEVER in Debian $SUITE, found '${lib:-nothing}'"
-    (cd "$DIR/debs/$rel" && ls *.deb) > "$root/.packages"
     touch "$root/.complete"
     echo "ROCm $rel: $(wc -l < "$root/.packages") packages from Debian $SUITE" \
          "($(du -sh "$DIR/debs/$rel" | cut -f1) of .deb files) unpacked in $root"
@@ -160,14 +126,8 @@ wrapper() {  # wrapper RELEASE -> the path of a python that runs on RELEASE's ro
       > "$wdir/pyvenv.cfg"
   fi
   local libs="$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gnu${libdir:+:$libdir}"
-  cat > "$wdir/bin/python" <<EOF
-#!/bin/sh
-# Python on ROCm $rel's root: its own dynamic loader and libraries ($DIR).
-${TUNABLES:+GLIBC_TUNABLES=$TUNABLES; export GLIBC_TUNABLES}
-exec "$root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path "$libs" \\
-  --argv0 "$wdir/bin/python" "$(readlink -f "$real")" "\$@"
-EOF
-  chmod +x "$wdir/bin/python"
+  debroot_wrapper "$wdir/bin/python" "$root" "$wdir/bin/python" "$(readlink -f "$real")" \
+    "$libs" "$TUNABLES" || die "cannot write $wdir/bin/python"
   ln -sfn python "$wdir/bin/python3"
   echo "$wdir/bin/python"
 }

@@ -16,8 +16,11 @@ the same machine); ``scripts/bench_alloc.py`` on the GPU machine is the number t
 itself under ``valgrind --tool=callgrind`` once, and for each row (``--rows`` picks the rows
 whose name contains one of its comma-separated words) counts a run of ``--small`` and one of
 ``--large`` operations after a warm-up, between marker calls (``os.getppid()``, dumped with
-``--dump-before=os_getppid``); a row's number is the difference divided by the difference of
-the counts (the loop included, no start-up or warm-up).
+``--dump-before=getppid``: the C library's function, whose name a distribution's stripped
+interpreter keeps, unlike CPython's own ``os_getppid``); a row's number is the difference
+divided by the difference of the counts (the loop included, no start-up or warm-up).
+When ``sys.executable`` is a script that execs the real interpreter (as CI's CPython 3.14 and
+ROCm-release pythons are), ``--trace-children=yes`` follows it there.
 
     HIPMR_PLATFORM=emulated python scripts/bench_hotpaths.py --callgrind --rows Binning,Fixed
 """
@@ -203,7 +206,10 @@ def _callgrind(args: Any) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         names_to = os.path.join(tmp, "names")
         out = os.path.join(tmp, "cg.out")
-        cmd = ["valgrind", "--tool=callgrind", "--dump-before=os_getppid",
+        with open(sys.executable, "rb") as fh:
+            wrapper = fh.read(2) == b"#!"  # a script: follow it into the interpreter it runs
+        cmd = ["valgrind", "--tool=callgrind", "--dump-before=getppid",
+               *(["--trace-children=yes"] if wrapper else []),
                f"--callgrind-out-file={out}", sys.executable, os.path.abspath(__file__),
                "--instrumented", "--names-to", names_to, "--rows", args.rows or "",
                "--small", str(args.small), "--large", str(args.large),
