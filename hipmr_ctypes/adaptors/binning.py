@@ -27,8 +27,8 @@ def _entry(ref: Any) -> Tuple[Any, Any, Any, Any]:
     """``(allocate_async, deallocate_async, allocate, deallocate)`` of a bin's (or the
     upstream's) ref, bound once (the async pair None for a synchronous ref).  The package's
     own resources check every argument (the stream too) before they change anything: the
-    adaptor's fast paths pass sizes and alignments on unchecked where a bin validates them.
-    A user-written one gets every argument checked first."""
+    adaptor's fast paths pass sizes (and a free's alignment) on unchecked, for the bin to
+    check.  A user-written one gets every argument checked first."""
     up_alloc: Any = ref.allocate
     up_dealloc: Any = ref.deallocate
     up_alloc_async: Any = getattr(ref, "allocate_async", None)
@@ -276,8 +276,8 @@ class BinningResource(BoundAdaptor):
         record`` records an allocation and ``live.pop(ptr)`` claims it for its free (one
         atomic dict operation each, so two threads can never both free a pointer).  An entry
         holds the bound methods of its bin (or of the upstream): a hit calls the bin
-        directly, with the size and alignment unchecked where the bin checks them (the
-        package's own resources; a user-written bin's entry checks them first).  A pointer
+        directly, with the size (and a free's alignment) unchecked, for the bin to check (the
+        package's own resources do; a user-written bin's entry checks them first).  A pointer
         already live when a bin hands it out is refused: the test ``ptr in live`` before
         the store cannot be passed by a pointer that is live (the store comes after it, and
         a free pops the record before the bin can hand the pointer out again)."""
@@ -285,16 +285,16 @@ class BinningResource(BoundAdaptor):
         live_pop = live.pop
         routes = self._routes
         books = (live, routes, self._bins)   # what the checked allocation uses
-        # alignment (1..256) -> the route cache: the bin checks the types of both
-        by_alignment = dict.fromkeys(_FAST, routes)
-        del by_alignment[None]
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             try:  # a size whose route is known, an alignment of at most 256
-                record = by_alignment[alignment][bytes]
+                if alignment is _A256 or _FAST[alignment] is alignment:
+                    record = routes[bytes]
+                else:
+                    return _allocate_slow(books, bytes, alignment, stream)
             except _MISS:
                 return _allocate_slow(books, bytes, alignment, stream)
-            ptr: int = record[0](bytes, alignment, stream)  # the bin checks the types
+            ptr: int = record[0](bytes, alignment, stream)  # the bin checks the size's type
             if ptr:
                 if ptr in live:  # a bin handed ptr out twice
                     raise duplicate("BinningResource", ptr)
@@ -303,10 +303,13 @@ class BinningResource(BoundAdaptor):
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             try:  # a size whose route is known, an alignment of at most 256
-                record = by_alignment[alignment][bytes]
+                if alignment is _A256 or _FAST[alignment] is alignment:
+                    record = routes[bytes]
+                else:
+                    return _allocate_slow(books, bytes, alignment, SYNC)
             except _MISS:
                 return _allocate_slow(books, bytes, alignment, SYNC)
-            ptr: int = record[2](bytes, alignment)  # the bin checks the types
+            ptr: int = record[2](bytes, alignment)  # the bin checks the size's type
             if ptr:
                 if ptr in live:  # a bin handed ptr out twice
                     raise duplicate("BinningResource", ptr)
