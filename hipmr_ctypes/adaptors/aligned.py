@@ -24,6 +24,7 @@ UPSTREAM_ALIGNMENT = DEFAULT_ALIGNMENT
 _COMPACT = (1 << 30) - 1      # sizes up to this one-digit int are compared inline
 _FAST = FAST_ALIGNMENTS       # {a: a} for a in 1..256
 _A256 = _FAST[256]            # the default alignment: `is` spares the lookup
+_TOTALS_CACHED = 4096         # sizes whose over-allocated total is remembered
 
 
 def _fast_enough(alignment: int) -> bool:
@@ -74,15 +75,24 @@ def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold:
     moved_setdefault = moved.setdefault
     extra = default - UPSTREAM_ALIGNMENT   # what an over-allocation adds
     mask = default - 1
-    neg = -default
     big = default > UPSTREAM_ALIGNMENT     # (else: the upstream aligns it itself)
+    totals: Dict[int, int] = {}            # size -> bytes + extra: one int per size, no sum
+
     def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
         """(No threshold, an alignment above 256: every allocation is over-allocated.)"""
-        if type(bytes) is int and 0 < bytes <= _COMPACT and (
-                alignment is _A256 or _FAST.get(alignment) is alignment):
-            total = bytes + extra
-            ptr: int = up_alloc_async(total, UPSTREAM_ALIGNMENT, stream)
-            aligned = (ptr + mask) & neg
+        if type(bytes) is int and (alignment is _A256 or _FAST.get(alignment) is alignment):
+            try:  # a size seen before (in 1 .. 2**30 - 1)
+                total = totals[bytes]
+            except KeyError:
+                if not 0 < bytes <= _COMPACT:
+                    ptr: int = allocate_checked(bytes, alignment, stream)
+                    return ptr
+                total = bytes + extra
+                if len(totals) < _TOTALS_CACHED:
+                    totals[bytes] = total
+            ptr = up_alloc_async(total, UPSTREAM_ALIGNMENT, stream)
+            offset = ptr & mask   # a multiple of 256: the upstream aligns to 256
+            aligned = ptr + (default - offset) if offset else ptr
             entry = (ptr, total, bytes)
             if moved_setdefault(aligned, entry) is not entry:
                 raise duplicate("AlignedResource", ptr)
@@ -95,17 +105,18 @@ def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold:
                                         allocate_checked)
 
     def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-        entry = moved_pop(ptr, None) if type(ptr) is int else None
-        if entry is not None:
-            if entry[2] == bytes and type(bytes) is int and (
-                    alignment is _A256 or _FAST.get(alignment) is alignment):
-                try:
-                    up_dealloc_async(entry[0], entry[1], UPSTREAM_ALIGNMENT, stream)
-                except BaseException:
-                    moved[ptr] = entry
-                    raise
-                return
-            moved[ptr] = entry  # put it back: the checked path decides
+        if type(ptr) is int is type(bytes) and (
+                alignment is _A256 or _FAST.get(alignment) is alignment):
+            entry = moved_pop(ptr, None)   # the pop is the claim: one caller wins
+            if entry is not None:
+                if entry[2] == bytes:
+                    try:
+                        up_dealloc_async(entry[0], entry[1], UPSTREAM_ALIGNMENT, stream)
+                    except BaseException:
+                        moved[ptr] = entry
+                        raise
+                    return
+                moved[ptr] = entry  # another size: put it back, the checked path reports
         deallocate_checked(ptr, bytes, alignment, stream)
 
     return allocate_async, deallocate_async

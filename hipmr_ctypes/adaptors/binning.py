@@ -8,57 +8,113 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..properties import DEFAULT_ALIGNMENT
 from .._checks import FAST_ALIGNMENTS, check_args, check_free_args, check_size, check_stream
+from .._stream_order import SYNC
 from ._base import BoundAdaptor, as_upstream_ref
 from ._checked import claim, duplicate, must_check_arguments
 from .fixed_size import DEFAULT_BLOCKS, FixedSizeResource, chunk_too_large
 
 __all__ = ["BinningResource"]
 
-_ROUTES_CACHED = 4096
+_ROUTES_CACHED = 4096      # exact sizes whose record is remembered (then routed each time)
 # what the hot paths use, as globals rather than closure cells (every cell a closure uses is
 # copied into every call's frame)
 _FAST = FAST_ALIGNMENTS     # {a: a} for a in 1..256
 _A256 = _FAST[256]          # the default alignment: `is` spares the lookup
-_MISS = (KeyError, TypeError)  # a size not in the route cache / an unhashable alignment   # exact sizes whose bin is remembered (then looked up each time)
+_MISS = (KeyError, TypeError)  # a size not in the route cache / an unhashable alignment
 
 
 def _entry(ref: Any) -> Tuple[Any, Any, Any, Any]:
     """``(allocate_async, deallocate_async, allocate, deallocate)`` of a bin's (or the
     upstream's) ref, bound once (the async pair None for a synchronous ref).  The package's
-    own resources check the stream before they change anything (the adaptor's other
-    arguments are checked by its hot paths); a user-written one gets it checked first."""
+    own resources check every argument (the stream too) before they change anything: the
+    adaptor's fast paths pass sizes (and a free's alignment) on unchecked, for the bin to
+    check.  A user-written one gets every argument checked first."""
+    up_alloc: Any = ref.allocate
+    up_dealloc: Any = ref.deallocate
     up_alloc_async: Any = getattr(ref, "allocate_async", None)
     up_dealloc_async: Any = getattr(ref, "deallocate_async", None)
-    if up_alloc_async is None or not must_check_arguments(ref):
-        return up_alloc_async, up_dealloc_async, ref.allocate, ref.deallocate
+    if not must_check_arguments(ref):
+        return up_alloc_async, up_dealloc_async, up_alloc, up_dealloc
+
+    def allocate(nbytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        ptr: int = up_alloc(*check_args(nbytes, alignment))
+        return ptr
+
+    def deallocate(ptr: int, nbytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+        up_dealloc(*check_free_args(ptr, nbytes, alignment))
+
+    if up_alloc_async is None:
+        return None, None, allocate, deallocate
 
     def allocate_async(nbytes: int, alignment: int, stream: Any) -> int:
         check_stream(stream)
-        ptr: int = up_alloc_async(nbytes, alignment, stream)
+        ptr: int = up_alloc_async(*check_args(nbytes, alignment), stream)
         return ptr
 
     def deallocate_async(ptr: int, nbytes: int, alignment: int, stream: Any) -> None:
         check_stream(stream)
-        up_dealloc_async(ptr, nbytes, alignment, stream)
+        up_dealloc_async(*check_free_args(ptr, nbytes, alignment), stream)
 
-    return allocate_async, deallocate_async, ref.allocate, ref.deallocate
+    return allocate_async, deallocate_async, allocate, deallocate
 
 
-def _route(table: List[Any], nbytes: int, alignment: int) -> Any:
-    """The entry serving a request of ``nbytes`` (checked) aligned to ``alignment``: the
-    smallest bin of at least ``nbytes`` for an alignment of at most 256, else the upstream.
-    Remembered in the route cache for the next request of that size.  The cache is read
-    before the bins: when :meth:`BinningResource.add_bin` replaced both meanwhile, a new cache
-    is only ever filled from the new bins."""
-    routes = table[0]
-    sizes, entries, upstream = table[1]
+def _route(routes: Dict[int, Any], bins: List[Any], nbytes: int, alignment: int) -> Any:
+    """The record of a request of ``nbytes`` (checked) aligned to ``alignment``: the entry of
+    the smallest bin of at least ``nbytes`` for an alignment of at most 256, else the
+    upstream's, followed by ``nbytes``.  Remembered in the route cache ``routes`` for the
+    next request of that size.  ``bins[0]`` (``(sizes, entries, upstream's entry)``) is read
+    before the record is stored and again after: when :meth:`BinningResource.add_bin`
+    replaced it meanwhile (and then cleared the cache), the record, which may be of the
+    old bins, is taken out again."""
+    table = bins[0]
+    sizes, entries, upstream = table
     if alignment > DEFAULT_ALIGNMENT:
-        return upstream
+        return upstream + (nbytes,)
     i = bisect_left(sizes, nbytes)
-    entry = entries[i] if i < len(sizes) else upstream
+    record = (entries[i] if i < len(sizes) else upstream) + (nbytes,)
     if len(routes) < _ROUTES_CACHED:
-        routes[nbytes] = entry
-    return entry
+        routes[nbytes] = record
+        if bins[0] is not table:
+            routes.pop(nbytes, None)
+    return record
+
+
+def _allocate_slow(books: Tuple[Any, Any, Any], bytes: Any, alignment: Any,
+                   stream: Any) -> int:
+    """The checked allocation: a size not in the route cache, an alignment above 256 or of
+    another type (``stream`` SYNC: the synchronous ``allocate``).  ``books``: the adaptor's
+    ``(live, routes, bins)``."""
+    bytes, alignment = check_args(bytes, alignment)
+    if not bytes:
+        return 0
+    live, routes, bins = books
+    record = _route(routes, bins, bytes, alignment)
+    ptr: int = (record[2](bytes, alignment) if stream is SYNC
+                else record[0](bytes, alignment, stream))
+    if ptr:
+        if ptr in live:  # a bin handed ptr out twice
+            raise duplicate("BinningResource", ptr)
+        live[ptr] = record
+    return ptr
+
+
+def _deallocate_slow(live: Dict[int, Any], ptr: Any, bytes: Any, alignment: Any,
+                     stream: Any) -> None:
+    """The checked free (after the fast path put back what it popped): the precise error for
+    a pointer this adaptor did not hand out or a wrong size, else the free through the
+    record's bin (``stream`` SYNC: the synchronous ``deallocate``)."""
+    ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
+    found = claim(live, ptr, bytes, 4, "BinningResource")
+    if found is None:
+        return
+    try:
+        if stream is SYNC:
+            found[3](ptr, bytes, alignment)
+        else:
+            found[1](ptr, bytes, alignment, stream)
+    except BaseException:
+        live[ptr] = found
+        raise
 
 
 def _exponent(value: Any, name: str) -> int:
@@ -123,12 +179,14 @@ class BinningResource(BoundAdaptor):
         self._lock = threading.Lock()
         self._sizes: List[int] = []        # sorted bin sizes
         self._refs: List[Any] = []         # the bins' refs, in the same order
-        self._live: Dict[int, Tuple[Any, int]] = {}   # ptr -> (ref that allocated it, bytes)
+        # ptr -> the record it was allocated with: (the bin's entry..., bytes)
+        self._live: Dict[int, Tuple[Any, ...]] = {}
         self._entries: List[Any] = []      # the bins' entries (_entry), in the same order
         self._up_entry = _entry(ref)
-        # [route cache, (sizes, entries, upstream's entry)], each replaced whole by _insert:
-        # the cache maps an exact size (alignment at most 256) to the entry of its bin
-        self._table: List[Any] = [{}, ((), (), self._up_entry)]
+        # [(sizes, entries, upstream's entry)], replaced whole by _insert; the route cache maps
+        # an exact size (alignment at most 256) to its record, cleared by _insert after that
+        self._bins: List[Any] = [((), (), self._up_entry)]
+        self._routes: Dict[int, Tuple[Any, ...]] = {}
         checked = [self._check_bin(size, res) for size, res in specs]
         for size, _ in checked:
             if sum(1 for s, _ in checked if s == size) > 1:
@@ -193,10 +251,11 @@ class BinningResource(BoundAdaptor):
             self._sizes.insert(i, size)
             self._refs.insert(i, bin_ref)
             self._entries.insert(i, _entry(bin_ref))
-            # the bins first, then a new empty route cache: a hot path that read the new
-            # cache reads the new bins when it fills it (one atomic store each)
-            self._table[1] = (tuple(self._sizes), tuple(self._entries), self._up_entry)
-            self._table[0] = {}
+            # the bins first, then the route cache emptied: a record of the old bins stored
+            # meanwhile is cleared here, or taken out again by _route, which reads the bins
+            # again after it stored it
+            self._bins[0] = (tuple(self._sizes), tuple(self._entries), self._up_entry)
+            self._routes.clear()
 
     def add_bin(self, size: int, resource: Any = None) -> None:
         """Add a bin for requests of up to ``size`` bytes (above the next smaller bin), served
@@ -211,85 +270,81 @@ class BinningResource(BoundAdaptor):
                      else FixedSizeResource(self._upstream, size))
 
     def _bind(self, ref: Any) -> None:
-        """The hot paths take no lock: the bin of a size is read from the route cache
-        ``_table[0]`` (exact size -> the bin's entry, filled on a miss by :func:`_route` from
-        the bins in ``_table[1]``; :meth:`add_bin` replaces both whole); ``live[ptr] = (entry,
-        bytes)`` records an allocation and ``live.pop(ptr)`` claims it for its free (one
+        """The hot paths take no lock: a request's record ``(the bin's entry..., bytes)`` is
+        read from the route cache ``_routes`` (exact size -> record, one shared tuple per
+        size, filled on a miss by :func:`_route`; :meth:`add_bin` clears it); ``live[ptr] =
+        record`` records an allocation and ``live.pop(ptr)`` claims it for its free (one
         atomic dict operation each, so two threads can never both free a pointer).  An entry
         holds the bound methods of its bin (or of the upstream): a hit calls the bin
-        directly."""
+        directly, with the size (and a free's alignment) unchecked, for the bin to check (the
+        package's own resources do; a user-written bin's entry checks them first).  A pointer
+        already live when a bin hands it out is refused: the test ``ptr in live`` before
+        the store cannot be passed by a pointer that is live (the store comes after it, and
+        a free pops the record before the bin can hand the pointer out again)."""
         live = self._live
         live_pop = live.pop
-        live_setdefault = live.setdefault
-        table = self._table
+        routes = self._routes
+        books = (live, routes, self._bins)   # what the checked allocation uses
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            try:  # an int size whose bin is known: the cache holds only checked sizes
-                entry = (table[0][bytes] if type(bytes) is int and
-                         (alignment is _A256 or _FAST[alignment] is alignment) else None)
+            try:  # a size whose route is known, an alignment of at most 256
+                if alignment is _A256 or _FAST[alignment] is alignment:
+                    record = routes[bytes]
+                else:
+                    return _allocate_slow(books, bytes, alignment, stream)
             except _MISS:
-                entry = None
-            if entry is None:
-                bytes, alignment = check_args(bytes, alignment)
-                if not bytes:
-                    return 0
-                entry = _route(table, bytes, alignment)
-            ptr: int = entry[0](bytes, alignment, stream)
+                return _allocate_slow(books, bytes, alignment, stream)
+            ptr: int = record[0](bytes, alignment, stream)  # the bin checks the size's type
             if ptr:
-                record = (entry, bytes)
-                if live_setdefault(ptr, record) is not record:  # a bin handed ptr out twice
+                if ptr in live:  # a bin handed ptr out twice
                     raise duplicate("BinningResource", ptr)
+                live[ptr] = record
             return ptr
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            try:  # an int size whose bin is known: the cache holds only checked sizes
-                entry = (table[0][bytes] if type(bytes) is int and
-                         (alignment is _A256 or _FAST[alignment] is alignment) else None)
+            try:  # a size whose route is known, an alignment of at most 256
+                if alignment is _A256 or _FAST[alignment] is alignment:
+                    record = routes[bytes]
+                else:
+                    return _allocate_slow(books, bytes, alignment, SYNC)
             except _MISS:
-                entry = None
-            if entry is None:
-                bytes, alignment = check_args(bytes, alignment)
-                if not bytes:
-                    return 0
-                entry = _route(table, bytes, alignment)
-            ptr: int = entry[2](bytes, alignment)
+                return _allocate_slow(books, bytes, alignment, SYNC)
+            ptr: int = record[2](bytes, alignment)  # the bin checks the size's type
             if ptr:
-                record = (entry, bytes)
-                if live_setdefault(ptr, record) is not record:  # a bin handed ptr out twice
+                if ptr in live:  # a bin handed ptr out twice
                     raise duplicate("BinningResource", ptr)
+                live[ptr] = record
             return ptr
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            found = live_pop(ptr, None) if type(ptr) is int else None
-            if (found is None or found[1] != bytes or type(bytes) is not int
-                    or (alignment is not _A256 and _FAST.get(alignment) is not alignment)):
-                if found is not None:  # put it back: the checked path decides
-                    live[ptr] = found
-                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-                found = claim(live, ptr, bytes, 1, "BinningResource")
-                if found is None:
+            try:  # (a float equal to a live pointer is refused by the bin: put back below)
+                found = live_pop(ptr)
+            except _MISS:  # not live / unhashable
+                return _deallocate_slow(live, ptr, bytes, alignment, stream)
+            try:  # the bin checks the types of bytes and alignment, and the stream
+                if found[4] == bytes:
+                    found[1](ptr, bytes, alignment, stream)
                     return
-            try:
-                found[0][1](ptr, bytes, alignment, stream)
             except BaseException:
                 live[ptr] = found
                 raise
+            live[ptr] = found  # another size: put it back, the checked path decides
+            _deallocate_slow(live, ptr, bytes, alignment, stream)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            found = live_pop(ptr, None) if type(ptr) is int else None
-            if (found is None or found[1] != bytes or type(bytes) is not int
-                    or (alignment is not _A256 and _FAST.get(alignment) is not alignment)):
-                if found is not None:  # put it back: the checked path decides
-                    live[ptr] = found
-                ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-                found = claim(live, ptr, bytes, 1, "BinningResource")
-                if found is None:
+            try:  # (a float equal to a live pointer is refused by the bin: put back below)
+                found = live_pop(ptr)
+            except _MISS:  # not live / unhashable
+                return _deallocate_slow(live, ptr, bytes, alignment, SYNC)
+            try:  # the bin checks the types of bytes and alignment
+                if found[4] == bytes:
+                    found[3](ptr, bytes, alignment)
                     return
-            try:
-                found[0][3](ptr, bytes, alignment)
             except BaseException:
                 live[ptr] = found
                 raise
+            live[ptr] = found  # another size: put it back, the checked path decides
+            _deallocate_slow(live, ptr, bytes, alignment, SYNC)
 
         self._build(allocate_async, deallocate_async, allocate=allocate, deallocate=deallocate)
 

@@ -124,11 +124,64 @@ def test_binning_user_bin_gets_the_stream_checked_first(pool):
     assert user.calls[-1] == ("deallocate_async", 256) and b.allocation_count() == 0
 
 
+def test_binning_user_bin_gets_every_argument_checked_on_a_cached_route(pool):
+    # the fast paths pass sizes and alignments on unchecked to the package's own bins, which
+    # check them; a user-written bin's entry checks them first
+    user = CountingBin(pool)
+    b = BinningResource(pool, [(1024, user)])
+    p = b.allocate_async(256, 256, 0)                 # 256 is now a cached route
+    q = b.allocate(256)
+    user.calls.clear()
+    for bad in (True, 256.0):
+        with pytest.raises(TypeError):
+            b.allocate_async(bad, 256, 0)
+        with pytest.raises(TypeError):
+            b.allocate(bad)
+        with pytest.raises(TypeError):
+            b.deallocate_async(p, bad, 256, 0)
+        with pytest.raises(TypeError):
+            b.deallocate(q, bad)
+    for bad_alignment in (3, 256.0, True):
+        with pytest.raises((TypeError, ValueError)):
+            b.deallocate_async(p, 256, bad_alignment, 0)
+        with pytest.raises((TypeError, ValueError)):
+            b.deallocate(q, 256, bad_alignment)
+    with pytest.raises(TypeError):
+        b.deallocate_async(float(p), 256, 256, 0)    # equal to a live pointer: not taken
+    assert user.calls == [] and b.allocation_count() == 2
+    b.deallocate_async(p, 256, 256, 0)
+    b.deallocate(q, 256)
+    assert b.allocation_count() == 0 and pool.allocation_count() == 0
+
+
+def test_binning_fast_free_refuses_bad_arguments_and_keeps_the_record(pool):
+    b = BinningResource(pool, [1024, 65536])
+    ptrs = {n: b.allocate_async(n, 256, 0) for n in (256, 5000, 1 << 20)}  # two bins, upstream
+    for n, p in ptrs.items():
+        for bytes_, alignment, exc in ((256.0 if n == 256 else float(n), 256, TypeError),
+                                       (n, 3, ValueError), (n, 256.0, TypeError),
+                                       (n + 1, 256, ValueError), ([n], 256, TypeError)):
+            with pytest.raises(exc):
+                b.deallocate_async(p, bytes_, alignment, 0)
+            with pytest.raises(exc):
+                b.deallocate(p, bytes_, alignment)
+        with pytest.raises(TypeError):
+            b.deallocate_async(float(p), n, 256, 0)
+        with pytest.raises(TypeError):
+            b.deallocate([p], n)
+        assert b.allocation_count() == 3
+    for n, p in ptrs.items():
+        b.deallocate_async(p, n, 256, 0)
+    assert b.allocation_count() == 0
+    b.release()                                  # the bins' chunks go back to the pool
+    assert pool.allocation_count() == 0
+
+
 def test_binning_route_cache_is_bounded(pool):
     b = BinningResource(pool, [1 << 16])
     for n in range(1, binning_module._ROUTES_CACHED + 50):
         b.deallocate_async(b.allocate_async(n, 256, 0), n, 256, 0)
-    assert len(b._table[0]) == binning_module._ROUTES_CACHED
+    assert len(b._routes) == binning_module._ROUTES_CACHED
     assert b.allocation_count() == 0
 
 
@@ -184,6 +237,41 @@ def test_aligned_fast_path_refusals_change_nothing(pool):
     with pytest.raises(ValueError):
         a.deallocate_async(p, 256, 256, 0)       # twice
     assert a.allocate_async(0, 256, 0) == 0
+
+
+def test_aligned_fast_path_sizes_past_the_cache_and_the_compact_range(pool, monkeypatch):
+    from hipmr_ctypes.adaptors import aligned as aligned_module
+    monkeypatch.setattr(aligned_module, "_TOTALS_CACHED", 8)
+    a = AlignedResource(pool, 4096)
+    ptrs = [(a.allocate_async(n, 256, 0), n) for n in range(1, 40)]   # past the cache's 8
+    ptrs += [(a.allocate_async(n, 256, 0), n) for n in range(1, 40)]  # hits and misses
+    assert all(p % 4096 == 0 for p, _ in ptrs) and len({p for p, _ in ptrs}) == len(ptrs)
+    assert pool.allocation_count() == len(ptrs)
+    for p, n in ptrs:
+        a.deallocate_async(p, n, 256, 0)
+    with pytest.raises(hmr.OutOfMemoryError):   # above 2**30 - 1: the checked path
+        a.allocate_async((1 << 63) - 100, 256, 0)
+    assert pool.allocation_count() == 0
+
+
+class _RaisingEq:
+    """A size whose comparison raises."""
+
+    def __eq__(self, other):
+        raise RuntimeError("no comparison")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("kind", ["aligned", "binning"])
+def test_a_size_whose_comparison_raises_loses_no_record(pool, kind):
+    r = AlignedResource(pool, 512) if kind == "aligned" else BinningResource(pool, [1024])
+    p = r.allocate_async(256, 256, 0)
+    with pytest.raises((TypeError, RuntimeError)):
+        r.deallocate_async(p, _RaisingEq(), 256, 0)
+    r.deallocate_async(p, 256, 256, 0)           # the record was kept
+    with pytest.raises(ValueError):
+        r.deallocate_async(p, 256, 256, 0)
 
 
 # ---- the pool's per-thread stream: exact counts across threads and streams

@@ -53,3 +53,60 @@ def test_binning_bins_must_match_the_upstream():
         BinningResource(up, [(1024, HostBufferResource((device_accessible,)))])
     sync = BinningResource(HostBufferResource(), [(1024, HostBufferResource())])
     assert not hmr.is_async_resource(sync)
+
+
+def test_binning_add_bin_while_threads_allocate_keeps_routes_and_counts_exact():
+    # the route cache is emptied by add_bin while other threads fill it: afterwards every
+    # size goes to its smallest bin, and every pointer went back to the bin that gave it
+    import threading
+    import time
+    pool = PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=1 << 24)
+    b = BinningResource(pool, [1 << 16])
+    sizes = [100, 300, 700, 1500, 3000, 6000]
+    stop = threading.Event()
+    errors = []
+    rounds = [0]
+
+    def churn():
+        try:
+            while not stop.is_set():
+                rounds[0] += 1   # (a count of progress only: races on it do not matter)
+                held = [(b.allocate_async(n, 256, 0), n) for n in sizes]
+                held += [(b.allocate(n), n) for n in sizes]
+                for i, (p, n) in enumerate(held):
+                    if i % 2:
+                        b.deallocate_async(p, n, 256, 0)
+                    else:
+                        b.deallocate(p, n)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=churn) for _ in range(3)]
+    for t in threads:
+        t.start()
+    def some_rounds():
+        seen = rounds[0]
+        while rounds[0] < seen + 3 and not errors:
+            time.sleep(0.001)
+
+    try:
+        for size in (8192, 512, 4096, 1024, 2048):
+            some_rounds()           # the threads are allocating: add_bin meets them
+            b.add_bin(size)
+        some_rounds()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert b.allocation_count() == 0
+    res = b.bin_resources
+    assert all(r.allocation_count() == 0 for r in res.values())
+    for n in sizes:
+        p = b.allocate(n)
+        smallest = min(s for s in res if s >= n)
+        assert res[smallest].allocation_count() == 1, (n, smallest)
+        b.deallocate(p, n)
+        assert b.allocation_count() == 0
+    b.release()
+    assert pool.allocation_count() == 0
