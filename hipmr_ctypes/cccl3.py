@@ -39,6 +39,7 @@ from . import properties as _props
 from .resource_refs import async_resource_ref as _async_ref22
 from .resource_refs import resource_ref as _ref22
 from .resource_refs import try_get_property as _try_get_property22
+from .resource_refs import ImmutableRef, ref_hash
 from .stream_refs import as_stream_handle
 from .stream_refs import stream_ref as _stream_ref22
 from .properties import DEFAULT_ALIGNMENT, Property, _check_property, forward_property
@@ -351,7 +352,7 @@ def _empty(*args: Any, **kwargs: Any) -> Any:
     raise ValueError("the wrapper is empty: it holds no resource")
 
 
-class _Wrapper:
+class _Wrapper(ImmutableRef):
     """What the four wrappers share: the resource, its methods, properties, equality."""
 
     __slots__ = ("resource", "_methods", "allocate_sync", "deallocate_sync")
@@ -403,23 +404,7 @@ class _Wrapper:
             return False
         return bool(res == other)
 
-    def __hash__(self) -> int:
-        try:
-            return hash(self.resource)
-        except TypeError:
-            return hash(type(self.resource))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    def __copy__(self: T) -> T:
-        return self
-
-    def __deepcopy__(self: T, memo: Any) -> T:
-        return self
+    __hash__ = ref_hash
 
     def __reduce__(self) -> Tuple[Any, ...]:
         base = next(k for k in type(self).__mro__ if k in _BASES)

@@ -94,7 +94,34 @@ def _names(props: Any) -> str:
     return ", ".join(sorted(p.__name__ for p in props))
 
 
-class resource_ref:
+def ref_hash(self: Any) -> int:
+    """A ref's ``__hash__`` (here and in ``cccl3``): its resource's hash, or its resource type's
+    for an unhashable resource."""
+    try:
+        return hash(self.resource)
+    except TypeError:
+        return hash(type(self.resource))
+
+
+class ImmutableRef:
+    """What every ref class shares (here and in ``cccl3``): immutable, and its own copy."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __copy__(self: T) -> T:
+        return self
+
+    def __deepcopy__(self: T, memo: Any) -> T:
+        return self
+
+
+class resource_ref(ImmutableRef):
     """A reference to a resource with the properties of this class (none for the bare class).
 
     ``resource_ref[P, ...](source)``: ``source`` is a resource with every property (checked with
@@ -178,23 +205,7 @@ class resource_ref:
             return False
         return bool(res == other)
 
-    def __hash__(self) -> int:
-        try:
-            return hash(self.resource)
-        except TypeError:
-            return hash(type(self.resource))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    def __copy__(self: T) -> T:
-        return self
-
-    def __deepcopy__(self: T, memo: Any) -> T:
-        return self
+    __hash__ = ref_hash
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (_rebuild, (type(self)._hipmr_ref_kind == 2, tuple(type(self).properties),
