@@ -51,8 +51,12 @@ SLOTS = 2
 #: pipelines per copy, each over its own part of the bytes and its own slots: the calling
 #: thread runs one, a thread started for the copy each other one (one pipeline is bound by
 #: the CPU's copies, not by the link): up to 4, half the CPUs this process may run on
-WORKERS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                     else (os.cpu_count() or 1)) // 2)
+def _default_workers(cpus: int) -> int:
+    return max(1, min(4, cpus // 2))
+
+
+WORKERS = _default_workers(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                           else (os.cpu_count() or 1))
 
 _memmove = ctypes.memmove
 _PER_THREAD = 2   # a stream handle that names another stream in every thread

@@ -351,3 +351,9 @@ def test_an_interrupted_copy_never_lends_out_slots_still_in_use(staging, monkeyp
     assert buf.tobytes() == _pattern(n)
     assert made[1].lock.locked()
     buf.close()
+
+
+def test_the_default_number_of_pipelines_is_half_the_cpus_up_to_four():
+    assert [_staging._default_workers(n) for n in (1, 2, 3, 5, 8, 16, 128)] == [
+        1, 1, 1, 2, 4, 4, 4]
+    assert 1 <= _staging.WORKERS <= 4
