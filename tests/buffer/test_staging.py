@@ -17,11 +17,12 @@ CHUNK = 4096
 
 @pytest.fixture
 def staging(monkeypatch):
-    """Small chunks, a low threshold, two pipelines, a set table of this test's own (closed
-    afterwards), and the calls of the staged copies counted."""
+    """Small chunks, a low threshold, two pipelines of a chunk or more, a set table of this
+    test's own (closed afterwards), and the calls of the staged copies counted."""
     monkeypatch.setattr(_staging, "CHUNK", CHUNK)
     monkeypatch.setattr(_staging, "THRESHOLD", 2 * CHUNK)
     monkeypatch.setattr(_staging, "WORKERS", 2)   # (the default depends on the CPUs)
+    monkeypatch.setattr(_staging, "MIN_PART", CHUNK)
     sets = {}
     monkeypatch.setattr(_staging, "_sets", sets)
     calls = {"to_device": 0, "to_host": 0, "to_existing_host": 0}
@@ -97,6 +98,25 @@ def test_the_parts_run_in_threads_of_their_own_but_not_on_the_per_thread_stream(
     assert own.tobytes() == _pattern(n)
     assert seen == [threading.get_ident()] * 2     # one pipeline each, in this thread
     own.close()
+    buf.close()
+
+
+def test_a_short_copy_runs_fewer_pipelines(staging, monkeypatch):
+    seen = _threads_of(monkeypatch)
+    monkeypatch.setattr(_staging, "WORKERS", 4)
+    monkeypatch.setattr(_staging, "MIN_PART", 3 * CHUNK)
+    mr = hmr.AsyncMemoryResource()
+    for n, pipelines in ((5 * CHUNK, 1), (6 * CHUNK, 2), (12 * CHUNK + 1, 4), (40 * CHUNK, 4)):
+        seen.clear()
+        buf = hmr.Buffer.from_host(_pattern(n), resource=mr)
+        assert len(seen) == pipelines, n
+        assert buf.tobytes() == _pattern(n)
+        buf.close()
+    seen.clear()
+    buf = hmr.Buffer.from_host(_pattern(5 * CHUNK), resource=mr)
+    out = bytearray(5 * CHUNK)
+    buf.copy_to_host(out)            # one pipeline only: an existing destination is not staged
+    assert bytes(out) == _pattern(5 * CHUNK) and staging["to_existing_host"] == 0
     buf.close()
 
 
