@@ -21,6 +21,7 @@ def staging(monkeypatch):
     test's own (closed afterwards), and the calls of the staged copies counted."""
     monkeypatch.setattr(_staging, "CHUNK", CHUNK)
     monkeypatch.setattr(_staging, "THRESHOLD", 2 * CHUNK)
+    monkeypatch.setattr(_staging, "TO_HOST_THRESHOLD", 2 * CHUNK)
     monkeypatch.setattr(_staging, "WORKERS", 2)   # (the default depends on the CPUs)
     monkeypatch.setattr(_staging, "MIN_PART", CHUNK)
     sets = {}
@@ -154,13 +155,13 @@ def test_memory_of_another_device_than_the_current_one():
             mr = hmr.AsyncMemoryResource(device=1)
             with hmr.Device(0):
                 buf = hmr.Buffer(n, resource=mr)
-                before = _staging.THRESHOLD
-                _staging.THRESHOLD = 2 * _staging.CHUNK
+                before = _staging.THRESHOLD, _staging.TO_HOST_THRESHOLD
+                _staging.THRESHOLD = _staging.TO_HOST_THRESHOLD = 2 * _staging.CHUNK
                 try:
                     buf.copy_from_host(data)
                     assert buf.tobytes() == data
                 finally:
-                    _staging.THRESHOLD = before
+                    _staging.THRESHOLD, _staging.TO_HOST_THRESHOLD = before
                 assert hmr.get_device() == 0
             assert (id(two), 1) in _staging._sets and _staging._sets[(id(two), 1)][1]
             buf.close()
@@ -169,6 +170,17 @@ def test_memory_of_another_device_than_the_current_one():
         for one in entry[1] if entry else ():
             one.close()
         assert dict(_staging._sets) == saved
+
+
+def test_copies_to_the_host_have_a_threshold_of_their_own(staging, monkeypatch):
+    monkeypatch.setattr(_staging, "TO_HOST_THRESHOLD", 8 * CHUNK)
+    mr = hmr.AsyncMemoryResource()
+    for n, staged in ((8 * CHUNK - 1, 0), (8 * CHUNK, 1)):
+        buf = hmr.Buffer.from_host(_pattern(n), resource=mr)
+        assert buf.tobytes() == _pattern(n) and bytes(buf.copy_to_host()) == _pattern(n)
+        buf.close()
+        assert staging["to_host"] == 2 * staged
+    assert staging["to_device"] == 2
 
 
 def test_small_copies_and_async_copies_are_not_staged(staging):
@@ -315,7 +327,9 @@ def test_each_runtime_has_its_own_set(staging):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [_staging.THRESHOLD, 3 * _staging.CHUNK + 4097, 64 << 20])
+@pytest.mark.parametrize("n", [_staging.THRESHOLD, _staging.TO_HOST_THRESHOLD,
+                               _staging.TO_HOST_THRESHOLD + 3 * _staging.CHUNK + 4097,
+                               256 << 20])
 def test_staged_copies_on_a_gpu_match_the_runtimes(gpu_runtime, n):
     import numpy
     data = numpy.random.default_rng(n).integers(0, 256, n, dtype=numpy.uint8)
