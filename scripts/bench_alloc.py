@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes import _hip  # noqa: E402
 
+from _adaptor_rows import adaptors_over  # noqa: E402
 from _timing import FLOOR, floor_loop, markdown_table, ns_per_op, save_json  # noqa: E402
 
 SIZES = (256, 64 << 10, 16 << 20)
@@ -164,16 +165,9 @@ def ours(size: int, rt) -> Dict[str, Callable[[int], None]]:
             l_free(p, size, 256, 0)
     loops["LimitingResource over PoolResource"] = lim_loop
 
-    others = {
-        "TrackingResource over PoolResource": hmr.TrackingResource(pool),
-        "FailureCallbackResource over PoolResource":
-            hmr.FailureCallbackResource(pool, lambda n: False),
-        "AlignedResource(512) over PoolResource": hmr.AlignedResource(pool, 512),
-        "BinningResource (bins 1 KiB, 64 KiB) over PoolResource":
-            hmr.BinningResource(pool, bins=[1024, 65536]),
-        "FixedSizeResource(16 MiB blocks) over AsyncMemoryResource":
-            hmr.FixedSizeResource(amr, block_size=16 << 20, blocks_to_preallocate=4),
-    }
+    others = adaptors_over(pool, "PoolResource")
+    others["FixedSizeResource(16 MiB blocks) over AsyncMemoryResource"] = (
+        hmr.FixedSizeResource(amr, block_size=16 << 20, blocks_to_preallocate=4))
     for name, res in others.items():
         def other_loop(n, a=res.allocate_async, d=res.deallocate_async):
             for _ in range(n):

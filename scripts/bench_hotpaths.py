@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes._hip import get_runtime  # noqa: E402
 
+from _adaptor_rows import adaptors_over  # noqa: E402
 from _timing import ns_per_op, print_rows, save_json  # noqa: E402
 
 
@@ -64,15 +65,12 @@ def loops() -> Dict[str, Callable[[int], None]]:
                                                           pool.deallocate_async, 2),
         "AsyncMemoryResource, Python part": pair(bare.allocate_async, bare.deallocate_async, 0),
     }
-    for name, res in {
-            "TrackingResource over the pool": hmr.TrackingResource(pool),
-            "FailureCallbackResource over the pool":
-                hmr.FailureCallbackResource(pool, lambda n: False),
-            "AlignedResource(512) over the pool": hmr.AlignedResource(pool, 512),
-            "BinningResource over the pool": hmr.BinningResource(pool, bins=[1024, 65536]),
+    others = adaptors_over(pool, "the pool")
+    others.update({
             "FixedSizeResource(1 KiB) over the pool": hmr.FixedSizeResource(pool, 1024),
             "FixedSizeResource over AsyncMemoryResource":
-                hmr.FixedSizeResource(amr, block_size=1 << 20, blocks_to_preallocate=4)}.items():
+                hmr.FixedSizeResource(amr, block_size=1 << 20, blocks_to_preallocate=4)})
+    for name, res in others.items():
         out[name] = pair(res.allocate_async, res.deallocate_async, 0)
     out.update(everyday(pool, stats))
     return out
