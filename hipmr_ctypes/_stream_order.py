@@ -320,13 +320,15 @@ class StreamOrder:
         recorded on it now (``{key}`` when it cannot be recorded)."""
         if _is_own_per_thread(key):
             try:
-                ev = event_for(key)
+                ev = event_for(key)   # on the key's device, and recorded there
                 try:
-                    ev.record(_PER_THREAD)
+                    recorded = record_or_synchronize(ev, key)
                 except BaseException:
                     ev.close()
                     raise
-                return frozenset((Recorded(key, ev),))
+                if recorded:
+                    return frozenset((Recorded(key, ev),))
+                ev.close()
             except Exception:  # noqa: BLE001 - as before: another thread waits device-wide
                 pass
         return frozenset((key,))

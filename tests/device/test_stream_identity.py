@@ -370,3 +370,47 @@ def test_blocks_of_a_thread_that_ended_need_no_wait(emulator, monkeypatch, kind)
     assert q in ps and "device-wait" not in seen and "wait" not in seen and not waited, seen
     _in_thread(lambda: r.deallocate_async(q, 4000, 256, PER_THREAD))
     r.release()
+
+
+OWN_FLUSH_ON_ANOTHER_DEVICE = textwrap.dedent("""
+    import threading
+    import hipmr_ctypes as hmr
+    from hipmr_ctypes import _stream_order
+    made = []
+    real = _stream_order.Recorded.__init__
+
+    def spy(self, key, event):
+        made.append((key, event.device, hmr.get_device()))
+        real(self, key, event)
+
+    _stream_order.Recorded.__init__ = spy
+    with hmr.Device(1):
+        pool = hmr.PoolResource(hmr.AsyncMemoryResource(device=1))
+
+    def a():
+        with hmr.Device(1):
+            p = pool.allocate_async(1000, 256, 2)    # device 1's per-thread stream
+            pool.deallocate_async(p, 1000, 256, 2)
+        with hmr.Device(0):
+            pool.release()   # this thread moves its own lists while device 0 is current
+
+    t = threading.Thread(target=a)
+    t.start()
+    t.join()
+    # the chunk's (device 1 current) and the moved lists' (device 0 current), both on device 1
+    assert all(key[:2] == (2, 1) and device == 1 for key, device, _ in made), made
+    assert [current for _, _, current in made] == [1, 0], made
+    print("ok")
+""")
+
+
+def test_the_event_for_a_threads_own_blocks_is_recorded_on_their_device():
+    """With two devices, a thread that moves the blocks it freed on device 1's per-thread
+    stream while device 0 is current records their event on device 1 (where the event and
+    the stream are), not on the current device's stream (which the runtime refuses)."""
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
+               PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", OWN_FLUSH_ON_ANOTHER_DEVICE],
+                          capture_output=True, text=True, env=env, cwd=str(REPO), timeout=120)
+    no_crash(proc)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
