@@ -61,7 +61,21 @@ def pytest_configure(config):
                                     f"cannot be imported (pip install {install})")
 
 
+def _deselect_gpu_alone(config, items):
+    """Tests marked ``gpu_alone`` fill the device for a while: in a parallel run
+    (pytest-xdist's workers) every other worker's GPU test would run out of memory meanwhile,
+    so there they are deselected (not skipped: they do not run there at all) and a serial run
+    runs them (``scripts/gpu_run.sh`` runs the GPU tests serially)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    alone = [item for item in items if item.get_closest_marker("gpu_alone")]
+    if alone:
+        config.hook.pytest_deselected(items=alone)
+        items[:] = [item for item in items if not item.get_closest_marker("gpu_alone")]
+
+
 def pytest_collection_modifyitems(config, items):
+    _deselect_gpu_alone(config, items)
     why = _platform_unusable()
     if why is None:
         return

@@ -13,6 +13,7 @@ import hipmr_ctypes as hmr
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_alone
 def test_bench_json_on_a_nearly_full_gpu(gpu_runtime, capsys):
     """On a real device filled to less than 64 KiB free (in this process): ``bench --json``
     still prints its JSON, each device row measured or null with its error."""
