@@ -123,3 +123,10 @@ def test_bench_per_thread_reuse(tmp_path):
                                          "A moved its own blocks", "A ended"]
     assert all(r["ms"] > 0 and len(r["all_ms"]) == 2 for r in rows)
     assert "median of 2" in text
+
+
+def test_every_script_is_in_the_readmes_table():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in (REPO / "scripts").iterdir()
+                     if p.suffix in (".py", ".sh") and p.is_file())
+    assert scripts and [s for s in scripts if f"| `scripts/{s}` |" not in readme] == []
