@@ -40,22 +40,19 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyDefault
 from .device import get_device, on_device_or_current
 
-__all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "CHUNK", "SLOTS", "WORKERS", "MIN_PART", "to_device", "to_host",
-           "to_existing_host"]
+__all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "CHUNK", "SLOTS", "WORKERS", "MIN_PART",
+           "to_device", "to_host", "to_existing_host"]
 
 #: host-to-device copies of fewer bytes go to the runtime directly (one call is faster than
 #: a pipeline)
 THRESHOLD = 16 << 20
-#: the same for device-to-host copies: the runtime's own copy out is faster than the host's
-#: copy in, and two pipelines matched it only from 64 MiB on (measured on the H200)
+#: the same for device-to-host copies: below it the runtime's own copy to pageable memory
+#: matched or beat two pipelines (measured on the H200)
 TO_HOST_THRESHOLD = 64 << 20
 #: the bytes of one pinned slot: the pipeline's step
 CHUNK = 2 << 20
 #: pinned slots per pipeline (two: one filled by the CPU while the other is in flight)
 SLOTS = 2
-#: pipelines per copy, each over its own part of the bytes and its own slots: the calling
-#: thread runs one, a thread started for the copy each other one (one pipeline is bound by
-#: the CPU's copies, not by the link): up to 4, half the CPUs this process may run on
 #: the fewest bytes a pipeline is started for: below ``WORKERS * MIN_PART`` a copy runs
 #: fewer pipelines (16 MiB: two), since starting one and filling it costs more than it brings
 #: on a short part (measured: four pipelines on 16 MiB were slower than two)
@@ -66,6 +63,9 @@ def _default_workers(cpus: int) -> int:
     return max(1, min(4, cpus // 2))
 
 
+#: pipelines per copy, each over its own part of the bytes and its own slots: the calling
+#: thread runs one, a thread started for the copy each other one (one pipeline is bound by
+#: the CPU's copies, not by the link): up to 4, half the CPUs this process may run on
 WORKERS = _default_workers(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                            else (os.cpu_count() or 1))
 
