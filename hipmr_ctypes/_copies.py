@@ -139,7 +139,7 @@ def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
     rt = _hip.get_runtime()
     own = buf._own_stream()
     with on_device_or_current(device):
-        if (staged is not None and n >= _staging.THRESHOLD and peer is None
+        if (staged is not None and n >= _staging.threshold(staged) and peer is None
                 and buf._memory_kind() == "device"
                 and pointer_kind(src if staged is _staging.to_device else dst)[0] is None
                 and staged(rt, dst, src, n, own, device)):

@@ -41,7 +41,7 @@ from ._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyD
 from .device import get_device, on_device_or_current
 
 __all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "CHUNK", "SLOTS", "WORKERS", "MIN_PART",
-           "to_device", "to_host", "to_existing_host"]
+           "threshold", "to_device", "to_host", "to_existing_host"]
 
 #: host-to-device copies of fewer bytes go to the runtime directly (one call is faster than
 #: a pipeline)
@@ -204,8 +204,6 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
     """Run ``pipeline`` over ``n`` bytes on as many free sets as there are (up to WORKERS;
     one only on the per-thread stream, which names another stream in every thread), each over
     its own contiguous part; False, having done nothing, when fewer than ``least`` are free."""
-    if pipeline is _into_host and n < TO_HOST_THRESHOLD:
-        return False
     if device is None:
         device = get_device()
     sets = _sets_for(rt, device)
@@ -216,7 +214,7 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
             break
         if one.lock.acquire(False):
             claimed.append(one)
-    if len(claimed) < least or not claimed:
+    if len(claimed) < least:
         for one in claimed:
             one.lock.release()
         return False
@@ -264,6 +262,12 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
     if errors:
         raise errors[0]
     return True
+
+
+def threshold(staged: Callable[..., bool]) -> int:
+    """The fewest bytes a copy needs to be handed to ``staged`` (:func:`to_device`,
+    :func:`to_host` or :func:`to_existing_host`)."""
+    return THRESHOLD if staged is to_device else TO_HOST_THRESHOLD
 
 
 def to_device(rt: Any, dst: int, src: int, n: int, stream: int, device: Optional[int]) -> bool:

@@ -109,6 +109,7 @@ def test_bench_copy_with_the_staging_off_and_another_chunk(tmp_path):
          "--rows", "H2D new (alloc + copy)", "--staging", "off", "--json", str(out))
     data = json.loads(out.read_text())
     assert data["staging"] == "off" and data["staging_threshold"] >= 1 << 62
+    assert data["staging_to_host_threshold"] >= 1 << 62
     _run("bench_copy.py", "--sizes", "64KiB", "--rounds", "1", "--min-ms", "1",
          "--rows", "D2H into pageable", "--staging-chunk", "1MiB", "--json", str(out))
     assert json.loads(out.read_text())["staging_chunk"] == 1 << 20
