@@ -9,7 +9,8 @@ stream before the thread ends avoids it (docs/internals.md, "Thread exit").
 :func:`arm` is called on the checked path of ``AsyncMemoryResource.allocate_async`` (the only
 place the package queues a stream-ordered allocation) whenever the stream is the per-thread
 one, and by a sub-allocator when it first keeps blocks freed on a thread's per-thread stream
-(``_stream_order.StreamOrder.note``): after the wait, that thread's blocks are known clean.  It keeps, in a ``threading.local``, an object whose ``__del__`` runs in the ending thread
+(``_stream_order.StreamOrder.note``): after the wait, that thread's blocks are known clean.
+It keeps, in a ``threading.local``, an object whose ``__del__`` runs in the ending thread
 while its Python state is cleared, before ``Thread.join`` returns and before the driver's exit
 handler: it synchronizes the per-thread stream of every device the thread allocated on.
 

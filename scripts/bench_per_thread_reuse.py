@@ -36,10 +36,10 @@ PER_THREAD = 2
 CHUNK = 1 << 20
 
 
-def _busy(stream: Any, buf: Any, ms: float) -> None:
-    """Queue about ``ms`` of memsets on ``stream`` (their speed measured once)."""
-    rounds = max(1, int(ms / _busy.per_memset_ms))  # type: ignore[attr-defined]
-    for _ in range(rounds):
+def _busy(stream: Any, buf: Any, ms: float, per_memset_ms: float) -> None:
+    """Queue about ``ms`` of memsets on ``stream`` (``per_memset_ms`` each, from
+    :func:`_calibrate`)."""
+    for _ in range(max(1, int(ms / per_memset_ms))):
         buf.memset(1, stream=stream)
 
 
@@ -74,7 +74,8 @@ class _Thread:
         self.thread.join()
 
 
-def _one(case: str, busy_stream: Any, busy_buf: Any, busy_ms: float) -> float:
+def _one(case: str, busy_stream: Any, busy_buf: Any, busy_ms: float,
+         per_memset_ms: float) -> float:
     pool = hmr.PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=CHUNK)
 
     def a() -> None:
@@ -91,7 +92,7 @@ def _one(case: str, busy_stream: Any, busy_buf: Any, busy_ms: float) -> float:
     result: Dict[str, float] = {}
 
     def b() -> None:
-        _busy(busy_stream, busy_buf, busy_ms)
+        _busy(busy_stream, busy_buf, busy_ms, per_memset_ms)
         start = time.perf_counter()
         q = pool.allocate_async(CHUNK // 2, 256, PER_THREAD)
         result["s"] = time.perf_counter() - start
@@ -117,13 +118,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     busy_buf = hmr.Buffer(parse_bytes(args.busy_bytes), resource=hmr.DeviceMemoryResource())
     busy_stream = hmr.Stream()
-    _busy.per_memset_ms = _calibrate(busy_stream, busy_buf)  # type: ignore[attr-defined]
+    per_memset_ms = _calibrate(busy_stream, busy_buf)
     cases = ["A alive, B moves A's blocks", "A moved its own blocks", "A ended"]
     rows = []
     print(f"unrelated work queued: {args.busy_ms:.0f} ms; B's allocate_async, median of "
           f"{args.rounds}:")
     for case in cases:
-        times = [_one(case, busy_stream, busy_buf, args.busy_ms) for _ in range(args.rounds)]
+        times = [_one(case, busy_stream, busy_buf, args.busy_ms, per_memset_ms)
+                 for _ in range(args.rounds)]
         ms = statistics.median(times) * 1e3
         rows.append({"case": case, "ms": ms, "all_ms": [t * 1e3 for t in times]})
         print(f"  {case:30} {ms:9.3f} ms", flush=True)
