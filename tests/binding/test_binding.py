@@ -310,14 +310,19 @@ def test_nvidia_runtime_opens_the_driver_on_first_use_only(monkeypatch):
             rt.fn.hipDeviceTotalMem(total, 0)
 
 
+def _fake_nvidia_runtime(monkeypatch, cudart, libcuda):
+    """The nvidia runtime over the fake ``cudart`` and ``libcuda`` libraries."""
+    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
+    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
+    return nvidia.create_nvidia_runtime({})
+
+
 def test_nvidia_shims_are_built_by_the_first_call_and_take_their_stand_ins_place(monkeypatch):
     """The shims (driver calls, pointer and device attributes, prefetch) are compiled and built
     by the first call of any; each then replaces its stand-in in ``rt.fn`` (not a spy put there
     meanwhile), and a stand-in kept from before still answers, through its shim."""
     cudart, libcuda = _FakeLibrary(), _FakeLibrary({"cuInit": 0})
-    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
-    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
-    rt = nvidia.create_nvidia_runtime({})
+    rt = _fake_nvidia_runtime(monkeypatch, cudart, libcuda)
     assert rt.fn.hipMalloc is cudart.cudaMalloc  # a direct row: the library's own function
     kept = rt.fn.hipDeviceGetAttribute
     stand_in_init = rt.fn.hipInit
@@ -344,9 +349,7 @@ def test_a_stand_in_called_while_the_shims_are_built_does_not_hang(monkeypatch):
     import threading
     from hipmr_ctypes._hip.nvidia import _shims
     cudart, libcuda = _FakeLibrary(), _FakeLibrary({"cuInit": 0})
-    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
-    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
-    rt = nvidia.create_nvidia_runtime({})
+    rt = _fake_nvidia_runtime(monkeypatch, cudart, libcuda)
     real_build, inner = _shims.build_shims, []
 
     def build_calling_a_stand_in(*args):
@@ -366,11 +369,8 @@ def test_a_stand_in_called_while_the_shims_are_built_does_not_hang(monkeypatch):
 def test_the_nvidia_address_range_is_the_drivers(monkeypatch):
     """On ``nvidia`` hipMemGetAddressRange is the driver's cuMemGetAddressRange_v2 (HIP's
     header maps it so), through libcuda opened on first use; its status comes back as HIP's."""
-    from hipmr_ctypes._hip import nvidia
     cudart, libcuda = _FakeLibrary(), _FakeLibrary({"cuInit": 0})
-    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
-    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
-    rt = nvidia.create_nvidia_runtime({})
+    rt = _fake_nvidia_runtime(monkeypatch, cudart, libcuda)
     base, size = ctypes.c_void_p(), ctypes.c_size_t()
     assert rt.fn.hipMemGetAddressRange(base, size, 0x1000) == 0
     assert libcuda.calls[-1][0] == "cuMemGetAddressRange_v2" and libcuda.calls[-1][3] == 0x1000
@@ -382,8 +382,6 @@ def test_the_nvidia_address_range_makes_a_context_current_first(monkeypatch):
     """A thread with no current context (an importing process that only mapped pool memory)
     gets CUDA_ERROR_INVALID_CONTEXT (201) from the driver: the shim makes the runtime's primary
     context current (cudaFree(NULL)) and asks again, as the memset shims do."""
-    from hipmr_ctypes._hip import nvidia
-
     class Driver(_FakeLibrary):
         def __getattr__(self, symbol):
             if symbol != "cuMemGetAddressRange_v2":
@@ -395,9 +393,7 @@ def test_the_nvidia_address_range_makes_a_context_current_first(monkeypatch):
             return query
 
     cudart, libcuda = _FakeLibrary(), Driver({"cuInit": 0})
-    monkeypatch.setattr(nvidia, "load_first", lambda *a: (cudart, "/fake/libcudart.so.13"))
-    monkeypatch.setattr(nvidia, "_open_libcuda", lambda: libcuda)
-    rt = nvidia.create_nvidia_runtime({})
+    rt = _fake_nvidia_runtime(monkeypatch, cudart, libcuda)
     base, size = ctypes.c_void_p(), ctypes.c_size_t()
     assert rt.fn.hipMemGetAddressRange(base, size, 0x2000) == 0
     asked = [c for c in libcuda.calls if c[0] == "cuMemGetAddressRange_v2"]
