@@ -108,6 +108,8 @@ def arm(rt: Any, arg: Any = None, then: Optional[Callable[[Any], None]] = None) 
     except AttributeError:
         guard = None
     if guard is None or guard.rt is not rt:
+        if guard is not None:  # another runtime: the old guard waits for its streams as it
+            guard.then.clear()  # goes, but the thread goes on, so nothing due at its end runs
         guard = _local.guard = _ExitSync(rt)
     device = current_device_function()()
     if device not in guard.devices:

@@ -159,6 +159,27 @@ def test_a_runtime_replaced_in_the_thread(monkeypatch):
     assert seen == [one, other]
 
 
+def test_a_runtime_replaced_in_a_thread_that_goes_on_does_not_end_it(monkeypatch):
+    """The guard of the first runtime waits as the second one replaces it, but the thread
+    goes on: its per-thread stream key is not taken for one of a thread that ended (which
+    would make the blocks it frees later count as clean), until the thread does end."""
+    from hipmr_ctypes import _stream_order
+    one = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "1"})
+    other = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "1"})
+
+    def work():
+        token = _stream_order._thread_token()
+        for rt in (one, other):
+            with process_runtime(rt):
+                pool = hmr.PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=1 << 20)
+                p = pool.allocate_async(64, 256, PER_THREAD)
+                pool.deallocate_async(p, 64, 256, PER_THREAD)   # notes the key: arms
+                assert token not in _stream_order._finished
+        return token
+    _, token = _run(work)
+    assert token in _stream_order._finished   # ended, having waited
+
+
 GPU_SCRIPT = textwrap.dedent("""
     import threading, hipmr_ctypes as hmr
     r = hmr.AsyncMemoryResource()
