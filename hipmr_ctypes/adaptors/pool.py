@@ -29,6 +29,7 @@ Design (see docs/adaptors.md for the long version):
 from __future__ import annotations
 
 import threading
+from operator import attrgetter
 from bisect import bisect_left, insort
 from collections import deque
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
@@ -64,8 +65,8 @@ _MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable a
 
 
 class _Keyed(dict):  # type: ignore[type-arg]
-    """``free[handle]`` for the handles that are not their own stream keys: the per-thread
-    stream's, and the null and legacy streams' when several devices are visible.  Always
+    """``free[handle]`` for the handles that are not their own stream keys when several
+    devices are visible: the per-thread stream's, and the null and legacy streams'.  Always
     empty: a size looked up in it is looked up in the free lists of the calling thread's key
     instead.  The fast paths then index ``free`` by those handles as by any other, with no
     test of the handle.  Never a key of the arena's other maps: flushes and forgotten streams
@@ -85,23 +86,24 @@ class _Keyed(dict):  # type: ignore[type-arg]
         return found
 
 
-class _PerThread(_Keyed):
-    """The per-thread stream's ``_Keyed`` when one device is visible: its key is then fixed
-    for each thread, and kept in a thread-local once made (no call of the key function)."""
+class _OwnLists(threading.local):
+    """``free[PER_THREAD_HANDLE]`` when one device is visible.  Each thread's per-thread
+    stream then has one key for good, and its map of free lists (exact size -> list) is made
+    once per thread and kept here: ``own[nbytes]`` is ``sizes[nbytes]`` of the calling
+    thread, all in C (``__getitem__`` is a property whose getter reads the thread's bound
+    ``sizes.__getitem__``), so the fast paths index it as any other handle's map with no
+    Python frame, no key made and no tuple hashed.  ``free[key]`` is this same dict whenever
+    the arena keeps the key; when the arena forgets the key the dict is emptied, not dropped
+    (a fast path then misses, and the slow path puts it back).  ``threading.local`` runs
+    ``__init__`` in each thread on its first use."""
 
-    __slots__ = ("local",)
+    def __init__(self, keys: Callable[[int], Any]) -> None:
+        self.key = keys(PER_THREAD_HANDLE)
+        sizes: Dict[int, Deque[int]] = {}
+        self.sizes = sizes
+        self.get = sizes.__getitem__
 
-    def __init__(self, lists: Dict[Any, Any], key: Callable[[int], Any], handle: int) -> None:
-        super().__init__(lists, key, handle)
-        self.local = threading.local()
-
-    def __getitem__(self, nbytes: int) -> Deque[int]:
-        try:
-            key = self.local.key
-        except AttributeError:  # this thread's first look-up
-            key = self.local.key = self.key(self.handle)
-        found: Deque[int] = self.lists[key][nbytes]
-        return found
+    __getitem__ = property(attrgetter("get"))
 
 
 class _Arena:
@@ -132,6 +134,7 @@ class _Arena:
         self.pending = 0                       # bytes being asked of the upstream right now
         self.peak_pool_size = 0
         self.streams = StreamOrder()           # events for cross-stream reuse
+        self.own: Optional[_OwnLists] = None   # one device: each thread's per-thread map
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
 
     # ----------------------------------------------------------------- best-fit structure
@@ -265,7 +268,9 @@ class _Arena:
         path may have fetched one of its lists just before and append to it afterwards: each
         list is recorded as let go, then drained once more, and such a free rescues its block
         (see ``_dead``)."""
-        self.free.pop(key, None)
+        sizes = self.free.pop(key, None)
+        if sizes:
+            sizes.clear()  # (a thread's _OwnLists map: its fast paths miss from now on)
         classes = self.classes.pop(key, None)
         if classes:
             tag = frozenset((key,)) if tag is None else tag
@@ -512,7 +517,8 @@ class _Arena:
         sizes = self.free.get(key)
         if sizes is None:
             self.streams.note(key)
-            sizes = self.free[key] = {}
+            own = self.own
+            sizes = self.free[key] = own.sizes if own is not None and key == own.key else {}
             self.classes[key] = {}
         lst = sizes.get(nbytes)
         if lst is None:
@@ -582,13 +588,17 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         deallocate_slow = arena.deallocate_slow
         # the free lists are keyed by stream_key (only checked streams have an entry): a
         # created stream's key is its handle, and so are the null and legacy streams' with one
-        # device visible; the per-thread stream's entry (and with several devices visible the
-        # null and legacy streams') is a _Keyed map, which looks the calling thread's key up
+        # device visible; then the per-thread stream's entry is an _OwnLists (the calling
+        # thread's map).  With several devices visible the special handles' entries are _Keyed
+        # maps, which look the calling thread's key up.
         key = stream_keys()   # bound to the runtime: one call per special handle's key
         below = own_keys_below(key)
-        for handle in range(below, PER_THREAD_HANDLE + 1):
-            keyed = _PerThread if below == PER_THREAD_HANDLE else _Keyed
-            free[handle] = keyed(free, key, handle)
+        if below == PER_THREAD_HANDLE:
+            own = arena.own = _OwnLists(key)
+            free[PER_THREAD_HANDLE] = own  # type: ignore[assignment]  # (indexed as a map)
+        else:
+            for handle in range(below, PER_THREAD_HANDLE + 1):
+                free[handle] = _Keyed(free, key, handle)
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if type(bytes) is int:

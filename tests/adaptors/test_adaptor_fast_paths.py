@@ -340,3 +340,60 @@ def test_bench_hotpaths_counts_instructions_under_callgrind(tmp_path):
     data = json.loads(out.read_text())
     assert set(data) == {"PoolResource direct", "PoolResource on the per-thread stream (2)"}
     assert all(v > 0 for v in data.values())
+
+
+def test_each_thread_reads_its_own_per_thread_map_through_one_entry(emulator, pool):
+    """With one device visible, ``free[2]`` gives each thread its own map (the arena's
+    ``free[stream_key(2)]`` of that thread, the same dict), forgetting the key empties it
+    without dropping it, and the fast path fills it again: counts exact all along."""
+    import threading
+    from hipmr_ctypes.adaptors import pool as pool_module
+    from support import run_in_thread
+    arena = pool._arena
+    entry = arena.free[PER_THREAD]
+    assert isinstance(entry, pool_module._OwnLists)
+    assert len(_pairs(pool, 20)) == 1                # the fast path reuses one block
+    mine = _per_thread_map(pool)
+    assert mine is entry.sizes and 1000 in mine and entry[1000] is mine[1000]
+    with arena.lock:
+        arena._flush_all()                           # forgets every stream's lists
+    assert _per_thread_map(pool) is None and mine == {}
+    with pytest.raises(KeyError):
+        entry[1000]                                  # a miss: the checked path serves it
+    assert len(_pairs(pool, 20)) == 1
+    assert _per_thread_map(pool) is mine and 1000 in mine   # the same dict, filled again
+    p = pool.allocate_async(1000, 256, PER_THREAD)  # held by this thread: the other thread
+    pool.deallocate_async(p, 1000, 256, PER_THREAD)  # must not get it from its own map
+
+    def other():
+        theirs = _per_thread_map(pool)
+        assert theirs is None and arena.free[PER_THREAD].sizes == {}
+        q = pool.allocate_async(1000, 256, PER_THREAD)
+        pool.deallocate_async(q, 1000, 256, PER_THREAD)
+        theirs = _per_thread_map(pool)
+        return q, theirs is arena.free[PER_THREAD].sizes, theirs is not mine, \
+            threading.get_ident()
+    (_, (q, same, apart, ident)) = run_in_thread(other)
+    assert same and apart and ident != threading.get_ident()
+    assert list(mine[1000]) == [p]                   # this thread's block stayed its own
+    assert pool.allocate_async(1000, 256, PER_THREAD) == p
+    pool.deallocate_async(p, 1000, 256, PER_THREAD)
+    assert pool.allocation_count() == 0 and pool.free_bytes() == pool.pool_size()
+
+
+def test_several_devices_keep_the_keyed_entries():
+    """With several devices visible the special handles' keys depend on the current device:
+    their entries look the key up on each call (no per-thread map is kept)."""
+    from hipmr_ctypes import _hip, _stream_order
+    from hipmr_ctypes.adaptors import pool as pool_module
+    from support import process_runtime
+    with process_runtime(_hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2"})):
+        two = PoolResource(hmr.AsyncMemoryResource(), initial_pool_size=1 << 20)
+        assert two._arena.own is None
+        assert all(isinstance(two._arena.free[h], pool_module._Keyed) for h in (0, 1, 2))
+        p = two.allocate_async(512, 256, PER_THREAD)
+        two.deallocate_async(p, 512, 256, PER_THREAD)
+        assert 512 in two._arena.free[_stream_order.stream_key(PER_THREAD)]
+        assert two.allocate_async(512, 256, PER_THREAD) == p
+        two.deallocate_async(p, 512, 256, PER_THREAD)
+        two.release()

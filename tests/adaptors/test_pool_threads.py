@@ -114,7 +114,7 @@ def run_threads(resource, streams, writable, expect_oom=False):
 @pytest.fixture
 def streams():
     made = [hmr.Stream() for _ in range(3)]
-    yield [0] + [s.handle for s in made]
+    yield [0, 2] + [s.handle for s in made]   # 2: each thread's own per-thread stream
     for s in made:
         s.close()
 
