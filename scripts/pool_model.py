@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hipmr_ctypes import OutOfMemoryError, PoolResource, device_accessible, stream_ref
 from hipmr_ctypes import _stream_order
+from hipmr_ctypes.adaptors.pool import block_size
 
 __all__ = ["HOST", "STREAMS", "Corruption", "StreamModel", "FreedRanges", "AddressSpaceResource",
            "check_pool_tiles"]
@@ -260,9 +261,9 @@ def check_pool_tiles(pool: PoolResource) -> None:
         pieces.append((start, size, "free"))
     for key, classes in arena.classes.items():
         for size, lst in classes.items():
-            pieces.extend((p, size, f"list {key!r}") for p in lst)
+            pieces.extend((p, block_size(size), f"list {key!r}") for p in lst)
     for ptr, nbytes in arena.live.items():
-        pieces.append((ptr, -(-nbytes // 256) * 256, "live"))
+        pieces.append((ptr, -(-block_size(nbytes) // 256) * 256, "live"))
     pieces.sort()
     chunks = sorted(arena.chunks.items())
     if sum(s for _, s in chunks) != arena.pool_size:

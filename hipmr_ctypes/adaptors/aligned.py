@@ -33,6 +33,11 @@ def _fast_enough(alignment: int) -> bool:
     return _COMPACT + alignment - UPSTREAM_ALIGNMENT <= MAX_SIZE
 
 
+def big_enough(alignment: int) -> bool:
+    """Whether ``alignment`` is above what every upstream honours (256)."""
+    return alignment > UPSTREAM_ALIGNMENT
+
+
 def _allocate_fast(moved_setdefault: Any, default: int, threshold: int, up_alloc_async: Any,
                    allocate_checked: Any) -> Any:
     """The fast ``allocate_async`` with a threshold, or a default alignment of at most 256."""
@@ -224,6 +229,12 @@ class AlignedResource(BoundAdaptor):
 
         if not inline:
             self._build(allocate_async, deallocate_async)
+            return
+        native = getattr(ref.resource, "_aligned_paths", None)  # the package's PoolResource
+        paths = native(default, threshold, moved, allocate_async, deallocate_async) \
+            if big_enough(default) and native is not None else None
+        if paths is not None:  # the pool aligns the blocks itself: nothing over-allocated
+            self._build(paths[0], paths[1], allocate=paths[2], deallocate=paths[3])
             return
         self._build(*_fast_paths(moved, default, threshold, up_alloc_async, up_dealloc_async,
                                  allocate_async, deallocate_async),

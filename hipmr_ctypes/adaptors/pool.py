@@ -62,6 +62,32 @@ _NONE: Any = object()                    # "no such live block" (equal to no siz
 # cell is copied into every call's frame)
 _FAST = FAST_ALIGNMENTS           # {a: a} for a in 1..256; _FAST[True] is 1, not True
 _MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
+# Free lists of blocks aligned to more than 256 (kept for frees with a larger alignment and
+# for AlignedResource over the pool): keyed in the same maps as the others, by a negative int
+# that cannot be a size, -((log2(alignment) - 8) << _SHIFT) - size, for sizes up to _SIZE_MASK
+# and alignments up to _ALIGNED_MAX: then every key is a one-digit int (below 2**30 in
+# magnitude), which CPython hashes and compares as fast as a small size
+_SHIFT = 25
+_SIZE_MASK = (1 << _SHIFT) - 1
+_ALIGNED_MAX = 1 << 31
+_SERVED_MAX = _SIZE_MASK + 1 - _GRAIN   # the largest size whose block size has such a key
+
+
+def has_aligned_key(nbytes: int, alignment: int) -> bool:
+    """Whether blocks of ``nbytes`` aligned to ``alignment`` have lists of their own."""
+    return _GRAIN < alignment <= _ALIGNED_MAX and nbytes <= _SIZE_MASK
+
+
+def aligned_key(nbytes: int, alignment: int) -> int:
+    """The free-list key of ``nbytes`` (an exact size or a block size) for blocks aligned to
+    ``alignment`` (a power of two), when :func:`has_aligned_key`."""
+    return -((alignment.bit_length() - 9) << _SHIFT) - nbytes
+
+
+def block_size(class_key: int) -> int:
+    """The size a list's key names (see :func:`aligned_key`); also the requested size of a
+    live block, recorded as its exact size's key when an aligned fast path handed it out."""
+    return class_key if class_key >= 0 else -class_key & _SIZE_MASK
 
 
 class _Keyed(dict):  # type: ignore[type-arg]
@@ -122,7 +148,7 @@ class _Arena:
         # its storage back and take it again on every allocate + deallocate pair
         self.free: Dict[Any, Dict[int, Deque[int]]] = {SYNC: {}}
         self.classes: Dict[Any, Dict[int, Deque[int]]] = {SYNC: {}}
-        self.live: Dict[int, int] = {}         # ptr -> requested size
+        self.live: Dict[int, int] = {}         # ptr -> requested size (or its aligned key)
         # best-fit structure: free block start -> size / tag, end -> start, sorted (size, start)
         self.fsize: Dict[int, int] = {}
         self.ftag: Dict[int, FrozenSet[Any]] = {}
@@ -135,6 +161,7 @@ class _Arena:
         self.peak_pool_size = 0
         self.streams = StreamOrder()           # events for cross-stream reuse
         self.own: Optional[_OwnLists] = None   # one device: each thread's per-thread map
+        self.keys: Callable[[int], Any] = stream_keys()   # (set again by the fast paths' _bind)
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
 
     # ----------------------------------------------------------------- best-fit structure
@@ -242,6 +269,7 @@ class _Arena:
         nothing."""
         insert = self._insert
         pop = lst.pop
+        size = block_size(size)  # (an aligned list's key)
         while True:
             try:
                 ptr = pop()
@@ -311,6 +339,17 @@ class _Arena:
         """A block of class ``size`` from the free lists of ``key`` or the clean sync lists."""
         for k in (key, SYNC) if key is not SYNC else (SYNC,):
             classes = self.classes.get(k)
+            if classes is not None and has_aligned_key(size, alignment):
+                lst = classes.get(aligned_key(size, alignment))  # blocks aligned for it
+                if lst:
+                    try:
+                        ptr = lst.pop()  # the fast paths may empty it concurrently
+                    except IndexError:
+                        ptr = None
+                    if ptr is not None:
+                        if k is key:
+                            self._remember(key, aligned_key(nbytes, alignment), lst)
+                        return ptr
             lst = classes.get(size) if classes is not None else None
             if not lst:
                 continue
@@ -498,7 +537,7 @@ class _Arena:
         """Checked deallocation (the caller holds no lock)."""
         ptr = check_ptr(ptr)
         nbytes = check_size(nbytes)
-        check_alignment(alignment)
+        alignment = check_alignment(alignment)
         if not ptr and not nbytes:
             return
         lock = self.lock
@@ -508,26 +547,34 @@ class _Arena:
             lock.defer(self.deallocate_slow, ptr, nbytes, alignment, key)
             return
         with lock:
-            check_free(ptr, self.live.get(ptr), nbytes, "PoolResource")
+            known = self.live.get(ptr)
+            check_free(ptr, None if known is None else block_size(known), nbytes,
+                       "PoolResource")
             del self.live[ptr]
-            self.push_locked(ptr, nbytes, key)
+            self.push_locked(ptr, nbytes, key, alignment)
 
-    def push_locked(self, ptr: int, nbytes: int, key: Any) -> None:
-        """Put a freed block on the free list of ``key`` (lock held)."""
+    def push_locked(self, ptr: int, nbytes: int, key: Any, alignment: int = _GRAIN) -> None:
+        """Put a freed block on the free list of ``key`` (lock held): for an alignment above
+        256 that the block has, on the list of blocks aligned so."""
+        aligned = has_aligned_key(round_up(nbytes, _GRAIN), alignment) and \
+            not ptr & (alignment - 1)
+        exact = aligned_key(nbytes, alignment) if aligned else nbytes
         sizes = self.free.get(key)
         if sizes is None:
             self.streams.note(key)
             own = self.own
             sizes = self.free[key] = own.sizes if own is not None and key == own.key else {}
             self.classes[key] = {}
-        lst = sizes.get(nbytes)
+        lst = sizes.get(exact)
         if lst is None:
             size = round_up(nbytes, _GRAIN)
+            if aligned:
+                size = aligned_key(size, alignment)
             classes = self.classes[key]
             lst = classes.get(size)
             if lst is None:
                 lst = classes[size] = deque()
-            self._remember(key, nbytes, lst)
+            self._remember(key, exact, lst)
         lst.append(ptr)
 
 
@@ -591,7 +638,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         # device visible; then the per-thread stream's entry is an _OwnLists (the calling
         # thread's map).  With several devices visible the special handles' entries are _Keyed
         # maps, which look the calling thread's key up.
-        key = stream_keys()   # bound to the runtime: one call per special handle's key
+        key = arena.keys = stream_keys()   # bound to the runtime: one call per special key
         below = own_keys_below(key)
         if below == PER_THREAD_HANDLE:
             own = arena.own = _OwnLists(key)
@@ -660,6 +707,129 @@ class PoolResource(IdentityEqual, BoundAdaptor):
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
+    def _aligned_paths(self, alignment: int, lowest: int, foreign: Dict[int, Any],
+                       allocate_checked: Any, deallocate_checked: Any) -> Optional[List[Any]]:
+        """``[allocate_async, deallocate_async, allocate, deallocate]`` for an
+        ``AlignedResource(pool, alignment, threshold=lowest)`` over this pool (None for an
+        alignment above 2**31): a request of an int size in ``max(1, lowest) .. 2**25 - 256``
+        with an alignment of at most 256 gets a block aligned to ``alignment`` from the pool
+        itself, with no block over-allocated and no record of its own: from the free list of
+        such blocks for its stream and size (the pool's fast path with another key), else
+        from the pool's slow path, which aligns it.  A block handed out from such a list is
+        recorded live under its exact size's key, so a free finds it aligned and of that
+        size with one comparison, and puts it back on the list; a free of another of the
+        pool's blocks, aligned so and live with that size, goes there through the pool's
+        slow path (:func:`missed`).  Anything else goes to the adaptor's checked bodies ``allocate_checked`` / ``deallocate_checked``
+        (``stream`` SYNC for a synchronous call), and so does a free missed here of a
+        pointer in ``foreign`` (the adaptor's over-allocated blocks)."""
+        if not has_aligned_key(_GRAIN, alignment):
+            return None
+        arena = self._arena
+        free = arena.free
+        sync_free = free[SYNC]
+        live = arena.live
+        live_pop = live.pop
+        key = arena.keys
+        allocate_slow = arena.allocate_slow
+        deallocate_slow = arena.deallocate_slow
+        A256 = _FAST[256]
+        mask = alignment - 1
+        lo = max(1, lowest)
+        # size -> its list key, for the sizes served here only: the look-up is the range check
+        keys: Dict[int, int] = {}
+
+        def served(bytes: Any) -> bool:
+            """Whether the size ``bytes`` is served here (then its key is remembered)."""
+            if type(bytes) is not int or not lo <= bytes <= _SERVED_MAX:
+                return False
+            if len(keys) >= _MAX_SIZES_PER_STREAM:  # bound the map; it refills on misses
+                keys.clear()
+            keys[bytes] = aligned_key(bytes, alignment)
+            return True
+
+        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+            if type(bytes) is int and (alignment is A256 or _FAST.get(alignment) is alignment):
+                try:
+                    k = keys[bytes]
+                    ptr: int = free[stream if type(stream) is int else
+                                    stream._hipmr_handle][k].pop()
+                    live[ptr] = k   # (only a list of aligned blocks gives them back as such)
+                    return ptr
+                except _MISS:
+                    pass
+                except AttributeError:  # a stream object of another kind: with its handle
+                    if type(stream) is not int:
+                        return allocate_async(bytes, alignment, check_stream(stream))
+                if served(bytes):
+                    return allocate_slow(bytes, mask + 1, key(check_stream(stream)))
+            return allocate_checked(bytes, alignment, stream)  # type: ignore[no-any-return]
+
+        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+            if type(bytes) is int and (alignment is A256 or _FAST.get(alignment) is alignment):
+                try:
+                    k = keys[bytes]
+                    ptr: int = sync_free[k].pop()
+                    live[ptr] = k
+                    return ptr
+                except _MISS:
+                    pass
+                if served(bytes):
+                    return allocate_slow(bytes, mask + 1, SYNC)
+            return allocate_checked(bytes, alignment, SYNC)  # type: ignore[no-any-return]
+
+        def missed(ptr: Any, bytes: Any, alignment: Any, stream: Any) -> None:
+            """A free the fast path did not take: a block of the pool's, aligned, with a
+            size served here, goes to the pool's slow path (which files it on the aligned
+            list), anything else to the adaptor's checked path."""
+            if (type(ptr) is int and type(alignment) is int and not ptr & mask
+                    and ptr not in foreign and _FAST.get(alignment) is alignment
+                    and served(bytes)):
+                deallocate_slow(ptr, bytes, mask + 1,
+                                SYNC if stream is SYNC else key(check_stream(stream)))
+                return
+            deallocate_checked(ptr, bytes, alignment, stream)
+
+        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+            known = _NONE
+            try:
+                if type(ptr) is int is type(bytes) and (
+                        alignment is A256 or _FAST[alignment] is alignment):
+                    k = keys[bytes]
+                    lst = free[stream if type(stream) is int else stream._hipmr_handle][k]
+                    known = live_pop(ptr)   # the pop is the claim: one caller wins
+                    if known == k:  # handed out by an aligned fast path, with that size
+                        lst.append(ptr)
+                        if _ANY and id(lst) in _DEAD:   # the arena let the list go
+                            _rescue(lst)                # meanwhile
+                        return
+            except _MISS:
+                pass
+            except AttributeError:  # read before the claim: nothing to put back
+                if type(stream) is not int:
+                    return deallocate_async(ptr, bytes, alignment, check_stream(stream))
+            if known is not _NONE:  # put it back; the checked path decides
+                live[ptr] = known
+            missed(ptr, bytes, alignment, stream)
+
+        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+            known = _NONE
+            try:
+                if type(ptr) is int is type(bytes) and (
+                        alignment is A256 or _FAST[alignment] is alignment):
+                    k = keys[bytes]
+                    lst = sync_free[k]
+                    known = live_pop(ptr)
+                    if known == k:  # (the host's lists are never let go)
+                        lst.append(ptr)
+                        return
+            except _MISS:
+                pass
+            if known is not _NONE:
+                live[ptr] = known
+            missed(ptr, bytes, alignment, SYNC)
+
+        return [allocate_async, deallocate_async, allocate, deallocate]
+
     # --------------------------------------------------------------------- inspection
     def pool_size(self) -> int:
         """Bytes currently held from the upstream."""
@@ -685,7 +855,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         """Bytes in live blocks (requested sizes rounded up to 256); the name the tracking,
         limiting and statistics adaptors use (RMM's)."""
         live = self._arena.live.copy()  # atomic snapshot: the fast paths take no lock
-        return sum(round_up(n, _GRAIN) for n in live.values())
+        return sum(round_up(block_size(n), _GRAIN) for n in live.values())
 
     def allocation_count(self) -> int:
         """Number of live allocations."""
@@ -696,7 +866,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         arena = self._arena
         with arena.lock:
             live = arena.live.copy()
-            return arena.pool_size - sum(round_up(n, _GRAIN) for n in live.values())
+            return arena.pool_size - sum(round_up(block_size(n), _GRAIN)
+                                         for n in live.values())
 
     def release(self) -> int:
         """Give every fully free chunk back to the upstream, after waiting on the host for

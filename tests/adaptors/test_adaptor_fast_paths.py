@@ -397,3 +397,73 @@ def test_several_devices_keep_the_keyed_entries():
         assert two.allocate_async(512, 256, PER_THREAD) == p
         two.deallocate_async(p, 512, 256, PER_THREAD)
         two.release()
+
+
+# ---- AlignedResource over the package's pool: the pool aligns the blocks itself
+
+@pytest.mark.parametrize("alignment", [512, 4096, 1 << 20])
+def test_aligned_over_the_pool_takes_aligned_blocks_of_the_pool(pool, alignment):
+    """Nothing over-allocated and nothing recorded by the adaptor: the pool hands out a block
+    of the requested size's class, aligned, and its list of such blocks serves the next
+    request of that size on that stream (sync, stream 0, a created stream, per-thread)."""
+    from support import check_pool_tiles
+    a = AlignedResource(pool, alignment)
+    s = hmr.Stream()
+    for stream in (None, 0, s, hmr.stream_per_thread, PER_THREAD):
+        for n in (1, 255, 256, 257, 5000, 70000):
+            alloc = (lambda: a.allocate(n)) if stream is None else \
+                (lambda: a.allocate_async(n, 256, stream))
+            p = alloc()
+            assert p % alignment == 0
+            assert pool.get_allocated_bytes() == -(-n // 256) * 256   # not n + alignment
+            if stream is None:
+                a.deallocate(p, n)
+            else:
+                a.deallocate_async(p, n, 256, stream)
+            assert alloc() == p   # its list served it
+            if stream is None:
+                a.deallocate(p, n)
+            else:
+                a.deallocate_async(p, n, 256, stream)
+    assert pool.allocation_count() == 0 and pool.get_allocated_bytes() == 0
+    check_pool_tiles(pool)
+    s.close()
+
+
+def test_aligned_over_the_pool_mixes_with_the_pool_and_the_checked_path(pool):
+    """Blocks move between the adaptor and the pool itself either way, wrong frees are
+    refused with nothing changed, and requests the pool's lists do not key (past 2**25 - 256
+    bytes) are over-allocated as over any upstream."""
+    a = AlignedResource(pool, 512)
+    p = a.allocate_async(1000, 256, 0)
+    with pytest.raises(ValueError):
+        a.deallocate_async(p, 999, 256, 0)            # the wrong size: still live
+    assert pool.allocation_count() == 1 and pool.get_allocated_bytes() == 1024
+    pool.deallocate_async(p, 1000, 256, 0)            # the pool frees the adaptor's block
+    with pytest.raises(ValueError):
+        a.deallocate_async(p, 1000, 256, 0)           # twice
+    q = pool.allocate_async(1000, 256, 0)             # the pool's block (256-aligned)
+    a.deallocate_async(q, 1000, 256, 0)               # freed through the adaptor
+    assert pool.allocation_count() == 0
+    r = pool.allocate(3000, 512)                      # the pool's own aligned requests share
+    pool.deallocate(r, 3000, 512)                     # the lists of aligned blocks
+    assert a.allocate(3000) == r and r % 512 == 0
+    a.deallocate(r, 3000)
+    assert pool.allocate(3000, 512) == r              # and back
+    pool.deallocate(r, 3000, 512)
+    big = (1 << 25) - 255                             # no key: the over-allocating path
+    b = a.allocate_async(big, 256, 0)
+    assert b % 512 == 0 and pool.get_allocated_bytes() >= big + 256 - 1
+    a.deallocate_async(b, big, 256, 0)
+    assert pool._aligned_paths(1 << 31, 0, {}, None, None) is not None
+    assert pool._aligned_paths(1 << 32, 0, {}, None, None) is None   # over-allocated then
+    assert pool.allocation_count() == 0
+
+
+def test_aligned_over_another_upstream_still_over_allocates():
+    a = AlignedResource(hmr.AsyncMemoryResource(), 4096)
+    p = a.allocate_async(100, 256, 0)
+    assert p % 4096 == 0
+    a.deallocate_async(p, 100, 256, 0)
+    with pytest.raises(ValueError):
+        a.deallocate_async(p, 100, 256, 0)

@@ -147,3 +147,41 @@ def test_sixteen_threads_on_statistics_limiting_pool(streams):
     assert up.outstanding == 0 and pool.pool_size() == 0
     if not cut:  # a whole run: the limit was reached, and refused cleanly
         assert failed > 0 and allocated > 0
+
+
+class _AlignmentCheck:
+    """Forwards to an AlignedResource and records every pointer not aligned as promised."""
+
+    def __init__(self, inner, alignment):
+        self.inner, self.alignment, self.bad = inner, alignment, []
+
+    def _seen(self, ptr):
+        if ptr % self.alignment:
+            self.bad.append(ptr)
+        return ptr
+
+    def allocate(self, size, alignment=256):
+        return self._seen(self.inner.allocate(size, alignment))
+
+    def allocate_async(self, size, alignment, stream):
+        return self._seen(self.inner.allocate_async(size, alignment, stream))
+
+    def deallocate(self, ptr, size, alignment=256):
+        self.inner.deallocate(ptr, size, alignment)
+
+    def deallocate_async(self, ptr, size, alignment, stream):
+        self.inner.deallocate_async(ptr, size, alignment, stream)
+
+
+def test_sixteen_threads_on_an_aligned_pool(streams):
+    """AlignedResource over the pool takes the pool's own aligned blocks: under 16 threads
+    every block is aligned, none overlaps another, and the pool tiles its chunks after."""
+    from hipmr_ctypes.adaptors import AlignedResource
+    pool = PoolResource(HostMemoryResource())
+    checked = _AlignmentCheck(AlignedResource(pool, 512), 512)
+    run_threads(checked, streams, writable=True)
+    assert checked.bad == []
+    assert pool.allocation_count() == 0
+    check_pool_tiles(pool)
+    pool.release()
+    assert pool.pool_size() == 0
