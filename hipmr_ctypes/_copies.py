@@ -24,7 +24,7 @@ from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, 
                           PyBytes_FromStringAndSize, PyObject_GetBuffer)
 from ._hip.types import hipMemcpyDefault
 from ._hugepages import THRESHOLD as HUGE_PAGES_FROM, advise as advise_huge_pages
-from ._memory_query import pointer_device, pointer_kind
+from ._memory_query import pointer_kind
 from . import _staging
 from .device import on_device_or_current
 from .stream_refs import stream_ref
@@ -212,22 +212,39 @@ def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
     return target
 
 
+#: destinations a synchronous ``hipMemcpy`` from device memory has filled when it returns
+#: (CUDA: it "returns only once the copy has completed" into pinned or pageable host memory).
+#: From pinned memory it is "synchronous with respect to the host" too; from pageable memory it
+#: may return once the source is staged, and between device-side kinds before the copy is
+#: done: those are waited for
+_HOST_KINDS = frozenset(("pinned", "host"))
+
+
 def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int, n: int,
-                     stream: Any, host: bool, src_device: Optional[int]) -> None:
+                     stream: Any, host: bool, src_device: Optional[int],
+                     src_kind: Optional[str] = None) -> None:
     """Copy ``n`` bytes at ``src`` (of the Buffer ``source``, or of a CAI object: None) to
     ``ptr``, the start of ``buf``; ``src_device``: the source's device when it is device
     memory (None: found from the pointer for a CAI object).  Two devices' memory: a peer
     copy.  Host-accessible memory filled from another device's memory: the copy runs with the
     source's device current (pool memory is refused otherwise), after the work on ``buf``'s
-    own stream."""
+    own stream.  ``src_kind``: the source's memory kind when known (a Buffer's).  Into pinned
+    or host memory, or from pinned memory, the copy is complete when ``hipMemcpy`` returns,
+    and the null stream is not waited for after it."""
     if not n:
         return
     peer = None
     device = buf._state.device
+    dst_kind = None
     if not host:
         if src_device is None and source is None:
-            src_device = pointer_device(src)
-        dst_device = device if buf._memory_kind() == "device" else None
+            src_kind, src_device = pointer_kind(src)
+            if src_kind is None:
+                src_kind = "host"          # memory the runtime does not know: host memory
+            elif src_kind != "device":
+                src_device = None
+        dst_kind = buf._memory_kind()
+        dst_device = device if dst_kind == "device" else None
         if src_device is not None and dst_device is not None and src_device != dst_device:
             peer = (dst_device, src_device)
             if stream is None and source is not None:
@@ -236,7 +253,8 @@ def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int
             if stream is None:
                 buf._wait_own()
             device = src_device
-    copy(buf, ptr, src, n, stream, host, peer, device, device_to_device=not host)
+    copy(buf, ptr, src, n, stream, host, peer, device,
+         device_to_device=not host and dst_kind not in _HOST_KINDS and src_kind != "pinned")
 
 
 def tobytes(buf: _Buffer, stream: Any) -> bytes:

@@ -445,15 +445,17 @@ class Buffer:
             n = other._size
             host = self._host_only and other._host_only
             producer = None
-            src_device = other._device if other._memory_kind() == "device" else None
+            src_kind: Optional[str] = other._memory_kind()
+            src_device = other._device if src_kind == "device" else None
         else:
             src, n, producer = cai_source(other)
             host = False
             src_device = None
+            src_kind = None
         check_fits(self, n, "other")
         if producer is not None:  # CAI v3: the producer's work must be complete
             stream_ref(producer).wait()
-        copy_from_device(self, ptr, source, src, n, stream, host, src_device)
+        copy_from_device(self, ptr, source, src, n, stream, host, src_device, src_kind)
 
     def _wait_own(self) -> None:
         """Wait for the work on this buffer's stream (on its device: null streams are per

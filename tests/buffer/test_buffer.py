@@ -1149,3 +1149,34 @@ def test_device_to_device_copies_are_done_when_they_return(monkeypatch):
     assert "hipStreamSynchronize" not in calls   # device to host: done when hipMemcpy returns
     for b in (src, dst, copied):
         b.close()
+
+
+@pytest.mark.parametrize("source, target, waits", [
+    ("pinned", "device", False),    # from pinned memory: synchronous for the host
+    ("device", "pinned", False),    # into host memory: done when hipMemcpy returns
+    ("device", "host", False),
+    ("host", "device", True),       # from pageable memory: may return once it is staged
+    ("device", "device", True),
+    ("managed", "device", True),
+    ("device", "managed", True),
+])
+def test_copy_from_device_waits_only_where_the_copy_may_still_run(monkeypatch, source, target,
+                                                                   waits):
+    """``copy_from_device`` on the null stream waits for it after ``hipMemcpy`` unless the
+    destination is pinned or host memory or the source is pinned memory; the bytes arrive
+    either way."""
+    rt = _hip.get_runtime()
+    kinds = {"device": hmr.DeviceMemoryResource, "pinned": hmr.PinnedMemoryResource,
+             "host": hmr.HostMemoryResource, "managed": hmr.ManagedMemoryResource}
+    src = hmr.Buffer.from_host(b"\x05" * 8192, resource=kinds[source]())
+    dst = hmr.Buffer(8192, resource=kinds[target]())
+    assert (src._memory_kind(), dst._memory_kind()) == (source, target)
+    calls = []
+    real = rt.fn.hipStreamSynchronize
+    monkeypatch.setattr(rt.fn, "hipStreamSynchronize", lambda s: calls.append(s) or real(s))
+    dst.copy_from_device(src)
+    assert (calls == [0]) is waits and (calls == []) is not waits
+    monkeypatch.undo()
+    assert dst.tobytes() == b"\x05" * 8192
+    src.close()
+    dst.close()
