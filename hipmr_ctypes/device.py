@@ -181,8 +181,12 @@ _NO_SWITCH = nullcontext()
 def on_device_or_current(ordinal: Optional[int]) -> ContextManager[None]:
     """``with on_device_or_current(d):`` is ``with on_device(d):`` for an ordinal, and changes
     nothing for None (host memory, or memory whose device only the current one says): the
-    package's calls on memory of a known device run with that device current."""
-    return _NO_SWITCH if ordinal is None else on_device(ordinal)
+    package's calls on memory of a known device run with that device current.  The device
+    current already (always so with one device visible) costs no runtime call and no
+    generator: the copies and memsets of small buffers are mostly this test."""
+    if ordinal is None or current_device_function()() == ordinal:
+        return _NO_SWITCH
+    return on_device(ordinal)
 
 
 def synchronize() -> None:

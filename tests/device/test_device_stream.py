@@ -249,3 +249,25 @@ def test_device_count_is_zero_without_a_driver(monkeypatch):
     with pytest.raises(hmr.HipError) as info:
         hmr.device_count()
     assert info.value.code == 3
+
+
+def test_with_one_device_visible_entering_it_asks_the_runtime_nothing(monkeypatch):
+    """One device visible: it is the current one, so the copies' and memsets' device switch
+    makes no runtime call at all."""
+    from hipmr_ctypes import _hip
+    from hipmr_ctypes.device import _NO_SWITCH, on_device_or_current
+    if hmr.device_count() != 1:
+        pytest.skip(f"needs exactly one visible device ({hmr.device_count()} here)")
+    rt = _hip.get_runtime()
+    calls = []
+    for name in ("hipGetDevice", "hipSetDevice"):
+        real = getattr(rt.fn, name)
+        monkeypatch.setattr(rt.fn, name,
+                            lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    assert on_device_or_current(0) is _NO_SWITCH
+    buf = hmr.Buffer(4096, resource=hmr.DeviceMemoryResource())
+    calls.clear()
+    buf.memset(3)
+    buf.copy_from_host(bytes(4096))
+    assert calls == []
+    buf.close()

@@ -451,3 +451,22 @@ def test_plain_copy_rules(rt):
     assert not any(_plain_copy_matrix(rt, mem, streams).values())
     for buf in keep:
         buf.close()
+
+
+def test_the_current_device_is_entered_without_a_runtime_call(rt, monkeypatch):
+    """``on_device_or_current(d)`` for the current device changes nothing and asks the
+    runtime nothing beyond the current device; for another device it switches for the block
+    and switches back."""
+    from hipmr_ctypes.device import _NO_SWITCH, on_device_or_current
+    hmr.set_device(1)
+    try:
+        set_calls = []
+        real_set = rt.fn.hipSetDevice
+        monkeypatch.setattr(rt.fn, "hipSetDevice", lambda d: set_calls.append(d) or real_set(d))
+        assert on_device_or_current(1) is _NO_SWITCH and on_device_or_current(None) is _NO_SWITCH
+        with on_device_or_current(0):
+            assert hmr.get_device() == 0
+        assert hmr.get_device() == 1 and set_calls == [0, 1]
+    finally:
+        monkeypatch.undo()
+        hmr.set_device(0)
