@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, List, Optional
+from typing import Any, Callable, Deque, List, Optional, Set
 
 __all__ = ["AbandonedLockError", "DeferringLock", "TokenMutex", "wait_token",
            "reset_after_fork", "FREE_THREADED", "atomic_slot", "on_forked_child",
@@ -54,11 +54,17 @@ class AbandonedLockError(RuntimeError):
 class DeferringLock:
     """A non-reentrant lock with an owner and a queue of calls deferred until its release."""
 
-    __slots__ = ("_lock", "owner", "_deferred", "try_acquire", "release_fast", "__weakref__")
+    __slots__ = ("_lock", "owner", "_moving", "_deferred", "try_acquire", "release_fast",
+                 "__weakref__")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.owner: Optional[int] = None
+        #: the threads between taking the inner lock and setting ``owner``, or between
+        #: clearing it and letting go: the collector can run a finalizer there too (from
+        #: Python 3.12 on it runs wherever the interpreter checks for pending work, as right
+        #: after a C call returns), and that finalizer must see the lock as held here
+        self._moving: Set[int] = set()
         self._deferred: List[Any] = []
         #: ``try_acquire(False)``: take the lock if free, for a section that allocates no
         #: Python container (so no finalizer can run inside it); then ``release_fast()``
@@ -67,20 +73,26 @@ class DeferringLock:
         _every.add(self)
 
     def held_here(self) -> bool:
-        """True when the calling thread holds the lock."""
-        return self.owner == threading.get_ident()
+        """True when the calling thread holds the lock, or is taking or letting go of it."""
+        me = threading.get_ident()
+        return self.owner == me or me in self._moving
 
     def acquire(self) -> None:
         """Take the lock (blocking).  RuntimeError, not a deadlock, when the calling thread
         holds it already (a finalizer or signal handler run inside the section that did not
         defer itself)."""
         me = threading.get_ident()
-        if self.owner == me:
+        moving = self._moving
+        if self.owner == me or me in moving:
             raise RuntimeError("a lock of hipmr_ctypes was re-entered by the thread that holds "
                                "it (from a finalizer or a signal handler)")
-        if not self._lock.acquire(False):
-            self._wait()
-        self.owner = me
+        moving.add(me)
+        try:
+            if not self._lock.acquire(False):
+                self._wait()
+            self.owner = me
+        finally:
+            moving.discard(me)
 
     def _wait(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
         """Block until the lock is free, except while the interpreter finalizes: its holder is
@@ -94,8 +106,12 @@ class DeferringLock:
     def release(self) -> None:
         """Let go of the lock, then run the calls deferred meanwhile (their errors are
         dropped: they come from finalizers, which have nobody to report to)."""
+        me = threading.get_ident()
+        moving = self._moving
+        moving.add(me)
         self.owner = None
         self._lock.release()
+        moving.discard(me)
         while self._deferred:
             try:
                 call, args = self._deferred.pop(0)
@@ -199,6 +215,7 @@ def reset_after_fork() -> None:
     me = threading.get_ident()
     for lock in list(_every):
         inner = lock._lock
+        lock._moving.intersection_update((me,))   # the parent's other threads are gone
         if lock.owner == me or not inner.locked():
             continue
         reinit = getattr(inner, "_at_fork_reinit", None)

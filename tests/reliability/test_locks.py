@@ -87,3 +87,51 @@ def test_a_free_never_waits_for_the_mutex(make):
         assert (s.current_bytes, s.current_count, s.peak_bytes, s.total_count) == (0, 0, 1500, 2)
     else:
         assert r.get_allocated_bytes() == 0
+
+
+def test_a_finalizer_run_as_the_lock_is_taken_or_let_go_sees_it_held():
+    """From Python 3.12 on the collector runs wherever the interpreter checks for pending work,
+    as right after the inner lock's acquire returns: a finalizer run there (or between
+    clearing the owner and letting go) sees the lock as held by its thread, so it defers
+    itself, and a nested acquire is refused instead of waiting on itself for ever (a
+    free-threaded stress run hung that way, inside the emulator's lock)."""
+    import threading
+    from hipmr_ctypes._locks import DeferringLock
+    lock = DeferringLock()
+    seen = []
+
+    class Inner:
+        """The inner lock, with a 'finalizer' right after it is taken and let go."""
+
+        def __init__(self):
+            self.real = threading.Lock()
+
+        def acquire(self, blocking=True):
+            got = self.real.acquire(blocking)
+            if got:
+                seen.append(("taken", lock.held_here(), _nested(lock)))
+            return got
+
+        def release(self):
+            self.real.release()
+            seen.append(("let go", lock.held_here(), _nested(lock)))
+
+        def locked(self):
+            return self.real.locked()
+
+    lock._lock = Inner()
+    with lock:
+        assert lock.held_here()
+    assert seen == [("taken", True, "refused"), ("let go", True, "refused")]
+    assert not lock.held_here() and lock._moving == set()
+    with lock:   # and free for the next taker
+        pass
+
+
+def _nested(lock):
+    try:
+        lock.acquire()
+    except RuntimeError:
+        return "refused"
+    lock.release()
+    return "taken"
