@@ -1,10 +1,13 @@
 """The package's two locks, and the one rule every lock of the package follows.
 
 The garbage collector can run a finalizer at any allocation of a Python container (a list, a
-dict, an exception, a frame...), also in a thread that holds a lock in the middle of an
-update; a finalizer that frees memory through the same object would then deadlock on a plain
-``threading.Lock`` (or, with an ``RLock``, run in the middle of the update).  So every lock
-of the package is one of:
+dict, an exception, a frame...), and from Python 3.12 on wherever the interpreter checks for
+pending work (as right after a C call returns), also in a thread that holds a lock in the
+middle of an update; a finalizer that frees memory through the same object would then
+deadlock on a plain ``threading.Lock`` (or, with an ``RLock``, run in the middle of the
+update).  A :class:`DeferringLock` counts as held by a thread from before it takes its inner
+lock until after it lets go of it (``_moving`` covers the moments when ``owner`` is not yet or
+no longer set).  So every lock of the package is one of:
 
 * a section that allocates no Python container (a few list / dict / int operations on
   existing objects): the collector cannot run inside it, nothing can re-enter;
