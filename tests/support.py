@@ -248,3 +248,14 @@ def no_crash(proc: Any) -> None:
 DAEMON_EXIT_HANGS = sys.version_info[:2] == (3, 13) and "free-threading" in sys.version
 DAEMON_EXIT_REASON = ("CPython 3.13t can hang at exit while daemon threads run Python code "
                       "(reproduced without this package)")
+
+
+def spy_runtime_calls(monkeypatch: Any, rt: Any, *names: str) -> List[str]:
+    """Record the name of every call of the runtime functions ``names`` (still made) in the
+    list returned."""
+    calls: List[str] = []
+    for name in names:
+        real = getattr(rt.fn, name)
+        monkeypatch.setattr(rt.fn, name,
+                            lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    return calls

@@ -1130,11 +1130,8 @@ def test_device_to_device_copies_are_done_when_they_return(monkeypatch):
     rule): copy_from_device and copy() on the null stream wait for it; a host copy does not
     need to."""
     rt = _hip.get_runtime()
-    calls = []
-    for name in ("hipMemcpy", "hipStreamSynchronize"):
-        real = getattr(rt.fn, name)
-        monkeypatch.setattr(rt.fn, name,
-                            lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    from support import spy_runtime_calls
+    calls = spy_runtime_calls(monkeypatch, rt, "hipMemcpy", "hipStreamSynchronize")
     mr = hmr.DeviceMemoryResource()
     src = hmr.Buffer.from_host(b"\x07" * 4096, resource=mr)
     dst = hmr.Buffer(4096, resource=mr)

@@ -259,11 +259,8 @@ def test_with_one_device_visible_entering_it_asks_the_runtime_nothing(monkeypatc
     if hmr.device_count() != 1:
         pytest.skip(f"needs exactly one visible device ({hmr.device_count()} here)")
     rt = _hip.get_runtime()
-    calls = []
-    for name in ("hipGetDevice", "hipSetDevice"):
-        real = getattr(rt.fn, name)
-        monkeypatch.setattr(rt.fn, name,
-                            lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    from support import spy_runtime_calls
+    calls = spy_runtime_calls(monkeypatch, rt, "hipGetDevice", "hipSetDevice")
     assert on_device_or_current(0) is _NO_SWITCH
     buf = hmr.Buffer(4096, resource=hmr.DeviceMemoryResource())
     calls.clear()
