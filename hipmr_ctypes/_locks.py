@@ -13,9 +13,8 @@ no longer set).  So every lock of the package is one of:
   existing objects): the collector cannot run inside it, nothing can re-enter;
 * a :class:`DeferringLock`: code a finalizer can reach (every free) first checks
   :meth:`DeferringLock.held_here` and :meth:`~DeferringLock.defer`\\ s itself instead;
-  deferred calls run, in order, right after the lock is let go.  A hot path may enter with
-  ``try_acquire(False)`` / ``release_fast()`` around a section of the first kind, and take the
-  checked slow path when the lock is busy;
+  deferred calls run, in order, right after the lock is let go.  No hot path takes one:
+  the sub-allocators' fast paths are single atomic operations on built-in lists and dicts;
 * a :class:`TokenMutex` around int operations only.
 
 Errors are built after the lock is let go.  ``tests/reliability/test_gc_locks.py`` runs a
@@ -57,8 +56,7 @@ class AbandonedLockError(RuntimeError):
 class DeferringLock:
     """A non-reentrant lock with an owner and a queue of calls deferred until its release."""
 
-    __slots__ = ("_lock", "owner", "_moving", "_deferred", "try_acquire", "release_fast",
-                 "__weakref__")
+    __slots__ = ("_lock", "owner", "_moving", "_deferred", "__weakref__")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -69,10 +67,6 @@ class DeferringLock:
         #: after a C call returns), and that finalizer must see the lock as held here
         self._moving: Set[int] = set()
         self._deferred: List[Any] = []
-        #: ``try_acquire(False)``: take the lock if free, for a section that allocates no
-        #: Python container (so no finalizer can run inside it); then ``release_fast()``
-        self.try_acquire: Callable[..., bool] = self._lock.acquire
-        self.release_fast: Callable[[], None] = self._lock.release
         _every.add(self)
 
     def held_here(self) -> bool:
@@ -212,9 +206,8 @@ def wait_token(take: Callable[[], Any]) -> None:
 def reset_after_fork() -> None:
     """In a forked child (``os.register_at_fork``): every DeferringLock that a thread of the
     parent held at the fork (a thread that does not exist here, so it would never let go) is
-    made free again, in place (holders keep their bound ``try_acquire`` / ``release_fast``),
-    and its deferred calls are dropped.  A lock the forking thread itself holds stays held:
-    that thread goes on in the child and lets go of it."""
+    made free again, in place, and its deferred calls are dropped.  A lock the forking thread
+    itself holds stays held: that thread goes on in the child and lets go of it."""
     me = threading.get_ident()
     for lock in list(_every):
         inner = lock._lock

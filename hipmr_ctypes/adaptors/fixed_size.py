@@ -28,11 +28,12 @@ _NONE: Any = object()
 class _Blocks:
     """The resource's state and slow paths.
 
-    Frees take no lock: ``live.pop(ptr)`` claims a block (one atomic dict operation, so two
-    threads can never both free it) and ``list.append`` puts it on its stream's free list, so
-    a finalizer run by the garbage collector inside any section of this resource can always
-    free.  Allocations and the slow paths take ``lock``; they only ever drain free lists with
-    ``pop`` and never drop or replace a list a free may be appending to."""
+    The fast paths take no lock, as the pool's: an allocation's ``pop`` hands a free block to
+    exactly one caller, a free's ``live.pop(ptr)`` claims a block (one atomic dict operation,
+    so two threads can never both free it) and ``append`` puts it on its stream's free list,
+    so a finalizer run by the garbage collector inside any section of this resource can always
+    free.  The slow paths take ``lock``; they only ever drain free lists with ``pop`` and never
+    drop or replace a list a fast path may be using."""
 
     def __init__(self, up: Any, is_async: bool, block_size: int, per_chunk: int) -> None:
         self.lock = DeferringLock()
@@ -293,15 +294,15 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         refuse_in_forked_child(self)
 
     def _bind(self, state: _Blocks) -> None:
-        """Allocations pop under the lock, taken with ``try_acquire(False)`` (a busy lock
-        takes the slow path); frees take no lock at all (see :class:`_Blocks`)."""
-        lock = state.lock
-        acquire = lock.try_acquire
-        release = lock.release_fast
+        """The fast paths take no lock (see :class:`_Blocks`): ``pop`` hands a free block to
+        exactly one caller and ``live.pop(ptr)`` lets exactly one caller free it.  A block
+        between two steps (popped, not yet recorded live; or claimed, not yet appended) is
+        neither free nor live, so ``release()`` cannot give its chunk back meanwhile."""
         free = state.free
         free_get = free.get
         host = free[SYNC]
         host_append = host.append
+        host_pop = host.pop
         live = state.live
         live_pop = live.pop
         aligned = FAST_ALIGNMENTS.get
@@ -314,15 +315,13 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         key = stream_keys()   # bound to the runtime: one call per special handle's key
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
-                    and acquire(False):
+            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment:
                 try:
-                    if host:
-                        ptr = host.pop()
-                        live[ptr] = bytes
-                        return ptr
-                finally:
-                    release()
+                    ptr = host_pop()   # the pop hands the block to exactly one caller
+                    live[ptr] = bytes
+                    return ptr
+                except IndexError:
+                    pass
             return allocate_slow(bytes, alignment, SYNC)
 
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
@@ -346,16 +345,15 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
                     handle = stream._hipmr_handle
                 except AttributeError:  # a stream object of another library
                     handle = check_stream(stream)
-            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment \
-                    and acquire(False):
-                try:
-                    lst = free_get(handle)
-                    if lst:
+            if type(bytes) is int and 0 < bytes <= block_size and aligned(alignment) is alignment:
+                lst = free_get(handle)
+                if lst:
+                    try:
                         ptr = lst.pop()
                         live[ptr] = bytes
                         return ptr
-                finally:
-                    release()
+                    except IndexError:   # another thread took the last block meanwhile
+                        pass
             return allocate_slow(bytes, alignment, key(check_stream(stream)))
 
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:

@@ -310,7 +310,7 @@ def test_locks_held_by_parent_threads_are_free_in_a_forked_child():
     try:
         pid = os.fork()
         if pid == 0:   # the child: the lock is free, usable and not owned
-            code = 0 if lock.owner is None and lock.try_acquire(False) else 1
+            code = 0 if lock.owner is None and lock._lock.acquire(False) else 1
             os._exit(code)
         _, status = os.waitpid(pid, 0)
     finally:
