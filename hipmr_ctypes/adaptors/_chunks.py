@@ -108,15 +108,19 @@ def check_upstream_chunk(ptr: Any, size: int, chunks: Dict[int, int], give_back:
     raise ValueError(f"{owner}: the upstream returned {ptr!r} for {size} bytes: {problem}")
 
 
-#: the pool and fixed-size resources of this process, weakly: in a child forked after the
-#: runtime started they refuse every call (the blocks they cache are the parent's memory)
-_SUB_ALLOCATORS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+#: the pool and fixed-size resources of this process, weakly, each with its state: in a child
+#: forked after the runtime started they refuse every call (the blocks they cache are the
+#: parent's memory)
+_SUB_ALLOCATORS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
-def refuse_in_forked_child(resource: Any) -> None:
+def refuse_in_forked_child(resource: Any, state: Any) -> None:
     """Make ``resource`` (a sub-allocator) refuse every call in a child forked after the
-    runtime started (see ``hipmr_ctypes._hip.fork``)."""
-    _SUB_ALLOCATORS.add(resource)
+    runtime started (see ``hipmr_ctypes._hip.fork``).  ``state.refuse_in_child()`` empties
+    its free lists and its table of live blocks and makes its slow paths raise: the hot
+    paths that refs, ``Buffer`` and the adaptors serving its lists themselves bound before the
+    fork then miss, and reach those slow paths."""
+    _SUB_ALLOCATORS[resource] = state
 
 
 def _refusal() -> Callable[..., Any]:
@@ -126,7 +130,8 @@ def _refusal() -> Callable[..., Any]:
 
 
 def _refuse_sub_allocators() -> None:
-    for resource in list(_SUB_ALLOCATORS):
+    for resource, state in list(_SUB_ALLOCATORS.items()):
+        state.refuse_in_child()
         resource._install(_refusal(), _refusal(), _refusal(), _refusal())
 
 

@@ -9,6 +9,7 @@ from .._device_sizes import config_size
 from .._sizes import Size
 from .._exit import finalize
 from .._locks import DeferringLock
+from ..errors import ForkedChildError
 from ..properties import DEFAULT_ALIGNMENT
 from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_free, check_ptr,
                        check_size, check_stream)
@@ -48,7 +49,16 @@ class _Blocks:
         self.chunks: Dict[int, int] = {}                # upstream chunk start -> size
         self.returning: Dict[int, int] = {}             # chunks on their way back
         self.streams = StreamOrder()
+        self.forked = False   # in a forked child: every slow path refuses
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
+
+    def refuse_in_child(self) -> None:
+        """In a forked child (its only thread): every free list and the live table emptied,
+        so every fast path bound before the fork misses, and the slow paths refuse."""
+        self.forked = True
+        for lst in self.free.values():
+            lst.clear()
+        self.live.clear()
 
     def holds_stream(self, handle: int) -> bool:
         """Whether blocks may be kept for the created stream ``handle`` (no lock needed)."""
@@ -150,6 +160,8 @@ class _Blocks:
         return free[key].pop(), None
 
     def allocate_slow(self, nbytes: Any, alignment: Any, key: Any) -> int:
+        if self.forked:
+            raise ForkedChildError()
         nbytes = check_size(nbytes)
         alignment = check_alignment(alignment)
         if nbytes > self.block_size:
@@ -180,6 +192,8 @@ class _Blocks:
 
     def deallocate_slow(self, ptr: Any, nbytes: Any, alignment: Any, key: Any) -> None:
         """Checked deallocation; takes no lock (see the class docstring)."""
+        if self.forked:
+            raise ForkedChildError()
         ptr = check_ptr(ptr)
         nbytes = check_size(nbytes)
         check_alignment(alignment, _GRAIN)  # no block was ever given out with a larger one
@@ -291,7 +305,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             state.grow(SYNC)
         finalize(self, give_back_chunks, state.up_dealloc, state.chunks)
         self._bind(state)
-        refuse_in_forked_child(self)
+        refuse_in_forked_child(self, state)
 
     def _bind(self, state: _Blocks) -> None:
         """The fast paths take no lock (see :class:`_Blocks`): ``pop`` hands a free block to

@@ -34,7 +34,7 @@ from bisect import bisect_left, insort
 from collections import deque
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
 
-from ..errors import OutOfMemoryError
+from ..errors import ForkedChildError, OutOfMemoryError
 from .._locks import DeferringLock
 from .._device_sizes import config_size
 from .._sizes import Size
@@ -162,7 +162,20 @@ class _Arena:
         self.streams = StreamOrder()           # events for cross-stream reuse
         self.own: Optional[_OwnLists] = None   # one device: each thread's per-thread map
         self.keys: Callable[[int], Any] = stream_keys()   # (set again by the fast paths' _bind)
+        self.forked = False                    # in a forked child: every slow path refuses
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
+
+    def refuse_in_child(self) -> None:
+        """In a forked child (its only thread): every free list and the live table emptied,
+        so every fast path bound before the fork misses, and the slow paths refuse."""
+        self.forked = True
+        own = self.own
+        for maps in (self.free, self.classes, {None: own.sizes} if own is not None else {}):
+            for sizes in maps.values():
+                if type(sizes) is dict:   # (not the special handles' entries)
+                    for lst in sizes.values():
+                        lst.clear()
+        self.live.clear()
 
     # ----------------------------------------------------------------- best-fit structure
     def _add(self, start: int, size: int, tag: FrozenSet[Any]) -> None:
@@ -488,6 +501,8 @@ class _Arena:
 
     # ------------------------------------------------------------------- entry points
     def allocate_slow(self, nbytes: Any, alignment: Any, key: Any) -> int:
+        if self.forked:
+            raise ForkedChildError()
         nbytes = check_size(nbytes)
         alignment = check_alignment(alignment)
         if not nbytes:
@@ -535,6 +550,8 @@ class _Arena:
 
     def deallocate_slow(self, ptr: Any, nbytes: Any, alignment: Any, key: Any) -> None:
         """Checked deallocation (the caller holds no lock)."""
+        if self.forked:
+            raise ForkedChildError()
         ptr = check_ptr(ptr)
         nbytes = check_size(nbytes)
         alignment = check_alignment(alignment)
@@ -615,7 +632,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
                 arena._add_chunk(initial, SYNC)
         finalize(self, give_back_chunks, arena.up_dealloc, arena.chunks)
         self._bind(arena)
-        refuse_in_forked_child(self)
+        refuse_in_forked_child(self, arena)
 
     def _bind(self, arena: _Arena) -> None:
         """Build the hot-path closures and store them on the instance.

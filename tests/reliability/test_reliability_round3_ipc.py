@@ -651,14 +651,15 @@ def test_forged_and_repeated_imports_in_another_process(where, monkeypatch):
     mr.close()
 
 
-def _child_uses_sub_allocators(resources, out):
+def _child_uses_sub_allocators(held, out):
     """Every cached block of the inherited pool / fixed-size resource is the parent's: each
-    allocation and free refuses, naming the fork."""
+    allocation and free (of blocks the parent holds) refuses, naming the fork, through the
+    resource and through a ref made before the fork."""
     seen = []
-    for mr in resources:
-        for attempt in (lambda: mr.allocate(4096), lambda: mr.deallocate(1 << 20, 4096),
+    for mr, ptr, ptr_async in held:
+        for attempt in (lambda: mr.allocate(4096), lambda: mr.deallocate(ptr, 4096),
                         lambda: mr.allocate_async(4096, 256, 0),
-                        lambda: mr.deallocate_async(1 << 20, 4096, 256, 0)):
+                        lambda: mr.deallocate_async(ptr_async, 4096, 256, 0)):
             try:
                 attempt()
                 seen.append("allowed")
@@ -674,19 +675,30 @@ def test_a_forked_child_refuses_the_inherited_sub_allocators(emulator):
     shared = hmr.AsyncMemoryResource(enable_ipc=True)
     pool = hmr.PoolResource(shared, initial_pool_size=1 << 16)
     fixed = hmr.FixedSizeResource(shared, block_size=4096, blocks_to_preallocate=4)
-    keep = [hmr.Buffer.from_host(_pattern(4096, 5), resource=r) for r in (pool, fixed)]
-    for r in (pool, fixed):           # blocks the children's copies see as free
+    # the adaptors that serve blocks from the pool's / a fixed-size bin's lists themselves
+    aligned = hmr.AlignedResource(pool, 512)
+    binning = hmr.BinningResource(shared, bins=[4096])
+    every = (pool, fixed, aligned, binning)
+    refs = [hmr.async_resource_ref[hmr.device_accessible](r) for r in every]   # (bound
+    keep = [hmr.Buffer.from_host(_pattern(4096, 5), resource=r) for r in every]  # before)
+    for r in every:                   # blocks the children's copies see as free
         r.deallocate(r.allocate(4096), 4096)
+        r.deallocate_async(r.allocate_async(4096, 256, 0), 4096, 256, 0)
+    held = [(r, r.allocate(4096), r.allocate_async(4096, 256, 0)) for r in every]
+    held += [(ref, ref.allocate(4096), ref.allocate_async(4096, 256, 0)) for ref in refs]
     out = ctx.Queue()
-    proc = ctx.Process(target=_child_uses_sub_allocators, args=((pool, fixed), out))
+    proc = ctx.Process(target=_child_uses_sub_allocators, args=(held, out))
     proc.start()
     seen = out.get(timeout=TIMEOUT)
     proc.join(TIMEOUT)
     assert proc.exitcode == 0
-    assert seen == ["refused"] * 8
+    assert seen == ["refused"] * 32
     for buf in keep:                  # the parent's memory: untouched, and still its own
         assert buf.tobytes() == _pattern(4096, 5)
-    for r in (pool, fixed):
+    for r, ptr, ptr_async in held:    # the parent's records: untouched too
+        r.deallocate(ptr, 4096)
+        r.deallocate_async(ptr_async, 4096, 256, 0)
+    for r in every:
         with hmr.Buffer(4096, resource=r) as again:
             again.memset(3)
     assert all(buf.tobytes() == _pattern(4096, 5) for buf in keep)
