@@ -162,17 +162,24 @@ def test_package_passes_pyright(pyright):
 def test_public_interface_is_fully_typed(pyright):
     """pyright --verifytypes: every public name's type is known, and declared where a checker
     could otherwise infer it differently (class attributes, attributes set in __init__).  The
-    one exception: the Numba plugin's class derives from Numba's, unknown where Numba is not
-    installed."""
+    exceptions: the Numba plugin's class derives from Numba's and the Dask plugin's from
+    distributed's, unknown where those are not installed; and pyright 1.1.414 with
+    ``--ignoreexternal`` reports such a base class (and its metaclass) as unknown even where
+    it is installed: for those two classes, only those two messages are let pass."""
     report = pyright("--verifytypes", "hipmr_ctypes", "--ignoreexternal")
     completeness = report["typeCompleteness"]
     assert completeness["pyTypedPath"], completeness  # found as an installed, typed package
+    foreign_bases = {"hipmr_ctypes.interop.numba.HipmrNumbaManager",
+                     "hipmr_ctypes.interop.dask.ResourceSetup"}
+    base_messages = {"Type of base class unknown", "Type of metaclass unknown"}
     problems = [f"{symbol['name']}: {d['message']}" for symbol in completeness["symbols"]
                 for d in symbol["diagnostics"] if d["severity"] == "error"
                 and not (symbol["name"].startswith("hipmr_ctypes.interop.numba.")
                          and importlib.util.find_spec("numba") is None)
                 and not (symbol["name"].startswith("hipmr_ctypes.interop.dask.")
-                         and importlib.util.find_spec("distributed") is None)]
+                         and importlib.util.find_spec("distributed") is None)
+                and not (symbol["name"] in foreign_bases
+                         and d["message"] in base_messages)]
     assert not problems, "\n".join(problems)
     assert completeness["exportedSymbolCounts"]["withKnownType"] > 500, completeness
     assert completeness["exportedSymbolCounts"]["withAmbiguousType"] == 0, completeness
