@@ -214,6 +214,30 @@ def run_in_thread(fn: Callable[[], Any]) -> Tuple[Optional[int], Any]:
     return t.ident, out[0]
 
 
+@contextlib.contextmanager
+def held_by_another_thread(lock: Any, timeout: float = 120) -> Iterator[None]:
+    """Hold ``lock`` (a context manager: a ``DeferringLock``, the emulator's lock...) in a new
+    thread for the whole ``with`` block, which starts once the lock is held; the thread lets
+    go of it and is joined when the block ends (a lock not taken within ``timeout`` seconds
+    fails the test)."""
+    held, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock:
+            held.set()
+            done.wait(timeout)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        if not held.wait(timeout):
+            raise Hang("the other thread did not get the lock")
+        yield
+    finally:
+        done.set()
+        t.join(timeout)
+
+
 # --------------------------------------------------------------------- kinds of failure
 class Crash(AssertionError):
     """A child process died (of a signal)."""

@@ -6,7 +6,8 @@ import hipmr_ctypes as hmr
 
 from hipmr_ctypes.adaptors import FixedSizeResource, StatisticsResource
 
-from support import AddressSpaceResource, recording_events
+from support import (AddressSpaceResource, held_by_another_thread, recording_events,
+                     run_in_thread)
 
 
 def test_fixed_size_blocks_and_chunks():
@@ -114,35 +115,13 @@ def test_fast_allocations_never_wait_for_a_thread_in_a_slow_path():
     # served at once, without the lock, on the host's list and on a stream's, and the counts
     # stay exact.  (A fast path that took the lock could also be entered by a finalizer the
     # collector runs inside it, and that finalizer could never get the lock.)
-    import threading
-
     fx = FixedSizeResource(AddressSpaceResource(), block_size=1024, blocks_to_preallocate=8)
     s = hmr.stream_ref(0)
     warm = fx.allocate_async(1024, 256, s)
     fx.deallocate_async(warm, 1024, 256, s)       # the null stream's list now holds a block
-    state = fx._state
-    held, done = threading.Event(), threading.Event()
-
-    def slow_path():
-        with state.lock:
-            held.set()
-            done.wait(30)
-
-    t = threading.Thread(target=slow_path)
-    t.start()
-    assert held.wait(30)
-    got = []
-    worker = threading.Thread(target=lambda: got.extend(
-        [fx.allocate(512), fx.allocate_async(1024, 256, s)]))
-    worker.start()
-    worker.join(10)
-    try:
-        assert not worker.is_alive(), "a fast allocation waited for the lock"
+    with held_by_another_thread(fx._state.lock, 120):   # (a wait fails run_in_thread)
+        _, got = run_in_thread(lambda: [fx.allocate(512), fx.allocate_async(1024, 256, s)])
         assert got[1] == warm and len(set(got)) == 2 and fx.allocation_count() == 2
-    finally:
-        done.set()
-        t.join()
-        worker.join()
     fx.deallocate(got[0], 512)
     fx.deallocate_async(got[1], 1024, 256, s)
     assert fx.allocation_count() == 0

@@ -29,7 +29,7 @@ from hipmr_ctypes import _hip
 from hipmr_ctypes._memory_query import memory_device
 from hipmr_ctypes.ipc import IpcBufferDescriptor
 
-from support import REPO, no_crash, no_native_call, process_runtime
+from support import REPO, held_by_another_thread, no_crash, no_native_call, process_runtime
 
 #: scripts/reliability_report.py runs this file as a section and counts what it names
 pytestmark = pytest.mark.reliability("ipc_fork_stream_cases")
@@ -270,25 +270,12 @@ def test_a_fork_while_another_thread_holds_a_package_lock_does_not_hang_the_chil
     rt = _hip.get_runtime()
     pool = hmr.PoolResource(hmr.DeviceMemoryResource(), initial_pool_size=1 << 16)
     lock = rt.emulator._lock if which == "emulator" else pool._arena.lock
-    held, done = threading.Event(), threading.Event()
-
-    def holder():
-        with lock:
-            held.set()
-            done.wait(TIMEOUT)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    held.wait(TIMEOUT)
-    try:
+    with held_by_another_thread(lock, TIMEOUT):
         out = ctx.Queue()
         proc = ctx.Process(target=_child_after_locked_fork, args=(pool, out))
         proc.start()
         seen = out.get(timeout=TIMEOUT)
         proc.join(TIMEOUT)
-    finally:
-        done.set()
-        t.join()
     # the pool's own cached block may be handed out (no runtime call): the point is that
     # the child got that far instead of waiting for a lock of a thread it does not have
     assert proc.exitcode == 0 and seen[:2] == ["refused", "refused"] and len(seen) == 3
@@ -297,25 +284,12 @@ def test_a_fork_while_another_thread_holds_a_package_lock_does_not_hang_the_chil
 def test_locks_held_by_parent_threads_are_free_in_a_forked_child():
     from hipmr_ctypes._locks import DeferringLock
     lock = DeferringLock()
-    held, done = threading.Event(), threading.Event()
-
-    def holder():
-        with lock:
-            held.set()
-            done.wait(TIMEOUT)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    held.wait(TIMEOUT)
-    try:
+    with held_by_another_thread(lock, TIMEOUT):
         pid = os.fork()
         if pid == 0:   # the child: the lock is free, usable and not owned
             code = 0 if lock.owner is None and lock._lock.acquire(False) else 1
             os._exit(code)
         _, status = os.waitpid(pid, 0)
-    finally:
-        done.set()
-        t.join()
     assert os.waitstatus_to_exitcode(status) == 0
 
 

@@ -24,7 +24,7 @@ from hipmr_ctypes import _hip, _locks, _thread_exit
 from hipmr_ctypes import statistics as st
 from hipmr_ctypes.resources import per_device
 
-from support import REPO, Hang, no_crash, process_runtime
+from support import REPO, Hang, held_by_another_thread, no_crash, process_runtime
 
 PER_THREAD = 2
 
@@ -126,48 +126,24 @@ def test_a_deferring_lock_held_by_another_thread_at_finalization(monkeypatch):
     """While the interpreter finalizes, the holder can never let go: AbandonedLockError at
     once.  (Finalization is simulated: the lock's wait is given a finalizing interpreter.)"""
     lock = _locks.DeferringLock()
-    held, done = threading.Event(), threading.Event()
-
-    def holder():
-        with lock:
-            held.set()
-            done.wait(30)
-    t = threading.Thread(target=holder)
-    t.start()
-    try:
-        assert held.wait(30)
+    with held_by_another_thread(lock, 30):
         monkeypatch.setattr(_locks.DeferringLock._wait, "__defaults__", (lambda: True,))
         with pytest.raises(_locks.AbandonedLockError, match="stopped at exit"):
             lock.acquire()
         assert isinstance(_locks.AbandonedLockError("x"), RuntimeError)
-    finally:
-        done.set()
-        t.join(30)
     lock.acquire()       # free again: taken as usual
     lock.release()
 
 
 def test_the_emulator_answers_deinitialized_when_its_lock_is_abandoned(emulator, monkeypatch):
     rt = _hip.get_runtime()
-    held, done = threading.Event(), threading.Event()
-
-    def holder():
-        with emulator._lock:
-            held.set()
-            done.wait(30)
-    t = threading.Thread(target=holder)
-    t.start()
-    try:
-        assert held.wait(30)
+    with held_by_another_thread(emulator._lock, 30):
         monkeypatch.setattr(_locks.DeferringLock._wait, "__defaults__", (lambda: True,))
         assert rt.fn.hipStreamSynchronize(0) == 4          # hipErrorDeinitialized
         emulator_faults = emulator._faults
         monkeypatch.setattr(emulator, "_faults", [object()])  # the fault check needs it too
         assert rt.fn.hipDeviceSynchronize() == 4
         monkeypatch.setattr(emulator, "_faults", emulator_faults)
-    finally:
-        done.set()
-        t.join(30)
     rt.clear_last_error()
     assert rt.fn.hipStreamSynchronize(0) == 0
 
