@@ -169,9 +169,8 @@ class _Arena:
         """In a forked child (its only thread): every free list and the live table emptied,
         so every fast path bound before the fork misses, and the slow paths refuse."""
         self.forked = True
-        own = self.own
-        for maps in (self.free, self.classes, {None: own.sizes} if own is not None else {}):
-            for sizes in maps.values():
+        for maps in (self.free, self.classes):   # (a thread's _OwnLists map is free[its key]
+            for sizes in maps.values():          # or empty: see _OwnLists)
                 if type(sizes) is dict:   # (not the special handles' entries)
                     for lst in sizes.values():
                         lst.clear()
