@@ -91,6 +91,9 @@ def check_upstream_chunk(ptr: Any, size: int, chunks: Dict[int, int], give_back:
     otherwise give one block to two users).  Anything else is given back when it can be
     (never a pointer overlapping a chunk already held: that would free live memory) and
     refused with ValueError."""
+    # a copy: a thread returning chunks takes them out of ``returning`` without the lock,
+    # and iterating the dict itself meanwhile would raise RuntimeError (dict.copy is atomic)
+    returning = returning.copy()
     if (type(ptr) is int and 0 < ptr and ptr + size <= MAX_ADDRESS + 1
             and not ptr & (DEFAULT_ALIGNMENT - 1) and not overlaps(chunks, ptr, size)
             and not overlaps(returning, ptr, size)):

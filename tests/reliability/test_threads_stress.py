@@ -367,6 +367,65 @@ def test_a_pool_free_into_a_list_let_go_meanwhile_keeps_its_block(emu):
     assert pool.pool_size() == 0
 
 
+def test_a_pool_grows_while_another_thread_gives_chunks_back(emu):
+    """A thread gives two chunks back (``release``): it takes each out of the chunks on their
+    way back, without the lock, just before the upstream frees it.  Another thread grows the
+    pool meanwhile, and its check of the new chunk looks through those chunks; here the first
+    thread takes the second one out while that check is halfway through (run there by a trace
+    function).  The growth succeeds and both chunks go back."""
+    from support import HostBufferResource
+
+    go, second = threading.Event(), threading.Event()
+    calls = [0]
+
+    class Upstream(HostBufferResource):
+        def deallocate(self, ptr: int, bytes: int, alignment: int = 256) -> None:
+            calls[0] += 1
+            if calls[0] == 1:
+                assert go.wait(JOIN)
+            elif calls[0] == 2:
+                second.set()
+            super().deallocate(ptr, bytes, alignment)
+
+    up = Upstream()
+    pool = hmr.PoolResource(up)
+    p = pool.allocate(1 << 20)
+    q = pool.allocate(1 << 20)                        # a second chunk
+    pool.deallocate(p, 1 << 20)
+    pool.deallocate(q, 1 << 20)
+    returning = pool._arena.returning
+    giver = threading.Thread(target=pool.release, daemon=True)
+    giver.start()
+    deadline = time.monotonic() + JOIN
+    while not returning and time.monotonic() < deadline:   # the first free is under way
+        time.sleep(0.001)
+    (waiting,) = returning                            # the chunk still on its way back
+    armed = [False]
+    resumes = [0]
+
+    def let_the_giver_go_on() -> None:
+        go.set()
+        assert second.wait(JOIN)                      # it has taken the second chunk out
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        if frame.f_code.co_name == "overlaps" and waiting in frame.f_locals["chunks"]:
+            armed[0] = True                           # the check of the chunks on their way
+        elif frame.f_code.co_name == "<genexpr>" and armed[0]:
+            resumes[0] += 1                           # back: after it looked at one
+            if resumes[0] == 2:
+                let_the_giver_go_on()
+        return None
+
+    _traced(tracer, lambda: pool.deallocate(pool.allocate(1 << 20), 1 << 20))
+    assert resumes[0] >= 2 and second.is_set()
+    giver.join(JOIN)
+    assert not giver.is_alive()
+    pool.release()
+    assert pool.pool_size() == 0 and up.live == {}
+
+
 def test_a_fixed_size_free_into_a_list_let_go_meanwhile_keeps_its_block(emu):
     """The same for ``FixedSizeResource``: the stream is forgotten by ``release()`` (its list
     was empty) while a free holds its list; the block goes back to the stream's list."""
