@@ -11,6 +11,7 @@ from .._checks import FAST_ALIGNMENTS, check_args, check_free_args, check_size, 
 from .._stream_order import SYNC
 from ._base import BoundAdaptor, as_upstream_ref
 from ._checked import claim, duplicate, must_check_arguments
+from ._dead import ANY as _ANY, DEAD as _DEAD, rescue as _rescue
 from .fixed_size import DEFAULT_BLOCKS, FixedSizeResource, chunk_too_large
 
 __all__ = ["BinningResource"]
@@ -21,20 +22,27 @@ _ROUTES_CACHED = 4096      # exact sizes whose record is remembered (then routed
 _FAST = FAST_ALIGNMENTS     # {a: a} for a in 1..256
 _A256 = _FAST[256]          # the default alignment: `is` spares the lookup
 _MISS = (KeyError, TypeError)  # a size not in the route cache / an unhashable alignment
+_NONE: Any = object()
 
 
-def _entry(ref: Any) -> Tuple[Any, Any, Any, Any]:
-    """``(allocate_async, deallocate_async, allocate, deallocate)`` of a bin's (or the
-    upstream's) ref, bound once (the async pair None for a synchronous ref).  The package's
-    own resources check every argument (the stream too) before they change anything: the
-    adaptor's fast paths pass sizes (and a free's alignment) on unchecked, for the bin to
-    check.  A user-written one gets every argument checked first."""
+def _entry(ref: Any, size: int = 0) -> Tuple[Any, Any, Any, Any, Any]:
+    """``(allocate_async, deallocate_async, allocate, deallocate, lists)`` of a bin of
+    ``size`` bytes (or of the upstream: ``size`` 0), the methods of its ref bound once (the
+    async pair None for a synchronous ref).  The package's own resources check every argument
+    (the stream too) before they change anything: the adaptor's fast paths pass sizes (and a
+    free's alignment) on unchecked, for the bin to check.  A user-written one gets every
+    argument checked first.  ``lists``: for a bin that is a :class:`FixedSizeResource` (not a
+    subclass) whose blocks hold ``size`` bytes, its ``_lists()``, which the adaptor's fast
+    paths serve themselves; else None."""
     up_alloc: Any = ref.allocate
     up_dealloc: Any = ref.deallocate
     up_alloc_async: Any = getattr(ref, "allocate_async", None)
     up_dealloc_async: Any = getattr(ref, "deallocate_async", None)
+    resource = ref.resource
+    lists = (resource._lists() if size and type(resource) is FixedSizeResource
+             and size <= resource.block_size else None)
     if not must_check_arguments(ref):
-        return up_alloc_async, up_dealloc_async, up_alloc, up_dealloc
+        return up_alloc_async, up_dealloc_async, up_alloc, up_dealloc, lists
 
     def allocate(nbytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         ptr: int = up_alloc(*check_args(nbytes, alignment))
@@ -44,7 +52,7 @@ def _entry(ref: Any) -> Tuple[Any, Any, Any, Any]:
         up_dealloc(*check_free_args(ptr, nbytes, alignment))
 
     if up_alloc_async is None:
-        return None, None, allocate, deallocate
+        return None, None, allocate, deallocate, None
 
     def allocate_async(nbytes: int, alignment: int, stream: Any) -> int:
         check_stream(stream)
@@ -55,13 +63,13 @@ def _entry(ref: Any) -> Tuple[Any, Any, Any, Any]:
         check_stream(stream)
         up_dealloc_async(*check_free_args(ptr, nbytes, alignment), stream)
 
-    return allocate_async, deallocate_async, allocate, deallocate
+    return allocate_async, deallocate_async, allocate, deallocate, None
 
 
 def _route(routes: Dict[int, Any], bins: List[Any], nbytes: int, alignment: int) -> Any:
     """The record of a request of ``nbytes`` (checked) aligned to ``alignment``: the entry of
     the smallest bin of at least ``nbytes`` for an alignment of at most 256, else the
-    upstream's, followed by ``nbytes``.  Remembered in the route cache ``routes`` for the
+    upstream's, followed by ``nbytes`` (at index 5).  Remembered in the route cache ``routes`` for the
     next request of that size.  ``bins[0]`` (``(sizes, entries, upstream's entry)``) is read
     before the record is stored and again after: when :meth:`BinningResource.add_bin`
     replaced it meanwhile (and then cleared the cache), the record, which may be of the
@@ -104,7 +112,7 @@ def _deallocate_slow(live: Dict[int, Any], ptr: Any, bytes: Any, alignment: Any,
     a pointer this adaptor did not hand out or a wrong size, else the free through the
     record's bin (``stream`` SYNC: the synchronous ``deallocate``)."""
     ptr, bytes, alignment = check_free_args(ptr, bytes, alignment)
-    found = claim(live, ptr, bytes, 4, "BinningResource")
+    found = claim(live, ptr, bytes, 5, "BinningResource")
     if found is None:
         return
     try:
@@ -250,7 +258,7 @@ class BinningResource(BoundAdaptor):
             i = bisect_left(self._sizes, size)
             self._sizes.insert(i, size)
             self._refs.insert(i, bin_ref)
-            self._entries.insert(i, _entry(bin_ref))
+            self._entries.insert(i, _entry(bin_ref, size))
             # the bins first, then the route cache emptied: a record of the old bins stored
             # meanwhile is cleared here, or taken out again by _route, which reads the bins
             # again after it stored it
@@ -294,7 +302,19 @@ class BinningResource(BoundAdaptor):
                     return _allocate_slow(books, bytes, alignment, stream)
             except _MISS:
                 return _allocate_slow(books, bytes, alignment, stream)
-            ptr: int = record[0](bytes, alignment, stream)  # the bin checks the size's type
+            ptr = 0
+            lists = record[4]
+            if lists is not None and type(bytes) is int:  # a fixed-size bin's lists, inline
+                lst = lists[0](stream if type(stream) is int
+                               else getattr(stream, "_hipmr_handle", None))
+                if lst:   # (a checked stream's; else the bin's own path resolves it)
+                    try:  # the pop hands the block to exactly one caller
+                        ptr = lst.pop()
+                        lists[1][ptr] = bytes
+                    except IndexError:  # another thread took the last block meanwhile
+                        pass
+            if not ptr:
+                ptr = record[0](bytes, alignment, stream)  # the bin checks the size's type
             if ptr:
                 if ptr in live:  # a bin handed ptr out twice
                     raise duplicate("BinningResource", ptr)
@@ -309,7 +329,16 @@ class BinningResource(BoundAdaptor):
                     return _allocate_slow(books, bytes, alignment, SYNC)
             except _MISS:
                 return _allocate_slow(books, bytes, alignment, SYNC)
-            ptr: int = record[2](bytes, alignment)  # the bin checks the size's type
+            ptr = 0
+            lists = record[4]
+            if lists is not None and type(bytes) is int:  # a fixed-size bin's lists, inline
+                try:
+                    ptr = lists[2].pop()   # the host's
+                    lists[1][ptr] = bytes
+                except IndexError:
+                    pass
+            if not ptr:
+                ptr = record[2](bytes, alignment)  # the bin checks the size's type
             if ptr:
                 if ptr in live:  # a bin handed ptr out twice
                     raise duplicate("BinningResource", ptr)
@@ -322,7 +351,22 @@ class BinningResource(BoundAdaptor):
             except _MISS:  # not live / unhashable
                 return _deallocate_slow(live, ptr, bytes, alignment, stream)
             try:  # the bin checks the types of bytes and alignment, and the stream
-                if found[4] == bytes:
+                if found[5] == bytes:
+                    lists = found[4]
+                    if (lists is not None and type(ptr) is int is type(bytes)
+                            and (alignment is _A256 or _FAST.get(alignment) is alignment)):
+                        lst = lists[0](stream if type(stream) is int   # the bin's lists,
+                                       else getattr(stream, "_hipmr_handle", None))  # inline
+                        if lst is not None:  # a checked stream's: take the bin's claim
+                            bin_live = lists[1]
+                            known = bin_live.pop(ptr, _NONE)
+                            if known == bytes:
+                                lst.append(ptr)
+                                if _ANY and id(lst) in _DEAD:  # the bin let the list go
+                                    _rescue(lst)               # meanwhile
+                                return
+                            if known is not _NONE:  # put it back; the bin decides below
+                                bin_live[ptr] = known
                     found[1](ptr, bytes, alignment, stream)
                     return
             except BaseException:
@@ -337,7 +381,17 @@ class BinningResource(BoundAdaptor):
             except _MISS:  # not live / unhashable
                 return _deallocate_slow(live, ptr, bytes, alignment, SYNC)
             try:  # the bin checks the types of bytes and alignment
-                if found[4] == bytes:
+                if found[5] == bytes:
+                    lists = found[4]
+                    if (lists is not None and type(ptr) is int is type(bytes)
+                            and (alignment is _A256 or _FAST.get(alignment) is alignment)):
+                        bin_live = lists[1]   # a fixed-size bin's lists, inline
+                        known = bin_live.pop(ptr, _NONE)
+                        if known == bytes:
+                            lists[2].append(ptr)
+                            return
+                        if known is not _NONE:  # put it back; the bin decides below
+                            bin_live[ptr] = known
                     found[3](ptr, bytes, alignment)
                     return
             except BaseException:

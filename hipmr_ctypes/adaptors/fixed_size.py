@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from typing import Any, Deque, Dict, List
+from typing import Any, Deque, Dict, List, Tuple
 
 from .._device_sizes import config_size
 from .._sizes import Size
@@ -391,6 +391,16 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
             deallocate_slow(ptr, bytes, alignment, key(check_stream(stream)))
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
+
+    def _lists(self) -> Tuple[Any, Dict[int, int], Deque[int]]:
+        """``(free.get, live, the host's free list)``: what ``BinningResource`` needs to serve
+        this resource's lists from its own fast paths, as this resource's do (see
+        :meth:`_bind`): ``free.get(handle)`` (a checked stream handle's list or None), the
+        table of live blocks (ptr -> requested size) and the list of blocks freed
+        synchronously.  They stay the same objects for the resource's life (in a forked child
+        they are emptied, so those fast paths miss and reach the refusing slow paths)."""
+        state = self._state
+        return state.free.get, state.live, state.free[SYNC]
 
     @property
     def block_size(self) -> int:

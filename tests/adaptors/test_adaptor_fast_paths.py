@@ -6,6 +6,7 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes.adaptors import AlignedResource, BinningResource, PoolResource
 from hipmr_ctypes.adaptors import binning as binning_module
+from hipmr_ctypes._stream_order import SYNC
 
 from support import REPO
 
@@ -107,6 +108,102 @@ def test_binning_free_with_a_bad_stream_changes_nothing(pool):
     assert b.allocation_count() == 1
     b.deallocate_async(p, 256, 256, 0)
     assert b.allocation_count() == 0
+
+
+# ---- a fixed-size bin's lists, served by the adaptor's own fast paths -------------------------
+def _served_inline(b, size):
+    i = b._bins[0][0].index(size)
+    return b._bins[0][1][i][4] is not None
+
+
+def test_binning_serves_its_fixed_size_bins_as_they_serve_themselves(pool):
+    b = BinningResource(pool, [1024])
+    fixed = b.bin_resources[1024]
+    assert _served_inline(b, 1024)
+    with hmr.Stream() as s:
+        for stream in (s, hmr.stream_ref(s), s.handle):
+            p = b.allocate_async(1000, 256, stream)
+            assert fixed.allocation_count() == 1 and b.allocation_count() == 1
+            b.deallocate_async(p, 1000, 256, stream)
+            assert fixed.allocation_count() == 0 and b.allocation_count() == 0
+            assert b.allocate_async(1000, 256, stream) == p   # the stream's own block again
+            b.deallocate_async(p, 1000, 256, stream)
+        s.synchronize()
+    for stream in (0, 2):                       # the null and the per-thread streams
+        p = b.allocate_async(700, 256, stream)
+        b.deallocate_async(p, 700, 256, stream)
+        assert fixed.allocation_count() == 0
+    p = b.allocate(1000)
+    b.deallocate(p, 1000)
+    assert b.allocate(1000) == p                # the host's list
+    assert fixed.allocation_count() == 1
+    b.deallocate(p, 1000)
+    assert fixed.allocation_count() == b.allocation_count() == 0
+
+
+def test_binning_inline_frees_refuse_what_the_bin_refuses(pool):
+    b = BinningResource(pool, [1024])
+    fixed = b.bin_resources[1024]
+    b.deallocate_async(b.allocate_async(1000, 256, 0), 1000, 256, 0)  # stream 0's list made
+    assert fixed._state.free.get(0) is not None
+    b.deallocate(b.allocate(1), 1)              # the route of 1 (and True) cached
+    for bad in (1000.0, True):
+        with pytest.raises(TypeError):
+            b.allocate_async(bad, 256, 0)
+        with pytest.raises(TypeError):
+            b.allocate(bad)
+    assert b.allocation_count() == fixed.allocation_count() == 0
+    p = b.allocate_async(1000, 256, 0)
+    closed = hmr.Stream()
+    closed.close()
+    for args in ((p, 1000, [256], 0), (p, 1000, 256.0, 0), (p, 1000, 512, 0),
+                 (p, 1000, 256, closed), (p, 1000, 256, -1), (float(p), 1000, 256, 0),
+                 (p, 1000.0, 256, 0), (p, 999, 256, 0)):
+        with pytest.raises((TypeError, ValueError)):
+            b.deallocate_async(*args)
+        assert b.allocation_count() == 1 and fixed.allocation_count() == 1, args
+    q = b.allocate(1000)
+    for args in ((q, 1000, [256]), (float(q), 1000), (q, True), (q, 1000, 512)):
+        with pytest.raises((TypeError, ValueError)):
+            b.deallocate(*args)
+        assert b.allocation_count() == 2 and fixed.allocation_count() == 2, args
+    b.deallocate_async(p, 1000, 256, 0)
+    b.deallocate(q, 1000)
+    assert b.allocation_count() == fixed.allocation_count() == 0
+
+
+def test_binning_never_hands_out_a_block_freed_through_its_bin_behind_its_back(pool):
+    b = BinningResource(pool, [1024])
+    fixed = b.bin_resources[1024]
+    p = b.allocate(1000)
+    fixed.deallocate(p, 1000)                   # the bin has it back; the adaptor does not
+    with pytest.raises(ValueError, match="not allocated|unknown|never"):
+        b.deallocate(p, 1000)                   # the bin's claim fails: not freed twice
+    assert list(fixed._state.free[SYNC]).count(p) == 1
+    with pytest.raises(ValueError, match="handed out before"):
+        b.allocate(1000)
+    b.deallocate_async(b.allocate_async(1000, 256, 0), 1000, 256, 0)  # stream 0's list made
+    q = b.allocate_async(1000, 256, 0)
+    fixed.deallocate_async(q, 1000, 256, 0)
+    with pytest.raises(ValueError, match="not allocated|unknown|never"):
+        b.deallocate_async(q, 1000, 256, 0)
+    assert list(fixed._state.free[0]).count(q) == 1
+    with pytest.raises(ValueError, match="handed out before"):
+        b.allocate_async(1000, 256, 0)
+
+
+def test_binning_calls_a_bin_whose_blocks_are_smaller_than_the_bin(pool):
+    small = hmr.FixedSizeResource(pool, block_size=1024)
+    b = BinningResource(pool, [(2048, small)])
+    assert not _served_inline(b, 2048)
+    with pytest.raises(ValueError, match="larger than the block size"):
+        b.allocate_async(1500, 256, 0)
+    with pytest.raises(ValueError, match="larger than the block size"):
+        b.allocate(1500)
+    r = b.allocate_async(1000, 256, 0)
+    assert small.allocation_count() == 1
+    b.deallocate_async(r, 1000, 256, 0)
+    assert b.allocation_count() == small.allocation_count() == 0
 
 
 def test_binning_user_bin_gets_the_stream_checked_first(pool):

@@ -426,12 +426,25 @@ def test_a_pool_grows_while_another_thread_gives_chunks_back(emu):
     assert pool.pool_size() == 0 and up.live == {}
 
 
-def test_a_fixed_size_free_into_a_list_let_go_meanwhile_keeps_its_block(emu):
-    """The same for ``FixedSizeResource``: the stream is forgotten by ``release()`` (its list
-    was empty) while a free holds its list; the block goes back to the stream's list."""
-    mr = hmr.FixedSizeResource(hmr.AsyncMemoryResource(), block_size=4096,
-                               blocks_to_preallocate=4)
-    state = mr._state
+def _fixed_size(through: str) -> Any:
+    """A ``FixedSizeResource`` of four 4 KiB blocks, and what the test calls: itself, or a
+    ``BinningResource`` with it as its bin (whose fast paths serve its lists themselves)."""
+    fixed = hmr.FixedSizeResource(hmr.AsyncMemoryResource(), block_size=4096,
+                                  blocks_to_preallocate=4)
+    if through == "itself":
+        return fixed, fixed
+    binning = hmr.BinningResource(hmr.AsyncMemoryResource(), bins=[(4096, fixed)])
+    assert binning._bins[0][1][0][4] is not None, "the bin's lists are not served inline"
+    return fixed, binning
+
+
+@pytest.mark.parametrize("through", ["itself", "a binning resource"])
+def test_a_fixed_size_free_into_a_list_let_go_meanwhile_keeps_its_block(emu, through):
+    """The same for ``FixedSizeResource``, freed directly or by a ``BinningResource`` over
+    it: the stream is forgotten by ``release()`` (its list was empty) while a free holds its
+    list; the block goes back to the stream's list."""
+    fixed, mr = _fixed_size(through)
+    state = fixed._state
     with hmr.Stream() as s:
         p = mr.allocate_async(4096, 256, s)
         q = mr.allocate_async(4096, 256, s)
@@ -445,7 +458,7 @@ def test_a_fixed_size_free_into_a_list_let_go_meanwhile_keeps_its_block(emu):
                 state.forget_streams()
             assert s.handle not in state.free and _dead.owner(lst) == s.handle
 
-        tracer, done = _at_line("deallocate_async", "live_pop(ptr, _NONE)", forget)
+        tracer, done = _at_line("deallocate_async", "pop(ptr, _NONE)", forget)
         _traced(tracer, lambda: mr.deallocate_async(p, 4096, 256, s))
         assert done[0]
         assert not lst and list(state.free[s.handle]) == [p]   # rescued onto a list anew
@@ -453,14 +466,14 @@ def test_a_fixed_size_free_into_a_list_let_go_meanwhile_keeps_its_block(emu):
         s.synchronize()
     assert mr.allocation_count() == 0
     mr.release()
-    assert mr.pool_size() == 0
+    assert fixed.pool_size() == 0
 
 
-def test_a_fixed_size_free_into_a_closed_streams_list_keeps_its_block(emu):
+@pytest.mark.parametrize("through", ["itself", "a binning resource"])
+def test_a_fixed_size_free_into_a_closed_streams_list_keeps_its_block(emu, through):
     """A stream destroyed while a free holds its list: the block becomes the host's."""
-    mr = hmr.FixedSizeResource(hmr.AsyncMemoryResource(), block_size=4096,
-                               blocks_to_preallocate=4)
-    state = mr._state
+    fixed, mr = _fixed_size(through)
+    state = fixed._state
     s = hmr.Stream()
     p = mr.allocate_async(4096, 256, s)
     q = mr.allocate_async(4096, 256, s)
@@ -474,14 +487,14 @@ def test_a_fixed_size_free_into_a_closed_streams_list_keeps_its_block(emu):
         state.stream_closed(handle)
         assert _dead.owner(lst) is SYNC
 
-    tracer, done = _at_line("deallocate_async", "live_pop(ptr, _NONE)", closed)
+    tracer, done = _at_line("deallocate_async", "pop(ptr, _NONE)", closed)
     _traced(tracer, lambda: mr.deallocate_async(p, 4096, 256, handle))
     assert done[0]
     assert not lst and p in state.free[SYNC]
     mr.deallocate_async(q, 4096, 256, s)
     s.close()
     mr.release()
-    assert mr.pool_size() == 0
+    assert fixed.pool_size() == 0
 
 
 # ---- exactly-once claims ------------------------------------------------------------------
