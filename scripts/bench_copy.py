@@ -174,6 +174,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from hipmr_ctypes import _staging
     if args.staging == "off":
         _staging.THRESHOLD = _staging.TO_HOST_THRESHOLD = 1 << 62
+        _staging.TO_EXISTING_HOST_THRESHOLD = 1 << 62
     if args.staging_chunk:
         _staging.CHUNK = parse_bytes(args.staging_chunk)
     if args.staging_workers:
@@ -209,6 +210,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "min_ms": args.min_ms, "staging": args.staging,
                           "staging_threshold": _staging.THRESHOLD,
                           "staging_to_host_threshold": _staging.TO_HOST_THRESHOLD,
+                          "staging_to_existing_host_threshold":
+                              _staging.TO_EXISTING_HOST_THRESHOLD,
                           "staging_chunk": _staging.CHUNK,
                           "staging_workers": _staging.WORKERS, "rows": results})
     return 0

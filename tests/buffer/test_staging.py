@@ -22,6 +22,7 @@ def staging(monkeypatch):
     monkeypatch.setattr(_staging, "CHUNK", CHUNK)
     monkeypatch.setattr(_staging, "THRESHOLD", 2 * CHUNK)
     monkeypatch.setattr(_staging, "TO_HOST_THRESHOLD", 2 * CHUNK)
+    monkeypatch.setattr(_staging, "TO_EXISTING_HOST_THRESHOLD", 2 * CHUNK)
     monkeypatch.setattr(_staging, "WORKERS", 2)   # (the default depends on the CPUs)
     monkeypatch.setattr(_staging, "MIN_PART", CHUNK)
     sets = {}
@@ -181,6 +182,19 @@ def test_copies_to_the_host_have_a_threshold_of_their_own(staging, monkeypatch):
         buf.close()
         assert staging["to_host"] == 2 * staged
     assert staging["to_device"] == 2
+
+
+def test_copies_into_memory_in_use_have_a_threshold_of_their_own(staging, monkeypatch):
+    monkeypatch.setattr(_staging, "TO_EXISTING_HOST_THRESHOLD", 8 * CHUNK)
+    mr = hmr.AsyncMemoryResource()
+    for n, staged in ((8 * CHUNK - 1, 0), (8 * CHUNK, 1)):
+        buf = hmr.Buffer.from_host(_pattern(n), resource=mr)
+        out = bytearray(n)
+        assert buf.copy_to_host(out) is out and bytes(out) == _pattern(n)
+        assert bytes(buf.copy_to_host()) == _pattern(n)      # fresh: its own threshold
+        buf.close()
+        assert staging["to_existing_host"] == staged
+    assert staging["to_host"] == 2
 
 
 def test_small_copies_and_async_copies_are_not_staged(staging):
