@@ -115,6 +115,20 @@ def test_bench_copy_with_the_staging_off_and_another_chunk(tmp_path):
     assert json.loads(out.read_text())["staging_chunk"] == 1 << 20
 
 
+def test_bench_fresh_host(tmp_path):
+    out = tmp_path / "fresh.json"
+    text = _run("bench_fresh_host.py", "--sizes", "64KiB,1MiB", "--rounds", "2", "--min-ms",
+                "1", "--no-peers", "--settings", "before=4MiB:64MiB,now,off=off:off",
+                "--json", str(out))
+    data = json.loads(out.read_text())
+    assert data["settings"]["before"] == [4 << 20, 64 << 20]
+    assert data["settings"]["off"] == [1 << 62, 1 << 62]
+    assert [r["bytes"] for r in data["rows"]] == [65536, 1 << 20]
+    assert all(len(r["GB/s"]) == 6 and min(r["GB/s"].values()) > 0 for r in data["rows"])
+    assert "median of 2 rounds" in text
+    assert "not 'bad'" in _run("bench_fresh_host.py", "--settings", "bad", returncode=2)
+
+
 def test_bench_per_thread_reuse(tmp_path):
     out = tmp_path / "reuse.json"
     text = _run("bench_per_thread_reuse.py", "--rounds", "2", "--busy-ms", "2",
