@@ -16,9 +16,9 @@ from ._hip.native import madvise
 
 #: below this the advice is not given: glibc's ``malloc`` serves blocks under 32 MiB (its
 #: largest mmap threshold on 64-bit hosts) from memory freed before once a block that size was
-#: freed, already faulted in, and advising that memory made a copy into it slower (measured on
-#: the H200: 9.4 against 12.4 GB/s at 8 MiB, 10 against 12.8 at 16 MiB); from 32 MiB every
-#: block is a fresh mapping, and the advice tripled the staged copy (7.5 against 3.3 GB/s)
+#: freed, already faulted in, and there the advice made no consistent difference (measured on
+#: the H200); from 32 MiB every block is a fresh mapping, and the advice doubled to tripled
+#: the staged copy (7.0-10.1 against 3.2-3.7 GB/s at 32-64 MiB)
 THRESHOLD = 32 << 20
 MADV_HUGEPAGE = 14
 # (os, not mmap, whose import ``import hipmr_ctypes.buffer`` would otherwise pay for)
