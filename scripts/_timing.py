@@ -22,8 +22,8 @@ import statistics
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["FLOOR", "floor_loop", "take_turns", "ns_per_op", "print_rows", "markdown_table",
-           "save_json"]
+__all__ = ["FLOOR", "floor_loop", "take_turns", "seconds_per_call", "ns_per_op", "print_rows",
+           "markdown_table", "save_json"]
 
 #: the floor row's name
 FLOOR = "two plain Python calls (floor)"
@@ -52,6 +52,17 @@ def take_turns(samplers: Mapping[str, Callable[[], Any]], rounds: int) -> Dict[s
         for name, sample in samplers.items():
             samples[name].append(sample())
     return samples
+
+
+def seconds_per_call(op: Callable[[], Any], min_s: float) -> float:
+    """Seconds per call of ``op``: as many calls as fill ``min_s`` (at least one)."""
+    count, start = 0, time.perf_counter()
+    while True:
+        op()
+        count += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_s:
+            return elapsed / count
 
 
 def ns_per_op(loops: Mapping[str, Tuple[Loop, int]], rounds: int, *, warmup: int = 2000,

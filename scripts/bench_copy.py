@@ -32,7 +32,6 @@ import pickle
 import platform
 import statistics
 import sys
-import time
 from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -40,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes._sizes import parse_bytes  # noqa: E402
 
-from _timing import save_json, take_turns  # noqa: E402
+from _timing import save_json, seconds_per_call, take_turns  # noqa: E402
 
 ROWS = ["D2H new bytes", "D2H new bytearray", "D2H into pageable", "H2D new (alloc + copy)",
         "H2D from pageable", "H2D from pinned", "D2H into pinned", "D2D", "pickle round trip"]
@@ -145,17 +144,6 @@ def _torch(n: int) -> Optional[Dict[str, Op]]:
             "pickle round trip": lambda: pickle.loads(pickle.dumps(t))}
 
 
-def _seconds(op: Op, min_s: float) -> float:
-    """Seconds per call of ``op``: as many calls as fill ``min_s`` (at least one)."""
-    count, start = 0, time.perf_counter()
-    while True:
-        op()
-        count += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_s:
-            return elapsed / count
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="4KiB,1MiB,64MiB,256MiB,1GiB")
@@ -194,7 +182,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for row in rows:
             for name, ops in libs.items():
                 ops[row]()  # warm up (first-touch, allocator caches)
-            times = take_turns({name: (lambda op=ops[row]: _seconds(op, args.min_ms / 1000))
+            times = take_turns({name: (lambda op=ops[row]: seconds_per_call(op, args.min_ms / 1000))
                                 for name, ops in libs.items()}, args.rounds)
             gbs = {k: n / statistics.median(v) / 1e9 for k, v in times.items()}
             peers = [v for k, v in gbs.items() if k != "ours"]

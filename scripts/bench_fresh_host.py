@@ -21,7 +21,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -30,7 +29,7 @@ import hipmr_ctypes as hmr  # noqa: E402
 from hipmr_ctypes import _copies, _hugepages, _staging  # noqa: E402
 from hipmr_ctypes._sizes import parse_bytes  # noqa: E402
 
-from _timing import save_json  # noqa: E402
+from _timing import save_json, seconds_per_call, take_turns  # noqa: E402
 
 OFF = 1 << 62
 Op = Callable[[], Any]
@@ -74,16 +73,6 @@ def _peers(n: int) -> Dict[str, Op]:
     return peers
 
 
-def _per_call(op: Op, min_s: float) -> float:
-    count, start = 0, time.perf_counter()
-    while True:
-        op()
-        count += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_s:
-            return elapsed / count
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8MiB,16MiB,20MiB,24MiB,32MiB,64MiB")
@@ -113,12 +102,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                     ops[f"{what} {name}"] = op
             if not args.no_peers:
                 ops.update(_peers(n))
-            seconds: Dict[str, List[float]] = {k: [] for k in ops}
             for run in ops.values():
                 run()   # warm up
-            for _ in range(args.rounds):
-                for k, run in ops.items():
-                    seconds[k].append(_per_call(run, args.min_ms / 1000))
+            min_s = args.min_ms / 1000
+
+            def sampler(run: Op) -> Callable[[], float]:
+                return lambda: seconds_per_call(run, min_s)
+            seconds = take_turns({k: sampler(run) for k, run in ops.items()}, args.rounds)
             gbs = {k: n / statistics.median(v) / 1e9 for k, v in seconds.items()}
             best_peer = max((v for k, v in gbs.items() if k in _peer_names(ops, settings)),
                             default=None)
