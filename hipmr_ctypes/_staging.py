@@ -40,8 +40,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyDefault
 from .device import get_device, on_device_or_current
 
-__all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "TO_EXISTING_HOST_THRESHOLD", "CHUNK", "SLOTS", "WORKERS", "MIN_PART",
-           "threshold", "to_device", "to_host", "to_existing_host"]
+__all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "TO_EXISTING_HOST_THRESHOLD", "CHUNK", "SLOTS",
+           "WORKERS", "MIN_PART", "threshold", "to_device", "to_host", "to_existing_host"]
 
 #: host-to-device copies of fewer bytes go to the runtime directly (one call is faster than
 #: a pipeline)

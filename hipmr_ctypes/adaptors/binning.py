@@ -69,8 +69,8 @@ def _entry(ref: Any, size: int = 0) -> Tuple[Any, Any, Any, Any, Any]:
 def _route(routes: Dict[int, Any], bins: List[Any], nbytes: int, alignment: int) -> Any:
     """The record of a request of ``nbytes`` (checked) aligned to ``alignment``: the entry of
     the smallest bin of at least ``nbytes`` for an alignment of at most 256, else the
-    upstream's, followed by ``nbytes`` (at index 5).  Remembered in the route cache ``routes`` for the
-    next request of that size.  ``bins[0]`` (``(sizes, entries, upstream's entry)``) is read
+    upstream's, followed by ``nbytes`` (at index 5).  Remembered in the route cache
+    ``routes`` for the next request of that size.  ``bins[0]`` (``(sizes, entries, upstream's entry)``) is read
     before the record is stored and again after: when :meth:`BinningResource.add_bin`
     replaced it meanwhile (and then cleared the cache), the record, which may be of the
     old bins, is taken out again."""
