@@ -70,10 +70,10 @@ def _route(routes: Dict[int, Any], bins: List[Any], nbytes: int, alignment: int)
     """The record of a request of ``nbytes`` (checked) aligned to ``alignment``: the entry of
     the smallest bin of at least ``nbytes`` for an alignment of at most 256, else the
     upstream's, followed by ``nbytes`` (at index 5).  Remembered in the route cache
-    ``routes`` for the next request of that size.  ``bins[0]`` (``(sizes, entries, upstream's entry)``) is read
-    before the record is stored and again after: when :meth:`BinningResource.add_bin`
-    replaced it meanwhile (and then cleared the cache), the record, which may be of the
-    old bins, is taken out again."""
+    ``routes`` for the next request of that size.  ``bins[0]`` (``(sizes, entries,
+    upstream's entry)``) is read before the record is stored and again after: when
+    :meth:`BinningResource.add_bin` replaced it meanwhile (and then cleared the cache), the
+    record, which may be of the old bins, is taken out again."""
     table = bins[0]
     sizes, entries, upstream = table
     if alignment > DEFAULT_ALIGNMENT:
