@@ -175,6 +175,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"unknown rows {unknown}; rows: {', '.join(ROWS)}")
     makers = {"ours": _ours, "CuPy": _cupy, "PyTorch": _torch}
     results: List[Dict[str, Any]] = []
+    min_s = args.min_ms / 1000
     print(f"{'row':24} {'size':>9} " + " ".join(f"{k:>9}" for k in makers) + "  ours/best")
     for n in sizes:
         libs = {name: make(n) for name, make in makers.items()}
@@ -182,7 +183,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for row in rows:
             for name, ops in libs.items():
                 ops[row]()  # warm up (first-touch, allocator caches)
-            times = take_turns({name: (lambda op=ops[row]: seconds_per_call(op, args.min_ms / 1000))
+            times = take_turns({name: (lambda op=ops[row]: seconds_per_call(op, min_s))
                                 for name, ops in libs.items()}, args.rounds)
             gbs = {k: n / statistics.median(v) / 1e9 for k, v in times.items()}
             peers = [v for k, v in gbs.items() if k != "ours"]

@@ -73,6 +73,11 @@ def _peers(n: int) -> Dict[str, Op]:
     return peers
 
 
+def _sampler(op: Op, min_s: float) -> Callable[[], float]:
+    """One round's sample of ``op``: its seconds per call over ``min_s`` or more."""
+    return lambda: seconds_per_call(op, min_s)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8MiB,16MiB,20MiB,24MiB,32MiB,64MiB")
@@ -86,8 +91,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         settings = parse_settings(args.settings)
     except ValueError as exc:
         parser.error(str(exc))
-    saved = (_hugepages.THRESHOLD, _staging.TO_HOST_THRESHOLD)  # (_copies.HUGE_PAGES_FROM's)
+    saved = (getattr(_copies, "HUGE_PAGES_FROM"), _staging.TO_HOST_THRESHOLD)
     rows: List[Dict[str, Any]] = []
+    min_s = args.min_ms / 1000
     try:
         for n in (parse_bytes(s) for s in args.sizes.split(",")):
             buf = hmr.Buffer.from_host(bytes(n), resource=hmr.AsyncMemoryResource())
@@ -100,18 +106,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                         _staging.TO_HOST_THRESHOLD = staged
                         return call()
                     ops[f"{what} {name}"] = op
-            if not args.no_peers:
-                ops.update(_peers(n))
+            peers = {} if args.no_peers else _peers(n)
+            ops.update(peers)
             for run in ops.values():
                 run()   # warm up
-            min_s = args.min_ms / 1000
-
-            def sampler(run: Op) -> Callable[[], float]:
-                return lambda: seconds_per_call(run, min_s)
-            seconds = take_turns({k: sampler(run) for k, run in ops.items()}, args.rounds)
+            seconds = take_turns({k: _sampler(run, min_s) for k, run in ops.items()},
+                                 args.rounds)
             gbs = {k: n / statistics.median(v) / 1e9 for k, v in seconds.items()}
-            best_peer = max((v for k, v in gbs.items() if k in _peer_names(ops, settings)),
-                            default=None)
+            best_peer = max((gbs[k] for k in peers), default=None)
             print(f"== {n} bytes: GB/s, median of {args.rounds} rounds"
                   + (", / the best peer" if best_peer else ""))
             for k, v in gbs.items():
@@ -126,11 +128,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "settings": {k: list(v) for k, v in settings.items()},
                           "rows": rows})
     return 0
-
-
-def _peer_names(ops: Dict[str, Op], settings: Dict[str, Any]) -> List[str]:
-    ours = {f"{what} {name}" for name in settings for what in ("copy_to_host()", "tobytes()")}
-    return [k for k in ops if k not in ours]
 
 
 if __name__ == "__main__":
