@@ -33,7 +33,7 @@ from hipmr_ctypes._exit import Finalizer
 from hipmr_ctypes.adaptors import _dead
 from hipmr_ctypes._stream_order import SYNC
 
-from support import REPO, LiveRanges, process_runtime
+from support import REPO, HostBufferResource, LiveRanges, process_runtime
 
 THREADS = 16
 SCALE = max(1, int(os.environ.get("HIPMR_STRESS", "1") or 1))
@@ -373,8 +373,6 @@ def test_a_pool_grows_while_another_thread_gives_chunks_back(emu):
     pool meanwhile, and its check of the new chunk looks through those chunks; here the first
     thread takes the second one out while that check is halfway through (run there by a trace
     function).  The growth succeeds and both chunks go back."""
-    from support import HostBufferResource
-
     go, second = threading.Event(), threading.Event()
     calls = [0]
 
