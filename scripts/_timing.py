@@ -1,7 +1,10 @@
 """The timing harness the benchmark scripts share: one way to time, one floor, one writer.
 
 * :func:`take_turns`: every row takes one turn per round, ``rounds`` rounds, so that a slow
-  phase of a shared machine falls on every row alike instead of on whichever ran during it.
+  phase of a shared machine falls on every row alike instead of on whichever ran during it;
+  with ``shuffle=True`` every round after the first takes the rows in an order of its own,
+  so that no row always runs right after the same other one (and inherits what that one left
+  behind: memory handed back to the C library, whose pages the next row faults in again).
 * :func:`ns_per_op`: the median ns per operation of loops (``loop(n)`` runs ``n`` operations),
   taking turns, after a warm-up of each, with the garbage collector off while timing; a row
   that raises is reported as ``"failed: ..."`` and the others go on.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import json
+import random
 import statistics
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -44,13 +48,19 @@ def floor_loop() -> Loop:
     return two_calls
 
 
-def take_turns(samplers: Mapping[str, Callable[[], Any]], rounds: int) -> Dict[str, List[Any]]:
+def take_turns(samplers: Mapping[str, Callable[[], Any]], rounds: int, *,
+               shuffle: bool = False) -> Dict[str, List[Any]]:
     """Call each sampler once per round, in order, for ``rounds`` rounds; returns each one's
-    samples (what it returned), in round order."""
+    samples (what it returned), in round order.  ``shuffle``: round ``r > 0`` calls them in
+    an order drawn by ``random.Random(r)`` (the same orders in every run).  A rotation of one
+    order would not do: it keeps every sampler's predecessor."""
     samples: Dict[str, List[Any]] = {name: [] for name in samplers}
-    for _ in range(rounds):
-        for name, sample in samplers.items():
-            samples[name].append(sample())
+    for r in range(rounds):
+        order = list(samplers)
+        if shuffle and r:
+            random.Random(r).shuffle(order)
+        for name in order:
+            samples[name].append(samplers[name]())
     return samples
 
 

@@ -18,8 +18,9 @@ pickle round trip         ``pickle.loads(pickle.dumps(b))``  the same           
 ========================  ================================  ===================  ==================
 
 Every call ends with the data where it goes (device work synchronized).  The libraries take
-turns within each round; a cell is the median GB/s (bytes moved / seconds) over ``--rounds``
-rounds, each at least ``--min-ms`` long.  Missing peers are left out.  ``--json`` saves it all.
+turns within each round, each round in an order of its own; a cell is the median GB/s (bytes
+moved / seconds) over ``--rounds`` rounds, each at least ``--min-ms`` long.  Missing peers are
+left out.  ``--json`` saves it all.
 
     HIPMR_PLATFORM=nvidia python3 scripts/bench_copy.py --sizes 4KiB,1MiB,64MiB,256MiB,1GiB \\
         --json copy.json
@@ -184,7 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for name, ops in libs.items():
                 ops[row]()  # warm up (first-touch, allocator caches)
             times = take_turns({name: (lambda op=ops[row]: seconds_per_call(op, min_s))
-                                for name, ops in libs.items()}, args.rounds)
+                                for name, ops in libs.items()}, args.rounds, shuffle=True)
             gbs = {k: n / statistics.median(v) / 1e9 for k, v in times.items()}
             peers = [v for k, v in gbs.items() if k != "ours"]
             ratio = gbs["ours"] / max(peers) if peers else None

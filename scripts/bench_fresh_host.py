@@ -7,8 +7,9 @@ The thresholds: from which size a fresh destination is advised as huge pages
 (``_hugepages.THRESHOLD``) and from which size such a copy is staged through pinned memory
 (``_staging.TO_HOST_THRESHOLD``).  Whether a new block of host memory is already faulted in
 depends on the C library's allocator and on what the process freed before, so the settings are
-compared in the same process, each size's settings and peers taking turns in every round; a
-cell is the median GB/s over ``--rounds`` rounds, each ``--min-ms`` long or more.
+compared in the same process, each size's settings and peers taking turns in every round (each
+round in an order of its own); a cell is the median GB/s over ``--rounds`` rounds, each
+``--min-ms`` long or more.
 
     HIPMR_PLATFORM=nvidia python3 scripts/bench_fresh_host.py --sizes 16MiB,20MiB,32MiB \\
         --settings "before=4MiB:64MiB,now" --json fresh.json
@@ -111,7 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for run in ops.values():
                 run()   # warm up
             seconds = take_turns({k: _sampler(run, min_s) for k, run in ops.items()},
-                                 args.rounds)
+                                 args.rounds, shuffle=True)
             gbs = {k: n / statistics.median(v) / 1e9 for k, v in seconds.items()}
             best_peer = max((gbs[k] for k in peers), default=None)
             print(f"== {n} bytes: GB/s, median of {args.rounds} rounds"

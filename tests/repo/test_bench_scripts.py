@@ -115,6 +115,32 @@ def test_bench_copy_with_the_staging_off_and_another_chunk(tmp_path):
     assert json.loads(out.read_text())["staging_chunk"] == 1 << 20
 
 
+def test_take_turns_shuffles_the_order_when_asked():
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        import _timing
+    finally:
+        sys.path.remove(os.path.join(REPO, "scripts"))
+    calls = []
+    samplers = {name: (lambda name=name: calls.append(name) or len(calls)) for name in "abc"}
+    samples = _timing.take_turns(samplers, 12, shuffle=True)
+    rounds = ["".join(calls[i:i + 3]) for i in range(0, 36, 3)]
+    assert rounds[0] == "abc" and all(sorted(r) == list("abc") for r in rounds)
+    # every sampler follows each of the others in some round (a rotation never would)
+    pairs = {(r[i], r[i + 1]) for r in rounds for i in range(2)}
+    assert pairs == {(x, y) for x in "abc" for y in "abc" if x != y}
+    assert all(samples[name] == [i + 1 for i, c in enumerate(calls) if c == name]
+               for name in "abc")
+    calls.clear()
+    _timing.take_turns(samplers, 2)
+    assert calls == list("abcabc")
+    again = []
+    _timing.take_turns({name: (lambda name=name: again.append(name)) for name in "abc"}, 12,
+                       shuffle=True)
+    assert ["".join(again[i:i + 3]) for i in range(0, 36, 3)] == rounds   # the same orders
+    assert _timing.take_turns({}, 3, shuffle=True) == {}
+
+
 def test_bench_fresh_host(tmp_path):
     out = tmp_path / "fresh.json"
     text = _run("bench_fresh_host.py", "--sizes", "64KiB,1MiB", "--rounds", "2", "--min-ms",
