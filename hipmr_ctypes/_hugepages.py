@@ -14,12 +14,15 @@ import os
 
 from ._hip.native import madvise
 
-#: below this the advice is not given: glibc's ``malloc`` serves blocks under 32 MiB (its
-#: largest mmap threshold on 64-bit hosts) from memory freed before once a block that size was
-#: freed, already faulted in, and there the advice made no consistent difference (measured on
-#: the H200); from 32 MiB every block is a fresh mapping, and the advice doubled to tripled
-#: the staged copy (7.0-10.1 against 3.2-3.7 GB/s at 32-64 MiB)
-THRESHOLD = 32 << 20
+#: below this the advice is not given (NumPy's own threshold).  Whether a fresh block is
+#: faulted in already depends on what the process freed before: glibc's ``malloc`` serves a
+#: block under 32 MiB (its largest mmap threshold on 64-bit hosts) from memory freed before,
+#: and maps every larger block anew.  Measured on the H200 (docs/performance.md, "Fresh host
+#: destinations"): from 32 MiB the advice doubled to tripled the staged copy (7.0-10.1
+#: against 3.2-3.7 GB/s); from 4 MiB it made no difference to a copy repeated in a loop, and
+#: took the pickle round trip of 16 MiB, whose memory the other libraries' turns had given
+#: back, from 0.70-0.78 of the best peer to 0.93-1.02
+THRESHOLD = 4 << 20
 MADV_HUGEPAGE = 14
 # (os, not mmap, whose import ``import hipmr_ctypes.buffer`` would otherwise pay for)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
