@@ -33,6 +33,7 @@ import re
 import subprocess
 import tempfile
 import sys
+import threading
 from typing import Any, Callable, Dict, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
@@ -73,7 +74,41 @@ def loops() -> Dict[str, Callable[[int], None]]:
     for name, res in others.items():
         out[name] = pair(res.allocate_async, res.deallocate_async, 0)
     out.update(everyday(pool, stats))
+    out.update(thread_lookups())
     return out
+
+
+def thread_lookups() -> Dict[str, Callable[[int], None]]:
+    """The per-thread stream's floor: a pair on it must find the calling thread's free lists
+    twice (once per call).  Two such look-ups per iteration with the cheapest thread-aware
+    primitives there are, beside two plain dict reads (what the stream-0 pair does instead):
+    a row minus the dict row is what any per-thread pair costs on top of the stream-0 pair,
+    before anything else it does."""
+    sizes: Dict[int, Any] = {}
+    plain = {0: sizes}
+    local = threading.local()
+    local.sizes = sizes
+    by_ident = {threading.get_ident(): sizes}
+    get_ident = threading.get_ident
+
+    def dict_reads(n: int) -> None:
+        for _ in range(n):
+            plain[0]
+            plain[0]
+
+    def local_reads(n: int) -> None:
+        for _ in range(n):
+            local.sizes
+            local.sizes
+
+    def ident_reads(n: int) -> None:
+        for _ in range(n):
+            by_ident[get_ident()]
+            by_ident[get_ident()]
+
+    return {"per-thread floor: two dict reads": dict_reads,
+            "per-thread floor: two threading.local reads": local_reads,
+            "per-thread floor: two get_ident() look-ups": ident_reads}
 
 
 class _UserResource:

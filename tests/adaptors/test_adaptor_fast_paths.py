@@ -435,7 +435,10 @@ def test_bench_hotpaths_counts_instructions_under_callgrind(tmp_path):
         text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert set(data) == {"PoolResource direct", "PoolResource on the per-thread stream (2)"}
+    assert set(data) == {"PoolResource direct", "PoolResource on the per-thread stream (2)",
+                         "per-thread floor: two dict reads",
+                         "per-thread floor: two threading.local reads",
+                         "per-thread floor: two get_ident() look-ups"}
     assert all(v > 0 for v in data.values())
 
 

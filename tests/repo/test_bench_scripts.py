@@ -77,7 +77,9 @@ def test_bench_hotpaths(tmp_path):
     data = json.loads(out.read_text())
     assert {"PoolResource via async_resource_ref", "... with a Stream argument",
             "Buffer(256, resource=pool) + close()", "Buffer(256), pool current, dropped",
-            "is_async_resource(user class)", "ref of a new StatisticsResource(pool)"} <= set(data)
+            "is_async_resource(user class)", "ref of a new StatisticsResource(pool)",
+            "per-thread floor: two dict reads", "per-thread floor: two threading.local reads",
+            "per-thread floor: two get_ident() look-ups"} <= set(data)
     assert len(data) >= 25 and all(v > 0 for v in data.values())
 
 
