@@ -23,7 +23,7 @@ from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, 
                           PyByteArray_FromStringAndSize, PyBytes_AsString,
                           PyBytes_FromStringAndSize, PyObject_GetBuffer)
 from ._hip.types import hipMemcpyDefault
-from ._hugepages import THRESHOLD as HUGE_PAGES_FROM, advise as advise_huge_pages
+from ._hugepages import advise as advise_huge_pages
 from ._memory_query import pointer_kind
 from . import _staging
 from .device import on_device_or_current
@@ -205,8 +205,8 @@ def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
     if view.nbytes < size:
         raise ValueError(f"out has {view.nbytes} bytes, fewer than the buffer's {size}")
     with view as (address, _):
-        if out is None and size >= HUGE_PAGES_FROM:
-            advise_huge_pages(address, size)   # fresh pages: fewer faults while it is filled
+        if out is None:   # fresh pages: fewer faults while it is filled (from THRESHOLD)
+            advise_huge_pages(address, size)
         staged = _staging.to_host if out is None else _staging.to_existing_host
         copy(buf, address, ptr, size, stream, buf._state.host_only, staged=staged)
     return target
@@ -268,8 +268,7 @@ def tobytes(buf: _Buffer, stream: Any) -> bytes:
     if n:
         host = buf._state.host_only
         address = PyBytes_AsString(data)
-        if n >= HUGE_PAGES_FROM:
-            advise_huge_pages(address, n)   # fresh pages: fewer faults while it is filled
+        advise_huge_pages(address, n)   # fresh pages: fewer faults while it is filled
         copy(buf, address, ptr, n, stream, host, staged=_staging.to_host)
         if stream is not None and not host:
             stream_ref(stream).wait()

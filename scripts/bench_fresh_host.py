@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import hipmr_ctypes as hmr  # noqa: E402
-from hipmr_ctypes import _copies, _hugepages, _staging  # noqa: E402
+from hipmr_ctypes import _hugepages, _staging  # noqa: E402
 from hipmr_ctypes._sizes import parse_bytes  # noqa: E402
 
 from _timing import save_json, seconds_per_call, take_turns  # noqa: E402
@@ -92,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         settings = parse_settings(args.settings)
     except ValueError as exc:
         parser.error(str(exc))
-    saved = (getattr(_copies, "HUGE_PAGES_FROM"), _staging.TO_HOST_THRESHOLD)
+    saved = (_hugepages.THRESHOLD, _staging.TO_HOST_THRESHOLD)
     rows: List[Dict[str, Any]] = []
     min_s = args.min_ms / 1000
     try:
@@ -103,7 +103,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 for what, call in (("copy_to_host()", buf.copy_to_host),
                                    ("tobytes()", buf.tobytes)):
                     def op(call: Op = call, advise: int = advise, staged: int = staged) -> Any:
-                        setattr(_copies, "HUGE_PAGES_FROM", advise)
+                        _hugepages.THRESHOLD = advise
                         _staging.TO_HOST_THRESHOLD = staged
                         return call()
                     ops[f"{what} {name}"] = op
@@ -122,7 +122,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             rows.append({"bytes": n, "GB/s": gbs, "best peer": best_peer})
             buf.close()
     finally:
-        setattr(_copies, "HUGE_PAGES_FROM", saved[0])
+        _hugepages.THRESHOLD = saved[0]
         _staging.TO_HOST_THRESHOLD = saved[1]
     save_json(args.json, {"platform": hmr.platform(), "rounds": args.rounds,
                           "min_ms": args.min_ms,

@@ -45,3 +45,26 @@ def test_the_real_call_on_a_new_bytearray_keeps_its_bytes():
     _hugepages.advise(address, len(data))
     assert native.madvise() is not None
     assert data.count(b"\x5a") == len(data)
+
+
+@pytest.mark.parametrize("fresh", ["copy_to_host()", "tobytes()"])
+def test_a_fresh_destination_is_advised_from_the_threshold(emulator, calls, monkeypatch, fresh):
+    """``copy_to_host()`` and ``tobytes()`` ask for huge pages over their new memory from
+    ``THRESHOLD``, read when they copy (the one threshold: moving it, after the copies'
+    module was loaded, moves them); ``copy_to_host(out)`` never."""
+    import hipmr_ctypes as hmr
+    big, small = hmr.Buffer(1 << 20), hmr.Buffer((1 << 20) - 1)
+    for buf in (small, big):
+        buf.copy_from_host(bytes([7]) * buf.size)
+
+    def read(buf):
+        return buf.copy_to_host() if fresh == "copy_to_host()" else buf.tobytes()
+
+    assert read(big) == bytes([7]) * big.size and calls == []   # under THRESHOLD
+    monkeypatch.setattr(_hugepages, "THRESHOLD", 1 << 20)
+    assert read(small) == bytes([7]) * small.size and calls == []
+    assert read(big) == bytes([7]) * big.size
+    assert len(calls) == 1 and calls[0][2] == _hugepages.MADV_HUGEPAGE
+    assert 0 < calls[0][1] <= big.size
+    big.copy_to_host(bytearray(big.size))      # memory in use: no advice
+    assert len(calls) == 1
