@@ -77,7 +77,7 @@ def rocm_sdk_dirs() -> "List[str]":
     own ``rocm_sdk.find_libraries`` returns.  Each ``sys.path`` entry is looked at directly
     (``rocm_sdk`` itself is not imported: importing it would cost every import of this
     package)."""
-    found = []
+    found: "List[str]" = []
     for entry in sys.path:
         lib = os.path.join(entry, ROCM_SDK_CORE, "lib") if entry else ""
         if lib and os.path.isdir(lib):
