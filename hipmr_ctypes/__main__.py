@@ -303,7 +303,7 @@ def print_info(report: Dict[str, Any]) -> None:
                                else ""))
     words = report.get("rocm_release") or ""
     hip = report.get("hip_version")
-    if words and hip and not words.startswith(f"ROCm {hip}"):
+    if words and hip and not (words == f"ROCm {hip}" or words.startswith(f"ROCm {hip}.")):
         words = f"HIP {hip}, {words}"         # ROCm 10.0 ships HIP 7.15: say both
     words = f" ({words})" if words else ""
     print(f"runtime version: {report.get('runtime_version')}{words}; "

@@ -180,3 +180,17 @@ def test_a_rocm_sdk_wheel_on_sys_path_is_loaded_and_named_in_info(tmp_path):
     assert text.returncode == 0, text.stdout + text.stderr
     assert f"library: {os.path.realpath(target)} (release 10.0.0)" in text.stdout
     assert f"(HIP {hip}, ROCm 10.0.0)" in text.stdout
+
+
+@pytest.mark.parametrize("hip, words, shown", [
+    ("6.4", "ROCm 6.4", "(ROCm 6.4)"),                    # a release's HIP is the release's
+    ("5.2", "ROCm 5.2.3", "(ROCm 5.2.3)"),
+    ("7.15", "ROCm 10.0.0", "(HIP 7.15, ROCm 10.0.0)"),   # ROCm 10.0 ships HIP 7.15
+    ("7.1", "ROCm 7.12", "(HIP 7.1, ROCm 7.12)"),
+])
+def test_info_says_hips_version_beside_rocms_when_they_differ(capsys, hip, words, shown):
+    from hipmr_ctypes.__main__ import print_info
+    print_info({"package": "0", "python": "3", "platform": "amd", "library": "/x/libamdhip64.so",
+                "runtime_version": f"{hip}.1", "driver_version": f"{hip}.1", "hip_version": hip,
+                "rocm_release": words, "devices": []})
+    assert f"runtime version: {hip}.1 {shown}; driver version" in capsys.readouterr().out
