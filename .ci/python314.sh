@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# CI's CPython 3.14 step: the README's test command (python -m pytest -q tests, emulated
+# CI's CPython 3.14 step: the README's test command (python -m pytest -q -n auto tests, emulated
 # platform) on Debian sid's own CPython 3.14 (the GIL build), run on this older machine with
 # nothing installed into the system.  Usage:
-#     .ci/python314.sh [PYTEST ARGUMENTS...]      # default: -q tests
+#     .ci/python314.sh [PYTEST ARGUMENTS...]      # default: -q -n auto tests
 # Environment: PY314_DIR (the download, unpack and venv folder; default a new temporary one,
 # removed at the end: nothing is cached across runs), PY314_MIRROR (the Debian archive, default
 # the one this machine's apt sources name).  Needs network for Debian's archive and PyPI.
@@ -18,7 +18,8 @@
 # with home = <root>/usr/bin), so sys.executable is the wrapper and every subprocess a test
 # starts runs the same way.  pip comes from the root's own wheel (python3-pip-whl, which
 # Debian splits out of ensurepip; its ensurepip looks for it at the system's
-# /usr/share/python-wheels), then pytest and numpy (cp314 wheels) from PyPI.  A download that
+# /usr/share/python-wheels), then the README's test requirements (pytest, pytest-xdist) and
+# numpy (cp314 wheels) from PyPI.  A download that
 # fails stops the step with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,15 +84,15 @@ PIP_WHEEL="$(ls "$ROOT"/usr/share/python-wheels/pip-*.whl 2>/dev/null | head -n 
 [[ -n "$PIP_WHEEL" ]] || die "python3-pip-whl brought no pip wheel into $ROOT/usr/share/python-wheels"
 "$PY" "$PIP_WHEEL/pip" install -q --disable-pip-version-check --no-index "$PIP_WHEEL" \
   || die "pip could not install itself from $PIP_WHEEL"
-"$PY" -m pip install -q --disable-pip-version-check "pytest>=7" numpy \
-  || die "could not install pytest and numpy for $VERSION from PyPI"
+"$PY" -m pip install -q --disable-pip-version-check "pytest>=7" pytest-xdist numpy \
+  || die "could not install pytest, pytest-xdist and numpy for $VERSION from PyPI"
 "$PY" -m pip --version
 
 # ---- the README's test command -----------------------------------------------------------------
-# this step installs pytest and numpy only: the tools, the real library, PyTorch and the
+# this step installs the README's test requirements and numpy only: the tools, the real library, PyTorch and the
 # browser that the main steps require are not this step's subject
 unset HIPMR_REQUIRE_TOOLS HIPMR_REQUIRE_AMD_LIBRARY HIPMR_REQUIRE_TORCH HIPMR_REQUIRE_BROWSER
 export HIPMR_PLATFORM=emulated
 "$PY" -m hipmr_ctypes info
-[[ $# -gt 0 ]] || set -- -q tests   # the README's: python -m pytest -q tests
+[[ $# -gt 0 ]] || set -- -q -n auto tests   # the README's: python -m pytest -q -n auto tests
 PATH="$VENV/bin:$PATH" "$PY" -m pytest "$@"

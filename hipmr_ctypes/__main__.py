@@ -55,12 +55,45 @@ def _dpkg_release(path: str) -> Optional[str]:
     return None
 
 
+def _rocm_sdk_release(real: str) -> Optional[str]:
+    """The version of AMD's ``rocm-sdk-core`` wheel when ``real`` is its HIP runtime
+    (``site-packages/_rocm_sdk_core/lib/libamdhip64.so*``): the ``Version`` of the wheel's
+    ``rocm_sdk_core-*.dist-info/METADATA`` beside it, the ROCm release (ROCm 10.0 ships HIP 7.15:
+    the two no longer agree)."""
+    from ._hip.search import ROCM_SDK_CORE
+    lib = os.path.dirname(real)
+    package = os.path.dirname(lib)
+    if os.path.basename(lib) != "lib" or os.path.basename(package) != ROCM_SDK_CORE:
+        return None
+    site = os.path.dirname(package)
+    try:
+        names = sorted(os.listdir(site))
+    except OSError:
+        return None
+    for name in names:
+        if name.startswith("rocm_sdk_core-") and name.endswith(".dist-info"):
+            try:
+                with open(os.path.join(site, name, "METADATA"), errors="replace") as fh:
+                    for line in fh:
+                        if line.startswith("Version:"):
+                            return line[8:].strip()
+                        if not line.strip():        # the end of the headers
+                            break
+            except OSError:
+                continue
+    return None
+
+
 def _package_version(path: Optional[str]) -> Optional[str]:
-    """The release of the package that installed the loaded library file itself (a ROCm
-    install's ``.info/version``, or the distribution package owning that file), or None."""
+    """The release of the package that installed the loaded library file itself (AMD's
+    ``rocm-sdk-core`` wheel, a ROCm install's ``.info/version``, or the distribution package
+    owning that file), or None."""
     if not path:
         return None
     real = os.path.realpath(path)
+    wheel = _rocm_sdk_release(real)
+    if wheel:
+        return wheel
     root = os.path.dirname(os.path.dirname(real))
     for info in (os.path.join(root, ".info", "version"), os.path.join(root, ".info", "version-dev")):
         try:
@@ -108,6 +141,8 @@ class ConfigurationError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        #: set (by :func:`load_runtime`) when nothing is installed at all: see :func:`no_runtime`
+        self.no_runtime: Optional[Dict[str, Any]] = None
 
 
 def configuration_error(exc: BaseException, platform: Optional[str]) -> ConfigurationError:
@@ -144,8 +179,49 @@ def configuration_error(exc: BaseException, platform: Optional[str]) -> Configur
     return ConfigurationError(first, hint)
 
 
+def no_runtime(exc: BaseException, platform: Optional[str]) -> Optional[Dict[str, Any]]:
+    """``info``'s report when no runtime library is installed at all: none of the places
+    searched holds one and no variable names one.  None for a misconfiguration instead: a
+    library that exists but does not load, or a variable (``HIPMR_LIBRARY``, a ROCm or CUDA
+    root) that names nothing usable."""
+    if not isinstance(exc, hmr.LibraryNotFoundError) or not exc._absent or platform is None:
+        return None
+    from ._hip.search import ROCM_VARIABLES, SEARCHED
+    roots = ROCM_VARIABLES if platform == "amd" else ("CUDA_HOME",)
+    if any(os.environ.get(var) for var in ("HIPMR_LIBRARY", *roots)):
+        return None
+    amd = platform == "amd"
+    library = "libamdhip64" if amd else "libcudart"
+    runtime = "HIP runtime" if amd else "CUDA runtime"
+    root = ("ROCM_PATH=<ROCm install> (or ROCM_HOME, HIP_PATH)" if amd
+            else "CUDA_HOME=<CUDA install>")
+    return {"package": hmr.__version__, "python": sys.version.split()[0], "platform": platform,
+            "loaded": False, "library": None, "devices": [],
+            "no_runtime": f"no {runtime} ({library}) found on this machine",
+            "searched": SEARCHED[platform],
+            "point_at_one": f"HIPMR_LIBRARY=<the {library} file>, or {root}",
+            "host_memory": "works without a runtime: HostMemoryResource and the adaptors over it",
+            "emulated": "HIPMR_PLATFORM=emulated python -m hipmr_ctypes",
+            "require_device": "python -m hipmr_ctypes --require-device exits 1 here"}
+
+
+def print_no_runtime(report: Dict[str, Any]) -> None:
+    """The human-readable form of :func:`no_runtime`'s report."""
+    print(f"hipmr_ctypes {report['package']} (Python {report['python']})")
+    print(f"platform: {report['platform']}")
+    print(f"library: none: {report['no_runtime']}")
+    print("looked in, in order:")
+    for place in report["searched"]:
+        print(f"  {place}")
+    print(f"point at one: {report['point_at_one']}")
+    print(f"host memory {report['host_memory']}")
+    print(f"try the emulated platform (devices on host memory): {report['emulated']}")
+    print(f"scripts that need a device: {report['require_device']}")
+
+
 def load_runtime() -> Any:
-    """The process-wide runtime; ConfigurationError when the environment names none usable."""
+    """The process-wide runtime; ConfigurationError when the environment names none usable
+    (its ``no_runtime`` is :func:`no_runtime`'s report when nothing is installed at all)."""
     try:
         platform: Optional[str] = hmr.platform()
     except ValueError as exc:
@@ -153,7 +229,9 @@ def load_runtime() -> Any:
     try:
         return _hip.get_runtime()
     except Exception as exc:  # noqa: BLE001 - every load failure is a configuration error
-        raise configuration_error(exc, platform) from None
+        error = configuration_error(exc, platform)
+        error.no_runtime = no_runtime(exc, platform)
+        raise error from None
 
 
 def collect_info() -> Dict[str, Any]:
@@ -173,7 +251,12 @@ def collect_info() -> Dict[str, Any]:
             report[key] = None
             report[key + "_error"] = str(exc)
     if platform == "amd" and report.get("runtime_version"):
-        report["rocm_release"] = rocm_release(report["runtime_version"].split("."))
+        hip = report["runtime_version"].split(".")
+        report["hip_version"] = ".".join(hip[:2])
+        # the install's own ROCm release where it says (a wheel's, an install's, a package's),
+        # else the one the HIP version implies (they agree up to ROCm 7.2)
+        report["rocm_release"] = (f"ROCm {report['release']}" if report.get("release")
+                                  else rocm_release(hip))
     import ctypes
     count = ctypes.c_int(0)
     st = rt.fn.hipGetDeviceCount(count)
@@ -218,7 +301,11 @@ def print_info(report: Dict[str, Any]) -> None:
     version = report.get("release") or report.get("runtime_version")
     print(f"library: {lib}" + (f" (release {version})" if report.get("library") and version
                                else ""))
-    words = f" ({report['rocm_release']})" if report.get("rocm_release") else ""
+    words = report.get("rocm_release") or ""
+    hip = report.get("hip_version")
+    if words and hip and not (words == f"ROCm {hip}" or words.startswith(f"ROCm {hip}.")):
+        words = f"HIP {hip}, {words}"         # ROCm 10.0 ships HIP 7.15: say both
+    words = f" ({words})" if words else ""
     print(f"runtime version: {report.get('runtime_version')}{words}; "
           f"driver version: {report.get('driver_version')}")
     config = report.get("device_resource")
@@ -276,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "from HIPMR_LIBRARY, as for any import of the package.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--require-device", action="store_true",
+                        help="info: exit 1 when no device is usable (no runtime installed, or "
+                             "none visible) instead of 0")
     parser.add_argument("--version", action="version", version=f"hipmr_ctypes {hmr.__version__}",
                         help="print the package's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join([*_COMMANDS, "plot"]) + "}",
@@ -284,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=line, description=text)
         cmd.add_argument("--json", action="store_true", dest="json_sub",
                          help="print JSON instead of text")
+        if name == "info":
+            cmd.add_argument("--require-device", action="store_true", dest="require_device_sub",
+                             help="exit 1 when no device is usable instead of 0")
     from hipmr_ctypes.plot import _cli as plot_cli
     plot = sub.add_parser("plot", help="draw a CSV log of LoggingResource (plot --help for its "
                                        "options)", description=plot_cli.DESCRIPTION)
@@ -366,6 +459,7 @@ def _main(argv: Optional[List[str]]) -> int:
     if command == "plot":             # needs no runtime: the log is replayed on host memory
         from hipmr_ctypes.plot import _cli as plot_cli
         return plot_cli.run(args, args.plot_parser, as_json=as_json)
+    require_device = bool(args.require_device or getattr(args, "require_device_sub", False))
     try:
         load_runtime()
         if command == "info":
@@ -374,8 +468,14 @@ def _main(argv: Optional[List[str]]) -> int:
                 print(json.dumps(report, indent=2))
             else:
                 print_info(report)
-            return 0
+            return _device_status(report, require_device)
     except ConfigurationError as exc:
+        if command == "info" and exc.no_runtime is not None:  # nothing installed: not an error
+            if as_json:
+                print(json.dumps(exc.no_runtime, indent=2))
+            else:
+                print_no_runtime(exc.no_runtime)
+            return _device_status(exc.no_runtime, require_device)
         if as_json:
             print(json.dumps({"package": hmr.__version__, "loaded": False,
                               "error": exc.message, "hint": exc.hint}, indent=2))
@@ -386,6 +486,14 @@ def _main(argv: Optional[List[str]]) -> int:
     if command == "check":
         return _selftest.check(as_json=as_json)
     return _selftest.bench(as_json=as_json)
+
+
+def _device_status(report: Dict[str, Any], require_device: bool) -> int:
+    """``info``'s exit status: 0, or 1 under ``--require-device`` when no device is usable."""
+    if require_device and not report.get("devices"):
+        print("python -m hipmr_ctypes: no device is usable (--require-device)", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

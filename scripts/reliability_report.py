@@ -454,17 +454,21 @@ def _split_pytest_args(args: List[str]) -> Tuple[List[str], List[str]]:
     return paths, options
 
 
-def find_sections(env: Dict[str, str], tmp: str, timeout: Optional[float] = None
-                  ) -> Tuple[List[str], List[Dict[str, Any]]]:
+def find_sections(env: Dict[str, str], tmp: str, timeout: Optional[float] = None,
+                  collected: Optional[str] = None) -> Tuple[List[str], List[Dict[str, Any]]]:
     """The test files holding tests marked ``reliability`` (collected in a child process, the
     files with the most such tests first), and the collection's errors (a file that cannot be
-    collected might hold some)."""
-    out = os.path.join(tmp, "collected.json")
+    collected might hold some).  The child writes what it collected to ``tmp``'s
+    ``collected.json``; ``collected`` names such a file written before, read instead of
+    collecting again (``--collected``)."""
+    out = collected or os.path.join(tmp, "collected.json")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--collect-child", out, "--",
            TESTS_DIR]
+    proc = None
     try:
-        proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        if collected is None:
+            proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True,
+                                  timeout=timeout)
     except subprocess.TimeoutExpired:
         return [], [{"id": f"collection of {TESTS_DIR}", "outcome": "error", "seconds": 0.0,
                      "kind": "hang", "message": f"pytest --collect-only {TESTS_DIR} did not "
@@ -477,10 +481,10 @@ def find_sections(env: Dict[str, str], tmp: str, timeout: Optional[float] = None
     errors = list(found["errors"])
     if found["rc"] not in (0, 5) and not errors:  # 5: no tests collected
         errors.append({"id": f"collection of {TESTS_DIR}", "outcome": "error", "seconds": 0.0,
-                       "kind": "crash" if proc.returncode < 0 else "other",
+                       "kind": "crash" if proc and proc.returncode < 0 else "other",
                        "message": f"pytest --collect-only exited with status {found['rc']} "
-                                  f"(rc={proc.returncode}): "
-                                  f"{(proc.stdout + proc.stderr)[-2000:]}"})
+                                  f"(rc={proc.returncode if proc else None}): "
+                                  f"{(proc.stdout + proc.stderr)[-2000:] if proc else out}"})
     files = sorted(found["files"], key=lambda f: (-found["files"][f], f))
     return files, errors
 
@@ -539,7 +543,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     with tempfile.TemporaryDirectory(prefix="hipmr-reliability-") as tmp:
         files, collect_errors = find_sections(
-            env, tmp, None if deadline is None else max(1.0, deadline - time.time()))
+            env, tmp, None if deadline is None else max(1.0, deadline - time.time()),
+            args.collected)
         sections = plan(args, tmp, files)
         for s in sections:
             if s.kind == "fuzz" and loop_deadline is not None:
@@ -816,6 +821,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="run only the sections whose name contains TEXT (repeatable)")
     parser.add_argument("--seed", type=int, default=1, help="first fuzz seed (default 1)")
     parser.add_argument("--json", metavar="PATH", help="also save the full result as JSON")
+    parser.add_argument("--collected", metavar="PATH",
+                        help="the sections from this file, which an earlier "
+                             "`--collect-child PATH -- tests` wrote, instead of collecting "
+                             "tests/ again (several runs over one checkout collect once)")
     parser.add_argument("pytest_args", nargs="*",
                         help="extra pytest arguments (after --): paths become sections of "
                              "their own, options go to every test section")

@@ -50,8 +50,8 @@ def bind_library(lib: Any, names_to_symbols: Dict[str, str], where: str) -> Func
     return fn
 
 
-AMD_HINT = ("Set HIPMR_LIBRARY to the exact libamdhip64 file, or ROCM_PATH / HIP_PATH to the ROCm "
-            "install; or choose another platform with HIPMR_PLATFORM=nvidia (CUDA GPUs) or "
+AMD_HINT = ("Set HIPMR_LIBRARY to the exact libamdhip64 file, or ROCM_PATH (ROCM_HOME, HIP_PATH) to "
+            "the ROCm install; or choose another platform with HIPMR_PLATFORM=nvidia (CUDA GPUs) or "
             "HIPMR_PLATFORM=emulated (host memory, no GPU).")
 
 

@@ -169,6 +169,7 @@ class LibraryNotFoundError(HipError, OSError):
         self.tried: Tuple[str, ...] = tuple(tried)
         self._what = what   # the library searched for, and what to do: the command line's
         self._hint = hint   # message and hint are made of these and ``tried``
+        self._absent = False  # set by the search: no candidate exists at all (none installed)
         HipError.__init__(self, None, "LibraryNotFound", message, None)
 
     def _format(self) -> str:

@@ -18,13 +18,17 @@ def load_first(candidates: "List[str]", what: str, hint: str) -> "Tuple[ctypes.C
     """Load the first candidate that loads (the handle import opened, when it opened this
     one); raise LibraryNotFoundError listing all tried."""
     tried: "List[str]" = []
-    found = open_first(candidates, tried)
+    absent: "List[str]" = []
+    found = open_first(candidates, tried, absent)
     if found is not None:
         return found[0], _real_path(*found)
     from .exceptions import LibraryNotFoundError
     lines = "\n  ".join(tried)
-    raise LibraryNotFoundError(f"could not load {what}; tried:\n  {lines}\n{hint}", tried,
-                               what=what, hint=hint)
+    error = LibraryNotFoundError(f"could not load {what}; tried:\n  {lines}\n{hint}", tried,
+                                 what=what, hint=hint)
+    # none of the candidates exists (nothing installed), rather than one that fails to load
+    error._absent = len(absent) == len(candidates)
+    raise error
 
 
 def _real_path(lib: "ctypes.CDLL", fallback: str) -> str:

@@ -17,12 +17,18 @@ if TYPE_CHECKING:
     from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 __all__ = ["PLATFORMS", "setting_error", "selected_platform", "preload_library", "open_first",
-           "candidates", "amd_candidates", "nvidia_candidates", "AMD_NAMES", "CUDART_NAMES"]
+           "candidates", "amd_candidates", "nvidia_candidates", "rocm_sdk_dirs", "AMD_NAMES",
+           "CUDART_NAMES", "ROCM_VARIABLES", "ROCM_SDK_CORE", "SEARCHED"]
 
 #: Every value ``HIPMR_PLATFORM`` may take.
 PLATFORMS = ("amd", "nvidia", "emulated")
 AMD_NAMES = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
 CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
+#: the variables naming a ROCm install root, searched in this order (``$VAR/lib``): ROCm's own
+#: ROCM_PATH, ROCM_HOME (PyTorch's and AMD's Python loader's name for it), HIP_PATH
+ROCM_VARIABLES = ("ROCM_PATH", "ROCM_HOME", "HIP_PATH")
+#: the package folder of AMD's ``rocm-sdk-core`` wheel, which holds the HIP runtime in ``lib``
+ROCM_SDK_CORE = "_rocm_sdk_core"
 
 
 
@@ -57,11 +63,26 @@ def amd_candidates(env: "Optional[Mapping[str, str]]" = None) -> "List[str]":
     env = os.environ if env is None else env
     if env.get("HIPMR_LIBRARY"):  # an exact file: nothing else is tried
         return [env["HIPMR_LIBRARY"]]
-    dirs = [os.path.join(env[var], "lib") for var in ("ROCM_PATH", "HIP_PATH") if env.get(var)]
+    dirs = [os.path.join(env[var], "lib") for var in ROCM_VARIABLES if env.get(var)]
+    dirs.extend(rocm_sdk_dirs())
     dirs.append("/opt/rocm/lib")
     dirs.extend(sorted(_matching("/opt", "rocm-", "lib"), key=_version_key, reverse=True))
     # then the system loader (LD_LIBRARY_PATH, ld.so.cache)
-    return _in_dirs(dirs, AMD_NAMES) + list(AMD_NAMES)
+    return _in_dirs(list(dict.fromkeys(dirs)), AMD_NAMES) + list(AMD_NAMES)
+
+
+def rocm_sdk_dirs() -> "List[str]":
+    """The library folders of AMD's ``rocm-sdk`` wheels in this environment: the runtime
+    wheel installs ``site-packages/_rocm_sdk_core/lib/libamdhip64.so``, which is what AMD's
+    own ``rocm_sdk.find_libraries`` returns.  Each ``sys.path`` entry is looked at directly
+    (``rocm_sdk`` itself is not imported: importing it would cost every import of this
+    package)."""
+    found: "List[str]" = []
+    for entry in sys.path:
+        lib = os.path.join(entry, ROCM_SDK_CORE, "lib") if entry else ""
+        if lib and os.path.isdir(lib):
+            found.append(lib)
+    return found
 
 
 def nvidia_candidates(env: "Optional[Mapping[str, str]]" = None) -> "List[str]":
@@ -82,6 +103,22 @@ def nvidia_candidates(env: "Optional[Mapping[str, str]]" = None) -> "List[str]":
     return _in_dirs(dirs, CUDART_NAMES) + list(CUDART_NAMES)
 
 
+#: where each platform's search looks, in order, in a user's words (what the command line
+#: prints when it finds no runtime at all)
+SEARCHED = {
+    "amd": ["$HIPMR_LIBRARY (the exact file; nothing else is tried when it is set)",
+            "$ROCM_PATH/lib, $ROCM_HOME/lib, $HIP_PATH/lib",
+            f"{ROCM_SDK_CORE}/lib in each sys.path folder (AMD's rocm-sdk wheels)",
+            "/opt/rocm/lib, then /opt/rocm-*/lib (newest first)",
+            "the system loader (LD_LIBRARY_PATH, ld.so.cache): " + ", ".join(AMD_NAMES)],
+    "nvidia": ["$HIPMR_LIBRARY (the exact file; nothing else is tried when it is set)",
+               "$CUDA_HOME/lib64", "/usr/local/cuda*/lib64 (newest first)",
+               "nvidia/cu*/lib and nvidia/cuda_runtime/lib in each sys.path folder "
+               "(the nvidia-cuda-runtime wheels)",
+               "the system loader (LD_LIBRARY_PATH, ld.so.cache): " + ", ".join(CUDART_NAMES)],
+}
+
+
 def candidates(platform: str, env: "Optional[Mapping[str, str]]" = None) -> "List[str]":
     """The library search of ``platform`` (``amd`` or ``nvidia``)."""
     return amd_candidates(env) if platform == "amd" else nvidia_candidates(env)
@@ -93,14 +130,17 @@ def preload_library(platform: str) -> None:
     open_first(candidates(platform), [])
 
 
-def open_first(candidates: "List[str]",
-               tried: "List[str]") -> "Optional[Tuple[ctypes.CDLL, str]]":
+def open_first(candidates: "List[str]", tried: "List[str]",
+               absent: "Optional[List[str]]" = None) -> "Optional[Tuple[ctypes.CDLL, str]]":
     """The first of ``candidates`` that opens and its name, or None; each one that does not
-    is appended to ``tried`` with the reason.  A handle is opened once per candidate and kept
-    in ``_opened`` (handles are never closed)."""
+    is appended to ``tried`` with the reason, and also to ``absent`` (when given) if there is
+    no such file at all, as opposed to a file that exists and fails to load.  A handle is
+    opened once per candidate and kept in ``_opened`` (handles are never closed)."""
     for cand in candidates:
         if os.sep in cand and not os.path.exists(cand):
             tried.append(f"{cand} (no such file)")
+            if absent is not None:
+                absent.append(cand)
             continue
         lib = _opened.get(cand)
         if lib is None:
@@ -108,6 +148,11 @@ def open_first(candidates: "List[str]",
                 lib = _opened[cand] = ctypes.CDLL(cand)
             except OSError as exc:
                 tried.append(f"{cand} ({exc})")
+                # the system loader reports a bare name it cannot find with that name first;
+                # a library it found whose own dependency is missing names the dependency
+                if absent is not None and os.sep not in cand and str(exc).startswith(
+                        f"{cand}: cannot open shared object file: No such file"):
+                    absent.append(cand)
                 continue
         return lib, cand
     return None

@@ -585,9 +585,14 @@ def test_record_finds_a_pool_under_more_than_64_adaptors():
 
 def test_the_reliability_report_counts_these_cases(tmp_path):
     out = tmp_path / "report.json"
+    # the report's sections as its collection of tests/ lists them, given (--collected) rather
+    # than collected again (tests/repo/test_reliability_report.py checks that collection)
+    collected = tmp_path / "collected.json"
+    collected.write_text(json.dumps({"files": {f"tests/reliability/{os.path.basename(__file__)}":
+                                               1}, "errors": [], "rc": 0}))
     proc = _run([sys.executable, os.path.join(REPO, "scripts", "reliability_report.py"),
-                 "--fuzz-ops", "0", "--only", "test_reliability_round3_plot", "--json",
-                 str(out), "--", "-k", "any_span"])
+                 "--fuzz-ops", "0", "--collected", str(collected), "--only",
+                 "test_reliability_round3_plot", "--json", str(out), "--", "-k", "any_span"])
     no_crash(proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())

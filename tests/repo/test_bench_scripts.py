@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 import sys
+
+import pytest
 from support import REPO
 
 
@@ -94,6 +96,7 @@ def test_bench_import(tmp_path):
 
 
 def test_bench_copy(tmp_path):
+    pytest.importorskip("numpy", reason="bench_copy.py copies numpy arrays")
     out = tmp_path / "copy.json"
     text = _run("bench_copy.py", "--sizes", "4KiB,64KiB", "--rounds", "2", "--min-ms", "1",
                 "--json", str(out))
@@ -106,6 +109,7 @@ def test_bench_copy(tmp_path):
 
 
 def test_bench_copy_with_the_staging_off_and_another_chunk(tmp_path):
+    pytest.importorskip("numpy", reason="bench_copy.py copies numpy arrays")
     out = tmp_path / "copy.json"
     _run("bench_copy.py", "--sizes", "64KiB", "--rounds", "1", "--min-ms", "1",
          "--rows", "H2D new (alloc + copy)", "--staging", "off", "--json", str(out))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -130,7 +131,9 @@ def test_unittest_driver_imports_by_name_and_reports_each_test(tmp_path, capsys)
                         "pkg_peer.tests.test_cases.Cases::test_one_subtest_fails": "failed",
                         "pkg_peer.tests.test_cases.Cases::test_one_subtest_errs": "error",
                         "pkg_peer.tests.test_broken::import": "error"}
-    assert rc == 1 and "Ran 7 tests" in tail
+    # unittest's own count of what ran ("Ran N tests") is in the tail; N is not asserted: how
+    # it counts a module that fails to import differs between Python releases (3.12.1: 6)
+    assert rc == 1 and re.search(r"^Ran \d+ tests? in ", tail, re.M)
     capsys.readouterr()
     outcomes, _, _ = peer_suites._run_unittest("broken", ["pkg_peer.tests.test_broken"], env,
                                                str(tmp_path / "b.json"), 120, str(tmp_path))

@@ -16,17 +16,29 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import reliability_report  # noqa: E402
 
 
-def _report(tmp_path, *args):
+@pytest.fixture(scope="module")
+def sections(tmp_path_factory):
+    """The reliability sections found by collecting tests/ once (``find_sections``, the
+    script's own collection, a child process of ~5,000 tests): the file it wrote is
+    ``--collected`` for the runs below, which would otherwise each collect tests/ again."""
+    tmp = tmp_path_factory.mktemp("collected")
+    files, errors = reliability_report.find_sections(
+        dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO)), str(tmp))
+    return files, errors, str(tmp / "collected.json")
+
+
+def _report(tmp_path, sections, *args):
     out = tmp_path / "report.json"
     env = dict(os.environ, HIPMR_PLATFORM="emulated")
-    proc = subprocess.run([sys.executable, SCRIPT, "--json", str(out), *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, SCRIPT, "--json", str(out), "--collected",
+                           sections[2], *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=240)
     return proc, json.loads(out.read_text())
 
 
-def test_counts_fuzz_operations_and_is_ok(tmp_path):
-    proc, result = _report(tmp_path, "--fuzz-ops", "700", "--only", "fuzz_pool.py", "--only",
-                           "test_gc_locks", "--", "-k", "no_test_has_this_name")
+def test_counts_fuzz_operations_and_is_ok(tmp_path, sections):
+    proc, result = _report(tmp_path, sections, "--fuzz-ops", "700", "--only", "fuzz_pool.py",
+                           "--only", "test_gc_locks", "--", "-k", "no_test_has_this_name")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     targets = reliability_report._fuzz_targets()
     assert result["ok"] and result["complete"] and not result["fuzz"]["crashed"]
@@ -41,12 +53,12 @@ def test_counts_fuzz_operations_and_is_ok(tmp_path):
         "| measure |")
 
 
-def test_a_crash_names_the_test_and_its_frame(tmp_path):
+def test_a_crash_names_the_test_and_its_frame(tmp_path, sections):
     crash = tmp_path / "test_crashes_here.py"
     crash.write_text("import ctypes\n\n\ndef test_crashes_here():\n"
                      "    ctypes.string_at(0)\n")
-    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--only", "test_crashes_here", "--",
-                           str(crash), "-k", "crashes_here")
+    proc, result = _report(tmp_path, sections, "--fuzz-ops", "0", "--only",
+                           "test_crashes_here", "--", str(crash), "-k", "crashes_here")
     assert proc.returncode == 1
     assert not result["ok"] and result["failure_kinds"]["crash"] == 1
     (failure,) = result["failures"]
@@ -55,11 +67,11 @@ def test_a_crash_names_the_test_and_its_frame(tmp_path):
     assert "result: NOT OK" in proc.stdout and "test_crashes_here.py\", line 5" in proc.stdout
 
 
-def test_a_file_that_cannot_be_collected_is_an_error(tmp_path):
+def test_a_file_that_cannot_be_collected_is_an_error(tmp_path, sections):
     broken = tmp_path / "test_broken_file.py"
     broken.write_text("import no_such_module_here\n\n\ndef test_never():\n    pass\n")
-    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--only", "test_broken_file", "--",
-                           str(broken))
+    proc, result = _report(tmp_path, sections, "--fuzz-ops", "0", "--only",
+                           "test_broken_file", "--", str(broken))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert result["failed"] and result["tests"]["error"] == 1
     (failure,) = result["failures"]
@@ -67,9 +79,9 @@ def test_a_file_that_cannot_be_collected_is_an_error(tmp_path):
     assert "no_such_module_here" in failure["message"] and "result: NOT OK" in proc.stdout
 
 
-def test_a_usage_error_of_pytest_is_an_error(tmp_path):
-    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--only", "test_gc_locks", "--",
-                           "--no-such-pytest-option")
+def test_a_usage_error_of_pytest_is_an_error(tmp_path, sections):
+    proc, result = _report(tmp_path, sections, "--fuzz-ops", "0", "--only", "test_gc_locks",
+                           "--", "--no-such-pytest-option")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (failure,) = result["failures"]
     assert failure["id"] == "tests/reliability/test_gc_locks.py"
@@ -120,11 +132,11 @@ def test_words_alone_are_no_kind():
 """
 
 
-def test_failures_are_counted_by_kind_from_the_report_of_each_test(tmp_path):
+def test_failures_are_counted_by_kind_from_the_report_of_each_test(tmp_path, sections):
     test_file = tmp_path / "test_kinds_here.py"
     test_file.write_text(KINDS)
-    proc, result = _report(tmp_path, "--fuzz-ops", "0", "--only", "test_kinds_here", "--",
-                           str(test_file))
+    proc, result = _report(tmp_path, sections, "--fuzz-ops", "0", "--only",
+                           "test_kinds_here", "--", str(test_file))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     kinds = {f["id"].split("::")[-1]: f["kind"] for f in result["failures"]}
     assert kinds == {"test_a_leak": "leak", "test_a_timeout": "hang",
@@ -133,12 +145,12 @@ def test_failures_are_counted_by_kind_from_the_report_of_each_test(tmp_path):
                                        "other": 1}
 
 
-def test_sections_and_rows_come_from_the_reliability_marker(tmp_path):
+def test_sections_and_rows_come_from_the_reliability_marker(sections):
     """The files holding tests marked ``reliability`` are the sections (found by collecting,
     whatever their names), and each test counts in the row its marker names."""
-    files, errors = reliability_report.find_sections(
-        dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO)), str(tmp_path))
+    files, errors, collected = sections
     assert errors == []
+    assert reliability_report.find_sections({}, "", collected=collected) == (files, errors)
     assert {"tests/reliability/test_bad_input.py", "tests/reliability/test_shutdown.py",
             "tests/adaptors/test_pool_fuzz.py", "tests/reliability/test_reliability_round3_plot.py",
             "tests/binding/test_errors.py", "tests/resources/test_async_copies.py"} <= set(files)
@@ -158,18 +170,17 @@ def test_b_slow_one():
 """
 
 
-def test_a_budget_ends_the_run_in_time_and_names_what_it_cut(tmp_path):
+def test_a_budget_ends_the_run_in_time_and_names_what_it_cut(tmp_path, sections):
     """A section still running at the end of the budget is stopped (named, with the test it
     was in and where), the fuzzer stops in time and says so, and the report is INCOMPLETE."""
     slow = tmp_path / "test_slow_section.py"
     slow.write_text(SLOW)
     started = time.monotonic()
-    proc, result = _report(tmp_path, "--budget", "30", "--jobs", "3", "--fuzz-ops",
+    proc, result = _report(tmp_path, sections, "--budget", "15", "--jobs", "3", "--fuzz-ops",
                            str(10 ** 9), "--only", "test_slow_section", "--only",
-                           "fuzz_pool.py",
-                           "--", str(slow))
+                           "fuzz_pool.py", "--", str(slow))
     elapsed = time.monotonic() - started
-    assert elapsed < 30 + 30, elapsed  # bounded: far below the sleeping test's 600 s
+    assert elapsed < 15 + 30, elapsed  # bounded: far below the sleeping test's 600 s
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert not result["ok"] and not result["complete"] and not result["failed"]
     section = result["sections"][0]
@@ -185,15 +196,16 @@ def test_a_budget_ends_the_run_in_time_and_names_what_it_cut(tmp_path):
     assert f"{slow} was in" in proc.stdout and "test_b_slow_one" in proc.stdout
 
 
-def test_sigterm_still_prints_the_report(tmp_path):
+def test_sigterm_still_prints_the_report(tmp_path, sections):
     """An outer timeout's SIGTERM: the running sections are stopped, the table printed."""
     slow = tmp_path / "test_slow_section.py"
     slow.write_text(SLOW)
     out = tmp_path / "report.json"
     env = dict(os.environ, HIPMR_PLATFORM="emulated")
     proc = subprocess.Popen([sys.executable, SCRIPT, "--json", str(out), "--fuzz-ops", "0",
-                             "--only", "test_slow_section", "--", str(slow)], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--collected", sections[2], "--only", "test_slow_section", "--",
+                             str(slow)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     first = proc.stdout.readline()  # the plan: the sections have started
     assert "1 sections" in first
     time.sleep(2)
