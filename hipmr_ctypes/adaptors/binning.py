@@ -305,9 +305,8 @@ class BinningResource(BoundAdaptor):
             ptr = 0
             lists = record[4]
             if lists is not None and type(bytes) is int:  # a fixed-size bin's lists, inline
-                for_stream = lists.for_stream  # (a slot read, then a plain call)
-                lst = for_stream(stream if type(stream) is int
-                                 else getattr(stream, "_hipmr_handle", None))
+                lst = lists.streams.get(stream if type(stream) is int
+                                        else getattr(stream, "_hipmr_handle", None))
                 if lst:   # (a checked stream's; else the bin's own path resolves it)
                     try:  # the pop hands the block to exactly one caller
                         ptr = lst.pop()
@@ -356,9 +355,8 @@ class BinningResource(BoundAdaptor):
                     lists = found[4]
                     if (lists is not None and type(ptr) is int is type(bytes)
                             and (alignment is _A256 or _FAST.get(alignment) is alignment)):
-                        for_stream = lists.for_stream  # the bin's lists, inline
-                        lst = for_stream(stream if type(stream) is int
-                                         else getattr(stream, "_hipmr_handle", None))
+                        lst = lists.streams.get(stream if type(stream) is int
+                                                else getattr(stream, "_hipmr_handle", None))
                         if lst is not None:  # a checked stream's: take the bin's claim
                             bin_live = lists.live
                             known = bin_live.pop(ptr, _NONE)

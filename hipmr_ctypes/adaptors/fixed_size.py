@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Deque, Dict, List
 
 from .._device_sizes import config_size
 from .._sizes import Size
@@ -34,8 +34,9 @@ class FreeLists:
     lists and ``live`` are emptied, so such fast paths miss and reach the refusing slow
     paths).  Fields, and the rules that keep the resource's lock-free invariants:
 
-    * ``for_stream(handle)``: the free list of a checked stream handle, or None (a handle
-      with no list of its own: take the resource's ``allocate_async`` / ``deallocate_async``).
+    * ``streams``: the free lists of the checked stream handles, read only with
+      ``streams.get(handle)`` (None: a handle with no list of its own; take the resource's
+      ``allocate_async`` / ``deallocate_async`` then).
     * ``live``: ptr -> requested size of every live block.
     * ``host``: the list of blocks freed synchronously (clean for every stream).
 
@@ -45,14 +46,14 @@ class FreeLists:
     freed on (then, for a stream's list, checks ``_dead`` as the resource's frees do) or puts
     back exactly what it popped before it calls the resource's methods."""
 
-    __slots__ = ("for_stream", "live", "host")
-    for_stream: Callable[[Any], Optional[Deque[int]]]
+    __slots__ = ("streams", "live", "host")
+    streams: Dict[Any, Deque[int]]
     live: Dict[int, int]
     host: Deque[int]
 
-    def __init__(self, for_stream: Callable[[Any], Optional[Deque[int]]],
-                 live: Dict[int, int], host: Deque[int]) -> None:
-        self.for_stream = for_stream
+    def __init__(self, streams: Dict[Any, Deque[int]], live: Dict[int, int],
+                 host: Deque[int]) -> None:
+        self.streams = streams
         self.live = live
         self.host = host
 
@@ -428,7 +429,7 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
         serve its blocks from fast paths of its own (``BinningResource`` does for its
         fixed-size bins)."""
         state = self._state
-        return FreeLists(state.free.get, state.live, state.free[SYNC])
+        return FreeLists(state.free, state.live, state.free[SYNC])
 
     @property
     def block_size(self) -> int:
