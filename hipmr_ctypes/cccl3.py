@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from typing import (Any, Callable, Collection, Dict, FrozenSet, Optional, Protocol, Tuple,
+from typing import (Any, Callable, Collection, FrozenSet, Optional, Protocol, Tuple,
                     Type, TypeVar)
 
 from . import concepts as _concepts
@@ -39,7 +39,9 @@ from . import properties as _props
 from .resource_refs import async_resource_ref as _async_ref22
 from .resource_refs import resource_ref as _ref22
 from .resource_refs import try_get_property as _try_get_property22
-from .resource_refs import ImmutableRef, ref_hash
+from .resource_refs import resource_cast as _resource_cast22
+from .resource_refs import (ImmutableRef, listed_property, property_names, ref_hash,
+                            resource_hash, same_resource, specializer)
 from .stream_refs import as_stream_handle
 from .stream_refs import stream_ref as _stream_ref22
 from .properties import DEFAULT_ALIGNMENT, Property, _check_property, forward_property
@@ -138,12 +140,7 @@ def try_get_property(obj: Any, prop: Type[Property]) -> Any:
 def resource_cast(cls: Type[T], obj: Any) -> Optional[T]:
     """The resource behind ``obj`` if its type is exactly ``cls``, else ``None`` (also for an
     empty wrapper)."""
-    if not isinstance(cls, type):
-        raise TypeError(f"resource_cast needs a class, not {cls!r}")
-    if isinstance(obj, _Wrapper) and obj.resource is None:
-        return None
-    res = _resource_of(obj)
-    return res if type(res) is cls else None
+    return _resource_cast22(cls, obj.resource if isinstance(obj, _Wrapper) else obj)
 
 
 # ---- concepts ------------------------------------------------------------------------------------
@@ -318,7 +315,7 @@ def _bind(cls: Type["_Wrapper"], source: Any) -> Tuple[Any, Tuple[Callable[..., 
         missing = props - type(source).properties - {dynamic_accessibility_property}
         if missing:
             raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: it "
-                            f"lacks {_names(missing)} (build from .resource to check the "
+                            f"lacks {property_names(missing)} (build from .resource to check the "
                             "resource itself)")
         return source.resource, source._methods[:2 * want]
     resource = source
@@ -335,16 +332,12 @@ def _bind(cls: Type["_Wrapper"], source: Any) -> Tuple[Any, Tuple[Callable[..., 
     absent = [p for p in props if p not in declared and p is not dynamic_accessibility_property]
     if absent:
         raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: it lacks "
-                        f"the properties {_names(absent)}")
+                        f"the properties {property_names(absent)}")
     if hasattr(source, "allocate_sync"):
         methods = _methods_3x(source, want)
     else:
         methods = _methods_22(source, want)
     return resource, methods
-
-
-def _names(props: Any) -> str:
-    return ", ".join(sorted(p.__name__ for p in props))
 
 
 # ---- the wrappers --------------------------------------------------------------------------------
@@ -382,13 +375,7 @@ class _Wrapper(ImmutableRef):
         _check_property(prop)
         if prop is dynamic_accessibility_property:
             return get_property(self, prop)
-        if prop not in type(self).properties:
-            raise TypeError(f"{type(self).__name__} does not have the property "
-                            f"{prop.__name__} (try_get_property reaches the resource's other "
-                            "properties)")
-        if not hasattr(prop, "value_type"):
-            return None
-        return _props.get_property(_resource_of(self), prop)
+        return listed_property(self, prop, _resource_of)
 
     def __eq__(self, other: object) -> bool:
         res = self.resource
@@ -400,9 +387,7 @@ class _Wrapper(ImmutableRef):
             return False
         elif isinstance(other, _ref22):
             other = other.resource
-        if type(other) is not type(res):
-            return False
-        return bool(res == other)
+        return same_resource(res, other)
 
     __hash__ = ref_hash
 
@@ -479,29 +464,7 @@ class any_resource(any_synchronous_resource):
 
 _BASES = (resource_ref, synchronous_resource_ref, any_resource, any_synchronous_resource)
 _BY_NAME = {cls.__name__: cls for cls in _BASES}
-_CLASSES: Dict[Tuple[type, FrozenSet[Type[Property]]], type] = {}
-
-
-def _specialize(base: type, props: Any) -> type:
-    if base not in _BASES:
-        raise TypeError(f"{base.__name__} already has its properties; subscript one of "
-                        f"{', '.join(k.__name__ for k in _BASES)}")
-    if not isinstance(props, tuple):
-        props = (props,)
-    for prop in props:
-        _check_property(prop)
-    key = (base, frozenset(props))
-    if not key[1]:
-        return base
-    cls = _CLASSES.get(key)
-    if cls is None:
-        name = f"{base.__name__}[{_names(key[1])}]"
-        cls = type(name, (base,), {
-            "__slots__": (), "properties": key[1], "__module__": __name__,
-            "__qualname__": name,
-            "__doc__": f"A {base.__name__} to a resource with the properties {_names(key[1])}."})
-        cls = _CLASSES.setdefault(key, cls)
-    return cls
+_specialize = specializer(_BASES, __name__)
 
 
 def _rebuild(base: str, props: Tuple[Type[Property], ...], resource: Any) -> Any:
@@ -571,14 +534,10 @@ class shared_resource(forward_property):
             if other._block is self._block:
                 return True
             other = other._block.resource
-        res = self._block.resource
-        return type(other) is type(res) and bool(res == other)
+        return same_resource(self._block.resource, other)
 
     def __hash__(self) -> int:
-        try:
-            return hash(self._block.resource)
-        except TypeError:
-            return hash(type(self._block.resource))
+        return resource_hash(self._block.resource)
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (shared_resource, (self._block.resource,))
@@ -643,14 +602,10 @@ class synchronous_resource_adapter(forward_property):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, synchronous_resource_adapter):
             return False
-        up, theirs = self._upstream, other._upstream
-        return type(up) is type(theirs) and bool(up == theirs)
+        return same_resource(self._upstream, other._upstream)
 
     def __hash__(self) -> int:
-        try:
-            return hash(self._upstream)
-        except TypeError:
-            return hash(type(self._upstream))
+        return resource_hash(self._upstream)
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (synchronous_resource_adapter, (self._upstream,))

@@ -22,6 +22,7 @@ is :data:`DEFAULT_ALIGNMENT` (256) through every ref.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Callable, Dict, FrozenSet, Iterator, Optional, Tuple, Type, TypeVar
 
 from .concepts import CANONICAL, DEFAULTABLE, _info
@@ -90,17 +91,81 @@ def _with_default_alignment(fn: Any, index: int) -> Optional[Callable[..., Any]]
     return types.MethodType(clone, fn.__self__)
 
 
-def _names(props: Any) -> str:
+_resource_attr = attrgetter("resource")
+
+
+# ---- what every ref class shares, here and in cccl3 (its wrappers are refs of CCCL 3.x) --------
+def property_names(props: Any) -> str:
+    """The names of the properties ``props``, sorted, for messages and class names."""
     return ", ".join(sorted(p.__name__ for p in props))
 
 
-def ref_hash(self: Any) -> int:
-    """A ref's ``__hash__`` (here and in ``cccl3``): its resource's hash, or its resource type's
-    for an unhashable resource."""
+def resource_hash(resource: Any) -> int:
+    """The hash of whatever refers to ``resource``: its own, or its type's for an unhashable
+    resource."""
     try:
-        return hash(self.resource)
+        return hash(resource)
     except TypeError:
-        return hash(type(self.resource))
+        return hash(type(resource))
+
+
+def ref_hash(self: Any) -> int:
+    """A ref's ``__hash__``: :func:`resource_hash` of its ``resource``."""
+    return resource_hash(self.resource)
+
+
+def same_resource(resource: Any, other: Any) -> bool:
+    """Whether a ref to ``resource`` equals ``other`` (a resource, a ref already looked
+    through): the same type, and equal."""
+    return type(other) is type(resource) and bool(resource == other)
+
+
+def listed_property(ref: Any, prop: Type[Property],
+                    resource_of: Callable[[Any], Any] = _resource_attr) -> Any:
+    """A ref's ``get_property(prop)``: the live value of a stateful property its class
+    lists (read from ``resource_of(ref)``), None for a listed stateless one, TypeError for a
+    property its class does not list."""
+    if prop not in type(ref).properties:
+        raise TypeError(f"{type(ref).__name__} does not have the property "
+                        f"{getattr(prop, '__name__', prop)} (try_get_property reaches "
+                        "the resource's other properties)")
+    if not hasattr(prop, "value_type"):
+        return None
+    return _get_property(resource_of(ref), prop)
+
+
+def specializer(bases: Tuple[type, ...], module: str) -> Callable[[type, Any], type]:
+    """The ``__class_getitem__`` of one family of ref classes (``bases``; their subclasses
+    are made in ``module``): ``specialize(base, props)`` is the subclass of ``base`` that
+    lists the properties ``props`` (a property or a tuple of them; order and repeats do not
+    matter), made once per set and kept; ``base`` itself for no property.  TypeError for a
+    ``base`` not in ``bases`` (a class that has its properties already) or a non-property."""
+    classes: Dict[Tuple[type, FrozenSet[Type[Property]]], type] = {}
+    listed = [b.__name__ for b in bases]
+    hint = " or ".join(listed) if len(listed) == 2 else "one of " + ", ".join(listed)
+
+    def specialize(base: type, props: Any) -> type:
+        if base not in bases:
+            raise TypeError(f"{base.__name__} already has its properties; subscript {hint}")
+        if not isinstance(props, tuple):
+            props = (props,)
+        for prop in props:
+            _check_property(prop)
+        key = (base, frozenset(props))
+        cls = classes.get(key)
+        if cls is None:
+            if not key[1]:
+                return base
+            name = f"{base.__name__}[{property_names(key[1])}]"
+            cls = type(name, (base,), {
+                "__slots__": (), "properties": key[1], "__module__": module,
+                "__qualname__": name,
+                "__doc__": f"A {base.__name__} to a resource with the properties "
+                           f"{property_names(key[1])}."})
+            cls = classes.setdefault(key, cls)
+        return cls
+
+    return specialize
 
 
 class ImmutableRef:
@@ -169,7 +234,7 @@ class resource_ref(ImmutableRef):
                     missing = [p for p in props if p not in declared]
                     raise TypeError(f"cannot build {cls.__name__} from "
                                     f"{type(source).__name__}: it lacks the properties "
-                                    f"{_names(missing)}")
+                                    f"{property_names(missing)}")
         _set_resource(self, source)
         if info.bind >= 2 * want:  # the resource's own bound methods
             _set_allocate(self, source.allocate)
@@ -189,21 +254,12 @@ class resource_ref(ImmutableRef):
 
     def get_property(self, prop: Type[Property]) -> Any:
         """The resource's value of a listed stateful property, read live (None if stateless)."""
-        if prop not in type(self).properties:
-            raise TypeError(f"{type(self).__name__} does not have the property "
-                            f"{getattr(prop, '__name__', prop)} (try_get_property reaches "
-                            "the resource's other properties)")
-        if not hasattr(prop, "value_type"):
-            return None
-        return _get_property(self.resource, prop)
+        return listed_property(self, prop)
 
     def __eq__(self, other: object) -> bool:
-        res = self.resource
         if isinstance(other, resource_ref):
             other = other.resource
-        if type(other) is not type(res):
-            return False
-        return bool(res == other)
+        return same_resource(self.resource, other)
 
     __hash__ = ref_hash
 
@@ -247,7 +303,7 @@ def _from_ref(self: resource_ref, cls: Type[resource_ref], want: int,
     missing = cls.properties - type(source).properties
     if missing:
         raise TypeError(f"cannot build {cls.__name__} from {type(source).__name__}: "
-                        f"it lacks {_names(missing)} (build from ref.resource to "
+                        f"it lacks {property_names(missing)} (build from ref.resource to "
                         "check the resource itself)")
     _set_resource(self, source.resource)
     _set_allocate(self, source.allocate)
@@ -257,29 +313,7 @@ def _from_ref(self: resource_ref, cls: Type[resource_ref], want: int,
         _set_deallocate_async(self, source.deallocate_async)  # type: ignore[attr-defined]
 
 
-_CLASSES: Dict[Tuple[type, FrozenSet[Type[Property]]], type] = {}
-
-
-def _specialize(base: type, props: Any) -> type:
-    if base is not resource_ref and base is not async_resource_ref:
-        raise TypeError(f"{base.__name__} already has its properties; subscript "
-                        "resource_ref or async_resource_ref")
-    if not isinstance(props, tuple):
-        props = (props,)
-    for prop in props:
-        _check_property(prop)
-    key = (base, frozenset(props))
-    cls = _CLASSES.get(key)
-    if cls is None:
-        if not key[1]:
-            return base
-        name = f"{base.__name__}[{_names(key[1])}]"
-        cls = type(name, (base,), {
-            "__slots__": (), "properties": key[1], "__module__": __name__,
-            "__qualname__": name,
-            "__doc__": f"A {base.__name__} to a resource with the properties {_names(key[1])}."})
-        cls = _CLASSES.setdefault(key, cls)
-    return cls
+_specialize = specializer((resource_ref, async_resource_ref), __name__)
 
 
 def _rebuild(is_async: bool, props: Tuple[Type[Property], ...], resource: Any) -> resource_ref:

@@ -2,7 +2,8 @@
 # class per set of properties (``__class_getitem__``); to a type checker the refs are generic
 # over their properties, so ``async_resource_ref[device_accessible](r)`` is typed.  Keep in
 # step with resource_refs.py (tests/repo/test_typing.py runs mypy's stubtest over both).
-from typing import Any, FrozenSet, Generic, Iterator, Optional, Tuple, Type, TypeVar, overload
+from typing import (Any, Callable, FrozenSet, Generic, Iterator, Optional, Tuple, Type, TypeVar,
+                    overload)
 
 from typing_extensions import TypeVarTuple, Unpack
 
@@ -17,7 +18,13 @@ _Ps = TypeVarTuple("_Ps", default=Unpack[Tuple[()]])  # a bare ref lists no prop
 _V = TypeVar("_V")
 
 
+def property_names(props: Any) -> str: ...
+def resource_hash(resource: Any) -> int: ...
 def ref_hash(self: Any) -> int: ...
+def same_resource(resource: Any, other: Any) -> bool: ...
+def listed_property(ref: Any, prop: Type[Property],
+                    resource_of: Callable[[Any], Any] = ...) -> Any: ...
+def specializer(bases: Tuple[type, ...], module: str) -> Callable[[type, Any], type]: ...
 
 
 class ImmutableRef:

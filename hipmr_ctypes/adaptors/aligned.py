@@ -1,7 +1,9 @@
-"""``AlignedResource``: alignments larger than the upstream guarantees, by over-allocating."""
+"""``AlignedResource``: alignments larger than the upstream guarantees, by over-allocating
+(or, directly over a ``PoolResource``, from the pool's lists of blocks aligned so, through the
+pool's :class:`~hipmr_ctypes.adaptors.pool.PoolView`)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .._device_sizes import config_size
 from .._sizes import Size
@@ -12,6 +14,10 @@ from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_args, c
 from .._stream_order import SYNC
 from ._base import BoundAdaptor
 from ._checked import check_upstream_ptr, claim, duplicate, must_check_arguments, upstream_calls
+from ._dead import ANY as _ANY, DEAD as _DEAD, rescue as _rescue
+
+if TYPE_CHECKING:
+    from .pool import PoolView
 
 __all__ = ["AlignedResource"]
 
@@ -25,6 +31,9 @@ _COMPACT = (1 << 30) - 1      # sizes up to this one-digit int are compared inli
 _FAST = FAST_ALIGNMENTS       # {a: a} for a in 1..256
 _A256 = _FAST[256]            # the default alignment: `is` spares the lookup
 _TOTALS_CACHED = 4096         # sizes whose over-allocated total is remembered
+_KEYS_CACHED = 4096           # sizes whose pool list key is remembered (then made again)
+_MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
+_NONE: Any = object()         # "no such live block" (equal to no size)
 
 
 def _fast_enough(alignment: int) -> bool:
@@ -125,6 +134,133 @@ def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold:
         deallocate_checked(ptr, bytes, alignment, stream)
 
     return allocate_async, deallocate_async
+
+
+def _pool_paths(view: "PoolView", alignment: int, lowest: int, foreign: Dict[int, Any],
+                allocate_checked: Any, deallocate_checked: Any) -> Optional[List[Any]]:
+    """``[allocate_async, deallocate_async, allocate, deallocate]`` for an
+    ``AlignedResource(pool, alignment, threshold=lowest)`` directly over a ``PoolResource``,
+    built from the pool's :class:`~hipmr_ctypes.adaptors.pool.PoolView` ``view`` and kept to
+    its rules (None for an alignment the pool keeps no lists for: then the adaptor
+    over-allocates).  A request of an int size in ``max(1, lowest) .. view.largest_aligned``
+    with an alignment of at most 256 gets a block aligned to ``alignment`` from the pool
+    itself, with no block over-allocated and no record of the adaptor's: from the pool's free
+    list of such blocks for its stream and size (the pool's fast path with another key), else
+    from the pool's slow path, which aligns it.  A block handed out from such a list is
+    recorded live under its exact size's key, so a free finds it aligned and of that size with
+    one comparison, and puts it back on the list; a free of another of the pool's blocks,
+    aligned so and live with that size, goes there through the pool's slow path
+    (``missed``).  Anything else goes to the adaptor's checked bodies ``allocate_checked`` /
+    ``deallocate_checked`` (``stream`` SYNC for a synchronous call), and so does a free
+    missed here of a pointer in ``foreign`` (the adaptor's over-allocated blocks)."""
+    if not UPSTREAM_ALIGNMENT < alignment <= view.max_alignment:
+        return None
+    free = view.free
+    sync_free = free[SYNC]
+    live = view.live
+    live_pop = live.pop
+    key = view.stream_key
+    allocate_slow = view.allocate_slow
+    deallocate_slow = view.deallocate_slow
+    aligned_key = view.aligned_key
+    largest = view.largest_aligned
+    A256 = _FAST[256]
+    mask = alignment - 1
+    lo = max(1, lowest)
+    # size -> its list key, for the sizes served here only: the look-up is the range check
+    keys: Dict[int, int] = {}
+
+    def served(bytes: Any) -> bool:
+        """Whether the size ``bytes`` is served here (then its key is remembered)."""
+        if type(bytes) is not int or not lo <= bytes <= largest:
+            return False
+        if len(keys) >= _KEYS_CACHED:  # bound the map; it refills on misses
+            keys.clear()
+        keys[bytes] = aligned_key(bytes, alignment)
+        return True
+
+    def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
+        if type(bytes) is int and (alignment is A256 or _FAST.get(alignment) is alignment):
+            try:
+                k = keys[bytes]
+                ptr: int = free[stream if type(stream) is int else
+                                stream._hipmr_handle][k].pop()
+                live[ptr] = k   # (only a list of aligned blocks gives them back as such)
+                return ptr
+            except _MISS:
+                pass
+            except AttributeError:  # a stream object of another kind: with its handle
+                if type(stream) is not int:
+                    return allocate_async(bytes, alignment, check_stream(stream))
+            if served(bytes):
+                return allocate_slow(bytes, mask + 1, key(check_stream(stream)))
+        return allocate_checked(bytes, alignment, stream)  # type: ignore[no-any-return]
+
+    def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
+        if type(bytes) is int and (alignment is A256 or _FAST.get(alignment) is alignment):
+            try:
+                k = keys[bytes]
+                ptr: int = sync_free[k].pop()
+                live[ptr] = k
+                return ptr
+            except _MISS:
+                pass
+            if served(bytes):
+                return allocate_slow(bytes, mask + 1, SYNC)
+        return allocate_checked(bytes, alignment, SYNC)  # type: ignore[no-any-return]
+
+    def missed(ptr: Any, bytes: Any, alignment: Any, stream: Any) -> None:
+        """A free the fast path did not take: a block of the pool's, aligned, with a
+        size served here, goes to the pool's slow path (which files it on the aligned
+        list), anything else to the adaptor's checked path."""
+        if (type(ptr) is int and type(alignment) is int and not ptr & mask
+                and ptr not in foreign and _FAST.get(alignment) is alignment
+                and served(bytes)):
+            deallocate_slow(ptr, bytes, mask + 1,
+                            SYNC if stream is SYNC else key(check_stream(stream)))
+            return
+        deallocate_checked(ptr, bytes, alignment, stream)
+
+    def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
+        known = _NONE
+        try:
+            if type(ptr) is int is type(bytes) and (
+                    alignment is A256 or _FAST[alignment] is alignment):
+                k = keys[bytes]
+                lst = free[stream if type(stream) is int else stream._hipmr_handle][k]
+                known = live_pop(ptr)   # the pop is the claim: one caller wins
+                if known == k:  # handed out by an aligned fast path, with that size
+                    lst.append(ptr)
+                    if _ANY and id(lst) in _DEAD:   # the pool let the list go
+                        _rescue(lst)                # meanwhile
+                    return
+        except _MISS:
+            pass
+        except AttributeError:  # read before the claim: nothing to put back
+            if type(stream) is not int:
+                return deallocate_async(ptr, bytes, alignment, check_stream(stream))
+        if known is not _NONE:  # put it back; the checked path decides
+            live[ptr] = known
+        missed(ptr, bytes, alignment, stream)
+
+    def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
+        known = _NONE
+        try:
+            if type(ptr) is int is type(bytes) and (
+                    alignment is A256 or _FAST[alignment] is alignment):
+                k = keys[bytes]
+                lst = sync_free[k]
+                known = live_pop(ptr)
+                if known == k:  # (the host's lists are never let go)
+                    lst.append(ptr)
+                    return
+        except _MISS:
+            pass
+        if known is not _NONE:
+            live[ptr] = known
+        missed(ptr, bytes, alignment, SYNC)
+
+    return [allocate_async, deallocate_async, allocate, deallocate]
 
 
 class AlignedResource(BoundAdaptor):
@@ -230,9 +366,10 @@ class AlignedResource(BoundAdaptor):
         if not inline:
             self._build(allocate_async, deallocate_async)
             return
-        native = getattr(ref.resource, "_aligned_paths", None)  # the package's PoolResource
-        paths = native(default, threshold, moved, allocate_async, deallocate_async) \
-            if big_enough(default) and native is not None else None
+        view = getattr(ref.resource, "_fast_view", None)  # the package's PoolResource
+        paths = _pool_paths(view(), default, threshold, moved, allocate_async,
+                            deallocate_async) if big_enough(default) and view is not None \
+            else None
         if paths is not None:  # the pool aligns the blocks itself: nothing over-allocated
             self._build(paths[0], paths[1], allocate=paths[2], deallocate=paths[3])
             return

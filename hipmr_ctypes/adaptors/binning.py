@@ -32,14 +32,14 @@ def _entry(ref: Any, size: int = 0) -> Tuple[Any, Any, Any, Any, Any]:
     (the stream too) before they change anything: the adaptor's fast paths pass sizes (and a
     free's alignment) on unchecked, for the bin to check.  A user-written one gets every
     argument checked first.  ``lists``: for a bin that is a :class:`FixedSizeResource` (not a
-    subclass) whose blocks hold ``size`` bytes, its ``_lists()``, which the adaptor's fast
-    paths serve themselves; else None."""
+    subclass) whose blocks hold ``size`` bytes, its :class:`~.fixed_size.FreeLists`, which
+    the adaptor's fast paths serve themselves, keeping to its rules; else None."""
     up_alloc: Any = ref.allocate
     up_dealloc: Any = ref.deallocate
     up_alloc_async: Any = getattr(ref, "allocate_async", None)
     up_dealloc_async: Any = getattr(ref, "deallocate_async", None)
     resource = ref.resource
-    lists = (resource._lists() if size and type(resource) is FixedSizeResource
+    lists = (resource._free_lists() if size and type(resource) is FixedSizeResource
              and size <= resource.block_size else None)
     if not must_check_arguments(ref):
         return up_alloc_async, up_dealloc_async, up_alloc, up_dealloc, lists
@@ -305,12 +305,12 @@ class BinningResource(BoundAdaptor):
             ptr = 0
             lists = record[4]
             if lists is not None and type(bytes) is int:  # a fixed-size bin's lists, inline
-                lst = lists[0](stream if type(stream) is int
-                               else getattr(stream, "_hipmr_handle", None))
+                lst = lists.streams.get(stream if type(stream) is int
+                                        else getattr(stream, "_hipmr_handle", None))
                 if lst:   # (a checked stream's; else the bin's own path resolves it)
                     try:  # the pop hands the block to exactly one caller
                         ptr = lst.pop()
-                        lists[1][ptr] = bytes
+                        lists.live[ptr] = bytes
                     except IndexError:  # another thread took the last block meanwhile
                         pass
             if not ptr:
@@ -333,8 +333,8 @@ class BinningResource(BoundAdaptor):
             lists = record[4]
             if lists is not None and type(bytes) is int:  # a fixed-size bin's lists, inline
                 try:
-                    ptr = lists[2].pop()   # the host's
-                    lists[1][ptr] = bytes
+                    ptr = lists.host.pop()
+                    lists.live[ptr] = bytes
                 except IndexError:
                     pass
             if not ptr:
@@ -355,10 +355,10 @@ class BinningResource(BoundAdaptor):
                     lists = found[4]
                     if (lists is not None and type(ptr) is int is type(bytes)
                             and (alignment is _A256 or _FAST.get(alignment) is alignment)):
-                        lst = lists[0](stream if type(stream) is int   # the bin's lists,
-                                       else getattr(stream, "_hipmr_handle", None))  # inline
+                        lst = lists.streams.get(stream if type(stream) is int
+                                                else getattr(stream, "_hipmr_handle", None))
                         if lst is not None:  # a checked stream's: take the bin's claim
-                            bin_live = lists[1]
+                            bin_live = lists.live
                             known = bin_live.pop(ptr, _NONE)
                             if known == bytes:
                                 lst.append(ptr)
@@ -385,10 +385,10 @@ class BinningResource(BoundAdaptor):
                     lists = found[4]
                     if (lists is not None and type(ptr) is int is type(bytes)
                             and (alignment is _A256 or _FAST.get(alignment) is alignment)):
-                        bin_live = lists[1]   # a fixed-size bin's lists, inline
+                        bin_live = lists.live   # a fixed-size bin's lists, inline
                         known = bin_live.pop(ptr, _NONE)
                         if known == bytes:
-                            lists[2].append(ptr)
+                            lists.host.append(ptr)
                             return
                         if known is not _NONE:  # put it back; the bin decides below
                             bin_live[ptr] = known

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from typing import Any, Deque, Dict, List, Tuple
+from typing import Any, Deque, Dict, List
 
 from .._device_sizes import config_size
 from .._sizes import Size
@@ -24,6 +24,38 @@ __all__ = ["FixedSizeResource"]
 
 _GRAIN = DEFAULT_ALIGNMENT
 _NONE: Any = object()
+
+
+class FreeLists:
+    """The named layout of a :class:`FixedSizeResource`'s free lists, for an adaptor that
+    serves the resource's blocks from fast paths of its own as the resource's own fast paths
+    do (see :meth:`FixedSizeResource._bind`; ``BinningResource`` does for its fixed-size
+    bins).  Every field stays the same object for the resource's life (in a forked child the
+    lists and ``live`` are emptied, so such fast paths miss and reach the refusing slow
+    paths).  Fields, and the rules that keep the resource's lock-free invariants:
+
+    * ``streams``: the free lists of the checked stream handles, read only with
+      ``streams.get(handle)`` (None: a handle with no list of its own; take the resource's
+      ``allocate_async`` / ``deallocate_async`` then).
+    * ``live``: ptr -> requested size of every live block.
+    * ``host``: the list of blocks freed synchronously (clean for every stream).
+
+    A block is only ever taken with a list's ``pop`` (it hands the block to one caller) and
+    recorded ``live[ptr] = bytes`` (at most the block size) before it is returned; a free
+    claims it with ``live.pop(ptr, default)``, and either appends it to the list it
+    freed on (then, for a stream's list, checks ``_dead`` as the resource's frees do) or puts
+    back exactly what it popped before it calls the resource's methods."""
+
+    __slots__ = ("streams", "live", "host")
+    streams: Dict[Any, Deque[int]]
+    live: Dict[int, int]
+    host: Deque[int]
+
+    def __init__(self, streams: Dict[Any, Deque[int]], live: Dict[int, int],
+                 host: Deque[int]) -> None:
+        self.streams = streams
+        self.live = live
+        self.host = host
 
 
 class _Blocks:
@@ -392,15 +424,12 @@ class FixedSizeResource(IdentityEqual, BoundAdaptor):
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
-    def _lists(self) -> Tuple[Any, Dict[int, int], Deque[int]]:
-        """``(free.get, live, the host's free list)``: what ``BinningResource`` needs to serve
-        this resource's lists from its own fast paths, as this resource's do (see
-        :meth:`_bind`): ``free.get(handle)`` (a checked stream handle's list or None), the
-        table of live blocks (ptr -> requested size) and the list of blocks freed
-        synchronously.  They stay the same objects for the resource's life (in a forked child
-        they are emptied, so those fast paths miss and reach the refusing slow paths)."""
+    def _free_lists(self) -> FreeLists:
+        """This resource's :class:`FreeLists`: what an adaptor directly over it may use to
+        serve its blocks from fast paths of its own (``BinningResource`` does for its
+        fixed-size bins)."""
         state = self._state
-        return state.free.get, state.live, state.free[SYNC]
+        return FreeLists(state.free, state.live, state.free[SYNC])
 
     @property
     def block_size(self) -> int:

@@ -32,7 +32,7 @@ import threading
 from operator import attrgetter
 from bisect import bisect_left, insort
 from collections import deque
-from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional
+from typing import Any, Callable, Deque, Dict, FrozenSet, List, NamedTuple, Optional
 
 from ..errors import ForkedChildError, OutOfMemoryError
 from .._locks import DeferringLock
@@ -88,6 +88,44 @@ def block_size(class_key: int) -> int:
     """The size a list's key names (see :func:`aligned_key`); also the requested size of a
     live block, recorded as its exact size's key when an aligned fast path handed it out."""
     return class_key if class_key >= 0 else -class_key & _SIZE_MASK
+
+
+class PoolView(NamedTuple):
+    """What an adaptor directly over a :class:`PoolResource` may use to serve the pool's
+    blocks from fast paths of its own, as the pool's own fast paths do (see
+    :meth:`PoolResource._bind`; ``AlignedResource`` builds its paths over the pool from this
+    view alone).  Read when the adaptor builds its paths: every field stays the same object
+    for the pool's life (in a forked child the lists and ``live`` are emptied, so such fast
+    paths miss and reach the refusing slow paths).  The rules, which keep the pool's
+    lock-free invariants:
+
+    * ``free[handle][key]`` is the free list of a stream handle (or ``SYNC``) for a list key;
+      a missing handle or key raises KeyError (take the slow path then).  A list is only ever
+      ``pop``-ed (an allocation: the pop hands the block to one caller) or ``append``-ed to
+      (a free, after the claim in ``live``); a free that appended checks ``_dead`` as the
+      pool's own frees do.  Nothing else changes ``free`` or its maps.
+    * ``live[ptr]`` is the requested size of a live block, or the list key it was handed out
+      under.  A block popped from a list is recorded ``live[ptr] = key`` before it is
+      returned; a free claims it with ``live.pop(ptr)`` and, when it does not append it, puts
+      back exactly what it popped before it calls a slow path.
+    * ``stream_key(handle)``: the key the slow paths take for a checked stream handle.
+    * ``allocate_slow(nbytes, alignment, key)`` / ``deallocate_slow(ptr, nbytes, alignment,
+      key)``: the pool's checked paths (``key`` is ``SYNC`` for the host); they take the
+      lock themselves, and file a block freed with an alignment above 256 that it has on the
+      list of such blocks.
+    * ``aligned_key(nbytes, alignment)``: the list key of blocks of ``nbytes`` (a requested
+      size or a block size) aligned to ``alignment``, for an alignment above 256 up to
+      ``max_alignment`` and a requested size up to ``largest_aligned``.
+    """
+
+    free: Dict[Any, Dict[int, Deque[int]]]
+    live: Dict[int, int]
+    stream_key: Callable[[int], Any]
+    allocate_slow: Callable[[Any, Any, Any], int]
+    deallocate_slow: Callable[[Any, Any, Any, Any], None]
+    aligned_key: Callable[[int, int], int]
+    max_alignment: int
+    largest_aligned: int
 
 
 class _Keyed(dict):  # type: ignore[type-arg]
@@ -723,128 +761,14 @@ class PoolResource(IdentityEqual, BoundAdaptor):
 
         self._install(allocate, deallocate, allocate_async, deallocate_async)
 
-    def _aligned_paths(self, alignment: int, lowest: int, foreign: Dict[int, Any],
-                       allocate_checked: Any, deallocate_checked: Any) -> Optional[List[Any]]:
-        """``[allocate_async, deallocate_async, allocate, deallocate]`` for an
-        ``AlignedResource(pool, alignment, threshold=lowest)`` over this pool (None for an
-        alignment above 2**31): a request of an int size in ``max(1, lowest) .. 2**25 - 256``
-        with an alignment of at most 256 gets a block aligned to ``alignment`` from the pool
-        itself, with no block over-allocated and no record of its own: from the free list of
-        such blocks for its stream and size (the pool's fast path with another key), else
-        from the pool's slow path, which aligns it.  A block handed out from such a list is
-        recorded live under its exact size's key, so a free finds it aligned and of that
-        size with one comparison, and puts it back on the list; a free of another of the
-        pool's blocks, aligned so and live with that size, goes there through the pool's
-        slow path (:func:`missed`).  Anything else goes to the adaptor's checked bodies ``allocate_checked`` / ``deallocate_checked``
-        (``stream`` SYNC for a synchronous call), and so does a free missed here of a
-        pointer in ``foreign`` (the adaptor's over-allocated blocks)."""
-        if not has_aligned_key(_GRAIN, alignment):
-            return None
+    def _fast_view(self) -> PoolView:
+        """The pool's :class:`PoolView`: what an adaptor directly over this pool may use to
+        serve the pool's blocks from fast paths of its own (``AlignedResource`` does)."""
         arena = self._arena
-        free = arena.free
-        sync_free = free[SYNC]
-        live = arena.live
-        live_pop = live.pop
-        key = arena.keys
-        allocate_slow = arena.allocate_slow
-        deallocate_slow = arena.deallocate_slow
-        A256 = _FAST[256]
-        mask = alignment - 1
-        lo = max(1, lowest)
-        # size -> its list key, for the sizes served here only: the look-up is the range check
-        keys: Dict[int, int] = {}
-
-        def served(bytes: Any) -> bool:
-            """Whether the size ``bytes`` is served here (then its key is remembered)."""
-            if type(bytes) is not int or not lo <= bytes <= _SERVED_MAX:
-                return False
-            if len(keys) >= _MAX_SIZES_PER_STREAM:  # bound the map; it refills on misses
-                keys.clear()
-            keys[bytes] = aligned_key(bytes, alignment)
-            return True
-
-        def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-            if type(bytes) is int and (alignment is A256 or _FAST.get(alignment) is alignment):
-                try:
-                    k = keys[bytes]
-                    ptr: int = free[stream if type(stream) is int else
-                                    stream._hipmr_handle][k].pop()
-                    live[ptr] = k   # (only a list of aligned blocks gives them back as such)
-                    return ptr
-                except _MISS:
-                    pass
-                except AttributeError:  # a stream object of another kind: with its handle
-                    if type(stream) is not int:
-                        return allocate_async(bytes, alignment, check_stream(stream))
-                if served(bytes):
-                    return allocate_slow(bytes, mask + 1, key(check_stream(stream)))
-            return allocate_checked(bytes, alignment, stream)  # type: ignore[no-any-return]
-
-        def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-            if type(bytes) is int and (alignment is A256 or _FAST.get(alignment) is alignment):
-                try:
-                    k = keys[bytes]
-                    ptr: int = sync_free[k].pop()
-                    live[ptr] = k
-                    return ptr
-                except _MISS:
-                    pass
-                if served(bytes):
-                    return allocate_slow(bytes, mask + 1, SYNC)
-            return allocate_checked(bytes, alignment, SYNC)  # type: ignore[no-any-return]
-
-        def missed(ptr: Any, bytes: Any, alignment: Any, stream: Any) -> None:
-            """A free the fast path did not take: a block of the pool's, aligned, with a
-            size served here, goes to the pool's slow path (which files it on the aligned
-            list), anything else to the adaptor's checked path."""
-            if (type(ptr) is int and type(alignment) is int and not ptr & mask
-                    and ptr not in foreign and _FAST.get(alignment) is alignment
-                    and served(bytes)):
-                deallocate_slow(ptr, bytes, mask + 1,
-                                SYNC if stream is SYNC else key(check_stream(stream)))
-                return
-            deallocate_checked(ptr, bytes, alignment, stream)
-
-        def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
-            known = _NONE
-            try:
-                if type(ptr) is int is type(bytes) and (
-                        alignment is A256 or _FAST[alignment] is alignment):
-                    k = keys[bytes]
-                    lst = free[stream if type(stream) is int else stream._hipmr_handle][k]
-                    known = live_pop(ptr)   # the pop is the claim: one caller wins
-                    if known == k:  # handed out by an aligned fast path, with that size
-                        lst.append(ptr)
-                        if _ANY and id(lst) in _DEAD:   # the arena let the list go
-                            _rescue(lst)                # meanwhile
-                        return
-            except _MISS:
-                pass
-            except AttributeError:  # read before the claim: nothing to put back
-                if type(stream) is not int:
-                    return deallocate_async(ptr, bytes, alignment, check_stream(stream))
-            if known is not _NONE:  # put it back; the checked path decides
-                live[ptr] = known
-            missed(ptr, bytes, alignment, stream)
-
-        def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-            known = _NONE
-            try:
-                if type(ptr) is int is type(bytes) and (
-                        alignment is A256 or _FAST[alignment] is alignment):
-                    k = keys[bytes]
-                    lst = sync_free[k]
-                    known = live_pop(ptr)
-                    if known == k:  # (the host's lists are never let go)
-                        lst.append(ptr)
-                        return
-            except _MISS:
-                pass
-            if known is not _NONE:
-                live[ptr] = known
-            missed(ptr, bytes, alignment, SYNC)
-
-        return [allocate_async, deallocate_async, allocate, deallocate]
+        return PoolView(free=arena.free, live=arena.live, stream_key=arena.keys,
+                        allocate_slow=arena.allocate_slow,
+                        deallocate_slow=arena.deallocate_slow, aligned_key=aligned_key,
+                        max_alignment=_ALIGNED_MAX, largest_aligned=_SERVED_MAX)
 
     # --------------------------------------------------------------------- inspection
     def pool_size(self) -> int:

@@ -6,6 +6,7 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes.adaptors import AlignedResource, BinningResource, PoolResource
 from hipmr_ctypes.adaptors import binning as binning_module
+from hipmr_ctypes.adaptors.aligned import _pool_paths
 from hipmr_ctypes._stream_order import SYNC
 
 from support import REPO
@@ -555,8 +556,9 @@ def test_aligned_over_the_pool_mixes_with_the_pool_and_the_checked_path(pool):
     b = a.allocate_async(big, 256, 0)
     assert b % 512 == 0 and pool.get_allocated_bytes() >= big + 256 - 1
     a.deallocate_async(b, big, 256, 0)
-    assert pool._aligned_paths(1 << 31, 0, {}, None, None) is not None
-    assert pool._aligned_paths(1 << 32, 0, {}, None, None) is None   # over-allocated then
+    view = pool._fast_view()
+    assert _pool_paths(view, 1 << 31, 0, {}, None, None) is not None
+    assert _pool_paths(view, 1 << 32, 0, {}, None, None) is None   # over-allocated then
     assert pool.allocation_count() == 0
 
 
