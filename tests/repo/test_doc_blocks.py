@@ -1,8 +1,10 @@
 """Every python block of README.md and docs/*.md runs on the emulated platform, so the docs
-cannot drift from the code.  New pages are picked up automatically.
+cannot drift from the code.  New pages are picked up automatically.  This is the one runner of
+doc blocks; a page's own test file checks only what its text promises.
 
-A page's blocks run in order as one script in a fresh interpreter (sharing one namespace, as a
-reader types them).  A block that needs a real GPU is fenced as ```` ```python gpu ````: it is left out
+Each block runs twice: alone, as a script of its own in a fresh interpreter (what a reader who
+copies one block runs, so every block carries its imports and set-up), and with the page's
+other blocks, in order, as one script (sharing one namespace, as a reader types them).  A block that needs a real GPU is fenced as ```` ```python gpu ````: it is left out
 here and runs in ``test_gpu_blocks`` (marked ``gpu``) on the GPU machine, where it fails
 instead of skipping under HIPMR_REQUIRE_GPU=1.  Pseudo-code is fenced as ``text``, never
 ``python``."""
@@ -53,6 +55,13 @@ def _run(path, blocks, tmp_path, env):
         pytest.fail(f"{block} failed:\n{done.stdout}{done.stderr}", pytrace=False)
 
 
+def _emulated_env():
+    env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
+               HIPMR_EMULATED_MEMORY="2GiB")
+    env.pop("HIPMR_LIBRARY", None)
+    return env
+
+
 def test_the_docs_have_python_blocks():
     assert sum(len(_blocks(p, False)) for p in _pages()) > 10
 
@@ -63,10 +72,17 @@ def test_blocks_run_on_the_emulated_platform(path, tmp_path):
     blocks = _blocks(path, gpu=False)
     if not blocks:
         return
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
-               HIPMR_EMULATED_MEMORY="2GiB")
-    env.pop("HIPMR_LIBRARY", None)
-    _run(path, blocks, tmp_path, env)
+    _run(path, blocks, tmp_path, _emulated_env())
+
+
+BLOCKS = [pytest.param(p, block, id=f"{os.path.relpath(p, REPO)}:{block[0]}")
+          for p in _pages() for block in _blocks(p, False)]
+
+
+@pytest.mark.any_platform
+@pytest.mark.parametrize("path, block", BLOCKS)
+def test_each_block_runs_alone(path, block, tmp_path):
+    _run(path, [block], tmp_path, _emulated_env())
 
 
 GPU_PAGES = [pytest.param(p, id=os.path.relpath(p, REPO)) for p in _pages() if _blocks(p, True)]
