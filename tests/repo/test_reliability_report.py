@@ -140,7 +140,7 @@ def test_sections_and_rows_come_from_the_reliability_marker(tmp_path):
         dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO)), str(tmp_path))
     assert errors == []
     assert {"tests/reliability/test_bad_input.py", "tests/reliability/test_shutdown.py",
-            "tests/adaptors/test_pool_fuzz.py", "tests/reliability/test_reliability_round3_plot.py",
+            "tests/adaptors/test_pool_fuzz.py", "tests/reliability/test_log_and_plot_input.py",
             "tests/binding/test_errors.py", "tests/resources/test_async_copies.py"} <= set(files)
     assert "tests/buffer/test_buffer.py" not in files and len(files) == len(set(files))
     assert all(f.startswith("tests/") for f in files)
