@@ -47,13 +47,12 @@ __all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "TO_EXISTING_HOST_THRESHOLD", "CHUN
 #: a pipeline)
 THRESHOLD = 16 << 20
 #: the same for device-to-host copies into a fresh destination (``tobytes()``,
-#: ``copy_to_host()``): from 20 MiB two pipelines beat the runtime's own copy (measured on the
-#: H200, in turns in one process: 12.8 against 12.0 GB/s at 20 MiB, 13.5 against 12.0 at
-#: 24 MiB, 6.5-7.5 against 2.3 at 32 MiB, where every new block is a fresh mapping; 13.6
-#: against 14.6 at 16 MiB)
+#: ``copy_to_host()``): from here two pipelines beat the runtime's own copy, by most from
+#: 32 MiB, where every new block is a fresh mapping whose pages fault in while it fills; below
+#: it the runtime's one copy is faster (the runs: benchmarks/results/history.md)
 TO_HOST_THRESHOLD = 20 << 20
 #: the same into pageable memory already in use (``copy_to_host(out)``): below it the
-#: runtime's own copy into touched memory matched or beat two pipelines (measured on the H200)
+#: runtime's own copy into touched memory matches or beats two pipelines
 TO_EXISTING_HOST_THRESHOLD = 64 << 20
 #: the bytes of one pinned slot: the pipeline's step
 CHUNK = 2 << 20
@@ -61,7 +60,7 @@ CHUNK = 2 << 20
 SLOTS = 2
 #: the fewest bytes a pipeline is started for: below ``WORKERS * MIN_PART`` a copy runs
 #: fewer pipelines (16 MiB: two), since starting one and filling it costs more than it brings
-#: on a short part (measured: four pipelines on 16 MiB were slower than two)
+#: on a short part
 MIN_PART = 8 << 20
 
 
@@ -295,5 +294,5 @@ def to_existing_host(rt: Any, dst: int, src: int, n: int, stream: int,
                      device: Optional[int]) -> bool:
     """:func:`to_host` into pageable memory already in use (``copy_to_host(out)``): staged
     only when two pipelines or more can run, since the runtime's own copy into touched memory
-    is faster than one pipeline's CPU copy (measured; see docs/performance.md)."""
+    is faster than one pipeline's CPU copy."""
     return _staged(_into_host, rt, dst, src, n, stream, device, least=2)
