@@ -278,13 +278,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--version", action="version", version=f"hipmr_ctypes {hmr.__version__}",
                         help="print the package's version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join([*_COMMANDS, "plot"]) + "}",
+    try:
+        from hipmr_ctypes.plot import _cli as plot_cli
+    except ModuleNotFoundError as exc:  # plot/ may be left out of a vendored copy (README)
+        if exc.name != "hipmr_ctypes.plot":
+            raise
+        plot_cli = None
+    names = [*_COMMANDS, "plot"] if plot_cli is not None else list(_COMMANDS)
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(names) + "}",
                                 title="commands")
     for name, (line, text) in _COMMANDS.items():
         cmd = sub.add_parser(name, help=line, description=text)
         cmd.add_argument("--json", action="store_true", dest="json_sub",
                          help="print JSON instead of text")
-    from hipmr_ctypes.plot import _cli as plot_cli
+    if plot_cli is None:
+        return parser
     plot = sub.add_parser("plot", help="draw a CSV log of LoggingResource (plot --help for its "
                                        "options)", description=plot_cli.DESCRIPTION)
     plot_cli.add_arguments(plot)
