@@ -30,7 +30,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Dict, List, Tuple
 
-__all__ = ["Decl", "DECLS", "DECL_BY_NAME", "HOT", "call_argtypes", "hipMemLocation",
+__all__ = ["Decl", "DECLS", "DECL_BY_NAME", "call_argtypes", "hipMemLocation",
            "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t", "hipIpcMemHandle_t",
            "hipMemPoolPtrExportData"]
 
@@ -270,8 +270,3 @@ def call_argtypes(decl: Decl) -> List[object]:
     argument passed as ``c_void_p`` and an ``int`` / ``unsigned int`` one as the int itself
     (the same bits, converted faster)."""
     return [_PASSED_AS.get(t, t) for t in decl.argtypes]
-
-
-# Functions on allocation hot paths: resolved once, called with no look-up.
-HOT = ("hipMalloc", "hipFree", "hipMallocAsync", "hipFreeAsync", "hipMallocFromPoolAsync",
-       "hipStreamQuery")
