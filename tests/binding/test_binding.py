@@ -32,6 +32,16 @@ def test_declaration_table_is_unique_and_complete():
     assert not decls.DECL_BY_NAME["hipStreamGetDevice"].required
 
 
+def test_every_argument_of_the_table_has_its_name():
+    for d in decls.DECLS:
+        assert len(d.argnames) == len(d.argtypes), d
+        assert all(n.isidentifier() for n in d.argnames), d
+        assert len(set(d.argnames)) == len(d.argnames), d
+    assert decls.DECL_BY_NAME["hipMallocFromPoolAsync"].argnames == \
+        ("dev_ptr", "size", "mem_pool", "stream")
+    assert decls.DECL_BY_NAME["hipGetLastError"].argnames == ()
+
+
 def _libc(name, restype, *argtypes):
     """``name`` of the C library, bound the way the back ends bind a row with these types."""
     libc = ctypes.CDLL(None)
