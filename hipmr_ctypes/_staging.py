@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyDefault
 from .device import get_device, on_device_or_current
+from .stream_refs import PER_THREAD_HANDLE
 
 __all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "TO_EXISTING_HOST_THRESHOLD", "CHUNK", "SLOTS",
            "WORKERS", "MIN_PART", "threshold", "to_device", "to_host", "to_existing_host"]
@@ -75,7 +76,6 @@ WORKERS = _default_workers(len(os.sched_getaffinity(0)) if hasattr(os, "sched_ge
                            else (os.cpu_count() or 1))
 
 _memmove = ctypes.memmove
-_PER_THREAD = 2   # a stream handle that names another stream in every thread
 
 
 class _Set:
@@ -212,7 +212,7 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
     if device is None:
         device = get_device()
     sets = _sets_for(rt, device)
-    want = 1 if stream == _PER_THREAD else max(1, n // MIN_PART)
+    want = 1 if stream == PER_THREAD_HANDLE else max(1, n // MIN_PART)
     claimed: List[_Set] = []
     for one in sets:
         if len(claimed) == want:

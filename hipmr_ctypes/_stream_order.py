@@ -58,7 +58,6 @@ SYNC = _Sync()
 #: handles above this name one created stream each; 0 (null) and 1 (legacy) name one stream
 #: per device, 2 (per-thread) one per thread and device
 LAST_SPECIAL_HANDLE = 2
-_PER_THREAD = PER_THREAD_HANDLE
 _local = threading.local()
 _tokens = itertools.count(1)
 
@@ -86,14 +85,14 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
         several = False
     if rt is None or not several:
         def one_device(handle: int) -> Any:
-            if handle != _PER_THREAD:
+            if handle != PER_THREAD_HANDLE:
                 return handle
             try:  # the calling thread's per-thread stream: its key, made once per thread
                 return _local.per_thread_key
             except AttributeError:
                 made = _local.per_thread_key = (handle, 0, token())
                 return made
-        setattr(one_device, "own_keys_below", _PER_THREAD)   # see own_keys_below()
+        setattr(one_device, "own_keys_below", PER_THREAD_HANDLE)   # see own_keys_below()
         return one_device
     current = device_function(rt)
 
@@ -104,7 +103,7 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
             device = current()
         except NoDeviceError:  # host memory with no device: no stream can run work
             device = -1
-        return (handle, device, token() if handle == _PER_THREAD else 0)
+        return (handle, device, token() if handle == PER_THREAD_HANDLE else 0)
     return several_devices
 
 
@@ -153,11 +152,11 @@ def handle_of(key: Any) -> int:
 def is_foreign(key: Any) -> bool:
     """True for another thread's per-thread stream: nothing can be recorded on it from the
     calling thread (handle 2 names the caller's own)."""
-    return type(key) is tuple and key[0] == _PER_THREAD and key[2] != _thread_token()
+    return type(key) is tuple and key[0] == PER_THREAD_HANDLE and key[2] != _thread_token()
 
 
 def _is_own_per_thread(key: Any) -> bool:
-    return type(key) is tuple and key[0] == _PER_THREAD and key[2] == _thread_token()
+    return type(key) is tuple and key[0] == PER_THREAD_HANDLE and key[2] == _thread_token()
 
 
 #: the tokens of the threads that ended after waiting for their per-thread streams (the
