@@ -93,3 +93,44 @@ GPU_PAGES = [pytest.param(p, id=os.path.relpath(p, REPO)) for p in _pages() if _
 def test_gpu_blocks(path, tmp_path, gpu_runtime):
     blocks = sorted(_blocks(path, gpu=False) + _blocks(path, gpu=True))
     _run(path, blocks, tmp_path, os.environ)
+
+
+#: pages for the package's maintainers, which name its private parts on purpose
+MAINTAINER_PAGES = {"internals.md", "hot-paths.md", "emulated.md"}
+#: a private name of this package: a module or attribute whose name starts with "_"
+_PRIVATE = re.compile(r"\b(?:hmr|hipmr_ctypes)(?:\.[A-Za-z]\w*)*\._[A-Za-z]\w*"
+                      r"|\bfrom hipmr_ctypes(?:\.\w+)*\._\w+|\bfrom hipmr_ctypes(?:\.\w+)* import"
+                      r"[^\n]*\b_[A-Za-z]\w*")
+
+
+def test_user_docs_show_no_private_names():
+    """What users copy uses the public interface only (blocks of the maintainers' pages may
+    reach inside)."""
+    found = []
+    for page in _pages():
+        if os.path.basename(page) in MAINTAINER_PAGES:
+            continue
+        for line, code in _blocks(page, False) + _blocks(page, True):
+            found += [f"{os.path.relpath(page, REPO)}:{line}: {hit}"
+                      for hit in _private_names(code)]
+    assert not found, found
+
+
+def _private_names(code):
+    """The private names of this package that ``code`` reaches, also through a name it
+    imported from the package (``from hipmr_ctypes.resources import per_device``)."""
+    hits = _PRIVATE.findall(code)
+    bound = [a or b for a, b in re.findall(
+        r"\bfrom hipmr_ctypes[\w.]* import (?:\(([^)]*)\)|([^\n]*))", code)]
+    bound += re.findall(r"\bimport hipmr_ctypes[\w.]* as (\w+)", code)
+    for name in {n.split()[-1] for group in bound for n in group.split(",") if n.strip()}:
+        hits += re.findall(r"\b%s\._[A-Za-z]\w*" % re.escape(name), code)
+    return hits
+
+
+def test_the_private_name_check_sees_them():
+    code = ("from hipmr_ctypes.resources import per_device\nsaved = per_device._resources\n"
+            "hmr.resources._common\nfrom hipmr_ctypes._hip import x\n"
+            "from hipmr_ctypes.buffer import _State\n")
+    assert len(_private_names(code)) == 4
+    assert _private_names("import hipmr_ctypes as hmr\nhmr.Buffer(1)\npool._pools[0]\n") == []
