@@ -11,6 +11,7 @@ a short allocation benchmark of the package's resources (the full comparison wit
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 import os
@@ -278,12 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--version", action="version", version=f"hipmr_ctypes {hmr.__version__}",
                         help="print the package's version and exit")
+    plot_cli: Optional[Any] = None
     try:
-        from hipmr_ctypes.plot import _cli as plot_cli
+        plot_cli = importlib.import_module("hipmr_ctypes.plot._cli")
     except ModuleNotFoundError as exc:  # plot/ may be left out of a vendored copy (README)
         if exc.name != "hipmr_ctypes.plot":
             raise
-        plot_cli = None
     names = [*_COMMANDS, "plot"] if plot_cli is not None else list(_COMMANDS)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(names) + "}",
                                 title="commands")
