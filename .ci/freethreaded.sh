@@ -26,5 +26,5 @@ run tests/reliability/test_threads_stress.py tests/reliability/test_threads.py \
     tests/reliability/test_misbehaving_upstreams.py tests/adaptors/test_adaptors_logging.py \
     tests/reliability/test_logging_failures.py tests/resources/test_per_device.py \
     tests/interop/test_interop.py tests/device/test_stream_lifetime.py tests/adaptors/test_pool.py \
-    tests/adaptors/test_adaptors_fixed_size.py tests/reliability/test_reliability_round3_threads.py
+    tests/adaptors/test_adaptors_fixed_size.py tests/reliability/test_exit_threads_and_messages.py
 HIPMR_STRESS="${HIPMR_STRESS:-5}" run tests/reliability/test_threads_stress.py

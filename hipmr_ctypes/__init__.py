@@ -84,22 +84,15 @@ def __dir__() -> "list[str]":
 
 def _default_device_resource(device: int) -> object:
     """A device's default resource, as ``HIPMR_DEVICE_RESOURCE`` says (``_config``, loaded by
-    the first default made)."""
+    the first default made).  The per-device table (``resources.per_device``) calls it when no
+    other factory was set: the resources layer never imports ``_config``, which builds
+    adaptors above it."""
     from ._config import default_resource
     return default_resource(device)
 
 
 class _Package(_ModuleType):
-    """This package's module type.  When ``resources`` is imported (before any of it can
-    run), its per-device table is given the factory of the default resource that
-    ``HIPMR_DEVICE_RESOURCE`` describes: the resources layer never imports ``_config``, which
-    builds adaptors above it."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name == "resources" and isinstance(value, _ModuleType) and \
-                getattr(value, "__name__", "") == f"{__name__}.resources":
-            value.per_device.set_default_factory(_default_device_resource)
-        super().__setattr__(name, value)
+    """This package's module type: pickled by name."""
 
     def __reduce__(self) -> "tuple[object, tuple[str]]":
         """Pickled by name, as cloudpickle pickles a plain module (it sends the modules a

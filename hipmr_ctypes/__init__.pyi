@@ -52,3 +52,6 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "IpcPoolHandle"]
 
 __version__: str
+
+
+def _default_device_resource(device: int) -> object: ...  # the per-device table's default

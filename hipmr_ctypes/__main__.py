@@ -11,6 +11,7 @@ a short allocation benchmark of the package's resources (the full comparison wit
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 import os
@@ -368,7 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "none visible) instead of 0")
     parser.add_argument("--version", action="version", version=f"hipmr_ctypes {hmr.__version__}",
                         help="print the package's version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join([*_COMMANDS, "plot"]) + "}",
+    plot_cli: Optional[Any] = None
+    try:
+        plot_cli = importlib.import_module("hipmr_ctypes.plot._cli")
+    except ModuleNotFoundError as exc:  # plot/ may be left out of a vendored copy (README)
+        if exc.name != "hipmr_ctypes.plot":
+            raise
+    names = [*_COMMANDS, "plot"] if plot_cli is not None else list(_COMMANDS)
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(names) + "}",
                                 title="commands")
     for name, (line, text) in _COMMANDS.items():
         cmd = sub.add_parser(name, help=line, description=text)
@@ -377,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "info":
             cmd.add_argument("--require-device", action="store_true", dest="require_device_sub",
                              help="exit 1 when no device is usable instead of 0")
-    from hipmr_ctypes.plot import _cli as plot_cli
+    if plot_cli is None:
+        return parser
     plot = sub.add_parser("plot", help="draw a CSV log of LoggingResource (plot --help for its "
                                        "options)", description=plot_cli.DESCRIPTION)
     plot_cli.add_arguments(plot)

@@ -217,7 +217,7 @@ def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
 #: From pinned memory it is "synchronous with respect to the host" too; from pageable memory it
 #: may return once the source is staged, and between device-side kinds before the copy is
 #: done: those are waited for
-_HOST_KINDS = frozenset(("pinned", "host"))
+_DONE_ON_RETURN = frozenset(("pinned", "host"))
 
 
 def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int, n: int,
@@ -254,7 +254,7 @@ def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int
                 buf._wait_own()
             device = src_device
     copy(buf, ptr, src, n, stream, host, peer, device,
-         device_to_device=not host and dst_kind not in _HOST_KINDS and src_kind != "pinned")
+         device_to_device=not host and dst_kind not in _DONE_ON_RETURN and src_kind != "pinned")
 
 
 def tobytes(buf: _Buffer, stream: Any) -> bytes:

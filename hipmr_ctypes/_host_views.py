@@ -16,7 +16,7 @@ _Buffer = Any
 
 __all__ = ["viewed", "host_view", "buffer_export"]
 
-_HOST_KINDS = frozenset({"host", "pinned", "managed"})
+_HOST_READABLE = frozenset({"host", "pinned", "managed"})
 
 # id(buffer) -> {id of a weak reference: that weak reference} of its live ctypes arrays (an
 # array is unhashable, and so are weak references to it).  An array holds its Buffer (an
@@ -55,7 +55,7 @@ def host_view(buf: _Buffer, readonly: bool = False) -> memoryview:
         raise TypeError(f"readonly must be a bool, not {type(readonly).__name__}")
     ptr = buf._live()
     kind = buf._memory_kind()
-    if kind not in _HOST_KINDS:
+    if kind not in _HOST_READABLE:
         raise BufferError(f"this Buffer holds {kind} memory, which the CPU cannot read: copy "
                           "it to the host (buf.tobytes(), buf.copy_to_host()) instead")
     if not readonly:   # a view of memory its DLPack producer marked read-only (_foreign)

@@ -17,11 +17,10 @@ from ._hip.native import madvise
 #: below this the advice is not given (NumPy's own threshold).  Whether a fresh block is
 #: faulted in already depends on what the process freed before: glibc's ``malloc`` serves a
 #: block under 32 MiB (its largest mmap threshold on 64-bit hosts) from memory freed before,
-#: and maps every larger block anew.  Measured on the H200 (docs/performance.md, "Fresh host
-#: destinations"): from 32 MiB the advice doubled to tripled the staged copy (7.0-10.1
-#: against 3.2-3.7 GB/s); from 4 MiB it made no difference to a copy repeated in a loop, and
-#: took the pickle round trip of 16 MiB, whose memory the other libraries' turns had given
-#: back, from 0.70-0.78 of the best peer to 0.93-1.02
+#: and maps every larger block anew.  A smaller block is faulted in already only while the
+#: process keeps memory of its size, so the advice is given from NumPy's threshold rather
+#: than glibc's: a copy into a block whose memory was given back is bound by page faults
+#: (the runs: benchmarks/results/history.md)
 THRESHOLD = 4 << 20
 MADV_HUGEPAGE = 14
 # (os, not mmap, whose import ``import hipmr_ctypes.buffer`` would otherwise pay for)

@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyDefault
 from .device import get_device, on_device_or_current
+from .stream_refs import PER_THREAD_HANDLE
 
 __all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "TO_EXISTING_HOST_THRESHOLD", "CHUNK", "SLOTS",
            "WORKERS", "MIN_PART", "threshold", "to_device", "to_host", "to_existing_host"]
@@ -47,13 +48,12 @@ __all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "TO_EXISTING_HOST_THRESHOLD", "CHUN
 #: a pipeline)
 THRESHOLD = 16 << 20
 #: the same for device-to-host copies into a fresh destination (``tobytes()``,
-#: ``copy_to_host()``): from 20 MiB two pipelines beat the runtime's own copy (measured on the
-#: H200, in turns in one process: 12.8 against 12.0 GB/s at 20 MiB, 13.5 against 12.0 at
-#: 24 MiB, 6.5-7.5 against 2.3 at 32 MiB, where every new block is a fresh mapping; 13.6
-#: against 14.6 at 16 MiB)
+#: ``copy_to_host()``): from here two pipelines beat the runtime's own copy, by most from
+#: 32 MiB, where every new block is a fresh mapping whose pages fault in while it fills; below
+#: it the runtime's one copy is faster (the runs: benchmarks/results/history.md)
 TO_HOST_THRESHOLD = 20 << 20
 #: the same into pageable memory already in use (``copy_to_host(out)``): below it the
-#: runtime's own copy into touched memory matched or beat two pipelines (measured on the H200)
+#: runtime's own copy into touched memory matches or beats two pipelines
 TO_EXISTING_HOST_THRESHOLD = 64 << 20
 #: the bytes of one pinned slot: the pipeline's step
 CHUNK = 2 << 20
@@ -61,7 +61,7 @@ CHUNK = 2 << 20
 SLOTS = 2
 #: the fewest bytes a pipeline is started for: below ``WORKERS * MIN_PART`` a copy runs
 #: fewer pipelines (16 MiB: two), since starting one and filling it costs more than it brings
-#: on a short part (measured: four pipelines on 16 MiB were slower than two)
+#: on a short part
 MIN_PART = 8 << 20
 
 
@@ -76,7 +76,6 @@ WORKERS = _default_workers(len(os.sched_getaffinity(0)) if hasattr(os, "sched_ge
                            else (os.cpu_count() or 1))
 
 _memmove = ctypes.memmove
-_PER_THREAD = 2   # a stream handle that names another stream in every thread
 
 
 class _Set:
@@ -213,7 +212,7 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
     if device is None:
         device = get_device()
     sets = _sets_for(rt, device)
-    want = 1 if stream == _PER_THREAD else max(1, n // MIN_PART)
+    want = 1 if stream == PER_THREAD_HANDLE else max(1, n // MIN_PART)
     claimed: List[_Set] = []
     for one in sets:
         if len(claimed) == want:
@@ -295,5 +294,5 @@ def to_existing_host(rt: Any, dst: int, src: int, n: int, stream: int,
                      device: Optional[int]) -> bool:
     """:func:`to_host` into pageable memory already in use (``copy_to_host(out)``): staged
     only when two pipelines or more can run, since the runtime's own copy into touched memory
-    is faster than one pipeline's CPU copy (measured; see docs/performance.md)."""
+    is faster than one pipeline's CPU copy."""
     return _staged(_into_host, rt, dst, src, n, stream, device, least=2)

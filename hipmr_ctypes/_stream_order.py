@@ -29,7 +29,7 @@ from ._thread_exit import arm
 
 __all__ = ["SYNC", "LAST_SPECIAL_HANDLE", "stream_key", "stream_keys", "own_keys_below",
            "handle_of", "is_foreign", "Recorded", "DeviceWait", "device_of",
-           "record_or_synchronize", "wait_all", "StreamOrder"]
+           "record_or_synchronize", "wait_all", "RuntimeEvents", "StreamOrder"]
 
 
 class _Sync:
@@ -58,7 +58,6 @@ SYNC = _Sync()
 #: handles above this name one created stream each; 0 (null) and 1 (legacy) name one stream
 #: per device, 2 (per-thread) one per thread and device
 LAST_SPECIAL_HANDLE = 2
-_PER_THREAD = PER_THREAD_HANDLE
 _local = threading.local()
 _tokens = itertools.count(1)
 
@@ -86,14 +85,14 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
         several = False
     if rt is None or not several:
         def one_device(handle: int) -> Any:
-            if handle != _PER_THREAD:
+            if handle != PER_THREAD_HANDLE:
                 return handle
             try:  # the calling thread's per-thread stream: its key, made once per thread
                 return _local.per_thread_key
             except AttributeError:
                 made = _local.per_thread_key = (handle, 0, token())
                 return made
-        setattr(one_device, "own_keys_below", _PER_THREAD)   # see own_keys_below()
+        setattr(one_device, "own_keys_below", PER_THREAD_HANDLE)   # see own_keys_below()
         return one_device
     current = device_function(rt)
 
@@ -104,7 +103,7 @@ def _key_function(rt: Any) -> Callable[[int], Any]:
             device = current()
         except NoDeviceError:  # host memory with no device: no stream can run work
             device = -1
-        return (handle, device, token() if handle == _PER_THREAD else 0)
+        return (handle, device, token() if handle == PER_THREAD_HANDLE else 0)
     return several_devices
 
 
@@ -153,11 +152,11 @@ def handle_of(key: Any) -> int:
 def is_foreign(key: Any) -> bool:
     """True for another thread's per-thread stream: nothing can be recorded on it from the
     calling thread (handle 2 names the caller's own)."""
-    return type(key) is tuple and key[0] == _PER_THREAD and key[2] != _thread_token()
+    return type(key) is tuple and key[0] == PER_THREAD_HANDLE and key[2] != _thread_token()
 
 
 def _is_own_per_thread(key: Any) -> bool:
-    return type(key) is tuple and key[0] == _PER_THREAD and key[2] == _thread_token()
+    return type(key) is tuple and key[0] == PER_THREAD_HANDLE and key[2] == _thread_token()
 
 
 #: the tokens of the threads that ended after waiting for their per-thread streams (the
@@ -279,11 +278,38 @@ def wait_all(events: List[Any]) -> None:
             ev.close()
 
 
-def _event_or_none(stream: int, device: Any = None) -> Any:
-    """:func:`event_for`, or None when the runtime sees no device (a pool over host memory on
-    a machine without a GPU: no work can be queued on any stream, so none is waited for)."""
-    try:
+class RuntimeEvents:
+    """What a :class:`StreamOrder` asks of the runtime: an event on a stream's device, a
+    record on a stream (False when it is gone), a stream's wait for an event, a device-wide
+    wait, and a live stream's device.  This default calls the module's functions; a test
+    gives ``StreamOrder(events)`` an object with the same five methods instead."""
+
+    __slots__ = ()
+
+    def event_for(self, stream: Any, device: Any = None) -> Any:
         return event_for(stream, device)
+
+    def record_or_synchronize(self, event: Any, stream: Any) -> bool:
+        return record_or_synchronize(event, stream)
+
+    def wait_event(self, stream: int, event: Any) -> None:
+        wait_event(stream, event)
+
+    def device_wait(self, device: int) -> Any:
+        return DeviceWait(device)
+
+    def device_of(self, handle: int) -> int:
+        return device_of(handle)
+
+
+_RUNTIME_EVENTS = RuntimeEvents()
+
+
+def _event_or_none(runtime: Any, stream: int, device: Any = None) -> Any:
+    """``runtime.event_for``, or None when the runtime sees no device (a pool over host memory
+    on a machine without a GPU: no work can be queued on any stream, so none is waited for)."""
+    try:
+        return runtime.event_for(stream, device)
     except NoDeviceError:
         return None
 
@@ -292,13 +318,15 @@ class StreamOrder:
     """One reusable event per stream that has freed memory another user took, and the device
     of every created stream (handle > ``LAST_SPECIAL_HANDLE``) the sub-allocator keeps blocks of,
     noted while the stream was in use: the runtime is never asked about a stream later (it
-    may be gone)."""
+    may be gone).  ``runtime`` (default :class:`RuntimeEvents`) makes, records and waits for
+    the events."""
 
-    __slots__ = ("events", "devices")
+    __slots__ = ("events", "devices", "runtime")
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Any = None) -> None:
         self.events: Dict[int, Any] = {}
         self.devices: Dict[Any, int] = {}
+        self.runtime: Any = _RUNTIME_EVENTS if runtime is None else runtime
 
     def note(self, key: Any) -> None:
         """Remember the device of ``key``'s stream (a created one), which the caller is using
@@ -307,7 +335,7 @@ class StreamOrder:
         :data:`_finished`)."""
         if type(key) is int:
             if key > LAST_SPECIAL_HANDLE and key not in self.devices:
-                self.devices[key] = device_of(key)  # (a null stream's key is 0, one device)
+                self.devices[key] = self.runtime.device_of(key)  # (a null stream's key: 0)
         elif _is_own_per_thread(key):
             try:
                 arm(_hip.get_runtime(), key[2], _thread_finished)
@@ -320,9 +348,9 @@ class StreamOrder:
         recorded on it now (``{key}`` when it cannot be recorded)."""
         if _is_own_per_thread(key):
             try:
-                ev = event_for(key)   # on the key's device, and recorded there
+                ev = self.runtime.event_for(key)   # on the key's device, and recorded there
                 try:
-                    recorded = record_or_synchronize(ev, key)
+                    recorded = self.runtime.record_or_synchronize(ev, key)
                 except BaseException:
                     ev.close()
                     raise
@@ -357,6 +385,7 @@ class StreamOrder:
         for."""
         others = [s for s in streams if s != key and s is not SYNC]
         events = self.events
+        runtime = self.runtime
         for s in others:
             if type(s) is Recorded:  # up to an event its own thread recorded
                 if s.key == key or _ended(s.key):
@@ -364,25 +393,25 @@ class StreamOrder:
                 if key is SYNC:
                     s.event.synchronize()
                 else:
-                    wait_event(handle_of(key), s.event)
+                    runtime.wait_event(handle_of(key), s.event)
                 continue
             if is_foreign(s):  # another thread's per-thread stream: wait device-wide,
                 if not _ended(s):  # unless the thread waited for it when it ended
-                    DeviceWait(s[1]).synchronize()
+                    runtime.device_wait(s[1]).synchronize()
                 continue
             ev = events.get(s)
             if ev is None:
-                ev = _event_or_none(s, self.devices.get(s))
+                ev = _event_or_none(runtime, s, self.devices.get(s))
                 if ev is None:  # a runtime with no device: nothing can be queued anywhere
                     continue
                 events[s] = ev
-            if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
+            if not runtime.record_or_synchronize(ev, s):  # s destroyed: waited device-wide
                 events.pop(s).close()
                 continue
             if key is SYNC:
                 ev.synchronize()
             else:
-                wait_event(handle_of(key), ev)
+                runtime.wait_event(handle_of(key), ev)
         return others
 
     def record_for_host(self, streams: Iterable[Any]) -> List[Any]:
@@ -391,6 +420,7 @@ class StreamOrder:
         ones) so that nothing can re-record or close them meanwhile.  For another thread's
         per-thread stream a device-wide wait stands in for the event."""
         events: List[Any] = []
+        runtime = self.runtime
         try:
             for s in streams:
                 if type(s) is Recorded:
@@ -398,13 +428,13 @@ class StreamOrder:
                         events.append(_RecordedWait(s))
                 elif is_foreign(s):
                     if not _ended(s):
-                        events.append(DeviceWait(s[1]))
+                        events.append(runtime.device_wait(s[1]))
                 elif s is not SYNC:
-                    ev = _event_or_none(s, self.devices.get(s))
+                    ev = _event_or_none(runtime, s, self.devices.get(s))
                     if ev is None:  # a runtime with no device: nothing can be queued
                         continue
                     events.append(ev)
-                    if not record_or_synchronize(ev, s):  # s was destroyed: waited for device-wide
+                    if not runtime.record_or_synchronize(ev, s):  # s destroyed: waited for
                         events.pop().close()
         except BaseException:
             for ev in events:

@@ -16,8 +16,8 @@ handler: it synchronizes the per-thread stream of every device the thread alloca
 
 Interpreter exit: nothing here may wait on a lock that a thread stopped by the interpreter
 holds (docs/internals.md, "Thread exit").  A guard waits only in the thread that armed it
-(``PER_THREAD`` names the *calling* thread's stream: waiting in another thread would wait for
-the wrong one), and never once the interpreter finalizes: then the finalizing thread clears the
+(``PER_THREAD_HANDLE`` names the *calling* thread's stream: waiting in another thread would
+wait for the wrong one), and never once the interpreter finalizes: then the finalizing thread clears the
 ``threading.local`` of daemon threads that can never run again, and those may be stopped
 holding any lock (the emulator's, a lock of the runtime's host callbacks).  The main thread
 waits for its own per-thread streams in an ``atexit`` hook instead, while every thread still
@@ -33,7 +33,7 @@ from ctypes import byref, c_int
 from typing import Any, Callable, List, Optional, Tuple
 
 from .device import current_device_function
-from .stream_refs import PER_THREAD_HANDLE as PER_THREAD
+from .stream_refs import PER_THREAD_HANDLE
 
 __all__ = ["arm"]
 
@@ -69,7 +69,7 @@ class _ExitSync:
                 if device != now:
                     waited = not fn.hipSetDevice(device) and waited
                     now = device
-                waited = not fn.hipStreamSynchronize(PER_THREAD) and waited
+                waited = not fn.hipStreamSynchronize(PER_THREAD_HANDLE) and waited
             if now != first >= 0:
                 fn.hipSetDevice(first)
             if waited:   # every per-thread stream of the thread is idle for good

@@ -46,7 +46,6 @@ _current = _buffer_state._current
 # ---- freeing ------------------------------------------------------------------------------------
 
 _CLOSED = "buffer: this Buffer is closed"
-_FAST = FAST_ALIGNMENTS
 
 
 # ---- the buffer ---------------------------------------------------------------------------------
@@ -114,7 +113,7 @@ class Buffer:
         """``__init__`` for every call but the usual one: the same, checking everything."""
         if type(size) is not int or size < 0 or size > MAX_ONE_DIGIT_INT:
             size = check_size(size, "size")
-        if alignment is not DEFAULT_ALIGNMENT and _FAST.get(alignment) is not alignment:
+        if alignment is not DEFAULT_ALIGNMENT and FAST_ALIGNMENTS.get(alignment) is not alignment:
             alignment = check_alignment(alignment, None)
         keep = None
         if stream is None:

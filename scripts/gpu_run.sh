@@ -1,7 +1,24 @@
 #!/usr/bin/env bash
-# One device call does it all (see docs/performance.md): run on the GPU machine from the repo
-# root, with `.whl` (RMM wheels) carried. Writes logs and JSON under $OUT (or ./gpu-out): at
-# most 8 files, as many as the device tool brings back.
+# Everything a machine with an NVIDIA GPU should run, in one call, from the repository root:
+#
+#   bash scripts/gpu_run.sh                      # info, check, the gpu tests, the fragmentation
+#                                                # picture, the several-GPU step, the benchmarks,
+#                                                # the reliability report
+#   OUT=results bash scripts/gpu_run.sh          # where logs and JSON go (default ./gpu-out)
+#
+# Steps alone or added (each *_ONLY=1 runs that step and stops):
+#   RELIABILITY_ONLY=1            the reliability report (RELIABILITY_BUDGET s, FUZZ_OPS ops)
+#   PEERS=1 [PEERS_ONLY=1]        numba-cuda's and CuPy's memory tests, theirs then ours
+#   INTEROP=1 [INTEROP_ONLY=1]    the CuPy allocator and Numba plugin beside CuPy's pool
+#   FULL=1                        also the whole suite on nvidia and the amd_library tests
+#   SCALE=0 / SCALE_ONLY=1        skip / run only the several-GPU step (multi_gpu tests, the
+#                                 IPC, MPI and peer-copy demos)
+#   RELIABILITY=0                 skip the report at the end
+#   PAIRS, *_TIMEOUT              loop sizes and time limits of single steps
+#
+# Peers installed as wheels in ./.whl (RMM, for example) are installed into /tmp/site first.
+# Every step runs with HIPMR_PLATFORM=nvidia; the GPU tests with HIPMR_REQUIRE_GPU=1.  The
+# files it writes are what docs/performance.md and benchmarks/results/ are made from.
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1

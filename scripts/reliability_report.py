@@ -68,9 +68,9 @@ RAN = ("passed", "failed", "xfailed", "xpassed")
 #: test modules declare in it (0 when none ran)
 COUNTED = ("bad_input_cases", "junk_calls", "faults_injected", "thread_ops",
            "thread_ops_planned", "threads_cut", "fuzz_ops_in_suite", "exit_scenarios",
-           "round3_exit_runs", "gc_lock_cases", "stream_identity_cases", "misbehaving_cases",
+           "frozen_thread_exit_runs", "gc_lock_cases", "stream_identity_cases", "misbehaving_cases",
            "size_growth_pickle_cases", "ipc_fork_stream_cases", "log_plot_cli_cases",
-           "round3_threads_cases")
+           "exit_thread_message_cases")
 #: seconds before the end of the budget at which the long loops stop (the section still has
 #: to finish its tests) and the report itself stops every section (it still has to report)
 LOOP_MARGIN = 0.12
@@ -652,7 +652,7 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
             c[t["row"]] = c.get(t["row"], 0) + 1
     for key in COUNTED:
         c.setdefault(key, 0)
-    c["exit_scenarios"] += c.get("round3_exit_runs", 0)
+    c["exit_scenarios"] += c.get("frozen_thread_exit_runs", 0)
 
     shortened = [s for s in sections if s.status == "shortened"]
     cut = [s for s in sections if s.status in ("cut", "not run")]
@@ -699,7 +699,7 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
         ("other failures", kinds["other"], ""),
     ]
     rows.insert([r[0] for r in rows].index("tests passed / failed / skipped"),
-                ("thread, exit and message cases", c["round3_threads_cases"],
+                ("thread, exit and message cases", c["exit_thread_message_cases"],
                  "overlapping statistics() and profiler blocks across threads, exit with "
                  "frozen threads holding locks, constructor messages, RMM parity"))
     failed = bool(failures) or counts["failed"] + counts["error"] > 0

@@ -3,7 +3,8 @@ Python's own few are in ``native.py``), with the C structures those functions ta
 
 Each row: HIP name, first HIP version that exports it, whether it is required (``R``) or
 optional (``O``: it may be missing from a library, and calling it then raises
-NotSupportedError), result type and argument types.  The back ends (``amd``, ``nvidia``,
+NotSupportedError), result type and the arguments as ``name:type``, named as HIP's header
+names them.  The back ends (``amd``, ``nvidia``,
 ``emulated``) all provide exactly these names with these C signatures; nothing else in the
 package sets ``argtypes``.
 
@@ -30,7 +31,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Dict, List, Tuple
 
-__all__ = ["Decl", "DECLS", "DECL_BY_NAME", "HOT", "call_argtypes", "hipMemLocation",
+__all__ = ["Decl", "DECLS", "DECL_BY_NAME", "call_argtypes", "hipMemLocation",
            "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t", "hipIpcMemHandle_t",
            "hipMemPoolPtrExportData"]
 
@@ -77,13 +78,14 @@ class hipMemPoolPtrExportData(Structure):
 
 # ---- the functions -------------------------------------------------------------------------
 class Decl(tuple):  # type: ignore[type-arg]  # a NamedTuple, without importing typing
-    """One C function: ``name``, ``restype``, ``argtypes``, ``since`` (HIP version), ``required``."""
+    """One C function: ``name``, ``restype``, ``argtypes``, ``since`` (HIP version),
+    ``required``, and ``argnames`` (the header's parameter names, one per argument type)."""
 
     __slots__ = ()
 
     def __new__(cls, name: str, restype: object, argtypes: Tuple[object, ...], since: str,
-                required: bool = True) -> "Decl":
-        return tuple.__new__(cls, (name, restype, argtypes, since, required))
+                required: bool = True, argnames: Tuple[str, ...] = ()) -> "Decl":
+        return tuple.__new__(cls, (name, restype, argtypes, since, required, argnames))
 
     @property
     def name(self) -> str:
@@ -105,8 +107,13 @@ class Decl(tuple):  # type: ignore[type-arg]  # a NamedTuple, without importing 
     def required(self) -> bool:
         return self[4]  # type: ignore[no-any-return]
 
+    @property
+    def argnames(self) -> Tuple[str, ...]:
+        return self[5]  # type: ignore[no-any-return]
+
     def __repr__(self) -> str:
-        return "Decl(name=%r, restype=%r, argtypes=%r, since=%r, required=%r)" % self
+        return ("Decl(name=%r, restype=%r, argtypes=%r, since=%r, required=%r, argnames=%r)"
+                % self)
 
 
 # The table's type names: ``status`` is hipError_t (an int); ``stream``, ``event`` and ``pool``
@@ -123,93 +130,93 @@ _TYPES: Dict[str, object] = {
 }
 
 _TABLE = """
-# name                              since R|O   result  arguments ("-": none)
+# name                              since R|O   result  arguments, name:type ("-": none)
 # init, versions, errors
-hipInit                             4.2  R    status  uint
-hipRuntimeGetVersion                4.2  R    status  int*
-hipDriverGetVersion                 4.2  R    status  int*
-hipGetErrorName                     4.2  R    char*   status
-hipGetErrorString                   4.2  R    char*   status
+hipInit                             4.2  R    status  flags:uint
+hipRuntimeGetVersion                4.2  R    status  runtimeVersion:int*
+hipDriverGetVersion                 4.2  R    status  driverVersion:int*
+hipGetErrorName                     4.2  R    char*   hip_error:status
+hipGetErrorString                   4.2  R    char*   hipError:status
 hipGetLastError                     4.2  R    status  -
 hipPeekAtLastError                  4.2  R    status  -
 # devices
-hipGetDeviceCount                   4.2  R    status  int*
-hipGetDevice                        4.2  R    status  int*
-hipSetDevice                        4.2  R    status  int
-hipDeviceGetAttribute               4.2  R    status  int* int int
-hipDeviceGetName                    4.2  R    status  char* int int
-hipDeviceTotalMem                   4.2  R    status  size_t* int
+hipGetDeviceCount                   4.2  R    status  count:int*
+hipGetDevice                        4.2  R    status  deviceId:int*
+hipSetDevice                        4.2  R    status  deviceId:int
+hipDeviceGetAttribute               4.2  R    status  pi:int* attr:int deviceId:int
+hipDeviceGetName                    4.2  R    status  name:char* len:int device:int
+hipDeviceTotalMem                   4.2  R    status  bytes:size_t* device:int
 hipDeviceSynchronize                4.2  R    status  -
-hipDeviceCanAccessPeer              4.2  R    status  int* int int
-hipDeviceEnablePeerAccess           4.2  R    status  int uint
-hipDeviceDisablePeerAccess          4.2  R    status  int
-hipMemGetInfo                       4.2  R    status  size_t* size_t*
+hipDeviceCanAccessPeer              4.2  R    status  canAccessPeer:int* deviceId:int peerDeviceId:int
+hipDeviceEnablePeerAccess           4.2  R    status  peerDeviceId:int flags:uint
+hipDeviceDisablePeerAccess          4.2  R    status  peerDeviceId:int
+hipMemGetInfo                       4.2  R    status  free:size_t* total:size_t*
 # plain memory
-hipMalloc                           4.2  R    status  void** size_t
-hipFree                             4.2  R    status  void*
-hipHostMalloc                       4.2  R    status  void** size_t uint
-hipHostFree                         4.2  R    status  void*
-hipMallocManaged                    4.2  R    status  void** size_t uint
-hipMemcpy                           4.2  R    status  void* void* size_t int
-hipMemcpyAsync                      4.2  R    status  void* void* size_t int stream
-hipMemcpyPeer                       4.2  R    status  void* int void* int size_t
-hipMemcpyPeerAsync                  4.2  R    status  void* int void* int size_t stream
-hipMemset                           4.2  R    status  void* int size_t
-hipMemsetAsync                      4.2  R    status  void* int size_t stream
+hipMalloc                           4.2  R    status  ptr:void** size:size_t
+hipFree                             4.2  R    status  ptr:void*
+hipHostMalloc                       4.2  R    status  ptr:void** size:size_t flags:uint
+hipHostFree                         4.2  R    status  ptr:void*
+hipMallocManaged                    4.2  R    status  dev_ptr:void** size:size_t flags:uint
+hipMemcpy                           4.2  R    status  dst:void* src:void* sizeBytes:size_t kind:int
+hipMemcpyAsync                      4.2  R    status  dst:void* src:void* sizeBytes:size_t kind:int stream:stream
+hipMemcpyPeer                       4.2  R    status  dst:void* dstDeviceId:int src:void* srcDeviceId:int sizeBytes:size_t
+hipMemcpyPeerAsync                  4.2  R    status  dst:void* dstDeviceId:int src:void* srcDevice:int sizeBytes:size_t stream:stream
+hipMemset                           4.2  R    status  dst:void* value:int sizeBytes:size_t
+hipMemsetAsync                      4.2  R    status  dst:void* value:int sizeBytes:size_t stream:stream
 # element-wise memset: count elements of 1, 2 or 4 bytes (hipDeviceptr_t is void*)
-hipMemsetD8                         4.2  R    status  void* uchar size_t
-hipMemsetD8Async                    4.2  R    status  void* uchar size_t stream
-hipMemsetD16                        4.2  R    status  void* ushort size_t
-hipMemsetD16Async                   4.2  R    status  void* ushort size_t stream
-hipMemsetD32                        4.2  R    status  void* int size_t
-hipMemsetD32Async                   4.2  R    status  void* int size_t stream
-hipMemPrefetchAsync                 4.2  R    status  void* size_t int stream
-hipPointerGetAttributes             4.2  R    status  hipPointerAttribute_t* void*
-hipMemGetAddressRange               4.2  R    status  void** size_t* void*
+hipMemsetD8                         4.2  R    status  dest:void* value:uchar count:size_t
+hipMemsetD8Async                    4.2  R    status  dest:void* value:uchar count:size_t stream:stream
+hipMemsetD16                        4.2  R    status  dest:void* value:ushort count:size_t
+hipMemsetD16Async                   4.2  R    status  dest:void* value:ushort count:size_t stream:stream
+hipMemsetD32                        4.2  R    status  dest:void* value:int count:size_t
+hipMemsetD32Async                   4.2  R    status  dst:void* value:int count:size_t stream:stream
+hipMemPrefetchAsync                 4.2  R    status  dev_ptr:void* count:size_t device:int stream:stream
+hipPointerGetAttributes             4.2  R    status  attributes:hipPointerAttribute_t* ptr:void*
+hipMemGetAddressRange               4.2  R    status  pbase:void** psize:size_t* dptr:void*
 # stream-ordered allocation and memory pools
-hipMallocAsync                      5.1  R    status  void** size_t stream
-hipFreeAsync                        5.1  R    status  void* stream
-hipMallocFromPoolAsync              5.1  R    status  void** size_t pool stream
-hipMemPoolCreate                    5.1  R    status  void** hipMemPoolProps*
-hipMemPoolDestroy                   5.1  R    status  pool
-hipMemPoolSetAttribute              5.1  R    status  pool int void*
-hipMemPoolGetAttribute              5.1  R    status  pool int void*
-hipMemPoolTrimTo                    5.1  R    status  pool size_t
-hipMemPoolSetAccess                 5.1  R    status  pool hipMemAccessDesc* size_t
-hipMemPoolGetAccess                 5.1  R    status  int* pool hipMemLocation*
-hipDeviceGetDefaultMemPool          5.1  R    status  void** int
-hipDeviceGetMemPool                 5.1  R    status  void** int
-hipDeviceSetMemPool                 5.1  R    status  int pool
+hipMallocAsync                      5.1  R    status  dev_ptr:void** size:size_t stream:stream
+hipFreeAsync                        5.1  R    status  dev_ptr:void* stream:stream
+hipMallocFromPoolAsync              5.1  R    status  dev_ptr:void** size:size_t mem_pool:pool stream:stream
+hipMemPoolCreate                    5.1  R    status  mem_pool:void** pool_props:hipMemPoolProps*
+hipMemPoolDestroy                   5.1  R    status  mem_pool:pool
+hipMemPoolSetAttribute              5.1  R    status  mem_pool:pool attr:int value:void*
+hipMemPoolGetAttribute              5.1  R    status  mem_pool:pool attr:int value:void*
+hipMemPoolTrimTo                    5.1  R    status  mem_pool:pool min_bytes_to_hold:size_t
+hipMemPoolSetAccess                 5.1  R    status  mem_pool:pool desc_list:hipMemAccessDesc* count:size_t
+hipMemPoolGetAccess                 5.1  R    status  flags:int* mem_pool:pool location:hipMemLocation*
+hipDeviceGetDefaultMemPool          5.1  R    status  mem_pool:void** device:int
+hipDeviceGetMemPool                 5.1  R    status  mem_pool:void** device:int
+hipDeviceSetMemPool                 5.1  R    status  device:int mem_pool:pool
 # interprocess: pools shared through a POSIX file descriptor, legacy per-allocation handles.
 # The export writes the fd through its void* (an int*); the import takes the fd itself,
 # by value, in the void*.
-hipMemPoolExportToShareableHandle   5.1  R    status  void* pool int uint
-hipMemPoolImportFromShareableHandle 5.1  R    status  void** void* int uint
-hipMemPoolExportPointer             5.1  R    status  hipMemPoolPtrExportData* void*
-hipMemPoolImportPointer             5.1  R    status  void** pool hipMemPoolPtrExportData*
-hipIpcGetMemHandle                  4.2  R    status  hipIpcMemHandle_t* void*
-hipIpcOpenMemHandle                 4.2  R    status  void** hipIpcMemHandle_t uint
-hipIpcCloseMemHandle                4.2  R    status  void*
+hipMemPoolExportToShareableHandle   5.1  R    status  shared_handle:void* mem_pool:pool handle_type:int flags:uint
+hipMemPoolImportFromShareableHandle 5.1  R    status  mem_pool:void** shared_handle:void* handle_type:int flags:uint
+hipMemPoolExportPointer             5.1  R    status  export_data:hipMemPoolPtrExportData* dev_ptr:void*
+hipMemPoolImportPointer             5.1  R    status  dev_ptr:void** mem_pool:pool export_data:hipMemPoolPtrExportData*
+hipIpcGetMemHandle                  4.2  R    status  handle:hipIpcMemHandle_t* devPtr:void*
+hipIpcOpenMemHandle                 4.2  R    status  devPtr:void** handle:hipIpcMemHandle_t flags:uint
+hipIpcCloseMemHandle                4.2  R    status  devPtr:void*
 # streams
-hipStreamCreateWithPriority         4.2  R    status  void** uint int
-hipStreamDestroy                    4.2  R    status  stream
-hipStreamSynchronize                4.2  R    status  stream
-hipStreamQuery                      4.2  R    status  stream
-hipStreamWaitEvent                  4.2  R    status  stream event uint
-hipStreamGetPriority                4.2  R    status  stream int*
-hipStreamGetFlags                   4.2  R    status  stream uint*
-hipStreamGetDevice                  5.6  O    status  stream int*
-hipDeviceGetStreamPriorityRange     4.2  R    status  int* int*
+hipStreamCreateWithPriority         4.2  R    status  stream:void** flags:uint priority:int
+hipStreamDestroy                    4.2  R    status  stream:stream
+hipStreamSynchronize                4.2  R    status  stream:stream
+hipStreamQuery                      4.2  R    status  stream:stream
+hipStreamWaitEvent                  4.2  R    status  stream:stream event:event flags:uint
+hipStreamGetPriority                4.2  R    status  stream:stream priority:int*
+hipStreamGetFlags                   4.2  R    status  stream:stream flags:uint*
+hipStreamGetDevice                  5.6  O    status  stream:stream device:int*
+hipDeviceGetStreamPriorityRange     4.2  R    status  leastPriority:int* greatestPriority:int*
 # events
-hipEventCreateWithFlags             4.2  R    status  void** uint
-hipEventRecord                      4.2  R    status  event stream
-hipEventSynchronize                 4.2  R    status  event
-hipEventQuery                       4.2  R    status  event
-hipEventElapsedTime                 4.2  R    status  float* event event
-hipEventDestroy                     4.2  R    status  event
+hipEventCreateWithFlags             4.2  R    status  event:void** flags:uint
+hipEventRecord                      4.2  R    status  event:event stream:stream
+hipEventSynchronize                 4.2  R    status  event:event
+hipEventQuery                       4.2  R    status  event:event
+hipEventElapsedTime                 4.2  R    status  ms:float* start:event stop:event
+hipEventDestroy                     4.2  R    status  event:event
 # newer, optional
 hipExtGetLastError                  6.0  O    status  -
-hipStreamGetId                      7.1  O    status  stream ulonglong*
+hipStreamGetId                      7.1  O    status  stream:stream streamId:ulonglong*
 """
 
 
@@ -226,8 +233,9 @@ def _read(table: str) -> Tuple[Decl, ...]:
     for line in table.splitlines():
         if line and line[0] != "#":
             name, since, required, result, *args = line.split()
-            rows.append(Decl(name, _type(result), tuple(_type(a) for a in args if a != "-"),
-                             since, required == "R"))
+            params = [a.split(":") for a in args if a != "-"]
+            rows.append(Decl(name, _type(result), tuple(_type(t) for _, t in params), since,
+                             required == "R", tuple(n for n, _ in params)))
     return tuple(rows)
 
 
@@ -270,8 +278,3 @@ def call_argtypes(decl: Decl) -> List[object]:
     argument passed as ``c_void_p`` and an ``int`` / ``unsigned int`` one as the int itself
     (the same bits, converted faster)."""
     return [_PASSED_AS.get(t, t) for t in decl.argtypes]
-
-
-# Functions on allocation hot paths: resolved once, called with no look-up.
-HOT = ("hipMalloc", "hipFree", "hipMallocAsync", "hipFreeAsync", "hipMallocFromPoolAsync",
-       "hipStreamQuery")

@@ -8,7 +8,7 @@ exactly when its upstream is one: over a synchronous upstream the slots ``alloca
 ``deallocate_async`` are left unset (reading them raises ``AttributeError``), so
 ``is_async_resource(adaptor)`` is False there.
 
-Every adaptor's ``_bind`` has one shape (docs/internals.md, "Hot paths"):
+Every adaptor's ``_bind`` has one shape (docs/hot-paths.md):
 
 * first, once, the choice of what to install: over a user-written upstream
   (:func:`~hipmr_ctypes.adaptors._checked.must_check_arguments`) the checked paths, else the

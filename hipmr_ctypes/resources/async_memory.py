@@ -13,11 +13,11 @@ from .._hip.types import (hipMemAccessFlagsProtReadWrite, hipMemAllocationTypePi
                           hipMemLocation, hipMemLocationTypeDevice, hipMemPoolProps)
 from ..device import Device, check_device, device_count, get_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
-from .._checks import FAST_ALIGNMENTS as _FAST
+from .._checks import FAST_ALIGNMENTS
 from .._checks import check_args, check_ptr, check_stream
 from .._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from .._thread_exit import arm
-from ..stream_refs import PER_THREAD_HANDLE as _PER_THREAD
+from ..stream_refs import PER_THREAD_HANDLE
 from .._device_sizes import parse_config_size, resolve_size
 from .._sizes import Size
 from ._common import MAX_DEVICE_ALIGNMENT
@@ -383,13 +383,13 @@ class AsyncMemoryResource:
         precise TypeError / ValueError."""
         try:
             fast = (type(nbytes) is int and 0 <= nbytes <= 1 << 63
-                    and _FAST[alignment] is alignment)
+                    and FAST_ALIGNMENTS[alignment] is alignment)
         except (KeyError, TypeError):  # an alignment that is no key / not hashable
             fast = False
         if not fast:
             nbytes = check_args(nbytes, alignment, MAX_DEVICE_ALIGNMENT)[0]
         handle = self._stream_arg(stream)
-        if handle == _PER_THREAD:  # the calling thread's own: waited for when it ends
+        if handle == PER_THREAD_HANDLE:  # the calling thread's own: waited for when it ends
             arm(self._rt)
         return nbytes, handle
 
@@ -398,7 +398,7 @@ class AsyncMemoryResource:
         """The checked path of ``deallocate_async``'s test: (pointer, stream handle)."""
         try:
             fast = (type(ptr) is int is type(nbytes) and 0 <= ptr <= MAX_ADDRESS
-                    and 0 <= nbytes <= 1 << 63 and _FAST[alignment] is alignment)
+                    and 0 <= nbytes <= 1 << 63 and FAST_ALIGNMENTS[alignment] is alignment)
         except (KeyError, TypeError):
             fast = False
         if not fast:
@@ -411,7 +411,7 @@ class AsyncMemoryResource:
         know it by identity next time (any value in ``[0, 2**64)`` is a valid handle, so an
         int once validated is valid for ever; the slot is one atomic store)."""
         handle = check_stream(stream)
-        if stream is handle and handle != _PER_THREAD:  # see allocate_async's test
+        if stream is handle and handle != PER_THREAD_HANDLE:  # see allocate_async's test
             self._stream = handle
         return handle
 

@@ -1,9 +1,9 @@
 """The per-device resource (RMM's ``get/set_per_device_resource``): one async,
 device-accessible resource per device, used by ``Buffer`` and the interop hooks when no resource
-is given.  The default for a device is made on first use by the default factory: the package
-registers ``HIPMR_DEVICE_RESOURCE``'s (``hipmr_ctypes._config``, which builds adaptors, a
-layer above this one) with :func:`set_default_factory` when this package is imported; without
-one, a :class:`DeviceMemoryResource` for the device.
+is given.  The default for a device is made on first use by the default factory: the one given
+to :func:`set_default_factory`, else the package's own (``hipmr_ctypes._default_device_resource``,
+which builds what ``HIPMR_DEVICE_RESOURCE`` says through ``_config``, a layer above this one:
+the package's ``__init__`` is the one place that joins the two).
 
 Thread-safe: a lock guards the table, and is never held while a native call runs (making the
 default resource, checking a device ordinal).
@@ -11,7 +11,7 @@ default resource, checking a device ordinal).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..concepts import AsyncResource, is_async_resource
 from ..device import check_device, get_device
@@ -29,17 +29,23 @@ _resources: Dict[int, AsyncResource] = {}
 #: ``_lock``, whenever the table changes, so that a cache never holds a resource the table
 #: no longer holds
 _caches: List[Dict[Any, Any]] = []
-#: makes the default resource of a device that has none set (see set_default_factory)
-_default_factory: Callable[[int], Any] = DeviceMemoryResource
+#: makes the default resource of a device that has none set (see set_default_factory); None:
+#: the package's own
+_default_factory: Optional[Callable[[int], Any]] = None
 
 
-def set_default_factory(factory: Callable[[int], Any]) -> None:
+def set_default_factory(factory: Optional[Callable[[int], Any]]) -> None:
     """Make ``factory(ordinal)`` what makes a device's default resource from now on (called
-    once per device, under ``_making``, never under the table's lock).  The package's
-    ``__init__`` registers ``HIPMR_DEVICE_RESOURCE``'s when this package is imported, so that
-    this layer never imports the one above it."""
+    once per device, under ``_making``, never under the table's lock); None: the package's
+    own, which obeys ``HIPMR_DEVICE_RESOURCE``."""
     global _default_factory
     _default_factory = factory
+
+
+def _package_factory() -> Callable[[int], Any]:
+    """The package's default factory (its ``__init__`` joins this layer to ``_config``)."""
+    from .. import _default_device_resource
+    return _default_device_resource
 
 
 def per_device_cache(cache: Dict[int, Any]) -> Dict[int, Any]:
@@ -93,7 +99,7 @@ def get_per_device_resource(device: Any) -> AsyncResource:
         resource = _resources.get(ordinal)
         if resource is not None:
             return resource
-        made = _default_factory(ordinal)
+        made = (_default_factory or _package_factory())(ordinal)
         with _lock:
             resource = _resources.setdefault(ordinal, made)
             _changed()

@@ -29,9 +29,17 @@ def test_decode_cuda_version():
 def test_declaration_table_is_unique_and_complete():
     names = [d.name for d in decls.DECLS]
     assert len(names) == len(set(names))
-    for hot in decls.HOT:
-        assert hot in decls.DECL_BY_NAME and decls.DECL_BY_NAME[hot].required
     assert not decls.DECL_BY_NAME["hipStreamGetDevice"].required
+
+
+def test_every_argument_of_the_table_has_its_name():
+    for d in decls.DECLS:
+        assert len(d.argnames) == len(d.argtypes), d
+        assert all(n.isidentifier() for n in d.argnames), d
+        assert len(set(d.argnames)) == len(d.argnames), d
+    assert decls.DECL_BY_NAME["hipMallocFromPoolAsync"].argnames == \
+        ("dev_ptr", "size", "mem_pool", "stream")
+    assert decls.DECL_BY_NAME["hipGetLastError"].argnames == ()
 
 
 def _libc(name, restype, *argtypes):

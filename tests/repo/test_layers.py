@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from typing import Dict, List, Set, Tuple
 
 import pytest
@@ -69,12 +70,12 @@ def _ancestors(module: str) -> Set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
-#: The layers of DESIGN.md and docs/internals.md, from the bottom: a module may import its own
-#: layer and the layers below it.  A module belongs to the layer of the longest name here that
-#: is the module or a package holding it ("hipmr_ctypes" alone: the package's own __init__).
-#: The binding and the model stand side by side in DESIGN.md (neither imports the other at
-#: import time); here the model is below, so that each lazy reach of the binding from the
-#: model is an arrow up that LAZY_EDGES_THAT_STAY must name.
+#: The layers of docs/internals.md's table, from the bottom: a module may import its own layer
+#: and the layers below it.  A module belongs to the layer of the longest name here that is
+#: the module or a package holding it ("hipmr_ctypes" alone: the package's own __init__).
+#: The binding and the model stand side by side (neither imports the other at import time);
+#: here the model is below, so that each lazy reach of the binding from the model is an arrow
+#: up that LAZY_EDGES_THAT_STAY must name.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("leaves", ("_limits", "_locks", "_exit", "_sizes", "_logheader", "_logformat")),
     ("model", ("properties", "concepts", "resource_refs", "stream_refs", "cccl3", "_checks")),
@@ -94,7 +95,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
 #: is reached only when the call that needs it runs, and its reason is the layer's contract.
 LAZY_EDGES_THAT_STAY: Dict[Tuple[str, str], str] = {
     # the model loads no library at import; stream_ref.wait() / ready() / priority() /
-    # device() reach the binding on their first call (DESIGN.md's model layer)
+    # device() reach the binding on their first call
     ("hipmr_ctypes.stream_refs", "hipmr_ctypes._hip"): "stream_ref's calls need the runtime",
     ("hipmr_ctypes.stream_refs", "hipmr_ctypes._hip.exceptions"): "stream_ref's calls raise HipError",
     # cccl3 stands on the model alone, like resource_ref; its stream_ref.wait() reaches the
@@ -123,6 +124,37 @@ def _edges(graph: Dict[str, Set[str]]) -> Set[Tuple[str, str]]:
 def test_every_module_has_a_layer() -> None:
     for module in PATHS:
         _layer(module)
+
+
+def _table_on_the_page() -> List[Tuple[str, Tuple[str, ...]]]:
+    """docs/internals.md's one layer table: (layer, modules) per row, from the bottom
+    (``__init__`` is the package's own, "" in LAYERS)."""
+    text = (REPO / "docs" / "internals.md").read_text(encoding="utf-8")
+    section = text.split("\n## The layers\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or cells[0] in ("layer", "---"):
+            continue
+        names = re.findall(r"`([\w.]+)`", cells[1])
+        rows.append((cells[0], tuple("" if n == "__init__" else n for n in names)))
+    return rows
+
+
+def test_the_docs_layer_table_is_this_list() -> None:
+    assert _table_on_the_page() == LAYERS
+
+
+def test_every_name_in_the_layer_table_is_a_module() -> None:
+    """No row names a module that does not exist (a package counts by its folder)."""
+    missing = [name for _, names in LAYERS for name in names
+               if name and f"hipmr_ctypes.{name}" not in PATHS]
+    assert not missing, missing
+
+
+def test_internals_has_one_layer_table() -> None:
+    text = (REPO / "docs" / "internals.md").read_text(encoding="utf-8")
+    assert len(re.findall(r"^\| layer \|", text, flags=re.M)) == 1
 
 
 def test_no_import_runs_back_up_the_layers() -> None:

@@ -1,37 +1,10 @@
-"""Every ``python`` block of docs/porting.md runs, in order, in one namespace (emulated), and
-the page names every public RMM entry point it promises."""
+"""docs/porting.md names every public RMM entry point it promises (its blocks run in
+tests/repo/test_doc_blocks.py)."""
 from __future__ import annotations
 
-import re
-
-import pytest
-
-from hipmr_ctypes import initialization
-from hipmr_ctypes.statistics import default_profiler_records
-
-from support import REPO, process_runtime
+from support import REPO
 
 DOC = REPO / "docs" / "porting.md"
-
-
-def blocks():
-    return re.findall(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)
-
-
-@pytest.fixture
-def restored():
-    hooks = list(initialization._hooks)
-    with process_runtime():
-        yield
-    initialization._hooks[:] = hooks
-    default_profiler_records.clear()
-
-
-def test_doc_examples_run(emulator, restored):
-    assert len(blocks()) >= 4
-    namespace: dict = {"__name__": "docs_porting"}
-    for i, code in enumerate(blocks()):
-        exec(compile(code, f"{DOC.name}[block {i}]", "exec"), namespace)
 
 
 def test_doc_names_the_rmm_entry_points():

@@ -152,7 +152,7 @@ def test_sections_and_rows_come_from_the_reliability_marker(sections):
     assert errors == []
     assert reliability_report.find_sections({}, "", collected=collected) == (files, errors)
     assert {"tests/reliability/test_bad_input.py", "tests/reliability/test_shutdown.py",
-            "tests/adaptors/test_pool_fuzz.py", "tests/reliability/test_reliability_round3_plot.py",
+            "tests/adaptors/test_pool_fuzz.py", "tests/reliability/test_log_and_plot_input.py",
             "tests/binding/test_errors.py", "tests/resources/test_async_copies.py"} <= set(files)
     assert "tests/buffer/test_buffer.py" not in files and len(files) == len(set(files))
     assert all(f.startswith("tests/") for f in files)

@@ -1,42 +1,15 @@
-"""Every ``python`` block of docs/scale.md runs, in order, in one namespace, on a two-device
-emulated runtime; the scripts of the page run end to end on the emulated platform."""
+"""The scripts docs/scale.md shows run end to end on the emulated platform (the page's blocks
+run in tests/repo/test_doc_blocks.py)."""
 from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from hipmr_ctypes import _hip
-
-from support import REPO, process_runtime
-
-DOC = REPO / "docs" / "scale.md"
-
-
-def blocks():
-    return re.findall(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)
-
-
-def test_doc_has_examples():
-    assert len(blocks()) >= 6
-
-
-@pytest.fixture
-def two_devices(emulator):
-    rt = _hip.create_runtime("emulated", env={"HIPMR_EMULATED_DEVICES": "2",
-                                               "HIPMR_EMULATED_MEMORY": "256MiB"})
-    with process_runtime(rt):
-        yield rt
-
-
-def test_doc_examples_run(two_devices):
-    namespace: dict = {"__name__": "docs_scale"}
-    for i, code in enumerate(blocks()):
-        exec(compile(code, f"{DOC.name}[block {i}]", "exec"), namespace)
+from support import REPO
 
 
 def _script(name, *args, devices="2"):

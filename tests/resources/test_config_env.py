@@ -180,9 +180,9 @@ def test_check_builds_and_round_trips_the_configured_resource(tmp_path):
 
 @pytest.mark.parametrize("first_import", ["hipmr_ctypes.resources.per_device",
                                           "hipmr_ctypes.resources", "hipmr_ctypes.buffer"])
-def test_the_default_factory_is_registered_whatever_is_imported_first(first_import):
-    """The resources layer never imports ``_config``: the package registers its factory when
-    ``resources`` is imported, so the variable is obeyed however the table is first reached."""
+def test_the_packages_default_factory_is_used_whatever_is_imported_first(first_import):
+    """The resources layer never imports ``_config``: the table asks the package for its
+    factory on the first default, so the variable is obeyed however the table is reached."""
     code = (f"import sys, importlib\n"
             f"importlib.import_module({first_import!r})\n"
             "from hipmr_ctypes.resources.per_device import get_per_device_resource\n"
@@ -195,7 +195,7 @@ def test_the_default_factory_is_registered_whatever_is_imported_first(first_impo
     assert out.stdout.split() == ["StatisticsResource"]
 
 
-def test_without_a_registered_factory_the_default_is_a_device_resource(monkeypatch, emulator):
+def test_a_factory_set_replaces_the_packages(monkeypatch, emulator):
     previous = per_device._replace_all({})
     monkeypatch.setattr(per_device, "_default_factory", hmr.DeviceMemoryResource)
     monkeypatch.setenv(VARIABLE, "device,statistics")   # only the registered factory reads it

@@ -3,7 +3,7 @@ machines with no GPU (``HIPMR_PLATFORM=emulated``).
 
 :func:`create_emulated_runtime` returns a Runtime whose ``fn`` has one callable per row of
 ``decls.DECLS``; ``rt.emulator`` is the :class:`Emulator` behind it, with hooks for tests.
-``HIPMR_EMULATED_*`` variables configure it.  docs/internals.md ("The emulated platform")
+``HIPMR_EMULATED_*`` variables configure it.  docs/emulated.md
 describes the configuration, what is faithful to the real runtimes and what is simplified.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Memory pools and stream-ordered allocation: hipMemPool*, hipMallocAsync, hipFreeAsync, ...
 
-Model (docs/internals.md, "The emulated platform"): a pool reserves 256-byte-rounded blocks
+Model (docs/emulated.md): a pool reserves 256-byte-rounded blocks
 from its device's capacity.  A freed block goes to the pool's cache and stays reserved; an
 allocation reuses the smallest cached block that is at least the request and at most 12.5 %
 larger (AMD's rule), else reserves a new block.  At a synchronize point, cached blocks are

@@ -1,9 +1,8 @@
-"""Reliability, third round: forged or damaged IPC descriptors, the same descriptor imported
-twice, a process forked after the runtime started, Buffers whose Stream was closed, resource
-stacks deeper than any fixed limit (and cycles), and the peer suites' findings (pickling an
-AsyncMemoryResource, cloudpickle of a descriptor, DLPack of memory of a resource that declares
-no properties, ``max_version``), plus the stream verbs shared by ``Stream`` and
-``stream_ref`` and the docs' copy-me blocks run on their own.
+"""Forged or damaged IPC descriptors, the same descriptor imported twice, a process forked
+after the runtime started, Buffers whose Stream was closed, resource stacks deeper than any
+fixed limit (and cycles), and the peer suites' findings (pickling an AsyncMemoryResource,
+cloudpickle of a descriptor, DLPack of memory of a resource that declares no properties,
+``max_version``), plus the stream verbs shared by ``Stream`` and ``stream_ref``.
 
 Most cases run on the emulated platform, whose IPC crosses real processes (shared memory);
 those marked ``gpu`` run on a real GPU (``HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1``)."""
@@ -541,35 +540,6 @@ def test_the_porting_table_names_verbs_both_objects_have():
     assert {"synchronize", "wait", "sync", "query", "ready", "is_done"} <= verbs
     for verb in verbs - {"get"}:
         assert callable(getattr(hmr.Stream, verb)) and callable(getattr(hmr.stream_ref, verb))
-
-
-# ---- docs: every block a page says to copy runs on its own ---------------------------------------
-def _copy_me_blocks():
-    found = []
-    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        text = page.read_text(encoding="utf-8")
-        for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M):
-            if '__name__ == "__main__"' in m.group(1):
-                line = text.count("\n", 0, m.start()) + 1
-                found.append(pytest.param(m.group(1), id=f"{page.name}:{line}"))
-    return found
-
-
-def test_there_are_blocks_to_copy():
-    assert _copy_me_blocks()
-
-
-@pytest.mark.any_platform
-@pytest.mark.parametrize("code", _copy_me_blocks())
-def test_a_block_to_copy_runs_on_its_own(code, tmp_path):
-    script = tmp_path / "copied.py"
-    script.write_text(code)
-    env = dict(os.environ, HIPMR_PLATFORM="emulated", PYTHONPATH=str(REPO))
-    env.pop("HIPMR_LIBRARY", None)
-    done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
-    no_crash(done)
-    assert done.returncode == 0, done.stderr
 
 
 # ---- 3. across processes, on the emulated platform and on a real GPU ----------------------------

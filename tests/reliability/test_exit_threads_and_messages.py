@@ -1,4 +1,4 @@
-"""Threads, interpreter exit, constructor messages and RMM parity (third reliability round).
+"""Threads, interpreter exit, constructor messages and RMM parity.
 
 * Interpreter exit never waits on a lock that a thread stopped by the interpreter holds:
   daemon threads frozen inside the emulator (holding its lock) while their per-thread stream
@@ -32,9 +32,9 @@ PER_THREAD = 2
 EXIT_RUNS = [0]
 THREAD_OPS = [0]
 #: scripts/reliability_report.py runs this file as a section and counts what it names
-pytestmark = pytest.mark.reliability("round3_threads_cases",
+pytestmark = pytest.mark.reliability("exit_thread_message_cases",
                                      counters={"thread_ops": THREAD_OPS,
-                                               "round3_exit_runs": EXIT_RUNS})
+                                               "frozen_thread_exit_runs": EXIT_RUNS})
 
 
 def _child(script: str, platform: str = "emulated") -> subprocess.CompletedProcess:

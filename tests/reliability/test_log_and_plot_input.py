@@ -1,4 +1,4 @@
-"""Reliability, third round: the plot, the log reader, logging and the command line.
+"""The plot, the log reader, logging and the command line under any input.
 
 * any log gives a picture or a ValueError naming its line, in bounded time and memory (the
   tick loops of both axes count whole steps, at most ``MAX_TICKS``);
@@ -542,12 +542,12 @@ def test_a_hint_names_a_readme_section_that_lists_the_variable(variable):
 
 # ---- scripts/replay_log.py -----------------------------------------------------------------
 def test_replay_log_finds_a_module_in_the_current_directory(tmp_path):
-    (tmp_path / "mymod_round3.py").write_text(
+    (tmp_path / "mymod_replay.py").write_text(
         "import hipmr_ctypes as hmr\n\ndef make():\n    return hmr.HostMemoryResource()\n")
     log = tmp_path / "run.csv"
     log.write_text(_log("1,00:00:00.000001,allocate,0x10,1024,0",
                         "1,00:00:00.000002,free,0x10,1024,0"))
-    proc = _run([sys.executable, REPLAY, str(log), "--resource", "mymod_round3:make"],
+    proc = _run([sys.executable, REPLAY, str(log), "--resource", "mymod_replay:make"],
                 cwd=str(tmp_path))
     no_crash(proc)
     assert proc.returncode == 0, proc.stderr
@@ -592,7 +592,7 @@ def test_the_reliability_report_counts_these_cases(tmp_path):
                                                1}, "errors": [], "rc": 0}))
     proc = _run([sys.executable, os.path.join(REPO, "scripts", "reliability_report.py"),
                  "--fuzz-ops", "0", "--collected", str(collected), "--only",
-                 "test_reliability_round3_plot", "--json", str(out), "--", "-k", "any_span"])
+                 "test_log_and_plot_input", "--json", str(out), "--", "-k", "any_span"])
     no_crash(proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
