@@ -35,6 +35,7 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
                  "HostMemoryResource ManagedMemoryResource MemoryPool PinnedMemoryResource "
                  "get_current_device_resource get_per_device_resource "
                  "set_current_device_resource set_per_device_resource",
+    "resources.host_registration": "HostRegistration register_host",
     "adaptors": "AlignedResource BinningResource CallbackResource FailureCallbackResource "
                 "FixedSizeResource LimitingResource LoggingResource PoolResource "
                 "PrefetchResource Statistics StatisticsResource TrackedAllocation "

@@ -20,6 +20,7 @@ from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemory
                         PinnedMemoryResource, get_current_device_resource,
                         get_per_device_resource, set_current_device_resource,
                         set_per_device_resource)
+from .resources.host_registration import HostRegistration, register_host
 from .adaptors import (AlignedResource, BinningResource, CallbackResource,
                        FailureCallbackResource, FixedSizeResource, LimitingResource,
                        LoggingResource, PoolResource, PrefetchResource, Statistics,
@@ -49,6 +50,6 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "TrackingResource", "Buffer", "reinitialize", "is_initialized",
     "register_reinitialize_hook", "unregister_reinitialize_hook", "enable_logging",
     "disable_logging", "get_log_filenames", "available_device_memory", "IpcBufferDescriptor",
-    "IpcPoolHandle"]
+    "IpcPoolHandle", "HostRegistration", "register_host"]
 
 __version__: str

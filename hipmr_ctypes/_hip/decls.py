@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Decl", "DECLS", "DECL_BY_NAME", "HOT", "call_argtypes", "hipMemLocation",
            "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t", "hipIpcMemHandle_t",
-           "hipMemPoolPtrExportData"]
+           "hipMemPoolPtrExportData", "hipIpcEventHandle_t"]
 
 
 # ---- the structures (x86-64 Linux, LP64; tests/binding/test_abi.py checks them against the
@@ -67,6 +67,11 @@ class hipPointerAttribute_t(Structure):
 
 class hipIpcMemHandle_t(Structure):
     """``hipIpcMemHandle_t``: 64 opaque bytes, passed by value."""
+    _fields_ = [("reserved", c_char * 64)]
+
+
+class hipIpcEventHandle_t(Structure):
+    """``hipIpcEventHandle_t``: 64 opaque bytes, passed by value."""
     _fields_ = [("reserved", c_char * 64)]
 
 
@@ -120,6 +125,7 @@ _TYPES: Dict[str, object] = {
     "hipMemAccessDesc": hipMemAccessDesc, "hipMemPoolProps": hipMemPoolProps,
     "hipPointerAttribute_t": hipPointerAttribute_t, "hipIpcMemHandle_t": hipIpcMemHandle_t,
     "hipMemPoolPtrExportData": hipMemPoolPtrExportData,
+    "hipIpcEventHandle_t": hipIpcEventHandle_t,
 }
 
 _TABLE = """
@@ -207,6 +213,10 @@ hipEventSynchronize                 4.2  R    status  event
 hipEventQuery                       4.2  R    status  event
 hipEventElapsedTime                 4.2  R    status  float* event event
 hipEventDestroy                     4.2  R    status  event
+# AMD memory: pinning existing host memory
+hipHostRegister                     4.2  R    status  void* size_t uint
+hipHostUnregister                   4.2  R    status  void*
+hipHostGetDevicePointer             4.2  R    status  void** void* uint
 # newer, optional
 hipExtGetLastError                  6.0  O    status  -
 hipStreamGetId                      7.1  O    status  stream ulonglong*

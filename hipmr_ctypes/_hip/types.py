@@ -7,12 +7,13 @@ supported ROCm version and are checked against the real headers by
 """
 from __future__ import annotations
 
-from .decls import (hipIpcMemHandle_t, hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
-                    hipMemPoolPtrExportData, hipPointerAttribute_t)
+from .decls import (hipIpcEventHandle_t, hipIpcMemHandle_t, hipMemAccessDesc, hipMemLocation,
+                    hipMemPoolProps, hipMemPoolPtrExportData, hipPointerAttribute_t)
 
 __all__ = [
     "hipMemLocation", "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t",
-    "hipIpcMemHandle_t", "hipMemPoolPtrExportData", "STRUCTS", "ENUMS",
+    "hipIpcMemHandle_t", "hipMemPoolPtrExportData", "hipIpcEventHandle_t", "STRUCTS",
+    "ENUMS",
 ]
 
 
@@ -24,6 +25,7 @@ STRUCTS = {
     "hipPointerAttribute_t": hipPointerAttribute_t,
     "hipIpcMemHandle_t": hipIpcMemHandle_t,
     "hipMemPoolPtrExportData": hipMemPoolPtrExportData,
+    "hipIpcEventHandle_t": hipIpcEventHandle_t,
 }
 
 # ---- enum values and flags (identical in ROCm 5.2.3 ... 7.0 unless noted) ----
@@ -61,6 +63,17 @@ hipHostMallocDefault = 0
 hipHostMallocPortable = 1
 hipHostMallocMapped = 2
 hipHostMallocWriteCombined = 4
+
+# hipHostRegister flags (identical in every release; hipHostRegisterReadOnly, 8, is defined
+# only by newer headers, which say AMD devices ignore it: on AMD the same bit is
+# hipExtHostRegisterCoarseGrained, so the package passes it only on the nvidia platform,
+# where it is cudaHostRegisterReadOnly)
+hipHostRegisterDefault = 0
+hipHostRegisterPortable = 1
+hipHostRegisterMapped = 2
+hipHostRegisterIoMemory = 4
+hipExtHostRegisterCoarseGrained = 8
+cudaHostRegisterReadOnly = 8
 
 hipMemAttachGlobal = 1
 hipMemAttachHost = 2
@@ -156,4 +169,9 @@ MACROS = {
     "hipHostMallocWriteCombined": hipHostMallocWriteCombined,
     "hipMemAttachGlobal": hipMemAttachGlobal, "hipMemAttachHost": hipMemAttachHost,
     "hipMemAttachSingle": hipMemAttachSingle,
+    "hipHostRegisterDefault": hipHostRegisterDefault,
+    "hipHostRegisterPortable": hipHostRegisterPortable,
+    "hipHostRegisterMapped": hipHostRegisterMapped,
+    "hipHostRegisterIoMemory": hipHostRegisterIoMemory,
+    "hipExtHostRegisterCoarseGrained": hipExtHostRegisterCoarseGrained,
 }

@@ -38,6 +38,8 @@ INVALID_HANDLE = 400
 NOT_READY = 600
 PEER_ACCESS_ALREADY_ENABLED = 704
 PEER_ACCESS_NOT_ENABLED = 705
+HOST_MEMORY_ALREADY_REGISTERED = 712
+HOST_MEMORY_NOT_REGISTERED = 713
 
 ALIGNMENT = 256                      # of every allocation; sizes are accounted rounded up to it
 HANDLE_BASE = 0x7E5A_0000_0000       # stream / event / pool handles: HANDLE_BASE + n * HANDLE_STEP
@@ -49,6 +51,7 @@ MIN_HOST_ADDRESS = 0x10000           # host pointers below this (Linux mmap_min_
 DEVICE = "device"
 PINNED = "pinned"
 MANAGED = "managed"
+REGISTERED = "registered"            # host memory of the caller's, pinned by hipHostRegister
 
 # Calls that fail when there are no devices (everything but versions and error queries)
 NO_DEVICE_OK = frozenset({"hipRuntimeGetVersion", "hipDriverGetVersion", "hipGetErrorName",
@@ -69,6 +72,8 @@ _ERROR_STRINGS = {
     100: "no ROCm-capable device is detected", 101: "invalid device ordinal",
     400: "invalid resource handle", 600: "device not ready",
     704: "peer access is already enabled", 705: "peer access has not been enabled",
+    712: "part or all of the requested memory range is already mapped",
+    713: "pointer does not correspond to a registered memory region",
     801: "operation not supported", 999: "unknown error",
 }
 
@@ -575,6 +580,8 @@ class EmulatorCore:
     def _release_alloc(self, alloc: Alloc) -> None:
         """Free a live allocation: back to its pool's cache, or to the host."""
         self._unregister(alloc)
+        if alloc.kind == REGISTERED:   # the caller's memory: unpinned, never freed
+            return
         pool = alloc.pool
         if pool is not None and pool.imported:   # unmapped; the exporter's memory stays
             pool.live -= 1

@@ -11,8 +11,9 @@ from ..types import (hipPointerAttribute_t,
                      hipMemcpyDeviceToDevice, hipMemcpyDeviceToHost, hipMemcpyHostToDevice,
                      hipMemcpyHostToHost)
 from ._args import MAX_ADDRESS, Status, addr, extent, i32, out, u32, u64
-from ._core import (DEVICE, INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED,
-                    MIN_HOST_ADDRESS, OUT_OF_MEMORY, PINNED, Alloc, EmulatorCore, round_up)
+from ._core import (DEVICE, HOST_MEMORY_ALREADY_REGISTERED, HOST_MEMORY_NOT_REGISTERED,
+                    INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED, MIN_HOST_ADDRESS,
+                    OUT_OF_MEMORY, PINNED, REGISTERED, Alloc, EmulatorCore, round_up)
 
 __all__ = ["MemoryMixin"]
 
@@ -23,8 +24,11 @@ _HOST_MALLOC_UNCACHED = 0x10000000   # HIP >= 7.0
 _COHERENT_BOTH = 0x40000000 | 0x80000000
 # hipMemoryType numbering (ROCm 6 and later; tests/binding/test_abi.py checks it against the
 # headers)
-_MEMORY_TYPE_6 = {PINNED: 1, DEVICE: 2, MANAGED: 3}
-_MEMORY_TYPE_5 = {PINNED: 0, DEVICE: 1, MANAGED: 4}
+# (registered host memory is host memory, as hipHostMalloc's is)
+_MEMORY_TYPE_6 = {PINNED: 1, REGISTERED: 1, DEVICE: 2, MANAGED: 3}
+_MEMORY_TYPE_5 = {PINNED: 0, REGISTERED: 0, DEVICE: 1, MANAGED: 4}
+# hipHostRegister flags: Portable, Mapped, IoMemory, hipExtHostRegisterCoarseGrained
+_HOST_REGISTER_FLAGS = 0x1 | 0x2 | 0x4 | 0x8
 _SYNC = object()   # "no stream": the synchronous copy and memset
 _KINDS = frozenset({hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceToHost,
                     hipMemcpyDeviceToDevice, hipMemcpyDefault})
@@ -41,7 +45,8 @@ def _reaches(alloc: Alloc, device: int) -> bool:
 
 
 class MemoryMixin(EmulatorCore):
-    """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMallocManaged, hipMemcpy*,
+    """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipHostRegister, hipHostUnregister,
+    hipHostGetDevicePointer, hipMallocManaged, hipMemcpy*,
     hipMemcpyPeer*, hipMemset*,
     hipMemPrefetchAsync, hipPointerGetAttributes."""
 
@@ -186,7 +191,7 @@ class MemoryMixin(EmulatorCore):
             return
         with self._lock:
             alloc = self._allocs.get(p)
-            if alloc is None or alloc.kind == PINNED:
+            if alloc is None or alloc.kind in (PINNED, REGISTERED):
                 raise Status(INVALID_VALUE)
             self._release_alloc(alloc)
             self._complete_device(alloc.device)
@@ -205,6 +210,47 @@ class MemoryMixin(EmulatorCore):
             return
         with self._lock:
             self._release_alloc(self._live(ptr, PINNED))
+
+    def hipHostRegister(self, host_ptr: Any, size_bytes: Any, flags: Any) -> None:
+        """hipHostRegister(void*, size_t, unsigned): pin the caller's host memory.  Memory
+        that overlaps pinned or registered memory: hipErrorHostMemoryAlreadyRegistered;
+        device or managed memory, NULL, size 0 or an unknown flag: invalid value.  Any other
+        address is trusted as host memory, as the real runtime trusts it."""
+        p, n, f = addr(host_ptr), u64(size_bytes), u32(flags)
+        if not n or f & ~_HOST_REGISTER_FLAGS or p < MIN_HOST_ADDRESS or p + n > MAX_ADDRESS:
+            raise Status(INVALID_VALUE)
+        with self._lock:
+            if self._overlaps_allocation(p, n):
+                overlapped = [a for a in self._allocs.values()
+                              if a.ptr < p + n and p < a.ptr + a.size]
+                if all(a.kind in (PINNED, REGISTERED) for a in overlapped):
+                    raise Status(HOST_MEMORY_ALREADY_REGISTERED)
+                raise Status(INVALID_VALUE)
+            self._register(Alloc(p, n, 0, self._tls.device, REGISTERED, f))
+
+    def hipHostUnregister(self, host_ptr: Any) -> None:
+        """hipHostUnregister(void*): the start of a registration, else
+        hipErrorHostMemoryNotRegistered; the memory itself stays the caller's."""
+        p = addr(host_ptr)
+        with self._lock:
+            alloc = self._allocs.get(p)
+            if alloc is None or alloc.kind != REGISTERED:
+                raise Status(HOST_MEMORY_NOT_REGISTERED if p else INVALID_VALUE)
+            self._release_alloc(alloc)
+
+    def hipHostGetDevicePointer(self, dev_ptr: Any, host_ptr: Any, flags: Any) -> None:
+        """hipHostGetDevicePointer(void**, void*, unsigned): flags must be 0; the address of
+        registered or hipHostMalloc memory as the device sees it (the same address: one
+        unified address space)."""
+        target = out(dev_ptr, c_void_p)
+        p, f = addr(host_ptr), u32(flags)
+        if f:
+            raise Status(INVALID_VALUE)
+        with self._lock:
+            alloc = self._find(p) if p else None
+            if alloc is None or alloc.kind not in (PINNED, REGISTERED):
+                raise Status(INVALID_VALUE)
+        target.value = p
 
     def hipMallocManaged(self, dev_ptr: Any, size: Any, flags: Any) -> None:
         """hipMallocManaged(void**, size_t, unsigned): flags hipMemAttachGlobal or Host."""
