@@ -14,7 +14,7 @@ from .resource_refs import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast
 from .stream_refs import stream_per_thread, stream_ref
 from .device import (Device, device_count, driver_version, get_device, platform,
                      runtime_version, set_device, synchronize)
-from .stream import Event, Stream, wait_event
+from .stream import Event, IpcEventHandle, Stream, wait_event
 from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemoryResource,
                         HostMemoryResource, ManagedMemoryResource, MemoryPool,
                         PinnedMemoryResource, get_current_device_resource,
@@ -50,6 +50,6 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "TrackingResource", "Buffer", "reinitialize", "is_initialized",
     "register_reinitialize_hook", "unregister_reinitialize_hook", "enable_logging",
     "disable_logging", "get_log_filenames", "available_device_memory", "IpcBufferDescriptor",
-    "IpcPoolHandle", "HostRegistration", "register_host"]
+    "IpcPoolHandle", "HostRegistration", "register_host", "IpcEventHandle"]
 
 __version__: str

@@ -213,10 +213,12 @@ hipEventSynchronize                 4.2  R    status  event
 hipEventQuery                       4.2  R    status  event
 hipEventElapsedTime                 4.2  R    status  float* event event
 hipEventDestroy                     4.2  R    status  event
-# AMD memory: pinning existing host memory
+# AMD memory: pinning existing host memory, interprocess events
 hipHostRegister                     4.2  R    status  void* size_t uint
 hipHostUnregister                   4.2  R    status  void*
 hipHostGetDevicePointer             4.2  R    status  void** void* uint
+hipIpcGetEventHandle                4.2  R    status  hipIpcEventHandle_t* event
+hipIpcOpenEventHandle               4.2  R    status  void** hipIpcEventHandle_t
 # newer, optional
 hipExtGetLastError                  6.0  O    status  -
 hipStreamGetId                      7.1  O    status  stream ulonglong*

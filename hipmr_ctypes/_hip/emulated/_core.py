@@ -215,7 +215,7 @@ class Stream:
 
 class Event:
     """An event: recorded time stamp and the stream work it waits for."""
-    __slots__ = ("handle", "device", "flags", "recorded", "stamp", "stream", "epoch")
+    __slots__ = ("handle", "device", "flags", "recorded", "stamp", "stream", "epoch", "ipc")
 
     def __init__(self, handle: int, device: int, flags: int) -> None:
         self.handle, self.device, self.flags = handle, device, flags
@@ -223,6 +223,7 @@ class Event:
         self.stamp = 0.0
         self.stream: Optional[Stream] = None   # set when recorded on a busy stream
         self.epoch = 0
+        self.ipc: Any = None   # the state shared with other processes (``_ipc``), if any
 
     def pending(self) -> bool:
         """True while the stream work this event was recorded after is 'still running'."""
@@ -308,6 +309,7 @@ class EmulatorCore:
         self._destroyed_streams: Set[int] = set()
         self.destroyed_stream_calls: List[Tuple[str, int]] = []
         self._events: Dict[int, Event] = {}
+        self._ipc_events: Dict[int, Event] = {}   # events shared with other processes
         self._faults: List[_Fault] = []
         self._devices: List[Device] = []
         for ordinal in range(config.devices):
@@ -378,6 +380,7 @@ class EmulatorCore:
                 raise ValueError(f"unknown stream {stream!r}")
             s.busy = count
             s.epoch += 1
+            self._publish_ipc_locked()
 
     def reset(self) -> None:
         """Free everything and return to the state of a new emulator.
@@ -400,6 +403,9 @@ class EmulatorCore:
             self._destroyed_streams.update(self._streams)
             self._pools.clear()
             self._streams.clear()
+            for ev in self._ipc_events.values():
+                ev.ipc.close()
+            self._ipc_events.clear()
             self._events.clear()
             self._faults.clear()
             for dev in self._devices:
@@ -457,12 +463,29 @@ class EmulatorCore:
                 # the interpreter is finalizing and a thread it stopped holds the lock (in
                 # the middle of an update): what a real runtime answers once it is torn down
                 status = DEINITIALIZED
+            if emu._ipc_events:
+                emu._publish_ipc_events()
             emu._note(status)
             return status
 
         call.__name__ = call.__qualname__ = name
         call.__doc__ = impl.__doc__
         return call
+
+    def _publish_ipc_events(self) -> None:
+        """After every call while events are shared with other processes: an interprocess
+        event this process recorded, whose work has completed since, says so to the others
+        (the device's write of the event's shared signal)."""
+        if self._lock.held_here():   # a deferred finalizer: the outer call publishes
+            return
+        with self._lock:
+            self._publish_ipc_locked()
+
+    def _publish_ipc_locked(self) -> None:
+        for ev in self._ipc_events.values():
+            if ev.stream is not None and not ev.pending():
+                ev.stream = None
+                ev.ipc.set_pending(False)
 
     def _take_fault(self, name: str) -> int:
         with self._lock:
