@@ -36,6 +36,7 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
                  "get_current_device_resource get_per_device_resource "
                  "set_current_device_resource set_per_device_resource",
     "resources.host_registration": "HostRegistration register_host",
+    "resources.system": "SamHeadroomMemoryResource SystemMemoryResource",
     "adaptors": "AlignedResource BinningResource CallbackResource FailureCallbackResource "
                 "FixedSizeResource LimitingResource LoggingResource PoolResource "
                 "PrefetchResource Statistics StatisticsResource TrackedAllocation "

@@ -21,6 +21,7 @@ from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemory
                         get_per_device_resource, set_current_device_resource,
                         set_per_device_resource)
 from .resources.host_registration import HostRegistration, register_host
+from .resources.system import SamHeadroomMemoryResource, SystemMemoryResource
 from .adaptors import (AlignedResource, BinningResource, CallbackResource,
                        FailureCallbackResource, FixedSizeResource, LimitingResource,
                        LoggingResource, PoolResource, PrefetchResource, Statistics,
@@ -50,6 +51,7 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "TrackingResource", "Buffer", "reinitialize", "is_initialized",
     "register_reinitialize_hook", "unregister_reinitialize_hook", "enable_logging",
     "disable_logging", "get_log_filenames", "available_device_memory", "IpcBufferDescriptor",
-    "IpcPoolHandle", "HostRegistration", "register_host", "IpcEventHandle"]
+    "IpcPoolHandle", "HostRegistration", "register_host", "IpcEventHandle",
+    "SamHeadroomMemoryResource", "SystemMemoryResource"]
 
 __version__: str

@@ -47,6 +47,8 @@ _DEVICE_CHECKS: List[Tuple[str, Callable[[], str]]] = [
      lambda: _roundtrip(hmr.PoolResource(hmr.AsyncMemoryResource()))),
     ("ManagedMemoryResource", lambda: _roundtrip(hmr.ManagedMemoryResource())),
     ("Event timing", lambda: _event_timing()),
+    ("register_host", lambda: _registered()),
+    ("SystemMemoryResource", lambda: _system_memory()),
 ]
 
 #: check outcome -> (text column, whether it is a failure)
@@ -92,6 +94,29 @@ def _event_timing() -> str:
         ms = a.elapsed_time(b)
         buf.close()
     return f"64 MiB memset timed at {ms:.3f} ms"
+
+
+def _registered() -> str:
+    """Host memory pinned where it is (``register_host``): copied in and out directly."""
+    data = bytearray(PATTERN)
+    out = bytearray(len(PATTERN))
+    with hmr.register_host(data), hmr.register_host(out):
+        buf = hmr.Buffer.from_host(data)
+        buf.copy_to_host(out)
+        buf.close()
+    if out != data:
+        raise AssertionError("data read back differs from data written")
+    return f"{len(PATTERN)} bytes of registered host memory copied in and out"
+
+
+def _system_memory() -> str:
+    """System memory used by device 0 (skipped where it has no pageable memory access)."""
+    dev = hmr.Device(0)
+    if not dev.pageable_memory_access:
+        raise NotImplementedError(
+            f"device 0 has no pageable memory access (integrated: "
+            f"{'yes' if dev.integrated else 'no'}): not an APU, or XNACK / HMM is off")
+    return _roundtrip(hmr.SystemMemoryResource(0))
 
 
 def check(as_json: bool = False) -> int:

@@ -9,8 +9,10 @@ from typing import Any, Callable, ContextManager, Generator, Optional, Tuple, Un
 
 from . import _hip
 from ._hip.exceptions import NoDeviceError, NotSupportedError
-from ._hip.types import (DEVICE_ATTRIBUTES, hipDeviceAttributeManagedMemory,
-                         hipDeviceAttributeMemoryPoolsSupported)
+from ._hip.types import (DEVICE_ATTRIBUTES, hipDeviceAttributeIntegrated,
+                         hipDeviceAttributeManagedMemory,
+                         hipDeviceAttributeMemoryPoolsSupported,
+                         hipDeviceAttributePageableMemoryAccess)
 
 __all__ = ["platform", "runtime_version", "driver_version", "device_count", "get_device",
            "set_device", "Device", "check_device", "prefetch", "synchronize", "on_device"]
@@ -298,6 +300,19 @@ class Device:
     def supports_managed_memory(self) -> bool:
         """``hipDeviceAttributeManagedMemory``."""
         return self._flag(hipDeviceAttributeManagedMemory)
+
+    @property
+    def integrated(self) -> bool:
+        """``hipDeviceAttributeIntegrated``: the device shares the host's memory (an APU such
+        as MI300A)."""
+        return self._flag(hipDeviceAttributeIntegrated)
+
+    @property
+    def pageable_memory_access(self) -> bool:
+        """``hipDeviceAttributePageableMemoryAccess``: the device reads and writes memory from
+        the system allocator (``malloc``, NumPy arrays) directly, with no registration: an
+        APU, or a GPU with XNACK / HMM enabled.  What ``SystemMemoryResource`` needs."""
+        return self._flag(hipDeviceAttributePageableMemoryAccess)
 
     def memory_info(self) -> Tuple[int, int]:
         """``(free, total)`` bytes of this device."""

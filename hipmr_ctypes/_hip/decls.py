@@ -219,6 +219,7 @@ hipHostUnregister                   4.2  R    status  void*
 hipHostGetDevicePointer             4.2  R    status  void** void* uint
 hipIpcGetEventHandle                4.2  R    status  hipIpcEventHandle_t* event
 hipIpcOpenEventHandle               4.2  R    status  void** hipIpcEventHandle_t
+hipMemAdvise                        4.2  R    status  void* size_t int int
 # newer, optional
 hipExtGetLastError                  6.0  O    status  -
 hipStreamGetId                      7.1  O    status  stream ulonglong*

@@ -89,6 +89,7 @@ hipDeviceAttributePciDeviceId = 68
 hipDeviceAttributeConcurrentManagedAccess = 9
 hipDeviceAttributeCanMapHostMemory = 3
 hipDeviceAttributeIntegrated = 16
+hipDeviceAttributePageableMemoryAccess = 65
 hipDeviceAttributeUnifiedAddressing = 85
 hipDeviceAttributeWarpSize = 87
 hipDeviceAttributeMemoryPoolsSupported = 88
@@ -100,6 +101,14 @@ def ipc_lazy_enable_peer_access(major: int) -> int:
     """``hipIpcMemLazyEnablePeerAccess`` of HIP ``major``: 0 before 6, 1 from 6 on."""
     return 0 if major < 6 else 1
 
+
+# hipMemoryAdvise (AMD's numbering, the same in every release; HIP's NVIDIA header numbers
+# its own enum from 0, but CUDA's cudaMemoryAdvise, which the nvidia platform calls, has
+# these values 1-6; the coarse-grain pair is AMD's alone): advice name -> (set, unset)
+MEM_ADVICE = {"read_mostly": (1, 2), "preferred_location": (3, 4), "accessed_by": (5, 6),
+              "coarse_grain": (100, 101)}
+#: hipCpuDeviceId: "the host" where a device ordinal is expected (cudaCpuDeviceId is -1 too)
+hipCpuDeviceId = -1
 
 # Special stream handles
 hipStreamLegacy = 1
@@ -148,6 +157,11 @@ ENUMS = {
     "hipDeviceAttributeConcurrentManagedAccess": hipDeviceAttributeConcurrentManagedAccess,
     "hipDeviceAttributeCanMapHostMemory": hipDeviceAttributeCanMapHostMemory,
     "hipDeviceAttributeIntegrated": hipDeviceAttributeIntegrated,
+    "hipDeviceAttributePageableMemoryAccess": hipDeviceAttributePageableMemoryAccess,
+    "hipMemAdviseSetReadMostly": 1, "hipMemAdviseUnsetReadMostly": 2,
+    "hipMemAdviseSetPreferredLocation": 3, "hipMemAdviseUnsetPreferredLocation": 4,
+    "hipMemAdviseSetAccessedBy": 5, "hipMemAdviseUnsetAccessedBy": 6,
+    "hipMemAdviseSetCoarseGrain": 100, "hipMemAdviseUnsetCoarseGrain": 101,
     "hipDeviceAttributeUnifiedAddressing": hipDeviceAttributeUnifiedAddressing,
     "hipDeviceAttributeWarpSize": hipDeviceAttributeWarpSize,
     "hipDeviceAttributeMemoryPoolsSupported": hipDeviceAttributeMemoryPoolsSupported,

@@ -100,6 +100,7 @@ class EmulatorConfig(NamedTuple):
     host_memory: int = 64 << 30
     version: Tuple[int, int, int] = (6, 2, 0)
     missing: FrozenSet[str] = frozenset()
+    apu: bool = False   # devices integrated with pageable memory access (an MI300A-class APU)
 
 
 class LiveAllocations(NamedTuple):

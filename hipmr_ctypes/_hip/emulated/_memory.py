@@ -29,6 +29,8 @@ _MEMORY_TYPE_6 = {PINNED: 1, REGISTERED: 1, DEVICE: 2, MANAGED: 3}
 _MEMORY_TYPE_5 = {PINNED: 0, REGISTERED: 0, DEVICE: 1, MANAGED: 4}
 # hipHostRegister flags: Portable, Mapped, IoMemory, hipExtHostRegisterCoarseGrained
 _HOST_REGISTER_FLAGS = 0x1 | 0x2 | 0x4 | 0x8
+# hipMemoryAdvise: Set/Unset ReadMostly, PreferredLocation, AccessedBy (1-6), CoarseGrain
+_ADVICE = frozenset((1, 2, 3, 4, 5, 6, 100, 101))
 _SYNC = object()   # "no stream": the synchronous copy and memset
 _KINDS = frozenset({hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceToHost,
                     hipMemcpyDeviceToDevice, hipMemcpyDefault})
@@ -46,7 +48,7 @@ def _reaches(alloc: Alloc, device: int) -> bool:
 
 class MemoryMixin(EmulatorCore):
     """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipHostRegister, hipHostUnregister,
-    hipHostGetDevicePointer, hipMallocManaged, hipMemcpy*,
+    hipHostGetDevicePointer, hipMallocManaged, hipMemAdvise, hipMemcpy*,
     hipMemcpyPeer*, hipMemset*,
     hipMemPrefetchAsync, hipPointerGetAttributes."""
 
@@ -319,6 +321,25 @@ class MemoryMixin(EmulatorCore):
                 self._device(d)
             alloc = self._find(p) if p else None
             if alloc is None or alloc.kind != MANAGED or p + n > alloc.ptr + alloc.size:
+                raise Status(INVALID_VALUE)
+
+    def hipMemAdvise(self, dev_ptr: Any, count: Any, advice: Any, device: Any) -> None:
+        """hipMemAdvise(const void*, size_t, hipMemoryAdvise, int): validates and records
+        nothing (all memory is host memory).  The range must lie in one managed allocation,
+        or, on an APU (``HIPMR_EMULATED_APU=1``), in memory from the system allocator (any
+        host memory the emulation does not know); the read-mostly advice ignores ``device``,
+        the others take a device or hipCpuDeviceId (-1)."""
+        p, n, a, d = addr(dev_ptr), u64(count), i32(advice), i32(device)
+        if a not in _ADVICE or not n or p < MIN_HOST_ADDRESS or p + n > MAX_ADDRESS:
+            raise Status(INVALID_VALUE)
+        if a not in (1, 2) and d != -1:
+            self._device(d)
+        with self._lock:
+            alloc = self._find(p)
+            if alloc is None:
+                if not self.config.apu or self._overlaps_allocation(p, n):
+                    raise Status(INVALID_VALUE)
+            elif alloc.kind != MANAGED or p + n > alloc.ptr + alloc.size:
                 raise Status(INVALID_VALUE)
 
     def hipPointerGetAttributes(self, attributes: Any, ptr: Any) -> None:
