@@ -220,6 +220,7 @@ hipHostGetDevicePointer             4.2  R    status  void** void* uint
 hipIpcGetEventHandle                4.2  R    status  hipIpcEventHandle_t* event
 hipIpcOpenEventHandle               4.2  R    status  void** hipIpcEventHandle_t
 hipMemAdvise                        4.2  R    status  void* size_t int int
+hipMemDiscardBatchAsync             7.2  O    status  void** size_t* size_t ulonglong stream
 # newer, optional
 hipExtGetLastError                  6.0  O    status  -
 hipStreamGetId                      7.1  O    status  stream ulonglong*

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from ctypes import c_void_p
+from ctypes import c_size_t, c_void_p
 from typing import Any, Optional
 
 from ..types import (hipPointerAttribute_t,
                      hipMemAttachGlobal, hipMemAttachHost, hipMemcpyDefault,
                      hipMemcpyDeviceToDevice, hipMemcpyDeviceToHost, hipMemcpyHostToDevice,
                      hipMemcpyHostToHost)
-from ._args import MAX_ADDRESS, Status, addr, extent, i32, out, u32, u64
+from ._args import MAX_ADDRESS, Status, addr, extent, i32, out, out_array, u32, u64
 from ._core import (DEVICE, HOST_MEMORY_ALREADY_REGISTERED, HOST_MEMORY_NOT_REGISTERED,
                     INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED, MIN_HOST_ADDRESS,
                     OUT_OF_MEMORY, PINNED, REGISTERED, Alloc, EmulatorCore, round_up)
@@ -48,7 +48,8 @@ def _reaches(alloc: Alloc, device: int) -> bool:
 
 class MemoryMixin(EmulatorCore):
     """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipHostRegister, hipHostUnregister,
-    hipHostGetDevicePointer, hipMallocManaged, hipMemAdvise, hipMemcpy*,
+    hipHostGetDevicePointer, hipMallocManaged, hipMemAdvise, hipMemDiscardBatchAsync,
+    hipMemcpy*,
     hipMemcpyPeer*, hipMemset*,
     hipMemPrefetchAsync, hipPointerGetAttributes."""
 
@@ -341,6 +342,31 @@ class MemoryMixin(EmulatorCore):
                     raise Status(INVALID_VALUE)
             elif alloc.kind != MANAGED or p + n > alloc.ptr + alloc.size:
                 raise Status(INVALID_VALUE)
+
+    def hipMemDiscardBatchAsync(self, dev_ptrs: Any, sizes: Any, count: Any, flags: Any,
+                                stream: Any) -> None:
+        """hipMemDiscardBatchAsync(void**, size_t*, size_t, unsigned long long, hipStream_t)
+        (HIP 7.2): ``count`` ranges, each inside one managed allocation (or system memory on
+        an APU), flags 0.  Their contents become indeterminate; the emulation keeps them."""
+        n = u64(count)
+        if not n or u64(flags) or n > 1 << 20:
+            raise Status(INVALID_VALUE)
+        ptrs = out_array(dev_ptrs, c_void_p, n)
+        lengths = out_array(sizes, c_size_t, n)
+        with self._lock:
+            self._stream_or(addr(stream))
+            for p, length in zip(ptrs, lengths):
+                # (an array's items read as ints; a single instance as itself)
+                start = int(getattr(p, "value", p) or 0)
+                size = int(getattr(length, "value", length))
+                if not size or start < MIN_HOST_ADDRESS or start + size > MAX_ADDRESS:
+                    raise Status(INVALID_VALUE)
+                alloc = self._find(start)
+                if alloc is None:
+                    if not self.config.apu or self._overlaps_allocation(start, size):
+                        raise Status(INVALID_VALUE)
+                elif alloc.kind != MANAGED or start + size > alloc.ptr + alloc.size:
+                    raise Status(INVALID_VALUE)
 
     def hipPointerGetAttributes(self, attributes: Any, ptr: Any) -> None:
         """hipPointerGetAttributes(hipPointerAttribute_t*, const void*): known memory only."""
