@@ -102,6 +102,14 @@ def ipc_lazy_enable_peer_access(major: int) -> int:
     return 0 if major < 6 else 1
 
 
+# hipExtMallocWithFlags flags (values, not bits): Finegrained in every release, Uncached from
+# HIP 5.5 (fine-grained memory the device does not cache), Contiguous from 6.2
+hipDeviceMallocDefault = 0
+hipDeviceMallocFinegrained = 1
+hipMallocSignalMemory = 2
+hipDeviceMallocUncached = 3
+DEVICE_MALLOC_UNCACHED_SINCE = (5, 5)
+
 # hipMemoryAdvise (AMD's numbering, the same in every release; HIP's NVIDIA header numbers
 # its own enum from 0, but CUDA's cudaMemoryAdvise, which the nvidia platform calls, has
 # these values 1-6; the coarse-grain pair is AMD's alone): advice name -> (set, unset)
@@ -183,6 +191,9 @@ MACROS = {
     "hipHostMallocWriteCombined": hipHostMallocWriteCombined,
     "hipMemAttachGlobal": hipMemAttachGlobal, "hipMemAttachHost": hipMemAttachHost,
     "hipMemAttachSingle": hipMemAttachSingle,
+    "hipDeviceMallocDefault": hipDeviceMallocDefault,
+    "hipDeviceMallocFinegrained": hipDeviceMallocFinegrained,
+    "hipMallocSignalMemory": hipMallocSignalMemory,
     "hipHostRegisterDefault": hipHostRegisterDefault,
     "hipHostRegisterPortable": hipHostRegisterPortable,
     "hipHostRegisterMapped": hipHostRegisterMapped,

@@ -47,7 +47,7 @@ def _reaches(alloc: Alloc, device: int) -> bool:
 
 
 class MemoryMixin(EmulatorCore):
-    """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipHostRegister, hipHostUnregister,
+    """hipMalloc, hipExtMallocWithFlags, hipFree, hipHostMalloc, hipHostFree, hipHostRegister, hipHostUnregister,
     hipHostGetDevicePointer, hipMallocManaged, hipMemAdvise, hipMemDiscardBatchAsync,
     hipMemcpy*,
     hipMemcpyPeer*, hipMemset*,
@@ -206,6 +206,17 @@ class MemoryMixin(EmulatorCore):
         if f & ~allowed or (f & _COHERENT_BOTH) == _COHERENT_BOTH:
             raise Status(INVALID_VALUE)
         self._plain_alloc(ptr, size, PINNED, f)
+
+    def hipExtMallocWithFlags(self, ptr: Any, size: Any, flags: Any) -> None:
+        """hipExtMallocWithFlags(void**, size_t, unsigned): device memory like hipMalloc's,
+        the flag recorded: Default 0, Finegrained 1, Uncached 3 (HIP 5.5+), Contiguous 4
+        (HIP 6.2+); the signal flag (2) and any other value are invalid here."""
+        f = u32(flags)
+        allowed = {0, 1} | ({3} if self.version >= (5, 5, 0) else set()) \
+            | ({4} if self.version >= (6, 2, 0) else set())
+        if f not in allowed:
+            raise Status(INVALID_VALUE)
+        self._plain_alloc(ptr, size, DEVICE, f)
 
     def hipHostFree(self, ptr: Any) -> None:
         """hipHostFree(void*): NULL is success; only hipHostMalloc memory."""
