@@ -220,7 +220,7 @@ hipHostGetDevicePointer             4.2  R    status  void** void* uint
 hipIpcGetEventHandle                4.2  R    status  hipIpcEventHandle_t* event
 hipIpcOpenEventHandle               4.2  R    status  void** hipIpcEventHandle_t
 hipMemAdvise                        4.2  R    status  void* size_t int int
-hipMemDiscardBatchAsync             7.2  O    status  void** size_t* size_t ulonglong stream
+hipMemDiscardBatchAsync             7.3  O    status  void** size_t* size_t ulonglong stream
 # (AMD's alone: optional, so that the nvidia platform, which has no counterpart, lacks it)
 hipExtMallocWithFlags               4.2  O    status  void** size_t uint
 # newer, optional
