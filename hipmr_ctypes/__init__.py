@@ -37,6 +37,7 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
                  "set_current_device_resource set_per_device_resource",
     "resources.host_registration": "HostRegistration register_host",
     "resources.system": "SamHeadroomMemoryResource SystemMemoryResource",
+    "resources.async_host": "AsyncManagedMemoryResource AsyncPinnedMemoryResource",
     "adaptors": "AlignedResource BinningResource CallbackResource FailureCallbackResource "
                 "FixedSizeResource LimitingResource LoggingResource PoolResource "
                 "PrefetchResource Statistics StatisticsResource TrackedAllocation "

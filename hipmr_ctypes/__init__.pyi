@@ -22,6 +22,7 @@ from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemory
                         set_per_device_resource)
 from .resources.host_registration import HostRegistration, register_host
 from .resources.system import SamHeadroomMemoryResource, SystemMemoryResource
+from .resources.async_host import AsyncManagedMemoryResource, AsyncPinnedMemoryResource
 from .adaptors import (AlignedResource, BinningResource, CallbackResource,
                        FailureCallbackResource, FixedSizeResource, LimitingResource,
                        LoggingResource, PoolResource, PrefetchResource, Statistics,
@@ -52,6 +53,7 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "register_reinitialize_hook", "unregister_reinitialize_hook", "enable_logging",
     "disable_logging", "get_log_filenames", "available_device_memory", "IpcBufferDescriptor",
     "IpcPoolHandle", "HostRegistration", "register_host", "IpcEventHandle",
-    "SamHeadroomMemoryResource", "SystemMemoryResource"]
+    "SamHeadroomMemoryResource", "SystemMemoryResource", "AsyncManagedMemoryResource",
+    "AsyncPinnedMemoryResource"]
 
 __version__: str

@@ -48,6 +48,10 @@ hipMemAllocationTypePinned = 1
 hipMemHandleTypeNone = 0
 hipMemHandleTypePosixFileDescriptor = 1
 hipMemLocationTypeDevice = 1
+hipMemLocationTypeHost = 2          # HIP 7.2 (absent from 6.4's headers); CUDA's value too
+#: the first HIP release whose memory pools may be located on the host (the 7.2.4 headers
+#: define hipMemLocationTypeHost, the 6.4.3 ones do not)
+HOST_POOLS_SINCE = (7, 2, 0)
 hipMemAccessFlagsProtNone = 0
 hipMemAccessFlagsProtRead = 1
 hipMemAccessFlagsProtReadWrite = 3
@@ -155,6 +159,7 @@ ENUMS = {
     "hipMemHandleTypeNone": hipMemHandleTypeNone,
     "hipMemHandleTypePosixFileDescriptor": hipMemHandleTypePosixFileDescriptor,
     "hipMemLocationTypeDevice": hipMemLocationTypeDevice,
+    "hipMemLocationTypeHost": hipMemLocationTypeHost,
     "hipMemAccessFlagsProtNone": hipMemAccessFlagsProtNone,
     "hipMemAccessFlagsProtRead": hipMemAccessFlagsProtRead,
     "hipMemAccessFlagsProtReadWrite": hipMemAccessFlagsProtReadWrite,
@@ -179,7 +184,8 @@ ENUMS = {
     "hipErrorInvalidHandle": 400, "hipErrorNotReady": 600, "hipErrorNotSupported": 801,
 }
 # Enumerators newer than ROCm 5.2: name -> (major, minor) of the first header that has them
-ENUMS_SINCE = {"hipDeviceAttributeMemoryPoolSupportedHandleTypes": (6, 1)}
+ENUMS_SINCE = {"hipDeviceAttributeMemoryPoolSupportedHandleTypes": (6, 1),
+               "hipMemLocationTypeHost": (7, 2)}
 
 # Macros (#define) the ABI test checks: name -> value
 MACROS = {

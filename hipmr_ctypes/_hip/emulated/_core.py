@@ -182,7 +182,7 @@ class Pool:
     """A stream-ordered memory pool: reserved blocks, either in use or cached for reuse."""
     __slots__ = ("handle", "device", "is_default", "handle_types", "max_size", "threshold",
                  "reuse", "used", "used_high", "reserved", "reserved_high", "cache", "live",
-                 "access", "alive", "arena", "imported", "shared", "freed_on")
+                 "access", "alive", "arena", "imported", "shared", "freed_on", "host")
 
     def __init__(self, handle: int, device: int, is_default: bool, handle_types: int = 0,
                  max_size: int = 0) -> None:
@@ -200,6 +200,8 @@ class Pool:
         self.arena: Optional[SharedArena] = None  # shared memory of an IPC-enabled pool
         self.imported = False                    # mapped from another process's pool
         self.shared = False                      # exported to a shareable handle once
+        self.host = False                        # located on the host (pinned host memory):
+                                                 # its blocks count against the host's memory
 
 
 class Stream:
@@ -577,7 +579,6 @@ class EmulatorCore:
         if pool.reserved <= keep or not pool.cache:
             return
         pool.cache.sort()
-        dev = self._devices[pool.device]
         while pool.cache and pool.reserved > keep:
             block, ptr = pool.cache.pop()
             pool.freed_on.pop(ptr, None)
@@ -586,7 +587,21 @@ class EmulatorCore:
             else:
                 self._heap.free(ptr)
             pool.reserved -= block
-            dev.committed -= block
+            self._commit(pool.host, pool.device, -block)
+
+    def _commit(self, host: bool, device: int, delta: int) -> None:
+        """Count ``delta`` bytes against the host's memory or ``device``'s (lock held)."""
+        if host:
+            self._host_committed += delta
+        else:
+            self._devices[device].committed += delta
+
+    def _room(self, host: bool, device: int) -> int:
+        """Bytes the host's memory or ``device``'s can still commit (lock held)."""
+        if host:
+            return self.config.host_memory - self._host_committed
+        dev = self._devices[device]
+        return dev.capacity - dev.committed
 
     def _release_device_pools(self, ordinal: int, stream: Optional[int] = None) -> None:
         """A synchronize point on device ``ordinal`` (with ``stream``: that stream's): the frees
@@ -621,7 +636,7 @@ class EmulatorCore:
             pool.reserved -= alloc.block   # destroyed pool: its last blocks go straight back
             if pool.arena is not None:
                 pool.arena.free(alloc.ptr, alloc.block)
-                self._devices[alloc.device].committed -= alloc.block
+                self._commit(pool.host, alloc.device, -alloc.block)
                 if not pool.live:
                     pool.arena.close()
                 return

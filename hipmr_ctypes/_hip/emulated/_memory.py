@@ -43,7 +43,8 @@ def _reaches(alloc: Alloc, device: int) -> bool:
     device or one its pool grants access (CUDA refuses the rest with invalid value, whatever
     the stream's device and the other side of the copy)."""
     pool = alloc.pool
-    return pool is None or device == pool.device or pool.access.get(device, 0) != 0
+    return (pool is None or pool.host or device == pool.device
+            or pool.access.get(device, 0) != 0)
 
 
 class MemoryMixin(EmulatorCore):
@@ -194,7 +195,8 @@ class MemoryMixin(EmulatorCore):
             return
         with self._lock:
             alloc = self._allocs.get(p)
-            if alloc is None or alloc.kind in (PINNED, REGISTERED):
+            if alloc is None or alloc.kind == REGISTERED or (alloc.kind == PINNED
+                                                             and alloc.pool is None):
                 raise Status(INVALID_VALUE)
             self._release_alloc(alloc)
             self._complete_device(alloc.device)
