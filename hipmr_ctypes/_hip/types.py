@@ -68,10 +68,10 @@ hipHostMallocPortable = 1
 hipHostMallocMapped = 2
 hipHostMallocWriteCombined = 4
 
-# hipHostRegister flags (identical in every release; hipHostRegisterReadOnly, 8, is defined
-# only by newer headers, which say AMD devices ignore it: on AMD the same bit is
-# hipExtHostRegisterCoarseGrained, so the package passes it only on the nvidia platform,
-# where it is cudaHostRegisterReadOnly)
+# hipHostRegister flags (identical in every release).  hipHostRegisterReadOnly (8) is not in
+# the 5.2.3 headers; the 6.4.3 and 7.2.4 ones define it as "ignored on AMD devices", on the
+# bit of hipExtHostRegisterCoarseGrained: so the package passes it only on the nvidia
+# platform, where it is cudaHostRegisterReadOnly
 hipHostRegisterDefault = 0
 hipHostRegisterPortable = 1
 hipHostRegisterMapped = 2

@@ -266,22 +266,24 @@ def register_host(obj: Any, size: Optional[int] = None, *, portable: bool = True
                 raise ValueError(f"[{ptr:#x}, {end:#x}) overlaps a live registration "
                                  f"[{clash[0]:#x}, {clash[1]:#x})")
             _live[ptr] = end     # reserved: a concurrent registration of it is refused
+        registered = False
         try:
             kind = pointer_kind(ptr)[0] or pointer_kind(end - 1)[0]
             if kind is not None:
                 raise ValueError(f"[{ptr:#x}, {end:#x}) is {kind} memory the runtime already "
                                  "knows; only plain host memory is registered")
             rt.check(rt.fn.hipHostRegister(ptr, size, flags), "hipHostRegister", size=size)
+            registered = True
             device_ptr = None
             if mapped:
                 out = ctypes.c_void_p()
-                st = rt.fn.hipHostGetDevicePointer(out, ptr, 0)
-                if st:
-                    err = rt.error(st, "hipHostGetDevicePointer")
-                    rt.fn.hipHostUnregister(ptr)
-                    raise err
+                rt.check(rt.fn.hipHostGetDevicePointer(out, ptr, 0), "hipHostGetDevicePointer")
                 device_ptr = out.value or 0
+            return HostRegistration._make(ptr, size, device_ptr, read_only, held, view)
         except BaseException:
+            # (an interrupt too: the runtime never keeps pages the object may give back)
+            if registered:
+                rt.fn.hipHostUnregister(ptr)
             with _live_lock:
                 _live.pop(ptr, None)
             raise
@@ -289,7 +291,6 @@ def register_host(obj: Any, size: Optional[int] = None, *, portable: bool = True
         if view is not None:
             _release(view)
         raise
-    return HostRegistration._make(ptr, size, device_ptr, read_only, held, view)
 
 
 def _release(view: Any) -> None:

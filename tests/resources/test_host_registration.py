@@ -316,3 +316,17 @@ def test_registered_memory_round_trip_on_a_gpu(gpu_runtime):
         stream.synchronize()
     assert out == src
     stream.close()
+
+
+def test_an_interrupt_after_registering_undoes_it(monkeypatch, rt):
+    data = bytearray(4096)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(rt.fn, "hipHostGetDevicePointer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        hmr.register_host(data, mapped=True)
+    assert pointer_kind(_address(data))[0] is None
+    data.extend(b"x")
+    with hmr.register_host(data):
+        pass

@@ -48,16 +48,19 @@ _EVENT_TAG = b"HMREVT01"
 _SIGNAL = struct.Struct("<8sqi")      # magic, the exporter's pid, pending (0 or 1)
 _SIGNAL_MAGIC = b"HMRSIGNL"
 _SIGNAL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
-#: the signal files this process made and has not removed yet (removed at exit)
+#: the signal files this process made and has not removed yet (removed at exit; a child
+#: forked from it removes none of its parent's: their names carry the maker's pid)
 _created: Set[str] = set()
 
 
 def _remove_created(created: Set[str] = _created) -> None:
+    mine = f"-{os.getpid()}-"
     for path in list(created):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        if mine in path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         created.discard(path)
 
 
