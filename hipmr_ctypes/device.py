@@ -212,7 +212,8 @@ def prefetch_target(device: object) -> int:
     device, else a checked ordinal or :class:`Device`."""
     if isinstance(device, str):
         if device != "host":
-            raise ValueError(f"device={device!r}: expected a device or 'host'")
+            raise TypeError(f"device must be an int device ordinal, a Device or 'host', "
+                            f"not {device!r}")
         return hipCpuDeviceId
     return get_device() if device is None else check_device(device)
 

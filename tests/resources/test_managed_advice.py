@@ -55,7 +55,7 @@ def test_a_device_object_names_the_device(monkeypatch, rt, managed):
 @pytest.mark.parametrize("args, kwargs, error", [
     ((1,), {}, TypeError),
     (("fast",), {}, ValueError),
-    (("preferred_location", "gpu"), {}, ValueError),
+    (("preferred_location", "gpu"), {}, TypeError),
     (("read_mostly", "host"), {}, TypeError),           # read-mostly names no place
     (("preferred_location", 5), {}, ValueError),
     (("preferred_location", 1.0), {}, TypeError),
@@ -122,7 +122,7 @@ def test_prefetch_to_the_host(monkeypatch, rt, managed):
     managed.prefetch("host")
     managed.prefetch(0)
     assert [c[2] for c in calls] == [-1, 0]
-    with pytest.raises(ValueError, match="'host'"):
+    with pytest.raises(TypeError, match="'host'"):
         managed.prefetch("cpu")
 
 
