@@ -30,11 +30,14 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
     "stream_refs": "stream_per_thread stream_ref",
     "device": "Device device_count driver_version get_device platform runtime_version set_device "
               "synchronize",
-    "stream": "Event Stream wait_event",
+    "stream": "Event IpcEventHandle Stream wait_event",
     "resources": "MAX_RELEASE_THRESHOLD AsyncMemoryResource DeviceMemoryResource "
                  "HostMemoryResource ManagedMemoryResource MemoryPool PinnedMemoryResource "
                  "get_current_device_resource get_per_device_resource "
                  "set_current_device_resource set_per_device_resource",
+    "resources.host_registration": "HostRegistration register_host",
+    "resources.system": "SamHeadroomMemoryResource SystemMemoryResource",
+    "resources.async_host": "AsyncManagedMemoryResource AsyncPinnedMemoryResource",
     "adaptors": "AlignedResource BinningResource CallbackResource FailureCallbackResource "
                 "FixedSizeResource LimitingResource LoggingResource PoolResource "
                 "PrefetchResource Statistics StatisticsResource TrackedAllocation "

@@ -14,12 +14,15 @@ from .resource_refs import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast
 from .stream_refs import stream_per_thread, stream_ref
 from .device import (Device, device_count, driver_version, get_device, platform,
                      runtime_version, set_device, synchronize)
-from .stream import Event, Stream, wait_event
+from .stream import Event, IpcEventHandle, Stream, wait_event
 from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemoryResource,
                         HostMemoryResource, ManagedMemoryResource, MemoryPool,
                         PinnedMemoryResource, get_current_device_resource,
                         get_per_device_resource, set_current_device_resource,
                         set_per_device_resource)
+from .resources.host_registration import HostRegistration, register_host
+from .resources.system import SamHeadroomMemoryResource, SystemMemoryResource
+from .resources.async_host import AsyncManagedMemoryResource, AsyncPinnedMemoryResource
 from .adaptors import (AlignedResource, BinningResource, CallbackResource,
                        FailureCallbackResource, FixedSizeResource, LimitingResource,
                        LoggingResource, PoolResource, PrefetchResource, Statistics,
@@ -49,7 +52,9 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "TrackingResource", "Buffer", "reinitialize", "is_initialized",
     "register_reinitialize_hook", "unregister_reinitialize_hook", "enable_logging",
     "disable_logging", "get_log_filenames", "available_device_memory", "IpcBufferDescriptor",
-    "IpcPoolHandle"]
+    "IpcPoolHandle", "HostRegistration", "register_host", "IpcEventHandle",
+    "SamHeadroomMemoryResource", "SystemMemoryResource", "AsyncManagedMemoryResource",
+    "AsyncPinnedMemoryResource"]
 
 __version__: str
 

@@ -2,7 +2,8 @@
 the command line.
 
 ``info`` (the default): the platform, the library file and its version, every device with its
-name, memory and whether it supports memory pools and managed memory.  With no device it says
+name, memory and whether it supports memory pools and managed memory, is integrated (an APU)
+and reaches pageable memory.  With no device it says
 so plainly and why.  ``check``: a quick self-test of the resources on this machine.  ``bench``:
 a short allocation benchmark of the package's resources (the full comparison with peers is
 ``scripts/bench_alloc.py``).  ``plot LOG.csv [-o memory.html]``: a picture of a CSV log
@@ -278,7 +279,9 @@ def collect_info() -> Dict[str, Any]:
             free, total = dev.memory_info()
             entry.update(memory_total=total, memory_free=free,
                          memory_pools=dev.supports_memory_pools,
-                         managed_memory=dev.supports_managed_memory)
+                         managed_memory=dev.supports_managed_memory,
+                         integrated=dev.integrated,
+                         pageable_memory_access=dev.pageable_memory_access)
         except hmr.HipError as exc:
             entry["error"] = str(exc)
         devices.append(entry)
@@ -329,7 +332,9 @@ def print_info(report: Dict[str, Any]) -> None:
         print(f"  [{d['id']}] {d['name']}: {_gib(d['memory_total'])} total, "
               f"{_gib(d['memory_free'])} free; memory pools: "
               f"{'yes' if d['memory_pools'] else 'no'}; managed memory: "
-              f"{'yes' if d['managed_memory'] else 'no'}")
+              f"{'yes' if d['managed_memory'] else 'no'}; integrated: "
+              f"{'yes' if d['integrated'] else 'no'}; pageable memory access: "
+              f"{'yes' if d['pageable_memory_access'] else 'no'}")
 
 
 #: name -> (one line for the command list, the command's own --help description)

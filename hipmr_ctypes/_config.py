@@ -8,7 +8,9 @@ set.  The spec is a kind, then options, separated by commas::
     device,pool=50%:90%,statistics,log=run.csv
 
 kinds: ``device`` (``DeviceMemoryResource``), ``async`` (``AsyncMemoryResource``, a memory
-pool of the runtime), ``managed`` (``ManagedMemoryResource``).  Options:
+pool of the runtime), ``managed`` (``ManagedMemoryResource``), ``system``
+(``SystemMemoryResource``) and ``sam_headroom`` (``SamHeadroomMemoryResource``, whose
+``headroom=SIZE`` option is required).  Options:
 
 * ``pool``, ``pool=INITIAL`` or ``pool=INITIAL:MAXIMUM``: a ``PoolResource`` over the kind
   (``device`` and ``managed``); for ``async``, the runtime pool's initial and maximum sizes;
@@ -33,11 +35,13 @@ from ._sizes import DeviceFraction, parse_size
 __all__ = ["VARIABLE", "Spec", "parse_spec", "spec_from_environment", "build", "describe"]
 
 VARIABLE = "HIPMR_DEVICE_RESOURCE"
-_KINDS = ("device", "async", "managed")
+_KINDS = ("device", "async", "managed", "system", "sam_headroom")
 _FLAGS = ("tracking", "statistics")
-_SIZE_OPTIONS = {"release_threshold": ("async",), "limit": _KINDS}
-_GRAMMAR = ("a kind (device, async or managed) then options: pool[=INITIAL[:MAXIMUM]], "
-            "release_threshold=SIZE, limit=SIZE, tracking, statistics, log=PATH")
+_SIZE_OPTIONS = {"release_threshold": ("async",), "limit": _KINDS,
+                 "headroom": ("sam_headroom",)}
+_GRAMMAR = ("a kind (device, async, managed, system or sam_headroom) then options: "
+            "pool[=INITIAL[:MAXIMUM]], release_threshold=SIZE, limit=SIZE, headroom=SIZE "
+            "(sam_headroom), tracking, statistics, log=PATH")
 _SizeValue = Union[int, DeviceFraction]
 
 
@@ -82,7 +86,8 @@ def parse_spec(text: str) -> Spec:
     parts = [p.strip() for p in text.split(",")]
     kind = parts[0].lower()
     if kind not in _KINDS:
-        raise _error(text, parts[0], "the first part is the kind: device, async or managed")
+        raise _error(text, parts[0], "the first part is the kind: device, async, managed, "
+                                     "system or sam_headroom")
     spec = Spec(text, kind)
     seen = set()
     for part in parts[1:]:
@@ -124,6 +129,8 @@ def parse_spec(text: str) -> Spec:
             spec.log = value
         else:
             raise _error(text, part, f"unknown option {name!r}")
+    if kind == "sam_headroom" and "headroom" not in spec.sizes:
+        raise _error(text, parts[0], "sam_headroom needs headroom=SIZE")
     return spec
 
 
@@ -146,6 +153,7 @@ def build(spec: Spec, device: int) -> Any:
     from .resources.async_memory import AsyncMemoryResource
     from .resources.device_memory import DeviceMemoryResource
     from .resources.managed import ManagedMemoryResource
+    from .resources.system import SamHeadroomMemoryResource, SystemMemoryResource
 
     def size(name: str, value: Optional[_SizeValue]) -> Optional[int]:
         return None if value is None else resolve_size(value, name, device)
@@ -160,6 +168,10 @@ def build(spec: Spec, device: int) -> Any:
                 release_threshold=size("release_threshold", spec.sizes.get("release_threshold")))
         elif spec.kind == "managed":
             mr = ManagedMemoryResource()
+        elif spec.kind == "system":
+            mr = SystemMemoryResource(device)
+        elif spec.kind == "sam_headroom":
+            mr = SamHeadroomMemoryResource(size("headroom", spec.sizes["headroom"]), device)
         else:
             mr = DeviceMemoryResource(device)
         if spec.pool is not None and spec.kind != "async":
@@ -198,7 +210,8 @@ def describe() -> Dict[str, Any]:
     except ValueError as exc:
         return {"source": VARIABLE, "spec": text, "error": str(exc)}
     layers = [{"device": "DeviceMemoryResource", "async": "AsyncMemoryResource",
-               "managed": "ManagedMemoryResource"}[spec.kind]]
+               "managed": "ManagedMemoryResource", "system": "SystemMemoryResource",
+               "sam_headroom": "SamHeadroomMemoryResource"}[spec.kind]]
     if spec.pool is not None and spec.kind != "async":
         layers.append("PoolResource")
     if "limit" in spec.sizes:

@@ -47,6 +47,9 @@ _DEVICE_CHECKS: List[Tuple[str, Callable[[], str]]] = [
      lambda: _roundtrip(hmr.PoolResource(hmr.AsyncMemoryResource()))),
     ("ManagedMemoryResource", lambda: _roundtrip(hmr.ManagedMemoryResource())),
     ("Event timing", lambda: _event_timing()),
+    ("AsyncMemoryResource reuse across streams", lambda: _pool_reuse()),
+    ("register_host", lambda: _registered()),
+    ("SystemMemoryResource", lambda: _system_memory()),
 ]
 
 #: check outcome -> (text column, whether it is a failure)
@@ -92,6 +95,95 @@ def _event_timing() -> str:
         ms = a.elapsed_time(b)
         buf.close()
     return f"64 MiB memset timed at {ms:.3f} ms"
+
+
+#: the pool self-test: bytes per block, rounds, and fills that keep the writer's stream busy
+_REUSE_BYTES = 16 << 20
+_REUSE_ROUNDS = 4
+_REUSE_STALE_FILLS = 8
+
+
+def _pool_reuse() -> str:
+    """The stream-ordered pool orders reuse across streams: a block written on one stream,
+    freed there and taken on another is read there only after the writer's work (the reader
+    sees the writer's bytes, never zeros or what was there before), as some HIP releases on
+    consumer GPUs got wrong."""
+    import ctypes
+    from hipmr_ctypes import _hip
+    from hipmr_ctypes._hip.types import hipMemcpyDefault
+    rt = _hip.get_runtime()
+    n = _REUSE_BYTES
+    mr = hmr.AsyncMemoryResource()
+    reused = 0
+    try:
+        with hmr.Stream() as writer, hmr.Stream() as reader:
+            for r in range(_REUSE_ROUNDS):
+                value = (37 * r + 11) & 0xFF
+                stale = value ^ 0xFF
+                p = mr.allocate_async(n, DEFAULT_ALIGNMENT, writer)
+                for _ in range(_REUSE_STALE_FILLS):     # keep the writer's stream busy
+                    rt.check(rt.fn.hipMemsetD8Async(p, stale, n, writer.handle),
+                             "hipMemsetD8Async")
+                rt.check(rt.fn.hipMemsetD8Async(p, value, n, writer.handle),
+                         "hipMemsetD8Async")
+                mr.deallocate_async(p, n, DEFAULT_ALIGNMENT, writer)
+                q = mr.allocate_async(n, DEFAULT_ALIGNMENT, reader)
+                try:
+                    if q == p:
+                        reused += 1
+                        out = bytearray(n)
+                        host = (ctypes.c_char * n).from_buffer(out)
+                        rt.check(rt.fn.hipMemcpyAsync(host, q, n, hipMemcpyDefault,
+                                                      reader.handle), "hipMemcpyAsync")
+                        reader.synchronize()
+                        del host
+                        if out.count(value) != n:
+                            raise AssertionError(_reuse_failure(out, value, stale))
+                finally:
+                    mr.deallocate_async(q, n, DEFAULT_ALIGNMENT, reader)
+                    writer.synchronize()
+                    reader.synchronize()
+    finally:
+        mr.close()
+    if not reused:
+        return ("the pool did not hand a block freed on one stream to another here "
+                "(nothing to order)")
+    return (f"{reused} of {_REUSE_ROUNDS} blocks written on one stream, freed there and "
+            "taken on another: the reader saw the writer's bytes")
+
+
+def _reuse_failure(seen: bytearray, value: int, stale: int) -> str:
+    zeros, old = seen.count(0), seen.count(stale)
+    what = ", ".join(f"{count} bytes {name}" for count, name in (
+        (zeros, "zero"), (old, "of the writer's earlier fills"),
+        (len(seen) - zeros - old - seen.count(value), "of other data")) if count)
+    return ("the memory pool handed a block freed on one stream to another stream before the "
+            f"writer's work was done: the reader saw {what} instead of the writer's "
+            f"{len(seen)} bytes of {value:#04x}; use PoolResource over DeviceMemoryResource "
+            "instead (HIPMR_DEVICE_RESOURCE=device,pool)")
+
+
+def _registered() -> str:
+    """Host memory pinned where it is (``register_host``): copied in and out directly."""
+    data = bytearray(PATTERN)
+    out = bytearray(len(PATTERN))
+    with hmr.register_host(data), hmr.register_host(out):
+        buf = hmr.Buffer.from_host(data)
+        buf.copy_to_host(out)
+        buf.close()
+    if out != data:
+        raise AssertionError("data read back differs from data written")
+    return f"{len(PATTERN)} bytes of registered host memory copied in and out"
+
+
+def _system_memory() -> str:
+    """System memory used by device 0 (skipped where it has no pageable memory access)."""
+    dev = hmr.Device(0)
+    if not dev.pageable_memory_access:
+        raise NotImplementedError(
+            f"device 0 has no pageable memory access (integrated: "
+            f"{'yes' if dev.integrated else 'no'}): not an APU, or XNACK / HMM is off")
+    return _roundtrip(hmr.SystemMemoryResource(0))
 
 
 def check(as_json: bool = False) -> int:

@@ -25,8 +25,8 @@ from ._hip.types import hipMemcpyDefault
 from ._memory_query import memory_kind
 from .concepts import AsyncResource
 from . import device as _device_module
-from .device import (Device, check_device, current_device_function as _current_device,
-                     get_device, on_device, on_device_or_current, prefetch_if_managed)
+from .device import (Device, current_device_function as _current_device, on_device,
+                     on_device_or_current, prefetch_if_managed)
 from .device import _NO_SWITCH   # _wait_own alone (everything else: on_device_or_current)
 from .properties import DEFAULT_ALIGNMENT
 from .resource_refs import async_resource_ref, resource_ref
@@ -635,14 +635,38 @@ class Buffer:
         return new
 
     def prefetch(self, device: Any = None, stream: Any = None) -> None:
-        """Prefetch managed memory to ``device`` (default: the current one) on ``stream``
-        (default: the buffer's own); nothing happens for memory that is not managed."""
+        """Prefetch managed memory to ``device`` (default: the current one; ``"host"``: to the
+        host) on ``stream`` (default: the buffer's own); nothing happens for memory that is
+        not managed."""
         ptr = self._live()
-        target = get_device() if device is None else check_device(device)
+        target = _device_module.prefetch_target(device)
         handle = self._own_stream() if stream is None else check_stream(stream)
         if not ptr or not self._size or self._host_only or self._memory_kind() != "managed":
             return
         prefetch_if_managed(ptr, self._size, target, handle)
+
+    # ---- managed-memory control: advice and discarding (device.advise / device.discard) ----
+    def advise(self, advice: str, device: Any = None, *, unset: bool = False) -> None:
+        """Advise the runtime about this managed memory (``hipMemAdvise``): ``advice`` is
+        ``"read_mostly"``, ``"preferred_location"``, ``"accessed_by"`` or ``"coarse_grain"``
+        (AMD's: NotSupportedError on the nvidia platform); ``device``: the device it names
+        (default: the current one; ``"host"`` for the preferred location or an accessor);
+        ``unset=True`` withdraws it.  Memory that is not managed is a ValueError, raised
+        before any native call like every bad argument."""
+        ptr = self._live()
+        kind = "host" if self._host_only else self._memory_kind()
+        _device_module.advise(ptr, self._size, kind, advice, device, unset)
+
+    def discard(self, stream: Any = None) -> None:
+        """Tell the runtime the contents of this managed memory are no longer needed
+        (``hipMemDiscardBatchAsync``, on ``stream``, default the buffer's own): its pages may
+        be dropped instead of migrated, and reading it before writing it again gives
+        indeterminate bytes.  NotSupportedError where the runtime lacks the call (ROCm before
+        7.2); memory that is not managed is a ValueError."""
+        ptr = self._live()
+        handle = self._own_stream() if stream is None else check_stream(stream)
+        kind = "host" if self._host_only else self._memory_kind()
+        _device_module.discard(ptr, self._size, kind, handle)
 
     # ---- pickling: through the host, allocated again on the current device resource ----
     def __reduce_ex__(self, protocol: SupportsIndex) -> Tuple[Any, ...]:

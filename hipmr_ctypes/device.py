@@ -9,8 +9,11 @@ from typing import Any, Callable, ContextManager, Generator, Optional, Tuple, Un
 
 from . import _hip
 from ._hip.exceptions import NoDeviceError, NotSupportedError
-from ._hip.types import (DEVICE_ATTRIBUTES, hipDeviceAttributeManagedMemory,
-                         hipDeviceAttributeMemoryPoolsSupported)
+from ._hip.types import (DEVICE_ATTRIBUTES, hipDeviceAttributeIntegrated,
+                         hipDeviceAttributeManagedMemory,
+                         hipDeviceAttributeMemoryPoolsSupported,
+                         hipDeviceAttributePageableMemoryAccess, MEM_ADVICE,
+                         hipCpuDeviceId)
 
 __all__ = ["platform", "runtime_version", "driver_version", "device_count", "get_device",
            "set_device", "Device", "check_device", "prefetch", "synchronize", "on_device"]
@@ -204,6 +207,63 @@ def prefetch(ptr: int, nbytes: int, device: int, stream: object = 0) -> None:
              device=device)
 
 
+def prefetch_target(device: object) -> int:
+    """The device a prefetch goes to: ``"host"`` is ``hipCpuDeviceId`` (-1), None the current
+    device, else a checked ordinal or :class:`Device`."""
+    if isinstance(device, str):
+        if device != "host":
+            raise TypeError(f"device must be an int device ordinal, a Device or 'host', "
+                            f"not {device!r}")
+        return hipCpuDeviceId
+    return get_device() if device is None else check_device(device)
+
+
+def advise(ptr: int, nbytes: int, kind: str, advice: object, device: object,
+           unset: object) -> None:
+    """``hipMemAdvise`` over ``[ptr, ptr+nbytes)`` of memory of ``kind`` (``Buffer.advise``):
+    every argument checked before the call; only managed memory takes advice."""
+    if not isinstance(advice, str):
+        raise TypeError(f"advice must be a str, not {type(advice).__name__}")
+    codes = MEM_ADVICE.get(advice)
+    if codes is None:
+        raise ValueError(f"advice={advice!r}: expected one of {', '.join(MEM_ADVICE)}")
+    if type(unset) is not bool:
+        raise TypeError(f"unset must be a bool, not {type(unset).__name__}")
+    if advice == "read_mostly":
+        target = get_device() if device is None else check_device(device)
+    elif advice == "coarse_grain" and device == "host":
+        raise ValueError("device='host': coarse_grain advice names a device")
+    else:
+        target = prefetch_target(device)
+    if kind != "managed":
+        raise ValueError(f"advise needs managed memory; this is {kind} memory")
+    rt = _hip.get_runtime()
+    if advice == "coarse_grain" and rt.platform == "nvidia":
+        raise NotSupportedError(801, "hipErrorNotSupported",
+                                "coarse_grain advice is AMD's (hipMemAdviseSetCoarseGrain); "
+                                "CUDA has no such advice", "hipMemAdvise")
+    if not nbytes:
+        return
+    code = codes[1] if unset else codes[0]
+    rt.check(rt.fn.hipMemAdvise(ptr, nbytes, code, target), "hipMemAdvise", size=nbytes,
+             device=target if target >= 0 else None, detail=f"advice {advice!r}")
+
+
+def discard(ptr: int, nbytes: int, kind: str, handle: int) -> None:
+    """``hipMemDiscardBatchAsync`` of ``[ptr, ptr+nbytes)`` on the stream ``handle``
+    (``Buffer.discard``): only managed memory; NotSupportedError where the runtime lacks the
+    call (HIP before 7.2)."""
+    if kind != "managed":
+        raise ValueError(f"discard needs managed memory; this is {kind} memory")
+    rt = _hip.get_runtime()
+    if not nbytes:
+        return
+    ptrs = (ctypes.c_void_p * 1)(ptr)
+    sizes = (ctypes.c_size_t * 1)(nbytes)
+    rt.check(rt.fn.hipMemDiscardBatchAsync(ptrs, sizes, 1, 0, handle),
+             "hipMemDiscardBatchAsync", size=nbytes)
+
+
 def prefetch_if_managed(ptr: int, nbytes: int, device: int, handle: int) -> bool:
     """Prefetch ``[ptr, ptr+nbytes)`` to ``device`` on the stream ``handle`` when the memory
     can be prefetched; returns False, having done nothing, when the runtime refuses the
@@ -298,6 +358,19 @@ class Device:
     def supports_managed_memory(self) -> bool:
         """``hipDeviceAttributeManagedMemory``."""
         return self._flag(hipDeviceAttributeManagedMemory)
+
+    @property
+    def integrated(self) -> bool:
+        """``hipDeviceAttributeIntegrated``: the device shares the host's memory (an APU such
+        as MI300A)."""
+        return self._flag(hipDeviceAttributeIntegrated)
+
+    @property
+    def pageable_memory_access(self) -> bool:
+        """``hipDeviceAttributePageableMemoryAccess``: the device reads and writes memory from
+        the system allocator (``malloc``, NumPy arrays) directly, with no registration: an
+        APU, or a GPU with XNACK / HMM enabled.  What ``SystemMemoryResource`` needs."""
+        return self._flag(hipDeviceAttributePageableMemoryAccess)
 
     def memory_info(self) -> Tuple[int, int]:
         """``(free, total)`` bytes of this device."""

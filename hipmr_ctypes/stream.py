@@ -8,6 +8,7 @@ garbage-collected (never at interpreter exit: see ``hipmr_ctypes._exit``).  Usin
 from __future__ import annotations
 
 import ctypes
+import os
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
@@ -18,7 +19,7 @@ from .stream_refs import (HANDLE_READERS, IntValue, _binding_module, as_stream_h
                          stream_ref)
 
 _T = TypeVar("_T")
-__all__ = ["Stream", "Event", "wait_event", "new_event", "event_for", "track_streams",
+__all__ = ["Stream", "Event", "IpcEventHandle", "wait_event", "new_event", "event_for", "track_streams",
            "STREAM_DEVICES"]
 
 if not _binding_module:  # stream_ref reaches the binding without an import from now on
@@ -238,17 +239,30 @@ setattr(Stream, "_hipmr_handle", vars(Stream)["_open"])  # as stream_ref's: the 
 
 
 class Event(_Owned):
-    """An owning HIP event: ``Event(flags=0)`` (2 = ``hipEventDisableTiming``, 1 = blocking sync)."""
+    """An owning HIP event: ``Event(flags=0, *, interprocess=False)`` (flags: 2 =
+    ``hipEventDisableTiming``, 1 = blocking sync, 4 = ``hipEventInterprocess``).
+
+    ``interprocess=True`` adds the interprocess flag and disables timing (which the runtime
+    requires of an interprocess event): :meth:`export_ipc` then gives a handle another process
+    opens with :meth:`Event.from_ipc`.
+    """
 
     __slots__ = ("_handle", "_flags", "_finalizer", "_recorded", "_device", "__weakref__")
     _what = "Event"
 
-    def __init__(self, flags: int = 0) -> None:
+    def __init__(self, flags: int = 0, *, interprocess: bool = False) -> None:
         if isinstance(flags, bool) or not isinstance(flags, int):
             raise TypeError(f"flags must be an int, not {type(flags).__name__}")
         if flags < 0 or flags & ~0x7:
             raise ValueError(f"flags={flags}: expected a combination of 1 (blocking sync), "
                              f"2 (disable timing) and 4 (interprocess)")
+        if type(interprocess) is not bool:
+            raise TypeError(f"interprocess must be a bool, not {type(interprocess).__name__}")
+        if interprocess:
+            flags |= _EVENT_INTERPROCESS | _EVENT_DISABLE_TIMING
+        elif flags & _EVENT_INTERPROCESS and not flags & _EVENT_DISABLE_TIMING:
+            raise ValueError(f"flags={flags}: an interprocess event (4) needs timing disabled "
+                             "(2); or pass interprocess=True")
         rt = _hip.get_runtime()
         self._device = Device().id  # events are recorded on streams of this device only
         out = ctypes.c_void_p()
@@ -303,9 +317,116 @@ class Event(_Owned):
                  "hipEventElapsedTime")
         return out.value
 
+    @property
+    def interprocess(self) -> bool:
+        """True for an event made with ``interprocess=True`` (or flag 4)."""
+        return bool(self._flags & _EVENT_INTERPROCESS)
+
+    def export_ipc(self) -> "IpcEventHandle":
+        """A handle another process opens with :meth:`Event.from_ipc`
+        (``hipIpcGetEventHandle``): there, waiting on the event (``wait_event``,
+        ``synchronize``, ``query``) follows what this process records on it.  The event must
+        be interprocess (ValueError otherwise, before any native call)."""
+        handle = self._live()
+        if not self._flags & _EVENT_INTERPROCESS:
+            raise ValueError("export_ipc needs an interprocess event: "
+                             "Event(interprocess=True)")
+        rt = _hip.get_runtime()
+        from ._hip.types import hipIpcEventHandle_t
+        raw = hipIpcEventHandle_t()
+        rt.check(rt.fn.hipIpcGetEventHandle(raw, handle), "hipIpcGetEventHandle")
+        return IpcEventHandle(bytes(raw), self._device, os.getpid())
+
+    @classmethod
+    def from_ipc(cls, handle: "IpcEventHandle") -> "Event":
+        """The event another process exported (``hipIpcOpenEventHandle``), on the device it
+        was made on: timing disabled, interprocess, owned (closing it closes this process's
+        use of it only).  A handle exported by this very process is a ValueError (use that
+        Event itself), before any native call."""
+        if type(handle) is not IpcEventHandle:
+            raise TypeError(f"handle must be an IpcEventHandle, not {type(handle).__name__}")
+        if handle.pid == os.getpid():
+            raise ValueError("this IpcEventHandle was exported by this process: use the "
+                             "Event it came from")
+        device = check_device(handle.device)
+        rt = _hip.get_runtime()
+        from ._hip.types import hipIpcEventHandle_t
+        raw = hipIpcEventHandle_t.from_buffer_copy(handle.data)
+        out = ctypes.c_void_p()
+        with Device(device):
+            rt.check(rt.fn.hipIpcOpenEventHandle(out, raw), "hipIpcOpenEventHandle",
+                     device=device)
+        event = object.__new__(cls)
+        event._device = device
+        event._own(out.value or 0, rt.fn.hipEventDestroy)
+        event._flags = _EVENT_INTERPROCESS | _EVENT_DISABLE_TIMING
+        event._recorded = False
+        return event
+
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"0x{self._handle:x}"
         return f"<Event {state} flags={self._flags}>"
+
+
+#: hipEventDisableTiming and hipEventInterprocess (the same values in every release and in
+#: CUDA; tests/binding/test_abi.py checks them against the headers as types' MACROS)
+_EVENT_DISABLE_TIMING = 2
+_EVENT_INTERPROCESS = 4
+
+
+class IpcEventHandle:
+    """What :meth:`Event.export_ipc` gives: the runtime's 64-byte event handle, with the
+    device and the exporting process's id.  Immutable and picklable (send it to the other
+    process any way you like: a pipe, ``multiprocessing``, a socket); opened there with
+    :meth:`Event.from_ipc`."""
+
+    __slots__ = ("_data", "_device", "_pid")
+    _data: bytes
+    _device: int
+    _pid: int
+
+    def __init__(self, data: bytes, device: int, pid: int) -> None:
+        if type(data) is not bytes or len(data) != 64:
+            raise ValueError("data must be the 64 bytes of a hipIpcEventHandle_t")
+        for name, value in (("device", device), ("pid", pid)):
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, not {value!r}")
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_device", device)
+        object.__setattr__(self, "_pid", pid)
+
+    @property
+    def data(self) -> bytes:
+        """The runtime's handle (64 bytes)."""
+        return self._data
+
+    @property
+    def device(self) -> int:
+        """The device the event was made on."""
+        return self._device
+
+    @property
+    def pid(self) -> int:
+        """The id of the process that exported it."""
+        return self._pid
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("IpcEventHandle is immutable")
+
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes, int, int]]:
+        return (IpcEventHandle, (self._data, self._device, self._pid))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not IpcEventHandle:
+            return NotImplemented
+        return (self._data, self._device, self._pid) == (other._data, other._device,
+                                                         other._pid)
+
+    def __hash__(self) -> int:
+        return hash((self._data, self._device, self._pid))
+
+    def __repr__(self) -> str:
+        return f"<IpcEventHandle device={self._device} pid={self._pid}>"
 
 
 def wait_event(stream: object, event: Event) -> None:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Decl", "DECLS", "DECL_BY_NAME", "call_argtypes", "hipMemLocation",
            "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t", "hipIpcMemHandle_t",
-           "hipMemPoolPtrExportData"]
+           "hipMemPoolPtrExportData", "hipIpcEventHandle_t"]
 
 
 # ---- the structures (x86-64 Linux, LP64; tests/binding/test_abi.py checks them against the
@@ -68,6 +68,11 @@ class hipPointerAttribute_t(Structure):
 
 class hipIpcMemHandle_t(Structure):
     """``hipIpcMemHandle_t``: 64 opaque bytes, passed by value."""
+    _fields_ = [("reserved", c_char * 64)]
+
+
+class hipIpcEventHandle_t(Structure):
+    """``hipIpcEventHandle_t``: 64 opaque bytes, passed by value."""
     _fields_ = [("reserved", c_char * 64)]
 
 
@@ -127,6 +132,7 @@ _TYPES: Dict[str, object] = {
     "hipMemAccessDesc": hipMemAccessDesc, "hipMemPoolProps": hipMemPoolProps,
     "hipPointerAttribute_t": hipPointerAttribute_t, "hipIpcMemHandle_t": hipIpcMemHandle_t,
     "hipMemPoolPtrExportData": hipMemPoolPtrExportData,
+    "hipIpcEventHandle_t": hipIpcEventHandle_t,
 }
 
 _TABLE = """
@@ -214,6 +220,16 @@ hipEventSynchronize                 4.2  R    status  event:event
 hipEventQuery                       4.2  R    status  event:event
 hipEventElapsedTime                 4.2  R    status  ms:float* start:event stop:event
 hipEventDestroy                     4.2  R    status  event:event
+# AMD memory: pinning existing host memory, interprocess events
+hipHostRegister                     4.2  R    status  hostPtr:void* sizeBytes:size_t flags:uint
+hipHostUnregister                   4.2  R    status  hostPtr:void*
+hipHostGetDevicePointer             4.2  R    status  devPtr:void** hstPtr:void* flags:uint
+hipIpcGetEventHandle                4.2  R    status  handle:hipIpcEventHandle_t* event:event
+hipIpcOpenEventHandle               4.2  R    status  event:void** handle:hipIpcEventHandle_t
+hipMemAdvise                        4.2  R    status  dev_ptr:void* count:size_t advice:int device:int
+hipMemDiscardBatchAsync             7.3  O    status  dptrs:void** sizes:size_t* count:size_t flags:ulonglong stream:stream
+# (AMD's alone: optional, so that the nvidia platform, which has no counterpart, lacks it)
+hipExtMallocWithFlags               4.2  O    status  ptr:void** sizeBytes:size_t flags:uint
 # newer, optional
 hipExtGetLastError                  6.0  O    status  -
 hipStreamGetId                      7.1  O    status  stream:stream streamId:ulonglong*

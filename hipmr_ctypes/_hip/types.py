@@ -7,12 +7,13 @@ supported ROCm version and are checked against the real headers by
 """
 from __future__ import annotations
 
-from .decls import (hipIpcMemHandle_t, hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
-                    hipMemPoolPtrExportData, hipPointerAttribute_t)
+from .decls import (hipIpcEventHandle_t, hipIpcMemHandle_t, hipMemAccessDesc, hipMemLocation,
+                    hipMemPoolProps, hipMemPoolPtrExportData, hipPointerAttribute_t)
 
 __all__ = [
     "hipMemLocation", "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t",
-    "hipIpcMemHandle_t", "hipMemPoolPtrExportData", "STRUCTS", "ENUMS",
+    "hipIpcMemHandle_t", "hipMemPoolPtrExportData", "hipIpcEventHandle_t", "STRUCTS",
+    "ENUMS",
 ]
 
 
@@ -24,6 +25,7 @@ STRUCTS = {
     "hipPointerAttribute_t": hipPointerAttribute_t,
     "hipIpcMemHandle_t": hipIpcMemHandle_t,
     "hipMemPoolPtrExportData": hipMemPoolPtrExportData,
+    "hipIpcEventHandle_t": hipIpcEventHandle_t,
 }
 
 # ---- enum values and flags (identical in ROCm 5.2.3 ... 7.0 unless noted) ----
@@ -46,6 +48,10 @@ hipMemAllocationTypePinned = 1
 hipMemHandleTypeNone = 0
 hipMemHandleTypePosixFileDescriptor = 1
 hipMemLocationTypeDevice = 1
+hipMemLocationTypeHost = 2          # HIP 7.2 (absent from 6.4's headers); CUDA's value too
+#: the first HIP release whose memory pools may be located on the host (the 7.2.4 headers
+#: define hipMemLocationTypeHost, the 6.4.3 ones do not)
+HOST_POOLS_SINCE = (7, 2, 0)
 hipMemAccessFlagsProtNone = 0
 hipMemAccessFlagsProtRead = 1
 hipMemAccessFlagsProtReadWrite = 3
@@ -62,6 +68,17 @@ hipHostMallocPortable = 1
 hipHostMallocMapped = 2
 hipHostMallocWriteCombined = 4
 
+# hipHostRegister flags (identical in every release).  hipHostRegisterReadOnly (8) is not in
+# the 5.2.3 headers; the 6.4.3 and 7.2.4 ones define it as "ignored on AMD devices", on the
+# bit of hipExtHostRegisterCoarseGrained: so the package passes it only on the nvidia
+# platform, where it is cudaHostRegisterReadOnly
+hipHostRegisterDefault = 0
+hipHostRegisterPortable = 1
+hipHostRegisterMapped = 2
+hipHostRegisterIoMemory = 4
+hipExtHostRegisterCoarseGrained = 8
+cudaHostRegisterReadOnly = 8
+
 hipMemAttachGlobal = 1
 hipMemAttachHost = 2
 hipMemAttachSingle = 4
@@ -76,6 +93,7 @@ hipDeviceAttributePciDeviceId = 68
 hipDeviceAttributeConcurrentManagedAccess = 9
 hipDeviceAttributeCanMapHostMemory = 3
 hipDeviceAttributeIntegrated = 16
+hipDeviceAttributePageableMemoryAccess = 65
 hipDeviceAttributeUnifiedAddressing = 85
 hipDeviceAttributeWarpSize = 87
 hipDeviceAttributeMemoryPoolsSupported = 88
@@ -87,6 +105,22 @@ def ipc_lazy_enable_peer_access(major: int) -> int:
     """``hipIpcMemLazyEnablePeerAccess`` of HIP ``major``: 0 before 6, 1 from 6 on."""
     return 0 if major < 6 else 1
 
+
+# hipExtMallocWithFlags flags (values, not bits): Finegrained in every release, Uncached from
+# HIP 5.5 (fine-grained memory the device does not cache), Contiguous from 6.2
+hipDeviceMallocDefault = 0
+hipDeviceMallocFinegrained = 1
+hipMallocSignalMemory = 2
+hipDeviceMallocUncached = 3
+DEVICE_MALLOC_UNCACHED_SINCE = (5, 5)
+
+# hipMemoryAdvise (AMD's numbering, the same in every release; HIP's NVIDIA header numbers
+# its own enum from 0, but CUDA's cudaMemoryAdvise, which the nvidia platform calls, has
+# these values 1-6; the coarse-grain pair is AMD's alone): advice name -> (set, unset)
+MEM_ADVICE = {"read_mostly": (1, 2), "preferred_location": (3, 4), "accessed_by": (5, 6),
+              "coarse_grain": (100, 101)}
+#: hipCpuDeviceId: "the host" where a device ordinal is expected (cudaCpuDeviceId is -1 too)
+hipCpuDeviceId = -1
 
 # Special stream handles
 hipStreamLegacy = 1
@@ -125,6 +159,7 @@ ENUMS = {
     "hipMemHandleTypeNone": hipMemHandleTypeNone,
     "hipMemHandleTypePosixFileDescriptor": hipMemHandleTypePosixFileDescriptor,
     "hipMemLocationTypeDevice": hipMemLocationTypeDevice,
+    "hipMemLocationTypeHost": hipMemLocationTypeHost,
     "hipMemAccessFlagsProtNone": hipMemAccessFlagsProtNone,
     "hipMemAccessFlagsProtRead": hipMemAccessFlagsProtRead,
     "hipMemAccessFlagsProtReadWrite": hipMemAccessFlagsProtReadWrite,
@@ -135,6 +170,11 @@ ENUMS = {
     "hipDeviceAttributeConcurrentManagedAccess": hipDeviceAttributeConcurrentManagedAccess,
     "hipDeviceAttributeCanMapHostMemory": hipDeviceAttributeCanMapHostMemory,
     "hipDeviceAttributeIntegrated": hipDeviceAttributeIntegrated,
+    "hipDeviceAttributePageableMemoryAccess": hipDeviceAttributePageableMemoryAccess,
+    "hipMemAdviseSetReadMostly": 1, "hipMemAdviseUnsetReadMostly": 2,
+    "hipMemAdviseSetPreferredLocation": 3, "hipMemAdviseUnsetPreferredLocation": 4,
+    "hipMemAdviseSetAccessedBy": 5, "hipMemAdviseUnsetAccessedBy": 6,
+    "hipMemAdviseSetCoarseGrain": 100, "hipMemAdviseUnsetCoarseGrain": 101,
     "hipDeviceAttributeUnifiedAddressing": hipDeviceAttributeUnifiedAddressing,
     "hipDeviceAttributeWarpSize": hipDeviceAttributeWarpSize,
     "hipDeviceAttributeMemoryPoolsSupported": hipDeviceAttributeMemoryPoolsSupported,
@@ -144,7 +184,8 @@ ENUMS = {
     "hipErrorInvalidHandle": 400, "hipErrorNotReady": 600, "hipErrorNotSupported": 801,
 }
 # Enumerators newer than ROCm 5.2: name -> (major, minor) of the first header that has them
-ENUMS_SINCE = {"hipDeviceAttributeMemoryPoolSupportedHandleTypes": (6, 1)}
+ENUMS_SINCE = {"hipDeviceAttributeMemoryPoolSupportedHandleTypes": (6, 1),
+               "hipMemLocationTypeHost": (7, 2)}
 
 # Macros (#define) the ABI test checks: name -> value
 MACROS = {
@@ -156,4 +197,12 @@ MACROS = {
     "hipHostMallocWriteCombined": hipHostMallocWriteCombined,
     "hipMemAttachGlobal": hipMemAttachGlobal, "hipMemAttachHost": hipMemAttachHost,
     "hipMemAttachSingle": hipMemAttachSingle,
+    "hipDeviceMallocDefault": hipDeviceMallocDefault,
+    "hipDeviceMallocFinegrained": hipDeviceMallocFinegrained,
+    "hipMallocSignalMemory": hipMallocSignalMemory,
+    "hipHostRegisterDefault": hipHostRegisterDefault,
+    "hipHostRegisterPortable": hipHostRegisterPortable,
+    "hipHostRegisterMapped": hipHostRegisterMapped,
+    "hipHostRegisterIoMemory": hipHostRegisterIoMemory,
+    "hipExtHostRegisterCoarseGrained": hipExtHostRegisterCoarseGrained,
 }

@@ -149,13 +149,7 @@ class AsyncMemoryResource:
             raise NotSupportedError(801, "hipErrorNotSupported",
                                     f"device {dev} cannot export memory pools as POSIX file "
                                     "descriptors (enable_ipc=True)", "AsyncMemoryResource")
-        props = hipMemPoolProps()
-        props.allocType = hipMemAllocationTypePinned
-        props.handleTypes = (hipMemHandleTypePosixFileDescriptor if enable_ipc
-                             else hipMemHandleTypeNone)
-        props.location.type = hipMemLocationTypeDevice
-        props.location.id = dev
-        props.maxSize = maximum or 0
+        props = self._pool_props(dev, enable_ipc, maximum)
         out = c_void_p()
         rt.check(rt.fn.hipMemPoolCreate(out, props), "hipMemPoolCreate", device=dev)
         ipc = None
@@ -173,6 +167,19 @@ class AsyncMemoryResource:
         self._bind(pool, rt, (("initial_pool_size", initial_pool_size),
                               ("release_threshold", threshold), ("enable_ipc", enable_ipc),
                               ("maximum_pool_size", maximum)))
+
+    def _pool_props(self, device: int, enable_ipc: bool,
+                    maximum: Optional[int]) -> hipMemPoolProps:
+        """The properties of the pool this resource creates: pinned memory located on
+        ``device`` (subclasses place it elsewhere)."""
+        props = hipMemPoolProps()
+        props.allocType = hipMemAllocationTypePinned
+        props.handleTypes = (hipMemHandleTypePosixFileDescriptor if enable_ipc
+                             else hipMemHandleTypeNone)
+        props.location.type = hipMemLocationTypeDevice
+        props.location.id = device
+        props.maxSize = maximum or 0
+        return props
 
     @classmethod
     def from_default_pool(cls, device: Optional[Any] = None) -> "AsyncMemoryResource":

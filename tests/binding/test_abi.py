@@ -160,7 +160,8 @@ def _c_argument(ctype):
     if ctype is ctypes.c_char_p:
         return "(char*)0"
     scalars = {ctypes.c_int: "int", ctypes.c_uint: "unsigned int", ctypes.c_size_t: "size_t",
-               ctypes.c_ubyte: "unsigned char", ctypes.c_ushort: "unsigned short"}
+               ctypes.c_ubyte: "unsigned char", ctypes.c_ushort: "unsigned short",
+               ctypes.c_ulonglong: "unsigned long long"}
     if ctype in scalars:
         return f"({scalars[ctype]})0"
     if hasattr(ctype, "_type_"):                 # POINTER(x): any object pointer

@@ -1004,6 +1004,67 @@ for label, v, exc in [("int", 42, TypeError), ("empty", "", ValueError)]:
 for label, v, exc in BAD_DEVICES:
     case(f"available_device_memory-device-{label}", "available_device_memory", _none,
          lambda _, v=v: hmr.available_device_memory(v), exc, "device")
+# ---- AMD memory: host registration, IPC events, system memory, host and managed pools -------
+for label, args, kwargs, exc, match in [
+        ("obj-string", ("text",), {}, TypeError, "buffer protocol"),
+        ("obj-float", (1.5,), {}, TypeError, "buffer protocol"),
+        ("address-without-size", (0x10000,), {}, TypeError, "size"),
+        ("address-zero", (0, 16), {}, ValueError, "range"),
+        ("size-zero", (bytearray(8), 0), {}, ValueError, "size"),
+        ("size-too-large", (bytearray(8), 9), {}, ValueError, "size"),
+        ("size-float", (bytearray(8), 2.0), {}, TypeError, "size"),
+        ("empty", (bytearray(),), {}, ValueError, "no bytes"),
+        ("read-only", (b"bytes",), {}, TypeError, "read_only"),
+        ("not-contiguous", (memoryview(bytearray(16))[::2],), {}, ValueError, "contiguous"),
+        ("portable-int", (bytearray(8),), {"portable": 1}, TypeError, "portable"),
+        ("mapped-None", (bytearray(8),), {"mapped": None}, TypeError, "mapped")]:
+    case(f"register_host-{label}", "register_host", _none,
+         lambda _, a=args, k=kwargs: hmr.register_host(*a, **k), exc, match)
+case("HostRegistration-constructor", "HostRegistration", _none,
+     lambda _: hmr.HostRegistration(), TypeError, "register_host")
+case("HostRegistration-closed-ptr", "HostRegistration",
+     lambda: _closed(hmr.register_host(bytearray(64))), lambda r: r.ptr, ValueError, "closed")
+for label, args, exc in [("short", (b"x" * 63, 0, 1), ValueError),
+                         ("text", ("x" * 64, 0, 1), ValueError),
+                         ("device-negative", (b"x" * 64, -1, 1), ValueError)]:
+    case(f"IpcEventHandle-{label}", "IpcEventHandle", _none,
+         lambda _, a=args: hmr.IpcEventHandle(*a), exc, "data|device")
+case("Event.from_ipc-not-a-handle", "IpcEventHandle", _none,
+     lambda _: hmr.Event.from_ipc(bytes(64)), TypeError, "IpcEventHandle")
+case("Event.export_ipc-not-interprocess", "Event", hmr.Event, lambda e: e.export_ipc(),
+     ValueError, "interprocess")
+case("Event-interprocess-int", "Event", _none, lambda _: hmr.Event(interprocess=1), TypeError,
+     "interprocess")
+case("Event-flag-4-with-timing", "Event", _none, lambda _: hmr.Event(4), ValueError,
+     "timing")
+for name in ("SystemMemoryResource", "SamHeadroomMemoryResource"):
+    args = () if name == "SystemMemoryResource" else (0,)
+    case(f"{name}-no-pageable-access", name, _none,
+         lambda _, n=name, a=args: getattr(hmr, n)(*a), hmr.NotSupportedError,
+         "pageable memory access", native=QUERIES | {"hipDeviceGetAttribute"})
+    case(f"{name}-device-string", name, _none,
+         lambda _, n=name, a=args: getattr(hmr, n)(*a, device="0"), TypeError, "device")
+case("SamHeadroomMemoryResource-headroom-negative", "SamHeadroomMemoryResource", _none,
+     lambda _: hmr.SamHeadroomMemoryResource(-1), ValueError, "headroom")
+case("SamHeadroomMemoryResource-headroom-None", "SamHeadroomMemoryResource", _none,
+     lambda _: hmr.SamHeadroomMemoryResource(None), TypeError, "headroom")
+for name in ("AsyncPinnedMemoryResource", "AsyncManagedMemoryResource"):
+    # the emulated runtime (HIP 6.2) has neither pool: refused before any pool is created
+    case(f"{name}-unsupported-here", name, _none, lambda _, n=name: getattr(hmr, n)(),
+         hmr.NotSupportedError, "HIP 7.2|managed memory pools", emulated_only=True,
+         native=QUERIES | {"hipRuntimeGetVersion"})
+for label, call, exc, match in [
+        ("advice-int", lambda b: b.advise(1), TypeError, "advice"),
+        ("advice-unknown", lambda b: b.advise("fast"), ValueError, "advice"),
+        ("advise-unset-int", lambda b: b.advise("read_mostly", unset=1), TypeError, "unset"),
+        ("advise-not-managed", lambda b: b.advise("read_mostly"), ValueError, "managed"),
+        ("discard-not-managed", lambda b: b.discard(), ValueError, "managed"),
+        ("discard-stream-string", lambda b: b.discard("0"), TypeError, "stream")]:
+    case(f"Buffer.{label}", "Buffer", _buffer, call, exc, match, state=_buffer_state)
+case("DeviceMemoryResource-fine_grained-int", "DeviceMemoryResource", _none,
+     lambda _: hmr.DeviceMemoryResource(fine_grained=1), TypeError, "fine_grained")
+case("DeviceMemoryResource-uncached-None", "DeviceMemoryResource", _none,
+     lambda _: hmr.DeviceMemoryResource(uncached=None), TypeError, "uncached")
 EXEMPT["is_initialized"] = EXEMPT["disable_logging"] = EXEMPT["get_log_filenames"] = (
     "takes no argument")
 EXEMPT["unregister_reinitialize_hook"] = "any object: removes the registrations equal to it"

@@ -97,7 +97,11 @@ def config_from_env(env: Optional[Mapping[str, str]] = None) -> EmulatorConfig:
             raise setting_error("HIPMR_EMULATED_MISSING",
                                 f"HIPMR_EMULATED_MISSING: {name} is not an optional function "
                                 f"of the table")
-    return EmulatorConfig(devices, memory, host_memory, version, missing)
+    apu_text = get("HIPMR_EMULATED_APU")
+    if apu_text not in ("", "0", "1"):
+        raise setting_error("HIPMR_EMULATED_APU",
+                            f"HIPMR_EMULATED_APU={apu_text!r}: expected 1 (an APU) or 0")
+    return EmulatorConfig(devices, memory, host_memory, version, missing, apu_text == "1")
 
 
 def create_emulated_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:

@@ -38,6 +38,8 @@ INVALID_HANDLE = 400
 NOT_READY = 600
 PEER_ACCESS_ALREADY_ENABLED = 704
 PEER_ACCESS_NOT_ENABLED = 705
+HOST_MEMORY_ALREADY_REGISTERED = 712
+HOST_MEMORY_NOT_REGISTERED = 713
 
 ALIGNMENT = 256                      # of every allocation; sizes are accounted rounded up to it
 HANDLE_BASE = 0x7E5A_0000_0000       # stream / event / pool handles: HANDLE_BASE + n * HANDLE_STEP
@@ -49,6 +51,7 @@ MIN_HOST_ADDRESS = 0x10000           # host pointers below this (Linux mmap_min_
 DEVICE = "device"
 PINNED = "pinned"
 MANAGED = "managed"
+REGISTERED = "registered"            # host memory of the caller's, pinned by hipHostRegister
 
 # Calls that fail when there are no devices (everything but versions and error queries)
 NO_DEVICE_OK = frozenset({"hipRuntimeGetVersion", "hipDriverGetVersion", "hipGetErrorName",
@@ -69,6 +72,8 @@ _ERROR_STRINGS = {
     100: "no ROCm-capable device is detected", 101: "invalid device ordinal",
     400: "invalid resource handle", 600: "device not ready",
     704: "peer access is already enabled", 705: "peer access has not been enabled",
+    712: "part or all of the requested memory range is already mapped",
+    713: "pointer does not correspond to a registered memory region",
     801: "operation not supported", 999: "unknown error",
 }
 
@@ -95,6 +100,7 @@ class EmulatorConfig(NamedTuple):
     host_memory: int = 64 << 30
     version: Tuple[int, int, int] = (6, 2, 0)
     missing: FrozenSet[str] = frozenset()
+    apu: bool = False   # devices integrated with pageable memory access (an MI300A-class APU)
 
 
 class LiveAllocations(NamedTuple):
@@ -176,7 +182,7 @@ class Pool:
     """A stream-ordered memory pool: reserved blocks, either in use or cached for reuse."""
     __slots__ = ("handle", "device", "is_default", "handle_types", "max_size", "threshold",
                  "reuse", "used", "used_high", "reserved", "reserved_high", "cache", "live",
-                 "access", "alive", "arena", "imported", "shared", "freed_on")
+                 "access", "alive", "arena", "imported", "shared", "freed_on", "host")
 
     def __init__(self, handle: int, device: int, is_default: bool, handle_types: int = 0,
                  max_size: int = 0) -> None:
@@ -194,6 +200,8 @@ class Pool:
         self.arena: Optional[SharedArena] = None  # shared memory of an IPC-enabled pool
         self.imported = False                    # mapped from another process's pool
         self.shared = False                      # exported to a shareable handle once
+        self.host = False                        # located on the host (pinned host memory):
+                                                 # its blocks count against the host's memory
 
 
 class Stream:
@@ -210,7 +218,7 @@ class Stream:
 
 class Event:
     """An event: recorded time stamp and the stream work it waits for."""
-    __slots__ = ("handle", "device", "flags", "recorded", "stamp", "stream", "epoch")
+    __slots__ = ("handle", "device", "flags", "recorded", "stamp", "stream", "epoch", "ipc")
 
     def __init__(self, handle: int, device: int, flags: int) -> None:
         self.handle, self.device, self.flags = handle, device, flags
@@ -218,6 +226,7 @@ class Event:
         self.stamp = 0.0
         self.stream: Optional[Stream] = None   # set when recorded on a busy stream
         self.epoch = 0
+        self.ipc: Any = None   # the state shared with other processes (``_ipc``), if any
 
     def pending(self) -> bool:
         """True while the stream work this event was recorded after is 'still running'."""
@@ -303,6 +312,7 @@ class EmulatorCore:
         self._destroyed_streams: Set[int] = set()
         self.destroyed_stream_calls: List[Tuple[str, int]] = []
         self._events: Dict[int, Event] = {}
+        self._ipc_events: Dict[int, Event] = {}   # events shared with other processes
         self._faults: List[_Fault] = []
         self._devices: List[Device] = []
         for ordinal in range(config.devices):
@@ -373,6 +383,7 @@ class EmulatorCore:
                 raise ValueError(f"unknown stream {stream!r}")
             s.busy = count
             s.epoch += 1
+            self._publish_ipc_locked()
 
     def reset(self) -> None:
         """Free everything and return to the state of a new emulator.
@@ -395,6 +406,9 @@ class EmulatorCore:
             self._destroyed_streams.update(self._streams)
             self._pools.clear()
             self._streams.clear()
+            for ev in self._ipc_events.values():
+                ev.ipc.close()
+            self._ipc_events.clear()
             self._events.clear()
             self._faults.clear()
             for dev in self._devices:
@@ -452,12 +466,29 @@ class EmulatorCore:
                 # the interpreter is finalizing and a thread it stopped holds the lock (in
                 # the middle of an update): what a real runtime answers once it is torn down
                 status = DEINITIALIZED
+            if emu._ipc_events:
+                emu._publish_ipc_events()
             emu._note(status)
             return status
 
         call.__name__ = call.__qualname__ = name
         call.__doc__ = impl.__doc__
         return call
+
+    def _publish_ipc_events(self) -> None:
+        """After every call while events are shared with other processes: an interprocess
+        event this process recorded, whose work has completed since, says so to the others
+        (the device's write of the event's shared signal)."""
+        if self._lock.held_here():   # a deferred finalizer: the outer call publishes
+            return
+        with self._lock:
+            self._publish_ipc_locked()
+
+    def _publish_ipc_locked(self) -> None:
+        for ev in self._ipc_events.values():
+            if ev.stream is not None and not ev.pending():
+                ev.stream = None
+                ev.ipc.set_pending(False)
 
     def _take_fault(self, name: str) -> int:
         with self._lock:
@@ -548,7 +579,6 @@ class EmulatorCore:
         if pool.reserved <= keep or not pool.cache:
             return
         pool.cache.sort()
-        dev = self._devices[pool.device]
         while pool.cache and pool.reserved > keep:
             block, ptr = pool.cache.pop()
             pool.freed_on.pop(ptr, None)
@@ -557,7 +587,21 @@ class EmulatorCore:
             else:
                 self._heap.free(ptr)
             pool.reserved -= block
-            dev.committed -= block
+            self._commit(pool.host, pool.device, -block)
+
+    def _commit(self, host: bool, device: int, delta: int) -> None:
+        """Count ``delta`` bytes against the host's memory or ``device``'s (lock held)."""
+        if host:
+            self._host_committed += delta
+        else:
+            self._devices[device].committed += delta
+
+    def _room(self, host: bool, device: int) -> int:
+        """Bytes the host's memory or ``device``'s can still commit (lock held)."""
+        if host:
+            return self.config.host_memory - self._host_committed
+        dev = self._devices[device]
+        return dev.capacity - dev.committed
 
     def _release_device_pools(self, ordinal: int, stream: Optional[int] = None) -> None:
         """A synchronize point on device ``ordinal`` (with ``stream``: that stream's): the frees
@@ -575,6 +619,8 @@ class EmulatorCore:
     def _release_alloc(self, alloc: Alloc) -> None:
         """Free a live allocation: back to its pool's cache, or to the host."""
         self._unregister(alloc)
+        if alloc.kind == REGISTERED:   # the caller's memory: unpinned, never freed
+            return
         pool = alloc.pool
         if pool is not None and pool.imported:   # unmapped; the exporter's memory stays
             pool.live -= 1
@@ -590,7 +636,7 @@ class EmulatorCore:
             pool.reserved -= alloc.block   # destroyed pool: its last blocks go straight back
             if pool.arena is not None:
                 pool.arena.free(alloc.ptr, alloc.block)
-                self._devices[alloc.device].committed -= alloc.block
+                self._commit(pool.host, alloc.device, -alloc.block)
                 if not pool.live:
                     pool.arena.close()
                 return

@@ -14,9 +14,11 @@ __all__ = ["DeviceMixin", "device_attributes"]
 INT32_MAX = 2**31 - 1
 
 
-def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
-                      ) -> Dict[int, int]:
-    """hipDeviceAttribute_t value -> value for one emulated device (a gfx90a-like GPU)."""
+def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int],
+                      apu: bool = False) -> Dict[int, int]:
+    """hipDeviceAttribute_t value -> value for one emulated device (a gfx90a-like GPU; with
+    ``apu``, integrated with the host's memory and reaching pageable memory, as an MI300A
+    with XNACK on)."""
     return {
         0: 0,                   # EccEnabled
         2: 2,                   # AsyncEngineCount
@@ -29,7 +31,7 @@ def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
         10: 1,                  # CooperativeLaunch
         11: 1,                  # CooperativeMultiDeviceLaunch
         13: 1,                  # DirectManagedMemAccessFromHost
-        16: 0,                  # Integrated
+        16: int(apu),           # Integrated
         17: 0,                  # IsMultiGpuBoard
         19: 8 << 20,            # L2CacheSize
         23: 9,                  # ComputeCapabilityMajor (gfx9xx)
@@ -42,8 +44,8 @@ def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
         60: 1_600_000,          # MemoryClockRate (kHz)
         61: 0,                  # ComputeCapabilityMinor
         63: 4,                  # MultiprocessorCount
-        65: 0,                  # PageableMemoryAccess
-        66: 0,                  # PageableMemoryAccessUsesHostPageTables
+        65: int(apu),           # PageableMemoryAccess
+        66: int(apu),           # PageableMemoryAccessUsesHostPageTables
         67: ordinal,            # PciBusId
         68: 0,                  # PciDeviceId
         69: 0,                  # PciDomainID
@@ -56,7 +58,7 @@ def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
         87: 64,                 # WarpSize
         88: int(tuple(version) >= (6, 2, 0)),          # MemoryPoolsSupported (off by default < 6.2)
         89: 0,                  # VirtualMemoryManagementSupported (hipMem* VMM not emulated)
-        90: 0,                  # HostRegisterSupported (hipHostRegister not emulated)
+        90: 1,                  # HostRegisterSupported
         91: 1,                  # MemoryPoolSupportedHandleTypes: POSIX file descriptor
         10011: 0,               # IsLargeBar
         10015: 4,               # PhysicalMultiProcessorCount
@@ -139,7 +141,7 @@ class DeviceMixin(EmulatorCore):
         """hipDeviceGetAttribute(int*, hipDeviceAttribute_t, int): unknown attribute -> invalid."""
         target = out(pi, c_int)
         a, dev = i32(attr), self._device(i32(device_id))
-        table = device_attributes(dev.ordinal, dev.capacity, self.version)
+        table = device_attributes(dev.ordinal, dev.capacity, self.version, self.config.apu)
         if a not in table:
             raise Status(INVALID_VALUE)
         target.value = table[a]

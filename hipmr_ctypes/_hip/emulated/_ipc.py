@@ -11,24 +11,122 @@ imported pool cannot allocate; memory imported from it is unmapped by hipFree / 
 Legacy handles (hipIpcGetMemHandle of hipMalloc memory) are 64 well-formed bytes, but the
 emulation cannot map hipMalloc memory of another process: hipIpcOpenMemHandle of one returns
 hipErrorNotSupported.
+
+Interprocess events work as clr's: hipIpcGetEventHandle gives an interprocess event a small
+named shared-memory file (:class:`SharedEventSignal`, in ``/dev/shm``) whose name is the
+handle; hipIpcOpenEventHandle in another process maps it.  The process that records the event
+last sets the signal while the work it follows is pending and clears it once that work is done;
+a query in any process reads it, and hipEventSynchronize polls it.  The exporter removes the
+name when it destroys the event (or at exit); processes that opened it keep their mapping.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
+import mmap
+import os
+import secrets
 import struct
 from ctypes import c_int, c_size_t, c_void_p
-from typing import Any
+from typing import Any, Optional, Set
 
-from ..types import (hipIpcMemHandle_t, hipMemHandleTypePosixFileDescriptor,
+from ..types import (hipEventDisableTiming, hipEventInterprocess, hipIpcEventHandle_t,
+                     hipIpcMemHandle_t, hipMemHandleTypePosixFileDescriptor,
                      hipMemPoolPtrExportData, ipc_lazy_enable_peer_access)
 from ._args import Status, addr, out, u32
-from ._core import DEVICE, INVALID_VALUE, Alloc, EmulatorCore
+from ._core import DEVICE, INVALID_HANDLE, INVALID_VALUE, Alloc, EmulatorCore, Event
 from ._shared import ARENA_ID_BYTES, SharedArena
 
 __all__ = ["IpcMixin"]
 
 NOT_SUPPORTED = 801
 NOT_INITIALIZED = 3
+INVALID_CONFIGURATION = 9
+INVALID_CONTEXT = 201
+
+_EVENT_TAG = b"HMREVT01"
+_SIGNAL = struct.Struct("<8sqi")      # magic, the exporter's pid, pending (0 or 1)
+_SIGNAL_MAGIC = b"HMRSIGNL"
+_SIGNAL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+#: the signal files this process made and has not removed yet (removed at exit; a child
+#: forked from it removes none of its parent's: their names carry the maker's pid)
+_created: Set[str] = set()
+
+
+def _remove_created(created: Set[str] = _created) -> None:
+    mine = f"-{os.getpid()}-"
+    for path in list(created):
+        if mine in path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        created.discard(path)
+
+
+atexit.register(_remove_created)
+
+
+class SharedEventSignal:
+    """The shared signal of one interprocess event: a page of a named file, mapped."""
+
+    __slots__ = ("path", "owner_pid", "_map", "_created")
+
+    def __init__(self, path: str, mapping: mmap.mmap, created: bool) -> None:
+        self.path, self._map, self._created = path, mapping, created
+        self.owner_pid = _SIGNAL.unpack_from(mapping, 0)[1]
+
+    @classmethod
+    def create(cls) -> "SharedEventSignal":
+        """A new signal, named after this process and a random token (the exporter)."""
+        path = f"{_SIGNAL_DIR}/hipmr-emulated-event-{os.getpid()}-{secrets.token_hex(8)}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, mmap.PAGESIZE)
+            mapping = mmap.mmap(fd, mmap.PAGESIZE)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        _SIGNAL.pack_into(mapping, 0, _SIGNAL_MAGIC, os.getpid(), 0)
+        _created.add(path)
+        return cls(path, mapping, True)
+
+    @classmethod
+    def open(cls, path: str) -> "SharedEventSignal":
+        """The signal another process exported (OSError / ValueError when it is not one)."""
+        if not path.startswith(f"{_SIGNAL_DIR}/hipmr-emulated-event-") or "/.." in path:
+            raise ValueError("not an emulated event signal")
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size < mmap.PAGESIZE:
+                raise ValueError("not an emulated event signal")
+            mapping = mmap.mmap(fd, mmap.PAGESIZE)
+        finally:
+            os.close(fd)
+        if _SIGNAL.unpack_from(mapping, 0)[0] != _SIGNAL_MAGIC:
+            mapping.close()
+            raise ValueError("not an emulated event signal")
+        return cls(path, mapping, False)
+
+    def pending(self) -> bool:
+        """True while the last recorder's work is pending (ValueError once closed)."""
+        return bool(_SIGNAL.unpack_from(self._map, 0)[2])
+
+    def set_pending(self, pending: bool) -> None:
+        _SIGNAL.pack_into(self._map, 0, _SIGNAL_MAGIC, self.owner_pid, int(pending))
+
+    def close(self) -> None:
+        """Unmap; the exporter also removes the name (processes that opened it keep it)."""
+        self._map.close()
+        if self._created:
+            self._created = False
+            _created.discard(self.path)
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 
 
 class _Every:
@@ -47,7 +145,7 @@ _POINTER = struct.Struct(f"<8s{ARENA_ID_BYTES}sQQi")   # tag, arena id, offset, 
 class IpcMixin(EmulatorCore):
     """hipMemPoolExportToShareableHandle, hipMemPoolImportFromShareableHandle,
     hipMemPoolExportPointer, hipMemPoolImportPointer, hipIpcGetMemHandle, hipIpcOpenMemHandle,
-    hipIpcCloseMemHandle; and hipMemGetAddressRange, with which an importer checks what it
+    hipIpcCloseMemHandle, hipIpcGetEventHandle, hipIpcOpenEventHandle; and hipMemGetAddressRange, with which an importer checks what it
     mapped."""
 
     # ---- fork ---------------------------------------------------------------------------------
@@ -151,6 +249,56 @@ class IpcMixin(EmulatorCore):
             pool.live += 1
             self._register(Alloc(ptr, size, 0, pool.device, DEVICE, 0, pool))
         target.value = ptr
+
+    # ---- events ---------------------------------------------------------------------------
+    def hipIpcGetEventHandle(self, handle: Any, event: Any) -> None:
+        """hipIpcGetEventHandle(hipIpcEventHandle_t*, hipEvent_t): an event made with
+        hipEventInterprocess (else hipErrorInvalidConfiguration, as clr); its shared signal
+        is made by the first call, and every call gives the same handle."""
+        target = out(handle, hipIpcEventHandle_t)
+        with self._lock:
+            ev = self._events.get(addr(event))
+            if ev is None:
+                raise Status(INVALID_HANDLE)
+            if not ev.flags & hipEventInterprocess:
+                raise Status(INVALID_CONFIGURATION)
+            if ev.ipc is None:
+                try:
+                    ev.ipc = SharedEventSignal.create()
+                except OSError:
+                    raise Status(INVALID_CONFIGURATION) from None
+                ev.ipc.set_pending(ev.pending())
+                self._ipc_events[ev.handle] = ev
+            data = _EVENT_TAG + ev.ipc.path.encode()
+        ctypes.memmove(ctypes.addressof(target), data.ljust(64, b"\0"), 64)
+
+    def hipIpcOpenEventHandle(self, event: Any, handle: Any) -> None:
+        """hipIpcOpenEventHandle(hipEvent_t*, hipIpcEventHandle_t): a new event (timing
+        disabled, interprocess) on the current device over the exporter's signal; a handle
+        this process exported is hipErrorInvalidContext (as clr), one whose signal is gone
+        or that is not a handle hipErrorInvalidValue."""
+        target = out(event, c_void_p)
+        if not isinstance(handle, hipIpcEventHandle_t):
+            raise TypeError("expected a hipIpcEventHandle_t")
+        data = bytes(handle)
+        if data[:8] != _EVENT_TAG:
+            raise Status(INVALID_VALUE)
+        try:
+            path = data[8:].rstrip(b"\0").decode()
+            signal: Optional[SharedEventSignal] = SharedEventSignal.open(path)
+        except (OSError, ValueError):
+            raise Status(INVALID_VALUE) from None
+        assert signal is not None
+        if signal.owner_pid == os.getpid():
+            signal.close()
+            raise Status(INVALID_CONTEXT)
+        with self._lock:
+            ev = Event(self._new_handle(), self._tls.device,
+                       hipEventDisableTiming | hipEventInterprocess)
+            ev.ipc = signal
+            self._events[ev.handle] = ev
+            self._ipc_events[ev.handle] = ev
+        target.value = ev.handle
 
     # ---- legacy handles -------------------------------------------------------------------
     def hipIpcGetMemHandle(self, handle: Any, dev_ptr: Any) -> None:

@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from ctypes import c_void_p
+from ctypes import c_size_t, c_void_p
 from typing import Any, Optional
 
 from ..types import (hipPointerAttribute_t,
                      hipMemAttachGlobal, hipMemAttachHost, hipMemcpyDefault,
                      hipMemcpyDeviceToDevice, hipMemcpyDeviceToHost, hipMemcpyHostToDevice,
                      hipMemcpyHostToHost)
-from ._args import MAX_ADDRESS, Status, addr, extent, i32, out, u32, u64
-from ._core import (DEVICE, INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED,
-                    MIN_HOST_ADDRESS, OUT_OF_MEMORY, PINNED, Alloc, EmulatorCore, round_up)
+from ._args import MAX_ADDRESS, Status, addr, extent, i32, out, out_array, u32, u64
+from ._core import (DEVICE, HOST_MEMORY_ALREADY_REGISTERED, HOST_MEMORY_NOT_REGISTERED,
+                    INVALID_MEMCPY_DIRECTION, INVALID_VALUE, MANAGED, MIN_HOST_ADDRESS,
+                    OUT_OF_MEMORY, PINNED, REGISTERED, Alloc, EmulatorCore, round_up)
 
 __all__ = ["MemoryMixin"]
 
@@ -23,8 +24,13 @@ _HOST_MALLOC_UNCACHED = 0x10000000   # HIP >= 7.0
 _COHERENT_BOTH = 0x40000000 | 0x80000000
 # hipMemoryType numbering (ROCm 6 and later; tests/binding/test_abi.py checks it against the
 # headers)
-_MEMORY_TYPE_6 = {PINNED: 1, DEVICE: 2, MANAGED: 3}
-_MEMORY_TYPE_5 = {PINNED: 0, DEVICE: 1, MANAGED: 4}
+# (registered host memory is host memory, as hipHostMalloc's is)
+_MEMORY_TYPE_6 = {PINNED: 1, REGISTERED: 1, DEVICE: 2, MANAGED: 3}
+_MEMORY_TYPE_5 = {PINNED: 0, REGISTERED: 0, DEVICE: 1, MANAGED: 4}
+# hipHostRegister flags: Portable, Mapped, IoMemory, hipExtHostRegisterCoarseGrained
+_HOST_REGISTER_FLAGS = 0x1 | 0x2 | 0x4 | 0x8
+# hipMemoryAdvise: Set/Unset ReadMostly, PreferredLocation, AccessedBy (1-6), CoarseGrain
+_ADVICE = frozenset((1, 2, 3, 4, 5, 6, 100, 101))
 _SYNC = object()   # "no stream": the synchronous copy and memset
 _KINDS = frozenset({hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceToHost,
                     hipMemcpyDeviceToDevice, hipMemcpyDefault})
@@ -37,11 +43,14 @@ def _reaches(alloc: Alloc, device: int) -> bool:
     device or one its pool grants access (CUDA refuses the rest with invalid value, whatever
     the stream's device and the other side of the copy)."""
     pool = alloc.pool
-    return pool is None or device == pool.device or pool.access.get(device, 0) != 0
+    return (pool is None or pool.host or device == pool.device
+            or pool.access.get(device, 0) != 0)
 
 
 class MemoryMixin(EmulatorCore):
-    """hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMallocManaged, hipMemcpy*,
+    """hipMalloc, hipExtMallocWithFlags, hipFree, hipHostMalloc, hipHostFree, hipHostRegister, hipHostUnregister,
+    hipHostGetDevicePointer, hipMallocManaged, hipMemAdvise, hipMemDiscardBatchAsync,
+    hipMemcpy*,
     hipMemcpyPeer*, hipMemset*,
     hipMemPrefetchAsync, hipPointerGetAttributes."""
 
@@ -186,7 +195,8 @@ class MemoryMixin(EmulatorCore):
             return
         with self._lock:
             alloc = self._allocs.get(p)
-            if alloc is None or alloc.kind == PINNED:
+            if alloc is None or alloc.kind == REGISTERED or (alloc.kind == PINNED
+                                                             and alloc.pool is None):
                 raise Status(INVALID_VALUE)
             self._release_alloc(alloc)
             self._complete_device(alloc.device)
@@ -199,12 +209,64 @@ class MemoryMixin(EmulatorCore):
             raise Status(INVALID_VALUE)
         self._plain_alloc(ptr, size, PINNED, f)
 
+    def hipExtMallocWithFlags(self, ptr: Any, size: Any, flags: Any) -> None:
+        """hipExtMallocWithFlags(void**, size_t, unsigned): device memory like hipMalloc's,
+        the flag recorded: Default 0, Finegrained 1, Uncached 3 (HIP 5.5+), Contiguous 4
+        (HIP 6.2+); the signal flag (2) and any other value are invalid here."""
+        f = u32(flags)
+        allowed = {0, 1} | ({3} if self.version >= (5, 5, 0) else set()) \
+            | ({4} if self.version >= (6, 2, 0) else set())
+        if f not in allowed:
+            raise Status(INVALID_VALUE)
+        self._plain_alloc(ptr, size, DEVICE, f)
+
     def hipHostFree(self, ptr: Any) -> None:
         """hipHostFree(void*): NULL is success; only hipHostMalloc memory."""
         if not addr(ptr):
             return
         with self._lock:
             self._release_alloc(self._live(ptr, PINNED))
+
+    def hipHostRegister(self, host_ptr: Any, size_bytes: Any, flags: Any) -> None:
+        """hipHostRegister(void*, size_t, unsigned): pin the caller's host memory.  Memory
+        that overlaps pinned or registered memory: hipErrorHostMemoryAlreadyRegistered;
+        device or managed memory, NULL, size 0 or an unknown flag: invalid value.  Any other
+        address is trusted as host memory, as the real runtime trusts it."""
+        p, n, f = addr(host_ptr), u64(size_bytes), u32(flags)
+        if not n or f & ~_HOST_REGISTER_FLAGS or p < MIN_HOST_ADDRESS or p + n > MAX_ADDRESS:
+            raise Status(INVALID_VALUE)
+        with self._lock:
+            if self._overlaps_allocation(p, n):
+                overlapped = [a for a in self._allocs.values()
+                              if a.ptr < p + n and p < a.ptr + a.size]
+                if all(a.kind in (PINNED, REGISTERED) for a in overlapped):
+                    raise Status(HOST_MEMORY_ALREADY_REGISTERED)
+                raise Status(INVALID_VALUE)
+            self._register(Alloc(p, n, 0, self._tls.device, REGISTERED, f))
+
+    def hipHostUnregister(self, host_ptr: Any) -> None:
+        """hipHostUnregister(void*): the start of a registration, else
+        hipErrorHostMemoryNotRegistered; the memory itself stays the caller's."""
+        p = addr(host_ptr)
+        with self._lock:
+            alloc = self._allocs.get(p)
+            if alloc is None or alloc.kind != REGISTERED:
+                raise Status(HOST_MEMORY_NOT_REGISTERED if p else INVALID_VALUE)
+            self._release_alloc(alloc)
+
+    def hipHostGetDevicePointer(self, dev_ptr: Any, host_ptr: Any, flags: Any) -> None:
+        """hipHostGetDevicePointer(void**, void*, unsigned): flags must be 0; the address of
+        registered or hipHostMalloc memory as the device sees it (the same address: one
+        unified address space)."""
+        target = out(dev_ptr, c_void_p)
+        p, f = addr(host_ptr), u32(flags)
+        if f:
+            raise Status(INVALID_VALUE)
+        with self._lock:
+            alloc = self._find(p) if p else None
+            if alloc is None or alloc.kind not in (PINNED, REGISTERED):
+                raise Status(INVALID_VALUE)
+        target.value = p
 
     def hipMallocManaged(self, dev_ptr: Any, size: Any, flags: Any) -> None:
         """hipMallocManaged(void**, size_t, unsigned): flags hipMemAttachGlobal or Host."""
@@ -274,6 +336,50 @@ class MemoryMixin(EmulatorCore):
             alloc = self._find(p) if p else None
             if alloc is None or alloc.kind != MANAGED or p + n > alloc.ptr + alloc.size:
                 raise Status(INVALID_VALUE)
+
+    def hipMemAdvise(self, dev_ptr: Any, count: Any, advice: Any, device: Any) -> None:
+        """hipMemAdvise(const void*, size_t, hipMemoryAdvise, int): validates and records
+        nothing (all memory is host memory).  The range must lie in one managed allocation,
+        or, on an APU (``HIPMR_EMULATED_APU=1``), in memory from the system allocator (any
+        host memory the emulation does not know); the read-mostly advice ignores ``device``,
+        the others take a device or hipCpuDeviceId (-1)."""
+        p, n, a, d = addr(dev_ptr), u64(count), i32(advice), i32(device)
+        if a not in _ADVICE or not n or p < MIN_HOST_ADDRESS or p + n > MAX_ADDRESS:
+            raise Status(INVALID_VALUE)
+        if a not in (1, 2) and d != -1:
+            self._device(d)
+        with self._lock:
+            alloc = self._find(p)
+            if alloc is None:
+                if not self.config.apu or self._overlaps_allocation(p, n):
+                    raise Status(INVALID_VALUE)
+            elif alloc.kind != MANAGED or p + n > alloc.ptr + alloc.size:
+                raise Status(INVALID_VALUE)
+
+    def hipMemDiscardBatchAsync(self, dev_ptrs: Any, sizes: Any, count: Any, flags: Any,
+                                stream: Any) -> None:
+        """hipMemDiscardBatchAsync(void**, size_t*, size_t, unsigned long long, hipStream_t)
+        (HIP 7.2): ``count`` ranges, each inside one managed allocation (or system memory on
+        an APU), flags 0.  Their contents become indeterminate; the emulation keeps them."""
+        n = u64(count)
+        if not n or u64(flags) or n > 1 << 20:
+            raise Status(INVALID_VALUE)
+        ptrs = out_array(dev_ptrs, c_void_p, n)
+        lengths = out_array(sizes, c_size_t, n)
+        with self._lock:
+            self._stream_or(addr(stream))
+            for p, length in zip(ptrs, lengths):
+                # (an array's items read as ints; a single instance as itself)
+                start = int(getattr(p, "value", p) or 0)
+                size = int(getattr(length, "value", length))
+                if not size or start < MIN_HOST_ADDRESS or start + size > MAX_ADDRESS:
+                    raise Status(INVALID_VALUE)
+                alloc = self._find(start)
+                if alloc is None:
+                    if not self.config.apu or self._overlaps_allocation(start, size):
+                        raise Status(INVALID_VALUE)
+                elif alloc.kind != MANAGED or start + size > alloc.ptr + alloc.size:
+                    raise Status(INVALID_VALUE)
 
     def hipPointerGetAttributes(self, attributes: Any, ptr: Any) -> None:
         """hipPointerGetAttributes(hipPointerAttribute_t*, const void*): known memory only."""

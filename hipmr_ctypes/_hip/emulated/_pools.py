@@ -17,14 +17,15 @@ from typing import Any, Optional
 from ..types import (hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
                      hipMemAllocationTypePinned, hipMemHandleTypeNone,
                      hipMemHandleTypePosixFileDescriptor, hipMemLocationTypeDevice,
+                     hipMemLocationTypeHost, HOST_POOLS_SINCE,
                      hipMemAccessFlagsProtNone, hipMemAccessFlagsProtRead,
                      hipMemAccessFlagsProtReadWrite, hipMemPoolAttrReleaseThreshold,
                      hipMemPoolAttrReservedMemCurrent, hipMemPoolAttrReservedMemHigh,
                      hipMemPoolAttrUsedMemCurrent, hipMemPoolAttrUsedMemHigh)
 from ._args import Status, addr, i32, int_cell, out, out_array, u64
 from ._shared import SharedArena
-from ._core import (DEVICE, INVALID_DEVICE, INVALID_VALUE, MANAGED, OUT_OF_MEMORY, Alloc,
-                    EmulatorCore, Pool, round_up)
+from ._core import (DEVICE, INVALID_DEVICE, INVALID_VALUE, MANAGED, OUT_OF_MEMORY, PINNED,
+                    Alloc, EmulatorCore, Pool, round_up)
 
 __all__ = ["PoolMixin"]
 
@@ -72,9 +73,8 @@ class PoolMixin(EmulatorCore):
             block, ptr = pool.cache.pop(best)
             pool.freed_on.pop(ptr, None)
         else:
-            dev = self._devices[pool.device]
             keep = pool.reserved   # what the pool may keep reserved so that `need` fits
-            keep = min(keep, pool.reserved - (dev.committed + need - dev.capacity))
+            keep = min(keep, pool.reserved - (need - self._room(pool.host, pool.device)))
             if pool.max_size:
                 keep = min(keep, pool.max_size - need)
             if keep < pool.used:
@@ -85,12 +85,13 @@ class PoolMixin(EmulatorCore):
                 raise Status(OUT_OF_MEMORY)
             block = need
             pool.reserved += block
-            dev.committed += block
+            self._commit(pool.host, pool.device, block)
             pool.reserved_high = max(pool.reserved_high, pool.reserved)
         pool.used += block
         pool.used_high = max(pool.used_high, pool.used)
         pool.live += 1
-        self._register(Alloc(ptr, size, block, pool.device, DEVICE, 0, pool))
+        self._register(Alloc(ptr, size, block, pool.device, PINNED if pool.host else DEVICE, 0,
+                             pool))
         return ptr
 
     def _async_alloc(self, out_ptr: Any, size: Any, pool_handle: Optional[Any],
@@ -134,7 +135,7 @@ class PoolMixin(EmulatorCore):
                     return
                 raise Status(INVALID_VALUE)
             alloc = self._allocs.get(ptr)
-            if alloc is None or alloc.kind not in (DEVICE, MANAGED):
+            if alloc is None or (alloc.kind not in (DEVICE, MANAGED) and alloc.pool is None):
                 raise Status(INVALID_VALUE)
             self._release_alloc(alloc)
             pool = alloc.pool
@@ -142,15 +143,20 @@ class PoolMixin(EmulatorCore):
                 pool.freed_on[ptr] = addr(stream)
 
     def hipMemPoolCreate(self, mem_pool: Any, pool_props: Any) -> None:
-        """hipMemPoolCreate(hipMemPool_t*, const hipMemPoolProps*)."""
+        """hipMemPoolCreate(hipMemPool_t*, const hipMemPoolProps*): pinned memory located on
+        a device, or, from HIP 7.2 (hipMemLocationTypeHost), on the host (the id is ignored;
+        the pool belongs to the calling thread's device for its bookkeeping)."""
         target = out(mem_pool, c_void_p)
         props = out(pool_props, hipMemPoolProps)
+        host = (props.location.type == hipMemLocationTypeHost
+                and self.version >= HOST_POOLS_SINCE)
         if (props.allocType != hipMemAllocationTypePinned
-                or props.location.type != hipMemLocationTypeDevice
+                or (props.location.type != hipMemLocationTypeDevice and not host)
                 or props.handleTypes not in (hipMemHandleTypeNone,
                                              hipMemHandleTypePosixFileDescriptor)):
             raise Status(INVALID_VALUE)
-        dev = self._device(props.location.id, INVALID_VALUE)
+        dev = (self._current() if host
+               else self._device(props.location.id, INVALID_VALUE))
         arena = None
         if props.handleTypes == hipMemHandleTypePosixFileDescriptor:
             try:   # IPC-enabled: allocate from memory another process can map
@@ -161,6 +167,7 @@ class PoolMixin(EmulatorCore):
             pool = Pool(self._new_handle(), dev.ordinal, False, props.handleTypes,
                         props.maxSize)
             pool.arena = arena
+            pool.host = host
             self._pools[pool.handle] = pool
         target.value = pool.handle
 
@@ -268,8 +275,8 @@ class PoolMixin(EmulatorCore):
         dev = self._device(i32(device), INVALID_VALUE)
         with self._lock:
             pool = self._pool(mem_pool)
-            if pool.imported:
-                raise Status(INVALID_VALUE)    # an imported pool cannot allocate
-            if pool.device != dev.ordinal:
+            if pool.imported or pool.host:
+                raise Status(INVALID_VALUE)    # an imported pool cannot allocate; a host pool
+            if pool.device != dev.ordinal:     # is no device's current pool
                 raise Status(INVALID_DEVICE)   # as AMD returns
             dev.current_pool = pool

@@ -148,16 +148,24 @@ class StreamMixin(EmulatorCore):
             ev.recorded = True
             ev.stamp = time.perf_counter()
             ev.stream, ev.epoch = (s, s.epoch) if s.busy else (None, 0)
+            if ev.ipc is not None:   # what other processes that opened it see
+                ev.ipc.set_pending(ev.stream is not None)
 
     def hipEventSynchronize(self, event: Any) -> None:
-        """hipEventSynchronize(hipEvent_t): completes the work it waits for; pools trim."""
+        """hipEventSynchronize(hipEvent_t): completes the work it waits for; pools trim.  An
+        interprocess event recorded by another process: waits until that process's work is
+        done (its shared signal cleared), polling, as clr does."""
         with self._lock:
             ev = self._event(event)
             waited = ev.stream.handle if ev.pending() else None   # type: ignore[union-attr]
             if ev.pending():
                 ev.stream.busy = 0   # type: ignore[union-attr]
-            ev.stream = None
+            self._complete_event(ev)
             self._release_device_pools(ev.device, waited if waited is not None else -1)
+            shared = ev.ipc
+        if shared is not None:
+            while shared.pending():
+                time.sleep(0.001)
 
     def hipEventQuery(self, event: Any) -> int:
         """hipEventQuery(hipEvent_t): not ready while its stream is busy (consumes one query)."""
@@ -166,8 +174,17 @@ class StreamMixin(EmulatorCore):
             if ev.pending():
                 ev.stream.busy -= 1   # type: ignore[union-attr]
                 return NOT_READY
-            ev.stream = None
+            self._complete_event(ev)
+            if ev.ipc is not None and ev.ipc.pending():   # recorded by another process,
+                return NOT_READY                          # whose work is still pending
         return 0
+
+    def _complete_event(self, ev: Event) -> None:
+        """The work ``ev`` was recorded after is done (lock held); an interprocess event
+        this process recorded says so to the other processes."""
+        if ev.stream is not None and ev.ipc is not None:
+            ev.ipc.set_pending(False)
+        ev.stream = None
 
     def hipEventElapsedTime(self, ms: Any, start: Any, stop: Any) -> int:
         """hipEventElapsedTime(float*, hipEvent_t, hipEvent_t): clr's checks, in clr's order."""
@@ -186,6 +203,9 @@ class StreamMixin(EmulatorCore):
     def hipEventDestroy(self, event: Any) -> None:
         """hipEventDestroy(hipEvent_t): unknown or destroyed handles are invalid."""
         with self._lock:
-            if self._events.pop(addr(event), None) is None:
+            ev = self._events.pop(addr(event), None)
+            if ev is None:
                 raise Status(INVALID_HANDLE)
+            if self._ipc_events.pop(ev.handle, None) is not None:
+                ev.ipc.close()   # the exporter removes the shared signal's name
 

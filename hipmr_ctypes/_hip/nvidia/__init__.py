@@ -32,7 +32,7 @@ __all__ = ["create_nvidia_runtime", "nvidia_candidates", "cuda_to_hip", "hip_to_
 _SHIMS = ("hipInit", "hipDeviceGetName", "hipDeviceTotalMem", "hipDeviceGetAttribute",
           "hipPointerGetAttributes", "hipMemPrefetchAsync", "hipMemsetD8", "hipMemsetD8Async",
           "hipMemsetD16", "hipMemsetD16Async", "hipMemsetD32", "hipMemsetD32Async",
-          "hipMemGetAddressRange")
+          "hipMemGetAddressRange", "hipMemAdvise")
 _build_lock = RLock()  # reentrant: a finalizer run inside a build may call a stand-in
 #: the rows not bound one to one: the shims and three Python functions of their own
 _NOT_DIRECT = frozenset(_SHIMS + ("hipGetErrorName", "hipGetErrorString", "hipExtGetLastError"))
@@ -109,7 +109,8 @@ def create_nvidia_runtime(env: Optional[Mapping[str, str]] = None) -> Runtime:
         cfunc.restype = decl.restype
         cfunc.argtypes = call_argtypes(decl)
         setattr(fn, name, cfunc)
-    for symbol in ("cudaDeviceGetAttribute", "cudaPointerGetAttributes", "cudaMemPrefetchAsync"):
+    for symbol in ("cudaDeviceGetAttribute", "cudaPointerGetAttributes", "cudaMemPrefetchAsync",
+                   "cudaMemAdvise"):
         if not hasattr(cudart, symbol):  # what the shims call: checked now, bound on first use
             raise _required_missing(symbol, path, symbol)
 

@@ -247,7 +247,27 @@ def build_shims(cudart: Any, cuda_version: int,
                                 stream: int) -> int:
             return prefetch12(ptr, count, device, stream)
 
+    # hipMemAdvise: AMD's advice numbers 1-6 are cudaMemoryAdvise's (the coarse-grain pair,
+    # 100 and 101, is AMD's alone: hipErrorNotSupported, which is CUDA's 801 too)
+    if cuda_version >= 13000:
+        advise: Callable[..., int] = _raw(cudart, "cudaMemAdvise", c_int,
+                                          [c_void_p, c_size_t, c_int, _cudaMemLocation])
+
+        def hipMemAdvise(ptr: int, count: int, advice: int, device: int) -> int:
+            if not 1 <= advice <= 6:
+                return 801
+            loc = _cudaMemLocation(1 if device >= 0 else 2, device if device >= 0 else 0)
+            return advise(ptr, count, advice, loc)
+    else:
+        advise12: Callable[..., int] = _raw(cudart, "cudaMemAdvise", c_int,
+                                            [c_void_p, c_size_t, c_int, c_int])
+
+        def hipMemAdvise(ptr: int, count: int, advice: int, device: int) -> int:
+            if not 1 <= advice <= 6:
+                return 801
+            return advise12(ptr, count, advice, device)
+
     shims.update(hipDeviceGetAttribute=hipDeviceGetAttribute,
                  hipPointerGetAttributes=hipPointerGetAttributes,
-                 hipMemPrefetchAsync=hipMemPrefetchAsync)
+                 hipMemPrefetchAsync=hipMemPrefetchAsync, hipMemAdvise=hipMemAdvise)
     return shims
