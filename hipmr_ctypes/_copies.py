@@ -146,15 +146,37 @@ def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
             return
         if peer is not None:
             rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
-                     "hipMemcpyPeerAsync", size=n, device=peer[0])
-        elif own == 0:
+                     "hipMemcpyPeerAsync", size=n, device=peer[0])   # device memory only
+            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+            return
+        if own == 0:
             rt.check(rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
-            if not device_to_device:
-                return
-        else:
+            if device_to_device:
+                rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+            return
+        # An async copy may still read or write host memory when the call returns: the call
+        # leaves only once the stream is done, also when an exception (one a signal handler
+        # raised) interrupts it; the wait only starts again then, and the first interruption
+        # is raised after it (written inline: nothing may run in between that one escapes).
+        status, interrupted = 0, None
+        try:
             rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own),
                      "hipMemcpyAsync", size=n)
-        rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+        finally:
+            while True:
+                try:
+                    try:
+                        status = rt.fn.hipStreamSynchronize(own)
+                        break
+                    except BaseException as exc:  # noqa: BLE001 - raised after the wait
+                        interrupted = interrupted or exc
+                except BaseException as exc:  # noqa: BLE001 - a second one, in the handler
+                    interrupted = interrupted or exc
+        if interrupted is not None:
+            if status:
+                rt.clear_last_error()
+            raise interrupted
+        rt.check(status, "hipStreamSynchronize")
 
 
 def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
