@@ -352,6 +352,7 @@ def fill(buf: _Buffer, value: Any, width: Any, stream: Any) -> None:
         raise ValueError(f"the buffer's address {ptr:#x} is not aligned to width={width}")
     handle = None if stream is None else check_stream(stream)
     check_writable(buf, "fill")
+    own = buf._own_stream()   # a closed Stream's handle never reaches the runtime
     if not size:
         return
     if buf._state.host_only:
@@ -365,7 +366,6 @@ def fill(buf: _Buffer, value: Any, width: Any, stream: Any) -> None:
     device = buf._state.device
     with on_device_or_current(device):
         if handle is None:
-            own = buf._handle
             if own == 0:
                 rt.check(getattr(rt.fn, sync_name)(ptr, value, count), sync_name, size=size)
                 return

@@ -338,8 +338,10 @@ class Buffer:
 
     @property
     def stream(self) -> stream_ref:
-        """The stream the memory was allocated on (and is freed on by default)."""
-        return stream_ref(self._handle)
+        """The stream the memory was allocated on (and is freed on by default).  ValueError
+        when it is a :class:`Stream` that was closed: its handle was destroyed, and a
+        ``stream_ref`` of it would hand it to the runtime."""
+        return stream_ref(self._own_stream())
 
     @property
     def device(self) -> Optional[int]:
@@ -823,8 +825,11 @@ class Buffer:
 
     def __repr__(self) -> str:
         state = "closed" if self._state.closed else f"{self._ptr:#x}"
+        keep = self._state.keep
+        stream = (keep if type(keep) is Stream and keep.closed
+                  else stream_ref(self._handle))   # a closed Stream shows as one
         return (f"<Buffer {state} size={self._size} device={self._device} "
-                f"stream={self.stream!r} resource={self.resource!r}>")
+                f"stream={stream!r} resource={self.resource!r}>")
 
 
 atomic_slot(Buffer, "_free")   # `del self._free` is an atomic claim on every build (_locks)
