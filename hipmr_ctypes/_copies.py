@@ -32,7 +32,7 @@ from .stream_refs import stream_ref
 #: a ``Buffer`` (not imported, even for type checkers: ``buffer`` imports this module)
 _Buffer = Any
 
-__all__ = ["HostView", "check_writable", "check_fits", "cai_source", "copy", "copy_in",
+__all__ = ["HostView", "readonly", "check_writable", "check_fits", "cai_source", "copy", "copy_in",
            "copy_to_host", "copy_from_device", "tobytes", "memset", "fill"]
 
 
@@ -73,6 +73,13 @@ class HostView:
         if self._view is not None:
             PyBuffer_Release(self._view)
             self._view = None
+
+
+def readonly(buf: _Buffer) -> bool:
+    """True for a view of memory its producer marked read-only (foreign memory: the one
+    answer every writer and every export of the memory asks)."""
+    foreign = sys.modules.get("hipmr_ctypes._foreign")
+    return foreign is not None and foreign.readonly(buf)
 
 
 def check_writable(buf: _Buffer, what: str) -> None:
