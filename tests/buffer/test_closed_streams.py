@@ -8,6 +8,8 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip
 
+pytestmark = pytest.mark.reliability("copy_ownership_cases")
+
 STREAM_CALLS = ("hipMemcpyAsync", "hipMemsetAsync", "hipMemsetD8Async", "hipMemsetD16Async",
                 "hipMemsetD32Async", "hipStreamSynchronize", "hipEventRecord",
                 "hipStreamWaitEvent", "hipMemPrefetchAsync", "hipMemcpyPeerAsync",

@@ -469,6 +469,7 @@ def test_from_dlpack_producer_kept_alive_through_gc_at_odd_moments(emulator):
     assert alive() is None
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_from_dlpack_of_a_buffer_defers_its_free(emulator):
     before = _live(emulator)
     buf = Buffer.from_host(_pattern(300))
@@ -914,6 +915,7 @@ def _flags(capsule):
         _capsule_pointer(id(capsule), b"dltensor_versioned")).flags
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_read_only_memory_stays_read_only_through_dlpack_and_cai(emulator, deleted):
     np = pytest.importorskip("numpy")
     frozen = bytes(_pattern(64))
@@ -950,6 +952,7 @@ def test_read_only_memory_stays_read_only_through_dlpack_and_cai(emulator, delet
 
 
 # ---- a closed Buffer is freed when its last DLPack consumer lets go ------------------------
+@pytest.mark.reliability("copy_ownership_cases")
 def test_a_closed_buffer_is_freed_when_the_last_consumer_lets_go(emulator):
     np = pytest.importorskip("numpy")
     before = _live(emulator)
@@ -968,6 +971,7 @@ def test_a_closed_buffer_is_freed_when_the_last_consumer_lets_go(emulator):
     assert _live(emulator) == before
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_a_failed_free_when_the_last_consumer_lets_go_is_a_warning(emulator):
     before = _live(emulator)
     mr = hmr.AsyncMemoryResource()
@@ -984,6 +988,7 @@ def test_a_failed_free_when_the_last_consumer_lets_go_is_a_warning(emulator):
 
 
 # ---- release() keeps from_handle's owner with the memory ------------------------------------
+@pytest.mark.reliability("copy_ownership_cases")
 def test_release_moves_from_handles_owner_with_the_memory(emulator):
     mr = hmr.AsyncMemoryResource()
     ptr = mr.allocate_async(128, 256, 0)
@@ -1006,6 +1011,7 @@ def test_release_moves_from_handles_owner_with_the_memory(emulator):
 
 
 # ---- from_dlpack applies from_handle's range checks ------------------------------------------
+@pytest.mark.reliability("copy_ownership_cases")
 @pytest.mark.parametrize("make, match", [
     (lambda m: Producer(m, shape=(2 ** 62, 2 ** 62)), "larger than 2\\*\\*63"),
     (lambda m: Producer(m, shape=(2 ** 31, 2 ** 31, 4)), "larger than 2\\*\\*63"),
@@ -1052,6 +1058,7 @@ class Undeclared:
     __hash__ = object.__hash__
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_a_resource_that_declares_nothing_gets_one_answer_for_its_device(emulator):
     host = Buffer(64, resource=Undeclared())
     assert host.device is None               # before anything else asked

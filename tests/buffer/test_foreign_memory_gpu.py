@@ -223,6 +223,7 @@ def test_gpu_host_views_of_pinned_and_managed(gpu_runtime):
 
 
 # ---- read-only device memory stays read-only --------------------------------------------------
+@pytest.mark.reliability("copy_ownership_cases")
 def test_gpu_read_only_device_memory_stays_read_only(gpu_runtime):
     """A view of device memory its producer marked read-only: its CUDA Array Interface says
     ``(ptr, True)``, its versioned DLPack capsule carries the read-only flag, a legacy capsule

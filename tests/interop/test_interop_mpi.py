@@ -196,6 +196,7 @@ def _mpiexec(tmp_path, kind, **env):
     return reports
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_the_library_decides(tmp_path):
     """No override: Open MPI says whether it was built with CUDA; device memory is staged
     unless it was."""
@@ -207,18 +208,21 @@ def test_the_library_decides(tmp_path):
         assert r["path"] == ("direct" if s["gpu_aware"] else "staged")
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_staged_through_pinned_memory(tmp_path):
     reports = _mpiexec(tmp_path, "device", HIPMR_MPI_GPU_AWARE="0")
     assert {r["path"] for r in reports} == {"staged"}
     assert all(r["support"]["gpu_aware"] is False for r in reports)
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_direct(tmp_path):
     reports = _mpiexec(tmp_path, "device", HIPMR_MPI_GPU_AWARE="1")
     assert {r["path"] for r in reports} == {"direct"}
     assert all(r["support"]["why"] == "HIPMR_MPI_GPU_AWARE=1" for r in reports)
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_host_accessible_buffers_need_no_staging(tmp_path):
     reports = _mpiexec(tmp_path, "pinned", HIPMR_MPI_GPU_AWARE="0")
     assert {r["path"] for r in reports} == {"host"}
@@ -226,6 +230,7 @@ def test_host_accessible_buffers_need_no_staging(tmp_path):
 
 # ---- the H200: two ranks on the real GPU(s) -------------------------------------------------
 @pytest.mark.gpu
+@pytest.mark.reliability("copy_ownership_cases")
 @pytest.mark.parametrize("kind", ["device", "pinned"])
 def test_gpu_two_ranks(tmp_path, kind, gpu_runtime):
     """Both paths the machine has: device memory as the library allows (staged through pinned

@@ -18,6 +18,8 @@ import pytest
 import hipmr_ctypes as hmr
 from hipmr_ctypes import _hip, _staging
 
+pytestmark = pytest.mark.reliability("copy_ownership_cases")
+
 CHUNK = 4096
 N = 12 * CHUNK          # three parts of four chunks
 
