@@ -233,10 +233,12 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
         return False
     errors: List[BaseException] = []
     stop = [False]
-    # One re-entrant lock per pipeline run by a thread of its own: the thread holds it while
-    # it copies; the caller takes it to wait for the thread (a thread that has not begun
-    # when the caller takes it copies nothing), and may take it again after an interrupt.
-    gates: List[Any] = []
+    # One (claim, done) pair per pipeline run by a thread of its own.  Whoever takes
+    # ``claim`` (a re-entrant lock: the caller may take it again after an interrupt) first
+    # decides: the thread, which then copies its part and sets ``done``; or the caller, once
+    # the copy is stopping, and the part is then never begun (a thread that could not be
+    # started, or not yet scheduled, copies nothing after the call has left).
+    workers: List[Tuple[Any, threading.Event]] = []
     status = [0]
     interrupted: Optional[BaseException] = None
     try:
@@ -247,11 +249,11 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
             parts = [(staging, off, min(per, n - off))
                      for staging, off in zip(claimed, range(0, n, per))]
 
-            def run(staging: _Set, off: int, m: int, gate: Any) -> None:
-                if gate is not None and not gate.acquire(False):
-                    return   # the caller stopped waiting for this part before it began
+            def run(staging: _Set, off: int, m: int, worker: Any) -> None:
+                if worker is not None and not worker[0].acquire(False):
+                    return   # the caller gave this part up before it began
                 try:
-                    if gate is not None:
+                    if worker is not None:
                         with on_device_or_current(device):
                             pipeline(rt, staging, dst + off, src + off, m, stream, stop)
                     else:
@@ -260,17 +262,17 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
                     stop[0] = True
                     errors.append(exc)
                 finally:
-                    if gate is not None:
-                        gate.release()
+                    if worker is not None:
+                        worker[1].set()
 
             for staging, off, m in parts[1:]:
-                gate = threading.RLock()
-                gates.append(gate)
+                worker = (threading.RLock(), threading.Event())
+                workers.append(worker)
                 try:
-                    threading.Thread(target=run, args=(staging, off, m, gate),
+                    threading.Thread(target=run, args=(staging, off, m, worker),
                                      daemon=True).start()
                 except RuntimeError:   # no new threads (the interpreter is exiting): in turn
-                    gates.pop()
+                    workers.pop()
                     run(staging, off, m, None)
             staging, off, m = parts[0]
             run(staging, off, m, None)
@@ -284,8 +286,9 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
         while True:
             try:
                 try:
-                    for gate in gates:
-                        gate.acquire()
+                    for claim, done in workers:
+                        if not (stop[0] and claim.acquire(False)):
+                            done.wait()   # the thread has begun its part (or will)
                     status[0] = rt.fn.hipStreamSynchronize(stream)
                     while claimed:   # the slots are idle: later copies may use them
                         claimed.pop().lock.release()

@@ -12,6 +12,7 @@ runtime."""
 import signal
 import threading
 import time
+import types
 
 import pytest
 
@@ -198,6 +199,62 @@ def test_an_interrupt_at_the_streams_synchronization(staged, interrupts, monkeyp
     _run(buf, op, log)
     assert fired and done      # the synchronization ran to its end
     monkeypatch.setattr(rt.fn, "hipStreamSynchronize", real)
+    log.left = False
+    _after_the_interrupt_the_next_copy_is_exact(buf)
+    buf.close()
+
+
+def _threads(monkeypatch, thread_class):
+    """``_staging`` starts its pipeline threads from ``thread_class``."""
+    monkeypatch.setattr(_staging, "threading", types.SimpleNamespace(
+        Thread=thread_class, RLock=threading.RLock, Event=threading.Event,
+        Lock=threading.Lock))
+
+
+def test_a_pipeline_thread_slow_to_begin_still_copies_its_part(staged, monkeypatch):
+    """The caller may finish its own part before another pipeline's thread has begun: it
+    waits for that thread, which then copies its part (nothing is skipped)."""
+
+    class Late(threading.Thread):
+        def run(self):
+            time.sleep(0.1)
+            super().run()
+
+    buf = hmr.Buffer(N, resource=hmr.AsyncMemoryResource())
+    log = Log(monkeypatch, delay=0.0)
+    _threads(monkeypatch, Late)
+    buf.copy_from_host(_pattern(N, 5))
+    assert buf.tobytes() == _pattern(N, 5)
+    out = bytearray(N)
+    buf.copy_to_host(out)
+    assert bytes(out) == _pattern(N, 5)
+    assert {name for name, _, _ in log.copies} != {"MainThread"}
+    buf.close()
+
+
+@pytest.mark.parametrize("begun", [False, True])
+def test_an_interrupt_while_a_pipeline_thread_is_started(staged, monkeypatch, begun):
+    """The interrupt lands inside ``Thread.start()``: before the thread exists, or once it
+    exists but has not begun its part.  The copy raises, and the thread (if any) copies
+    nothing afterwards."""
+
+    class Interrupted(threading.Thread):
+        def run(self):
+            time.sleep(0.1)
+            super().run()
+
+        def start(self):
+            if begun:
+                super().start()
+            raise Interrupt("in start()")
+
+    buf = hmr.Buffer.from_host(_pattern(N), resource=hmr.AsyncMemoryResource())
+    log = Log(monkeypatch, delay=0.0)
+    _threads(monkeypatch, Interrupted)
+    for op in OPERATIONS:
+        log.left = False
+        _run(buf, op, log)
+    monkeypatch.setattr(_staging, "threading", threading)
     log.left = False
     _after_the_interrupt_the_next_copy_is_exact(buf)
     buf.close()
