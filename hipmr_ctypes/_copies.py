@@ -186,6 +186,25 @@ def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
         rt.check(status, "hipStreamSynchronize")
 
 
+def wait_out(handle: int) -> None:
+    """Wait for the stream ``handle`` while an exception leaves a copy that may have queued
+    work on it (an interrupt after the async call returned): the copy must not touch host
+    memory after the call raised.  Another interrupt only restarts the wait (the exception
+    already leaving is the one raised); a failed wait is cleared (the runtime's error is the
+    one already raised, or the device is lost)."""
+    rt = _hip.get_runtime()
+    while True:
+        try:
+            try:
+                if rt.fn.hipStreamSynchronize(handle):
+                    rt.clear_last_error()
+                return
+            except BaseException:  # noqa: BLE001 - the exception leaving is raised
+                pass
+        except BaseException:  # noqa: BLE001 - a second one, in the handler
+            pass
+
+
 def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
          peer: Optional[Tuple[int, int]] = None, device: Any = _OWN,
          device_to_device: bool = False, staged: Any = None) -> None:
@@ -209,8 +228,12 @@ def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
                 rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
                          "hipMemcpyPeerAsync", size=n, device=peer[0])
                 return
-            rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
-                     "hipMemcpyAsync", size=n)
+            try:
+                rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
+                         "hipMemcpyAsync", size=n)
+            except BaseException:   # an interrupt may land after the copy was queued
+                wait_out(handle)
+                raise
 
 
 def copy_in(buf: _Buffer, view: HostView, stream: Any) -> None:
@@ -300,7 +323,11 @@ def tobytes(buf: _Buffer, stream: Any) -> bytes:
         advise_huge_pages(address, n)   # fresh pages: fewer faults while it is filled
         copy(buf, address, ptr, n, stream, host, staged=_staging.to_host)
         if stream is not None and not host:
-            stream_ref(stream).wait()
+            try:
+                stream_ref(stream).wait()
+            except BaseException:   # ``data`` is dropped: the copy must be done first
+                wait_out(check_stream(stream))
+                raise
     return data  # type: ignore[no-any-return]
 
 

@@ -296,6 +296,53 @@ def test_an_interrupted_async_copy_on_the_buffers_stream_is_waited_for(interrupt
         buf.close()
 
 
+@pytest.mark.parametrize("call", ["tobytes", "copy_to_host()", "copy_to_host(out)",
+                                  "copy_from_host"])
+def test_an_interrupted_copy_on_a_callers_stream_is_waited_for_before_it_raises(
+        interrupts, monkeypatch, call):
+    """A copy on a stream the caller passed is asynchronous; but when the call raises (the
+    interrupt lands after the copy was queued), the caller never gets the fresh destination
+    and does not know the copy was queued: the stream is waited for before the raise."""
+    rt = _hip.get_runtime()
+    real_copy, real_sync = rt.fn.hipMemcpyAsync, rt.fn.hipStreamSynchronize
+    order = []
+
+    def copy_async(*args):
+        order.append("queued")
+        interrupts()
+        return real_copy(*args)
+
+    def synchronize(stream):
+        order.append("synchronized")
+        return real_sync(stream)
+
+    with hmr.Stream() as s:
+        buf = hmr.Buffer.from_host(b"z" * 64, resource=hmr.AsyncMemoryResource())
+        calls = {"tobytes": lambda: buf.tobytes(stream=s),
+                 "copy_to_host()": lambda: buf.copy_to_host(stream=s),
+                 "copy_to_host(out)": lambda: buf.copy_to_host(bytearray(64), stream=s),
+                 "copy_from_host": lambda: buf.copy_from_host(b"w" * 64, stream=s)}
+        monkeypatch.setattr(rt.fn, "hipMemcpyAsync", copy_async)
+        monkeypatch.setattr(rt.fn, "hipStreamSynchronize", synchronize)
+        with pytest.raises(Interrupt):
+            calls[call]()
+        assert order[0] == "queued" and order[-1] == "synchronized"
+        monkeypatch.setattr(rt.fn, "hipMemcpyAsync", real_copy)
+        order.clear()
+        if call == "tobytes":   # the interrupt at the wait itself: waited for again
+            def interrupted_once(stream):
+                order.append("synchronized")
+                if len(order) == 1:
+                    interrupts()
+                return real_sync(stream)
+            monkeypatch.setattr(rt.fn, "hipStreamSynchronize", interrupted_once)
+            with pytest.raises(Interrupt):
+                buf.tobytes(stream=s)
+            assert order == ["synchronized", "synchronized"]
+        monkeypatch.setattr(rt.fn, "hipStreamSynchronize", real_sync)
+        buf.close()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", list(OPERATIONS))
 def test_an_interrupted_staged_copy_on_a_gpu_touches_nothing_afterwards(
