@@ -32,7 +32,8 @@ class _State:
     """What a buffer knows beyond its address, size, resource and stream."""
 
     __slots__ = ("device", "host_only", "capacity", "alignment", "keep", "kind", "closed",
-                 "plain", "shared", "gone", "closed_twin", "empty_twin", "owner", "ref_class")
+                 "plain", "shared", "gone", "closed_twin", "empty_twin", "owner", "ref_class",
+                 "asks")
     device: Optional[int]      # the device of the memory; None for host-only memory
     host_only: bool
     capacity: Optional[int]    # bytes allocated; None: the buffer's size
@@ -47,6 +48,9 @@ class _State:
     empty_twin: "_State"       # for a shared plain state: the one of its empty buffers
     owner: Any                 # for a shared plain state: the weak reference to its resource
     ref_class: Any             # ... and the class of a ref to that resource seen, or None
+    asks: bool                 # the resource declares no properties: the memory's kind and
+                               # device are the runtime's answer for the pointer (Buffer's
+                               # _memory_kind), asked once
 
     def copy(self) -> "_State":
         """A buffer's own copy (not plain, not shared; owning what the original's buffer
@@ -60,14 +64,16 @@ class _State:
         state.kind = self.kind
         state.closed = self.closed
         state.gone = self.gone
+        state.asks = self.asks
         state.plain = state.shared = False
         state.closed_twin = state.empty_twin = state
         return state
 
 
-def _shared_state(device: Optional[int], host_only: bool) -> _State:
-    """A resource's shared open state and its closed twin."""
+def _shared_state(device: Optional[int], host_only: bool, asks: bool = False) -> _State:
+    """A resource's shared open state and its closed twin (``asks``: see ``_State``)."""
     state = _State.__new__(_State)
+    state.asks = asks
     state.device = device
     state.host_only = host_only
     state.capacity = None
@@ -113,7 +119,8 @@ def _plan(resource: Any, target: Any) -> Tuple[Any, _State]:
         async_resource_ref(resource)  # TypeError naming what is missing
     props = _declared(target)
     host_only = device_accessible not in props and bool(props)
-    state = _shared_state(None if host_only else memory_device(target), host_only)
+    state = _shared_state(None if host_only else memory_device(target), host_only,
+                          not props)
     try:
         wr = weakref.ref(target, _forget(id(target)))
     except TypeError:

@@ -32,7 +32,7 @@ from .stream_refs import stream_ref
 #: a ``Buffer`` (not imported, even for type checkers: ``buffer`` imports this module)
 _Buffer = Any
 
-__all__ = ["HostView", "check_writable", "check_fits", "cai_source", "copy", "copy_in",
+__all__ = ["HostView", "readonly", "check_writable", "check_fits", "cai_source", "copy", "copy_in",
            "copy_to_host", "copy_from_device", "tobytes", "memset", "fill"]
 
 
@@ -73,6 +73,13 @@ class HostView:
         if self._view is not None:
             PyBuffer_Release(self._view)
             self._view = None
+
+
+def readonly(buf: _Buffer) -> bool:
+    """True for a view of memory its producer marked read-only (foreign memory: the one
+    answer every writer and every export of the memory asks)."""
+    foreign = sys.modules.get("hipmr_ctypes._foreign")
+    return foreign is not None and foreign.readonly(buf)
 
 
 def check_writable(buf: _Buffer, what: str) -> None:
@@ -146,15 +153,56 @@ def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
             return
         if peer is not None:
             rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, own),
-                     "hipMemcpyPeerAsync", size=n, device=peer[0])
-        elif own == 0:
+                     "hipMemcpyPeerAsync", size=n, device=peer[0])   # device memory only
+            rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+            return
+        if own == 0:
             rt.check(rt.fn.hipMemcpy(dst, src, n, hipMemcpyDefault), "hipMemcpy", size=n)
-            if not device_to_device:
-                return
-        else:
+            if device_to_device:
+                rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+            return
+        # An async copy may still read or write host memory when the call returns: the call
+        # leaves only once the stream is done, also when an exception (one a signal handler
+        # raised) interrupts it; the wait only starts again then, and the first interruption
+        # is raised after it (written inline: nothing may run in between that one escapes).
+        status, interrupted = 0, None
+        try:
             rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, own),
                      "hipMemcpyAsync", size=n)
-        rt.check(rt.fn.hipStreamSynchronize(own), "hipStreamSynchronize")
+        finally:
+            while True:
+                try:
+                    try:
+                        status = rt.fn.hipStreamSynchronize(own)
+                        break
+                    except BaseException as exc:  # noqa: BLE001 - raised after the wait
+                        interrupted = interrupted or exc
+                except BaseException as exc:  # noqa: BLE001 - a second one, in the handler
+                    interrupted = interrupted or exc
+        if interrupted is not None:
+            if status:
+                rt.clear_last_error()
+            raise interrupted
+        rt.check(status, "hipStreamSynchronize")
+
+
+def wait_out(handle: int) -> None:
+    """Wait for the stream ``handle`` while an exception leaves a copy that may have queued
+    work on it (an interrupt after the async call returned): the copy must not touch host
+    memory after the call raised.  Another interrupt only restarts the wait (the exception
+    already leaving is the one raised); a failed wait is cleared (the runtime's error is the
+    one already raised, or the device is lost)."""
+    rt = _hip.get_runtime()
+    while True:
+        try:
+            try:
+                if rt.fn.hipStreamSynchronize(handle):
+                    rt.clear_last_error()
+                return
+            except BaseException:  # noqa: BLE001 - the exception leaving is raised
+                pass
+        except BaseException:  # noqa: BLE001 - a second one, in the handler
+            pass
 
 
 def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
@@ -180,8 +228,12 @@ def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
                 rt.check(rt.fn.hipMemcpyPeerAsync(dst, peer[0], src, peer[1], n, handle),
                          "hipMemcpyPeerAsync", size=n, device=peer[0])
                 return
-            rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
-                     "hipMemcpyAsync", size=n)
+            try:
+                rt.check(rt.fn.hipMemcpyAsync(dst, src, n, hipMemcpyDefault, handle),
+                         "hipMemcpyAsync", size=n)
+            except BaseException:   # an interrupt may land after the copy was queued
+                wait_out(handle)
+                raise
 
 
 def copy_in(buf: _Buffer, view: HostView, stream: Any) -> None:
@@ -271,7 +323,11 @@ def tobytes(buf: _Buffer, stream: Any) -> bytes:
         advise_huge_pages(address, n)   # fresh pages: fewer faults while it is filled
         copy(buf, address, ptr, n, stream, host, staged=_staging.to_host)
         if stream is not None and not host:
-            stream_ref(stream).wait()
+            try:
+                stream_ref(stream).wait()
+            except BaseException:   # ``data`` is dropped: the copy must be done first
+                wait_out(check_stream(stream))
+                raise
     return data  # type: ignore[no-any-return]
 
 
@@ -330,6 +386,7 @@ def fill(buf: _Buffer, value: Any, width: Any, stream: Any) -> None:
         raise ValueError(f"the buffer's address {ptr:#x} is not aligned to width={width}")
     handle = None if stream is None else check_stream(stream)
     check_writable(buf, "fill")
+    own = buf._own_stream()   # a closed Stream's handle never reaches the runtime
     if not size:
         return
     if buf._state.host_only:
@@ -343,7 +400,6 @@ def fill(buf: _Buffer, value: Any, width: Any, stream: Any) -> None:
     device = buf._state.device
     with on_device_or_current(device):
         if handle is None:
-            own = buf._handle
             if own == 0:
                 rt.check(getattr(rt.fn, sync_name)(ptr, value, count), sync_name, size=size)
                 return

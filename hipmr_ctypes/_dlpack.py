@@ -43,6 +43,8 @@ kDLROCM = 10
 kDLROCMHost = 11
 kDLCUDAManaged = 13
 kDLUInt = 1
+#: DLPACK_FLAG_BITMASK_READ_ONLY of ``DLManagedTensorVersioned.flags``
+FLAG_READ_ONLY = 1
 DLPACK_MAJOR, DLPACK_MINOR = 1, 0
 
 
@@ -116,13 +118,24 @@ _CTX_VERSIONED = DLManagedTensorVersioned.manager_ctx.offset
 
 def _release(managed: int, ctx_offset: int, _exports: Any = _exports,
              _at: Any = c_void_p.from_address) -> None:
-    """The deleter's work: forget the export whose managed tensor is at ``managed``.
+    """The deleter's work: forget the export whose managed tensor is at ``managed``; when it
+    was its owner's last, tell the owner (``owner._exports_released()``, if it has one: a
+    Buffer closed meanwhile frees its memory then, as ``close()`` promises).
 
     It may run while the interpreter is torn down (a capsule still held at exit), when module
     globals and even builtins are gone: it looks no global name up (the defaults bind them)
     and catches with a bare ``except``, which needs no name either."""
     try:
-        _exports.pop(_at(managed + ctx_offset).value, None)
+        entry = _exports.pop(_at(managed + ctx_offset).value, None)
+        if entry is not None:
+            owner = entry[0]
+            del entry
+            for other, _ in list(_exports.values()):
+                if other is owner:
+                    return
+            last = getattr(owner, "_exports_released", None)
+            if last is not None:
+                last()
     except:  # noqa: E722
         pass
 
@@ -174,15 +187,18 @@ def _fill(tensor: DLTensor, ptr: int, size: int, device: Tuple[int, int],
 
 
 def export(owner: Any, ptr: int, size: int, device: Tuple[int, int],
-           versioned: bool = False) -> Any:
+           versioned: bool = False, readonly: bool = False) -> Any:
     """A new DLPack capsule over ``[ptr, ptr + size)`` (uint8, 1-D) that keeps ``owner`` alive
-    until the consumer's deleter call."""
+    until the consumer's deleter call; ``readonly`` sets the read-only flag of a versioned
+    one (a legacy capsule cannot say so: ValueError)."""
     record: Structure
+    if readonly and not versioned:
+        raise ValueError("a legacy DLPack capsule cannot mark memory read-only")
     token = next(_tokens)
     if versioned:
         record = _Versioned()
         record.managed.version = DLPackVersion(DLPACK_MAJOR, DLPACK_MINOR)
-        record.managed.flags = 0
+        record.managed.flags = FLAG_READ_ONLY if readonly else 0
         record.managed.deleter = _DELETER_VERSIONED
         name = _NAME_VERSIONED
     else:

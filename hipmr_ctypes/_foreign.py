@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Tuple, TypeVar
 
 from . import _hip
 from . import _dlpack as dl
-from ._checks import check_ptr, check_size, check_stream
+from ._checks import MAX_SIZE, check_ptr, check_size, check_stream
 from ._limits import MAX_ADDRESS
 from ._memory_query import pointer_kind
 from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
@@ -30,7 +30,8 @@ from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_ac
 from .resource_refs import async_resource_ref
 from .stream_refs import stream_ref
 
-__all__ = ["ForeignMemory", "from_handle", "from_dlpack", "check_writable"]
+__all__ = ["ForeignMemory", "from_handle", "from_dlpack", "readonly", "check_writable",
+           "move_owner"]
 
 #: what the ``build`` function of :func:`from_handle` / :func:`from_dlpack` makes (a Buffer)
 _B = TypeVar("_B")
@@ -102,6 +103,19 @@ class ForeignMemory:
                 f"{' readonly' if self.readonly else ''}>")
 
 
+def _check_range(ptr: int, size: int, what: str) -> None:
+    """ValueError unless ``[ptr, ptr + size)`` is memory a Buffer can span: a size of at
+    most 2**63 bytes (as every size), not at address 0 (NULL), not past the end of the
+    address space.  ``what`` prefixes the message (``"obj: "`` for DLPack)."""
+    if size > MAX_SIZE:
+        raise ValueError(f"{what}size={size} is larger than 2**63")
+    if ptr == 0 and size:
+        raise ValueError(f"{what}ptr is 0 (NULL) but size={size}: no memory is there")
+    if ptr + size > MAX_ADDRESS + 1:
+        raise ValueError(f"{what}ptr={ptr:#x} + size={size} runs past the end of the "
+                         "address space")
+
+
 def _stream_and_keep(stream: Any) -> Tuple[int, Any]:
     if stream is None:
         return 0, None
@@ -120,10 +134,7 @@ def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any, str
     ``handle``) when ``owns``."""
     ptr = check_ptr(ptr, "ptr")
     size = check_size(size, "size")
-    if ptr == 0 and size:
-        raise ValueError(f"ptr is 0 (NULL) but size={size}: no memory is there")
-    if ptr + size > MAX_ADDRESS + 1:
-        raise ValueError(f"ptr={ptr:#x} + size={size} runs past the end of the address space")
+    _check_range(ptr, size, "")
     handle, keep = _stream_and_keep(stream)
     host_only_resource = False
     ref = None
@@ -155,13 +166,21 @@ def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any, str
     return buf
 
 
+def move_owner(old: Any, new: Any) -> None:
+    """``old.release()`` moved its memory into ``new``: the ``owner`` given to
+    ``from_handle(..., resource=r)`` for it is held by ``new`` from now on."""
+    owner = _owners.pop(old, None)
+    if owner is not None:
+        _owners[new] = owner
+
+
 # ---- DLPack import -------------------------------------------------------------------------
 
 # never freed: a capsule keeps its name's char* (see _dlpack)
 _USED = strdup(b"used_dltensor")
 _USED_VERSIONED = strdup(b"used_dltensor_versioned")
 _DELETER_T = CFUNCTYPE(None, c_void_p)
-_READ_ONLY = 1   # DLPACK_FLAG_BITMASK_READ_ONLY
+_READ_ONLY = dl.FLAG_READ_ONLY
 _MAX_NDIM = 64
 _DEVICE_KINDS = {dl.kDLCPU: "host", dl.kDLCUDA: "device", dl.kDLROCM: "device",
                  dl.kDLCUDAHost: "pinned", dl.kDLROCMHost: "pinned",
@@ -250,6 +269,7 @@ def from_dlpack(obj: Any, build: Callable[..., _B]) -> _B:
     ptr = ((tensor.data or 0) + tensor.byte_offset) if nbytes else (tensor.data or 0)
     if ptr > MAX_ADDRESS or (ptr == 0 and nbytes):
         raise ValueError("obj: the DLPack tensor has no valid data pointer")
+    _check_range(ptr, nbytes, "obj: the DLPack tensor's ")   # from_handle's checks
     device: Optional[int] = None
     if kind in ("device", "managed"):
         device = check_device(device_id, "the DLPack device id")
@@ -274,9 +294,14 @@ def from_dlpack(obj: Any, build: Callable[..., _B]) -> _B:
         raise
 
 
+def readonly(buf: Any) -> bool:
+    """Whether ``buf`` views memory its producer marked read-only."""
+    ref = buf._ref
+    return type(ref) is ForeignMemory and ref.readonly
+
+
 def check_writable(buf: Any, what: str) -> None:
     """BufferError for a view of memory its producer marked read-only."""
-    ref = buf._ref
-    if type(ref) is ForeignMemory and ref.readonly:
+    if readonly(buf):
         raise BufferError(f"Buffer.{what}: this Buffer views read-only memory (its DLPack "
                           "producer marked it read-only)")

@@ -60,9 +60,7 @@ def host_view(buf: _Buffer, readonly: bool = False) -> memoryview:
                           "it to the host (buf.tobytes(), buf.copy_to_host()) instead")
     if not readonly:   # a view of memory its DLPack producer marked read-only (_foreign)
         foreign = sys.modules.get("hipmr_ctypes._foreign")
-        ref = buf._ref
-        if foreign is not None and type(ref) is foreign.ForeignMemory and ref.readonly:
-            readonly = True
+        readonly = foreign is not None and foreign.readonly(buf)
     size = buf._size
     array: Any = (ctypes.c_ubyte * size).from_address(ptr) if size else (ctypes.c_ubyte * 0)()
     array._hipmr_buffer = buf   # the Buffer lives as long as the array

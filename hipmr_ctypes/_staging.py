@@ -20,7 +20,11 @@ device's transfer of the chunk before it, and several CPU copies run at once:
 The CPU copies are ``ctypes.memmove``, which lets go of the GIL.  The copy's stream is the
 buffer's own, so the copy is ordered after the work on it, as the runtime's synchronous copy
 would be; the call returns when the whole copy is complete (the stream synchronized), also
-after an error, which is then raised.
+after an error, which is then raised.  An interrupt (``KeyboardInterrupt``, or any exception
+a signal handler raises in the calling thread) is an error like any other: the pipelines stop
+at their next chunk, the call waits for every one of them and for the stream (a wait that an
+interrupt only restarts), and raises the interrupt then, so that no CPU copy or queued
+transfer touches the caller's memory after the call has left.
 
 Each (runtime, device) has ``WORKERS`` staging sets, each ``SLOTS`` pinned chunks of ``CHUNK``
 bytes (``hipHostMallocPortable``) and one event per slot, made on the first staged copy and
@@ -142,19 +146,12 @@ def _sets_for(rt: Any, device: int) -> Tuple[_Set, ...]:
     return entry[1]
 
 
-def _finish(rt: Any, stream: int, ok: bool) -> None:
-    """Wait for the copy's stream; after a failure, wait without raising (the slots may be
-    in flight: the next copy must not overwrite them first)."""
-    st = rt.fn.hipStreamSynchronize(stream)
-    if st and ok:
-        rt.check(st, "hipStreamSynchronize")
-    elif st:
-        rt.clear_last_error()
-
-
-def _into_device(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int) -> None:
+def _into_device(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int,
+                 stop: List[bool]) -> None:
     """One pipeline, host to device: chunk i is copied into slot i % SLOTS once the transfer
-    that last read that slot is done, then its transfer is queued."""
+    that last read that slot is done, then its transfer is queued; it ends early, before a
+    chunk, once ``stop[0]`` is set (another pipeline failed, or the caller was
+    interrupted)."""
     fn = rt.fn
     check = rt.check
     copy_async, record, wait = fn.hipMemcpyAsync, fn.hipEventRecord, fn.hipEventSynchronize
@@ -162,7 +159,7 @@ def _into_device(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int
     count = len(slots)
     queued = [False] * count
     offset = i = 0
-    while offset < n:
+    while offset < n and not stop[0]:
         m = min(chunk, n - offset)
         s = i % count
         if queued[s]:
@@ -176,9 +173,11 @@ def _into_device(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int
         i += 1
 
 
-def _into_host(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int) -> None:
+def _into_host(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int,
+               stop: List[bool]) -> None:
     """One pipeline, device to host: the transfer of chunk i + SLOTS - 1 is queued before the
-    CPU copies chunk i out of the slot its transfer filled."""
+    CPU copies chunk i out of the slot its transfer filled; it ends early, before a chunk,
+    once ``stop[0]`` is set."""
     fn = rt.fn
     check = rt.check
     copy_async, record, wait = fn.hipMemcpyAsync, fn.hipEventRecord, fn.hipEventSynchronize
@@ -197,6 +196,8 @@ def _into_host(rt: Any, staging: _Set, dst: int, src: int, n: int, stream: int) 
     for i in range(ahead):
         queue(i)
     for i, (off, m) in enumerate(pieces):
+        if stop[0]:
+            return   # the transfers queued into the slots are waited for by the caller
         if i + ahead < len(pieces):
             queue(i + ahead)   # its slot was emptied by the CPU one round before
         s = i % count
@@ -208,7 +209,13 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
             device: Optional[int], least: int = 1) -> bool:
     """Run ``pipeline`` over ``n`` bytes on as many free sets as there are (up to WORKERS;
     one only on the per-thread stream, which names another stream in every thread), each over
-    its own contiguous part; False, having done nothing, when fewer than ``least`` are free."""
+    its own contiguous part; False, having done nothing, when fewer than ``least`` are free.
+
+    Nothing it started touches ``dst`` or ``src`` once it returns or raises: an exception
+    (an error, or one a signal handler raises, such as ``KeyboardInterrupt``) stops the
+    pipelines at their next chunk, and the call leaves only after every pipeline's CPU copies
+    and the stream's queued copies are done.  The wait starts again after each interruption
+    (bounded: the pipelines stop at their next chunk) and the first one is raised after it."""
     if device is None:
         device = get_device()
     sets = _sets_for(rt, device)
@@ -224,48 +231,81 @@ def _staged(pipeline: Callable[..., None], rt: Any, dst: int, src: int, n: int, 
             one.lock.release()
         return False
     errors: List[BaseException] = []
-    workers: List[Tuple[_Set, threading.Thread]] = []
+    stop = [False]
+    # One (claim, done) pair per pipeline run by a thread of its own.  Whoever takes
+    # ``claim`` (a re-entrant lock: the caller may take it again after an interrupt) first
+    # decides: the thread, which then copies its part and sets ``done``; or the caller, once
+    # the copy is stopping, and the part is then never begun (a thread that could not be
+    # started, or not yet scheduled, copies nothing after the call has left).
+    workers: List[Tuple[Any, threading.Event]] = []
+    status = [0]
+    interrupted: Optional[BaseException] = None
     try:
-        chunk = claimed[0].chunk
-        share = -(-n // len(claimed))          # each pipeline's part, rounded up to chunks
-        per = -(-share // chunk) * chunk
-        parts = [(staging, off, min(per, n - off))
-                 for staging, off in zip(claimed, range(0, n, per))]
-
-        def run(staging: _Set, off: int, m: int, switch: bool) -> None:
-            try:
-                if switch:
-                    with on_device_or_current(device):
-                        pipeline(rt, staging, dst + off, src + off, m, stream)
-                else:
-                    pipeline(rt, staging, dst + off, src + off, m, stream)
-            except BaseException as exc:  # noqa: BLE001 - raised by the caller below
-                errors.append(exc)
-
-        for staging, off, m in parts[1:]:
-            t = threading.Thread(target=run, args=(staging, off, m, True), daemon=True)
-            try:
-                t.start()
-            except RuntimeError:   # no new threads (the interpreter is exiting): in turn
-                run(staging, off, m, False)
-                continue
-            workers.append((staging, t))
-        staging, off, m = parts[0]
-        run(staging, off, m, False)
-        for _, t in workers:
-            t.join()
-    finally:
         try:
-            _finish(rt, stream, not errors)
-        finally:
-            # a set whose pipeline still runs (the caller was interrupted while it waited)
-            # stays claimed for good: no later copy may reuse its slots
-            running = {id(staging) for staging, t in workers if t.is_alive()}
-            for one in claimed:
-                if id(one) not in running:
-                    one.lock.release()
-    if errors:
-        raise errors[0]
+            chunk = claimed[0].chunk
+            share = -(-n // len(claimed))          # each pipeline's part, rounded up to chunks
+            per = -(-share // chunk) * chunk
+            parts = [(staging, off, min(per, n - off))
+                     for staging, off in zip(claimed, range(0, n, per))]
+
+            def run(staging: _Set, off: int, m: int, worker: Any) -> None:
+                if worker is not None and not worker[0].acquire(False):
+                    return   # the caller gave this part up before it began
+                try:
+                    if worker is not None:
+                        with on_device_or_current(device):
+                            pipeline(rt, staging, dst + off, src + off, m, stream, stop)
+                    else:
+                        pipeline(rt, staging, dst + off, src + off, m, stream, stop)
+                except BaseException as exc:  # noqa: BLE001 - raised by the caller below
+                    stop[0] = True
+                    errors.append(exc)
+                finally:
+                    if worker is not None:
+                        worker[1].set()
+
+            for staging, off, m in parts[1:]:
+                worker = (threading.RLock(), threading.Event())
+                workers.append(worker)
+                try:
+                    threading.Thread(target=run, args=(staging, off, m, worker),
+                                     daemon=True).start()
+                except RuntimeError:   # no new threads (the interpreter is exiting): in turn
+                    workers.pop()
+                    run(staging, off, m, None)
+            staging, off, m = parts[0]
+            run(staging, off, m, None)
+        except BaseException as exc:  # noqa: BLE001 - raised once the copy has stopped
+            stop[0] = True
+            errors.insert(0, exc)
+    finally:
+        # Written inline, not as a call: nothing may run between leaving the copy and this
+        # wait that an interrupt could escape from.  Every exception in here is an
+        # interruption (the wait raises nothing of its own); the wait starts again after it.
+        while True:
+            try:
+                try:
+                    for claim, done in workers:
+                        if not (stop[0] and claim.acquire(False)):
+                            done.wait()   # the thread has begun its part (or will)
+                    status[0] = rt.fn.hipStreamSynchronize(stream)
+                    while claimed:   # the slots are idle: later copies may use them
+                        claimed.pop().lock.release()
+                    break
+                except BaseException as exc:  # noqa: BLE001 - raised after the wait
+                    stop[0] = True
+                    if interrupted is None:
+                        interrupted = exc
+            except BaseException as exc:  # noqa: BLE001 - a second one, in the handler
+                stop[0] = True
+                if interrupted is None:
+                    interrupted = exc
+    if errors or interrupted is not None:
+        if status[0]:
+            rt.clear_last_error()   # the copy's own failure (or the interrupt) is raised
+        raise errors[0] if errors else interrupted  # type: ignore[misc]
+    if status[0]:
+        rt.check(status[0], "hipStreamSynchronize")
     return True
 
 

@@ -20,9 +20,9 @@ from ._locks import atomic_slot
 from . import _buffer_state
 from ._buffer_state import _State, _current_entry, _shared_state, _state_for
 from ._copies import (HostView, cai_source, check_fits, check_writable, copy_from_device,
-                      copy_in, copy_to_host, fill, memset, tobytes)
+                      copy_in, copy_to_host, fill, memset, readonly, tobytes)
 from ._hip.types import hipMemcpyDefault
-from ._memory_query import memory_kind
+from ._memory_query import memory_kind, pointer_kind
 from .concepts import AsyncResource
 from . import device as _device_module
 from .device import (Device, current_device_function as _current_device, on_device,
@@ -337,15 +337,23 @@ class Buffer:
 
     @property
     def stream(self) -> stream_ref:
-        """The stream the memory was allocated on (and is freed on by default)."""
-        return stream_ref(self._handle)
+        """The stream the memory was allocated on (and is freed on by default).  ValueError
+        when it is a :class:`Stream` that was closed: its handle was destroyed, and a
+        ``stream_ref`` of it would hand it to the runtime."""
+        return stream_ref(self._own_stream())
 
     @property
     def device(self) -> Optional[int]:
         """The device the memory lives on: the ``device`` of the resource, or of the first
         resource below it that names one (through any stack of adaptors), else the device
-        current at allocation; None for host-only memory."""
-        return self._state.device
+        current at allocation; None for host-only memory.  For a resource that declares no
+        properties, what the runtime says of the memory (None for memory it does not know:
+        host memory), the same answer ``__dlpack_device__`` gives."""
+        state = self._state
+        if state.asks and state.kind is None and not state.closed:
+            self._memory_kind()
+            state = self._state
+        return state.device
 
     @property
     def closed(self) -> bool:
@@ -390,7 +398,9 @@ class Buffer:
         dl = sys.modules.get("hipmr_ctypes._dlpack")
         if dl is not None and dl.exported(self):
             self._mark_closed()
-            return  # freed when the exports let the buffer go
+            if dl.exported(self):
+                return  # freed by the last export's deleter (_exports_released)
+            # the last consumer let go meanwhile, before it could see the buffer closed
         free = self._claim()
         if free is None:
             if not self._state.plain:  # else another thread's close() frees it and decides
@@ -401,6 +411,25 @@ class Buffer:
         except BaseException:
             self._free = free  # still ours
             raise
+        self._mark_closed(freed=True)
+
+    def _exports_released(self) -> None:
+        """The last DLPack consumer let the memory go (``_dlpack``'s deleter): a buffer
+        closed meanwhile frees it now, on its allocation stream (on the null stream after a
+        device synchronization when that :class:`Stream` was closed).  Runs inside a C
+        callback: a failed free is a warning, and the buffer keeps the memory (the garbage
+        collector tries again)."""
+        if not self._state.closed or _exit_state["keep"]:
+            return
+        free = self._claim()
+        if free is None:
+            return
+        try:
+            self._free_now(free, None)
+        except Exception as exc:  # noqa: BLE001 - nothing may leave a C callback
+            self._free = free   # still ours
+            warn_failed_free("Buffer", self._ptr, self._capacity, exc)
+            return
         self._mark_closed(freed=True)
 
     def __enter__(self) -> "Buffer":
@@ -617,8 +646,9 @@ class Buffer:
         self._size = new_size
 
     def release(self) -> "Buffer":
-        """Move the allocation (contents, resource, stream, device) into a new Buffer and
-        return it; this one is left empty (size 0, no memory) and usable."""
+        """Move the allocation (contents, resource, stream, device, and the ``owner`` of
+        :meth:`from_handle`) into a new Buffer and return it; this one is left empty (size 0,
+        no memory) and usable."""
         self._movable("release")
         new = Buffer.__new__(Buffer)
         for name in ("_ptr", "_size", "_ref", "_handle", "_state"):
@@ -626,6 +656,9 @@ class Buffer:
         free = self._claim()
         if free is not None:
             new._free = free
+        foreign = sys.modules.get("hipmr_ctypes._foreign")
+        if foreign is not None:   # from_handle(owner=...): the owner goes with the memory
+            foreign.move_owner(self, new)
         state = self._state
         self._state = state if state.shared else state.copy()  # one state per buffer
         self._ptr = self._size = 0
@@ -679,22 +712,35 @@ class Buffer:
     # ---- interop ----
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
-        """CUDA Array Interface v3: 1-D ``uint8`` over the memory (device-accessible only)."""
+        """CUDA Array Interface v3: 1-D ``uint8`` over the memory (device-accessible only);
+        ``data`` is ``(ptr, True)`` for memory its producer marked read-only."""
         if self._host_only:
             raise AttributeError("__cuda_array_interface__: this Buffer holds host-only memory")
         ptr = self._live()
         if self._memory_kind() == "host":   # a resource that declares nothing, over host memory
             raise AttributeError("__cuda_array_interface__: this Buffer holds host memory")
         handle = self._own_stream()
-        return {"version": 3, "shape": (self._size,), "typestr": "|u1", "data": (ptr, False),
-                "strides": None, "stream": handle if handle else None}
+        return {"version": 3, "shape": (self._size,), "typestr": "|u1",
+                "data": (ptr, readonly(self)), "strides": None,
+                "stream": handle if handle else None}
 
     def _memory_kind(self) -> str:
-        """"device", "pinned", "managed" or "host" (host-only memory)."""
+        """"device", "pinned", "managed" or "host" (host-only memory), found once.  For a
+        resource that declares no properties the runtime's answer for the pointer also gives
+        the buffer's device (None for host memory): one answer for ``device`` and DLPack."""
         kind = self._state.kind
         if kind is None:
-            kind = self._mutable().kind = memory_kind(self.resource, self._ptr,
-                                                      self._host_only)
+            state = self._mutable()
+            if state.asks:
+                found, device = pointer_kind(self._ptr)
+                kind = found or "host"
+                if kind == "host":
+                    state.device = None
+                elif device is not None:
+                    state.device = device
+            else:
+                kind = memory_kind(self.resource, self._ptr, self._host_only)
+            state.kind = kind
         return kind
 
     def __dlpack_device__(self) -> Tuple[int, int]:
@@ -723,7 +769,9 @@ class Buffer:
         """A DLPack capsule over the memory (1-D ``uint8``): ``"dltensor_versioned"`` when
         ``max_version >= (1, 0)``, else ``"dltensor"``.  ``stream``: the consumer's stream
         (None = the default stream, -1 = no synchronization): it waits for the buffer's
-        stream.  ``copy=True`` and another ``dl_device`` raise BufferError."""
+        stream.  ``copy=True`` and another ``dl_device`` raise BufferError.  Memory its
+        producer marked read-only is exported with DLPack's read-only flag, so only as a
+        versioned capsule (a legacy request raises BufferError, as NumPy's does)."""
         from . import _dlpack as dl
         ptr = self._live()
         self._own_stream()
@@ -741,7 +789,12 @@ class Buffer:
         versioned = False
         if max_version is not None:
             versioned = dl.check_max_version(max_version)[0] >= dl.DLPACK_MAJOR
-        return dl.export(self, ptr, self._size, device, versioned)
+        frozen = readonly(self)
+        if frozen and not versioned:
+            raise BufferError("Buffer.__dlpack__: this Buffer views read-only memory, which "
+                              "only a versioned DLPack capsule can mark read-only: pass "
+                              "max_version=(1, 0) or later")
+        return dl.export(self, ptr, self._size, device, versioned, frozen)
 
     def _order_before(self, consumer: int) -> None:
         """Make work later queued on ``consumer`` wait for the buffer's stream."""
@@ -846,8 +899,11 @@ class Buffer:
 
     def __repr__(self) -> str:
         state = "closed" if self._state.closed else f"{self._ptr:#x}"
+        keep = self._state.keep
+        stream = (keep if type(keep) is Stream and keep.closed
+                  else stream_ref(self._handle))   # a closed Stream shows as one
         return (f"<Buffer {state} size={self._size} device={self._device} "
-                f"stream={self.stream!r} resource={self.resource!r}>")
+                f"stream={stream!r} resource={self.resource!r}>")
 
 
 atomic_slot(Buffer, "_free")   # `del self._free` is an atomic claim on every build (_locks)

@@ -70,7 +70,7 @@ COUNTED = ("bad_input_cases", "junk_calls", "faults_injected", "thread_ops",
            "thread_ops_planned", "threads_cut", "fuzz_ops_in_suite", "exit_scenarios",
            "frozen_thread_exit_runs", "gc_lock_cases", "stream_identity_cases", "misbehaving_cases",
            "size_growth_pickle_cases", "ipc_fork_stream_cases", "log_plot_cli_cases",
-           "exit_thread_message_cases")
+           "exit_thread_message_cases", "copy_ownership_cases")
 #: seconds before the end of the budget at which the long loops stop (the section still has
 #: to finish its tests) and the report itself stops every section (it still has to report)
 LOOP_MARGIN = 0.12
@@ -698,6 +698,11 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
         ("corruptions", kinds["corruption"], "must be 0"),
         ("other failures", kinds["other"], ""),
     ]
+    rows.insert([r[0] for r in rows].index("tests passed / failed / skipped"),
+                ("interrupted copy, short message, read-only and ownership cases",
+                 c["copy_ownership_cases"],
+                 "signals at every wait of a staged copy, short MPI messages, read-only "
+                 "exports, closed streams, DLPack and from_handle ownership, DLPack ranges"))
     rows.insert([r[0] for r in rows].index("tests passed / failed / skipped"),
                 ("thread, exit and message cases", c["exit_thread_message_cases"],
                  "overlapping statistics() and profiler blocks across threads, exit with "

@@ -31,6 +31,7 @@ from mpi4py import MPI
 
 from .. import _hip
 from .._hip.native import mpi_gpu_queries
+from .._copies import check_writable
 from ..buffer import Buffer
 from ..resources.pinned import PinnedMemoryResource
 
@@ -125,17 +126,23 @@ def _stage(size: int) -> Buffer:
     return stage
 
 
-def _check(buf: Any, name: str) -> Buffer:
+def _check(buf: Any, name: str, receives: bool = False) -> Buffer:
+    """``buf`` checked before any MPI or runtime call: a Buffer, open, its stream usable (a
+    closed ``Stream``'s destroyed handle never reaches the runtime), and writable when MPI
+    writes into it (memory its producer marked read-only is refused)."""
     if not isinstance(buf, Buffer):
         raise TypeError(f"{name} must be a Buffer, not {type(buf).__name__}")
     if buf.closed:
         raise ValueError(f"{name} is closed")
+    buf._own_stream()                 # ValueError for a closed Stream
+    if receives:
+        check_writable(buf, f"{name} (an MPI receive buffer)")
     return buf
 
 
 def _outgoing(buf: Buffer) -> Any:
     """What mpi4py gets for data MPI reads from ``buf``."""
-    buf.stream.wait()                 # MPI sees what the stream wrote
+    buf._wait_own()                   # MPI sees what the stream wrote
     how = path(buf)
     if how == "host":
         return _host_view(buf)
@@ -148,7 +155,7 @@ def _outgoing(buf: Buffer) -> Any:
 
 def _incoming(buf: Buffer) -> Any:
     """What mpi4py gets for data MPI writes into ``buf`` (``_settle`` finishes it)."""
-    buf.stream.wait()                 # nothing queued on buf races with MPI's write
+    buf._wait_own()                   # nothing queued on buf races with MPI's write
     how = path(buf)
     if how == "host":
         return _host_view(buf)
@@ -158,12 +165,21 @@ def _incoming(buf: Buffer) -> Any:
     return (ctypes.c_ubyte * buf.size).from_address(stage.ptr)
 
 
-def _settle(buf: Buffer) -> None:
-    """After MPI wrote the staged copy of ``buf``: copy it to the device."""
-    if path(buf) == "staged":
+def _settle(buf: Buffer, count: int) -> None:
+    """After MPI wrote ``count`` bytes into the staged copy of ``buf``: copy those bytes (and
+    only those: the rest of ``buf`` stays as it was, as on the other paths) to the device."""
+    if count and path(buf) == "staged":
         stage = _staging.buffer
-        view = (ctypes.c_ubyte * buf.size).from_address(stage.ptr)
+        view = (ctypes.c_ubyte * count).from_address(stage.ptr)
         buf.copy_from_host(view)
+
+
+def _received(status: Any, buf: Buffer) -> int:
+    """The bytes a receive into ``buf`` got (``MPI.Status.Get_count``): at most its size."""
+    count = status.Get_count(MPI.BYTE)
+    if count == MPI.UNDEFINED or not 0 <= count <= buf.size:   # pragma: no cover - MPI's
+        raise RuntimeError(f"MPI reported {count} bytes received into {buf.size}")
+    return int(count)
 
 
 def send(buf: Buffer, dest: int, tag: int = 0, comm: Any = None) -> None:
@@ -177,23 +193,26 @@ def send(buf: Buffer, dest: int, tag: int = 0, comm: Any = None) -> None:
 
 def recv(buf: Buffer, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,
          comm: Any = None) -> Any:
-    """``comm.Recv`` into ``buf`` (at most ``buf.size`` bytes); returns the ``MPI.Status``."""
-    _check(buf, "buf")
+    """``comm.Recv`` into ``buf`` (at most ``buf.size`` bytes); returns the ``MPI.Status``.
+    A shorter message writes its bytes at the start of ``buf`` and leaves the rest as it was
+    (``status.Get_count(MPI.BYTE)`` says how many), on every path."""
+    _check(buf, "buf", receives=True)
     comm = _comm(comm)
     _rank(source, "source", (MPI.ANY_SOURCE,))
     _rank(tag, "tag", (MPI.ANY_TAG,))
     status = MPI.Status()
     comm.Recv([_incoming(buf), buf.size, MPI.BYTE], source=source, tag=tag, status=status)
-    _settle(buf)
+    _settle(buf, _received(status, buf))
     return status
 
 
 def sendrecv(sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int, tag: int = 0,
              comm: Any = None) -> Any:
     """``comm.Sendrecv``: ``sendbuf`` to ``dest`` while ``recvbuf`` is received from
-    ``source`` (two different Buffers); returns the ``MPI.Status``."""
+    ``source`` (two different Buffers); returns the ``MPI.Status``.  A shorter message
+    leaves the rest of ``recvbuf`` as it was, as :func:`recv` does."""
     _check(sendbuf, "sendbuf")
-    _check(recvbuf, "recvbuf")
+    _check(recvbuf, "recvbuf", receives=True)
     if sendbuf is recvbuf:
         raise ValueError("sendbuf and recvbuf must be different Buffers")
     comm = _comm(comm)
@@ -206,19 +225,31 @@ def sendrecv(sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int, tag: int 
     status = MPI.Status()
     comm.Sendrecv([outgoing, sendbuf.size, MPI.BYTE], dest, tag,
                   [_incoming(recvbuf), recvbuf.size, MPI.BYTE], source, tag, status=status)
-    _settle(recvbuf)
+    _settle(recvbuf, _received(status, recvbuf))
     return status
 
 
 def bcast(buf: Buffer, root: int = 0, comm: Any = None) -> None:
-    """``comm.Bcast``: every rank's ``buf`` (of one size everywhere) gets root's bytes."""
-    _check(buf, "buf")
+    """``comm.Bcast``: every rank's ``buf`` gets root's bytes.  Root's size is broadcast
+    first: a larger ``buf`` gets them at its start and keeps the rest as it was (on every
+    path); a smaller one raises ValueError on its rank after the broadcast, unchanged (every
+    rank still takes part, so that none waits for it)."""
     comm = _comm(comm)
     _rank(root, "root")
-    target = _outgoing(buf) if comm.Get_rank() == root else _incoming(buf)
-    comm.Bcast([target, buf.size, MPI.BYTE], root=root)
-    if comm.Get_rank() != root:
-        _settle(buf)
+    receives = comm.Get_rank() != root
+    _check(buf, "buf", receives=receives)
+    size = bytearray(buf.size.to_bytes(8, "little")) if not receives else bytearray(8)
+    comm.Bcast([size, 8, MPI.BYTE], root=root)
+    n = int.from_bytes(size, "little")
+    if not receives:
+        comm.Bcast([_outgoing(buf), n, MPI.BYTE], root=root)
+        return
+    if n > buf.size:
+        comm.Bcast([bytearray(n), n, MPI.BYTE], root=root)   # taken part in, then refused
+        raise ValueError(f"bcast: root sent {n} bytes, more than buf's {buf.size} (buf is "
+                         "unchanged)")
+    comm.Bcast([_incoming(buf), n, MPI.BYTE], root=root)
+    _settle(buf, n)
 
 
 def allreduce(sendbuf: Buffer, recvbuf: Buffer, op: Any = None, datatype: Any = None,
@@ -227,7 +258,7 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer, op: Any = None, datatype: Any = 
     element by element as ``datatype`` (default ``MPI.UNSIGNED_CHAR``; the size must be a
     multiple of its extent) with ``op`` (default ``MPI.SUM``)."""
     _check(sendbuf, "sendbuf")
-    _check(recvbuf, "recvbuf")
+    _check(recvbuf, "recvbuf", receives=True)
     if sendbuf is recvbuf:
         raise ValueError("sendbuf and recvbuf must be different Buffers (MPI.IN_PLACE is not "
                          "offered)")
@@ -249,4 +280,4 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer, op: Any = None, datatype: Any = 
     if path(sendbuf) == "staged" and path(recvbuf) == "staged":
         outgoing = bytes(outgoing)          # the one staging buffer serves the result
     comm.Allreduce([outgoing, count, datatype], [_incoming(recvbuf), count, datatype], op=op)
-    _settle(recvbuf)
+    _settle(recvbuf, recvbuf.size)

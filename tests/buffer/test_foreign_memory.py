@@ -469,6 +469,7 @@ def test_from_dlpack_producer_kept_alive_through_gc_at_odd_moments(emulator):
     assert alive() is None
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_from_dlpack_of_a_buffer_defers_its_free(emulator):
     before = _live(emulator)
     buf = Buffer.from_host(_pattern(300))
@@ -477,11 +478,13 @@ def test_from_dlpack_of_a_buffer_defers_its_free(emulator):
     buf.close()                       # a consumer uses it: only marked closed
     assert buf.closed and _live(emulator) == before + 1
     assert view.tobytes() == _pattern(300)
-    view.close()
-    del buf                           # the export let it go: freed with the object
+    view.close()                      # the last consumer let go: freed now, buf still held
+    assert _live(emulator) == before
+    assert _dlpack.live_exports() == 0 and buf.closed
+    buf.close()
+    del buf
     gc.collect()
     assert _live(emulator) == before
-    assert _dlpack.live_exports() == 0
 
 
 def test_from_dlpack_concurrent_closes_call_the_deleter_once(emulator, deleted):
@@ -903,3 +906,168 @@ def test_collector_running_at_every_allocation(emulator, deleted):
         gc.set_threshold(*old)
     gc.collect()
     assert len(deleted) == 25
+
+
+# ---- read-only memory stays read-only through every export ----------------------------------
+def _flags(capsule):
+    """The flags of a versioned DLPack capsule's tensor."""
+    return _dlpack.DLManagedTensorVersioned.from_address(
+        _capsule_pointer(id(capsule), b"dltensor_versioned")).flags
+
+
+@pytest.mark.reliability("copy_ownership_cases")
+def test_read_only_memory_stays_read_only_through_dlpack_and_cai(emulator, deleted):
+    np = pytest.importorskip("numpy")
+    frozen = bytes(_pattern(64))
+    view = Buffer.from_dlpack(np.frombuffer(frozen, dtype=np.uint8))
+    assert view.resource.readonly
+    capsule = view.__dlpack__(max_version=(1, 0))
+    assert _flags(capsule) & _dlpack.FLAG_READ_ONLY
+    del capsule
+    with pytest.raises(BufferError, match="read-only"):
+        view.__dlpack__()             # a legacy capsule cannot say read-only
+    again = np.from_dlpack(view)     # NumPy asks for a versioned capsule
+    assert not again.flags.writeable
+    with pytest.raises(ValueError):
+        again[0] = 1
+    twice = Buffer.from_dlpack(view)
+    assert twice.resource.readonly
+    with pytest.raises(BufferError):
+        twice.fill(0)
+    del again
+    twice.close()
+    assert frozen == bytes(_pattern(64))
+    # device memory a producer marked read-only: the CUDA Array Interface says so too
+    buf = Buffer.from_host(_pattern(32))
+    assert buf.__cuda_array_interface__["data"] == (buf.ptr, False)
+    assert _flags(buf.__dlpack__(max_version=(1, 0))) == 0
+    ro = Buffer.from_dlpack(Producer((buf.ptr, 32), device=(_dlpack.kDLCUDA, 0), flags=1))
+    assert ro._memory_kind() == "device"
+    assert ro.__cuda_array_interface__["data"] == (buf.ptr, True)
+    with pytest.raises(BufferError, match="read-only"):
+        ro.copy_from_device(buf)
+    ro.close()
+    view.close()
+    buf.close()
+
+
+# ---- a closed Buffer is freed when its last DLPack consumer lets go ------------------------
+@pytest.mark.reliability("copy_ownership_cases")
+def test_a_closed_buffer_is_freed_when_the_last_consumer_lets_go(emulator):
+    np = pytest.importorskip("numpy")
+    before = _live(emulator)
+    buf = Buffer.from_host(_pattern(256), resource=hmr.PinnedMemoryResource())
+    first, second = np.from_dlpack(buf), Buffer.from_dlpack(buf)
+    buf.close()
+    assert buf.closed and _live(emulator) == before + 1
+    del first                          # one consumer left
+    assert _live(emulator) == before + 1
+    assert second.tobytes() == _pattern(256)
+    second.close()                     # the last one: freed now, while buf is still held
+    assert _live(emulator) == before and _dlpack.live_exports() == 0
+    buf.close()                        # idempotent; nothing is freed twice
+    del buf
+    gc.collect()
+    assert _live(emulator) == before
+
+
+@pytest.mark.reliability("copy_ownership_cases")
+def test_a_failed_free_when_the_last_consumer_lets_go_is_a_warning(emulator):
+    before = _live(emulator)
+    mr = hmr.AsyncMemoryResource()
+    buf = Buffer.from_host(_pattern(64), resource=mr)
+    view = Buffer.from_dlpack(buf)
+    buf.close()
+    emulator.inject_failure(calls="hipFreeAsync")
+    with pytest.warns(RuntimeWarning):
+        view.close()                   # the free inside the deleter fails: a warning
+    assert _live(emulator) == before + 1   # still owned by buf
+    del buf
+    gc.collect()                       # the collector tries again
+    assert _live(emulator) == before
+
+
+# ---- release() keeps from_handle's owner with the memory ------------------------------------
+@pytest.mark.reliability("copy_ownership_cases")
+def test_release_moves_from_handles_owner_with_the_memory(emulator):
+    mr = hmr.AsyncMemoryResource()
+    ptr = mr.allocate_async(128, 256, 0)
+    owner = Owner()
+    alive = weakref.ref(owner)
+    buf = Buffer.from_handle(ptr, 128, owner=owner, resource=mr)
+    del owner
+    moved = buf.release()
+    del buf
+    gc.collect()
+    assert alive() is not None          # the moved Buffer owns the memory: the owner stays
+    again = moved.release()             # and moves again
+    del moved
+    gc.collect()
+    assert alive() is not None and again.size == 128
+    again.close()
+    del again
+    gc.collect()
+    assert alive() is None
+
+
+# ---- from_dlpack applies from_handle's range checks ------------------------------------------
+@pytest.mark.reliability("copy_ownership_cases")
+@pytest.mark.parametrize("make, match", [
+    (lambda m: Producer(m, shape=(2 ** 62, 2 ** 62)), "larger than 2\\*\\*63"),
+    (lambda m: Producer(m, shape=(2 ** 31, 2 ** 31, 4)), "larger than 2\\*\\*63"),
+    (lambda m: Producer((2 ** 64 - 100, 1000)), "past the end of the address space"),
+    (lambda m: Producer((2 ** 64 - 4096, 100), byte_offset=4000), "past the end"),
+])
+def test_from_dlpack_refuses_memory_no_buffer_can_span(emulator, deleted, make, match):
+    producer = make(bytearray(64))
+    with pytest.raises(ValueError, match=match):
+        Buffer.from_dlpack(producer)
+    gc.collect()
+    assert len(deleted) == 1            # the capsule was left to its own destructor
+
+
+# ---- one answer for a Buffer's device ------------------------------------------------------
+class Undeclared:
+    """A resource that declares no properties, over ``allocate`` (host memory by default)."""
+
+    def __init__(self, upstream=None):
+        self.upstream = upstream
+        self.blocks = {}
+
+    def allocate(self, nbytes, alignment=256):
+        if self.upstream is not None:
+            return self.upstream.allocate(nbytes, alignment)
+        block = ctypes.create_string_buffer(nbytes)
+        self.blocks[ctypes.addressof(block)] = block
+        return ctypes.addressof(block)
+
+    def deallocate(self, ptr, nbytes, alignment=256):
+        if self.upstream is not None:
+            return self.upstream.deallocate(ptr, nbytes, alignment)
+        del self.blocks[ptr]
+
+    def allocate_async(self, nbytes, alignment, stream):
+        return self.allocate(nbytes, alignment)
+
+    def deallocate_async(self, ptr, nbytes, alignment, stream):
+        self.deallocate(ptr, nbytes, alignment)
+
+    def __eq__(self, other):
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.reliability("copy_ownership_cases")
+def test_a_resource_that_declares_nothing_gets_one_answer_for_its_device(emulator):
+    host = Buffer(64, resource=Undeclared())
+    assert host.device is None               # before anything else asked
+    assert host.__dlpack_device__() == (_dlpack.kDLCPU, 0) and host.device is None
+    host.copy_from_host(_pattern(64))
+    assert host.tobytes() == _pattern(64)
+    other = Buffer(64, resource=Undeclared())
+    assert other.__dlpack_device__() == (_dlpack.kDLCPU, 0) and other.device is None
+    device = Buffer(64, resource=Undeclared(hmr.DeviceMemoryResource()))
+    assert device.device == 0 and device._memory_kind() == "device"
+    for buf in (host, other, device):
+        buf.close()

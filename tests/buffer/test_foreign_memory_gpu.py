@@ -220,3 +220,32 @@ def test_gpu_host_views_of_pinned_and_managed(gpu_runtime):
     with Buffer(16) as dev:
         with pytest.raises(BufferError):
             dev.host_view()
+
+
+# ---- read-only device memory stays read-only --------------------------------------------------
+@pytest.mark.reliability("copy_ownership_cases")
+def test_gpu_read_only_device_memory_stays_read_only(gpu_runtime):
+    """A view of device memory its producer marked read-only: its CUDA Array Interface says
+    ``(ptr, True)``, its versioned DLPack capsule carries the read-only flag, a legacy capsule
+    and every write are refused, and the memory is unchanged."""
+    from hipmr_ctypes import _dlpack
+    from test_foreign_memory import Producer, _flags
+    device_type = _dlpack.kDLROCM if gpu_runtime.platform == "amd" else _dlpack.kDLCUDA
+    buf = Buffer.from_host(bytes(range(256)))
+    ro = Buffer.from_dlpack(Producer((buf.ptr, 256), device=(device_type, 0), flags=1))
+    assert ro._memory_kind() == "device" and ro.device == 0
+    assert ro.__cuda_array_interface__["data"] == (buf.ptr, True)
+    assert buf.__cuda_array_interface__["data"] == (buf.ptr, False)
+    capsule = ro.__dlpack__(max_version=(1, 0))
+    assert _flags(capsule) & _dlpack.FLAG_READ_ONLY
+    del capsule
+    with pytest.raises(BufferError, match="read-only"):
+        ro.__dlpack__()
+    for write in (lambda: ro.fill(1), lambda: ro.memset(1), lambda: ro.copy_from_host(b"x"),
+                  lambda: ro.copy_from_device(Buffer(4))):
+        with pytest.raises(BufferError, match="read-only"):
+            write()
+    assert Buffer.from_dlpack(ro).resource.readonly
+    assert buf.tobytes() == bytes(range(256))
+    ro.close()
+    buf.close()

@@ -111,6 +111,63 @@ except ValueError:
     pass
 else:
     raise AssertionError("a closed Buffer was sent")
+# a short message fills the start of a larger receive buffer and leaves the rest as it was,
+# on every path (the staging buffer holds the bytes of the larger messages above)
+other = 1 - rank
+target = buf(b"\xee" * 100)
+if rank == 0:
+    hm.send(buf(b"\x01" * 10), 1, tag=11)
+else:
+    status = hm.recv(target, 0, tag=11)
+    assert status.Get_count(MPI.BYTE) == 10
+    assert target.tobytes() == b"\x01" * 10 + b"\xee" * 90, target.tobytes()
+target = buf(b"\xee" * 100)
+status = hm.sendrecv(buf(bytes([rank + 2]) * 10), other, target, other, tag=12)
+assert status.Get_count(MPI.BYTE) == 10
+assert target.tobytes() == bytes([other + 2]) * 10 + b"\xee" * 90, target.tobytes()
+target = buf(b"\x05" * 10 if rank == 0 else b"\xee" * 100)
+hm.bcast(target, root=0)
+assert target.tobytes() == (b"\x05" * 10 if rank == 0 else b"\x05" * 10 + b"\xee" * 90)
+# a receive buffer smaller than root's: refused on its rank, unchanged; nobody waits
+target = buf(b"\x06" * 100 if rank == 0 else b"\xee" * 10)
+try:
+    hm.bcast(target, root=0)
+except ValueError as exc:
+    assert rank == 1 and "100 bytes" in str(exc), exc
+else:
+    assert rank == 0
+assert target.tobytes() == (b"\x06" * 100 if rank == 0 else b"\xee" * 10)
+# memory its producer marked read-only is refused as a receive buffer, before MPI
+import numpy
+frozen = b"immutable!" * 10
+ro = hmr.Buffer.from_dlpack(numpy.frombuffer(frozen, dtype=numpy.uint8))
+for call in (lambda: hm.recv(ro, other), lambda: hm.sendrecv(mine, other, ro, other),
+             lambda: hm.bcast(ro, root=other), lambda: hm.allreduce(buf(bytes(100)), ro)):
+    try:
+        call()
+    except BufferError:
+        pass
+    else:
+        raise AssertionError(f"{call} wrote into read-only memory")
+assert frozen == b"immutable!" * 10
+hm.send(ro, other, tag=13)          # read-only memory may be sent
+got = buf(bytes(100))
+hm.recv(got, other, tag=13)
+assert got.tobytes() == frozen
+# a Buffer whose Stream was closed: refused before MPI or the runtime sees the handle
+s = hmr.Stream()
+on_stream = hmr.Buffer.from_host(b"x" * 100, resource=resource, stream=s)
+s.close()
+for call in (lambda: hm.send(on_stream, other), lambda: hm.recv(on_stream, other),
+             lambda: hm.bcast(on_stream, root=other), lambda: hm.path(on_stream) and
+             hm.sendrecv(mine, other, on_stream, other)):
+    try:
+        call()
+    except ValueError as exc:
+        assert "closed" in str(exc), exc
+    else:
+        raise AssertionError(f"{call} used a closed stream")
+on_stream.close(stream=0)
 comm.Barrier()
 reports = comm.gather({"rank": rank, "path": how, "support": hm.support()}, root=0)
 if rank == 0:
@@ -139,6 +196,7 @@ def _mpiexec(tmp_path, kind, **env):
     return reports
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_the_library_decides(tmp_path):
     """No override: Open MPI says whether it was built with CUDA; device memory is staged
     unless it was."""
@@ -150,18 +208,21 @@ def test_the_library_decides(tmp_path):
         assert r["path"] == ("direct" if s["gpu_aware"] else "staged")
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_staged_through_pinned_memory(tmp_path):
     reports = _mpiexec(tmp_path, "device", HIPMR_MPI_GPU_AWARE="0")
     assert {r["path"] for r in reports} == {"staged"}
     assert all(r["support"]["gpu_aware"] is False for r in reports)
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_direct(tmp_path):
     reports = _mpiexec(tmp_path, "device", HIPMR_MPI_GPU_AWARE="1")
     assert {r["path"] for r in reports} == {"direct"}
     assert all(r["support"]["why"] == "HIPMR_MPI_GPU_AWARE=1" for r in reports)
 
 
+@pytest.mark.reliability("copy_ownership_cases")
 def test_host_accessible_buffers_need_no_staging(tmp_path):
     reports = _mpiexec(tmp_path, "pinned", HIPMR_MPI_GPU_AWARE="0")
     assert {r["path"] for r in reports} == {"host"}
@@ -169,6 +230,7 @@ def test_host_accessible_buffers_need_no_staging(tmp_path):
 
 # ---- the H200: two ranks on the real GPU(s) -------------------------------------------------
 @pytest.mark.gpu
+@pytest.mark.reliability("copy_ownership_cases")
 @pytest.mark.parametrize("kind", ["device", "pinned"])
 def test_gpu_two_ranks(tmp_path, kind, gpu_runtime):
     """Both paths the machine has: device memory as the library allows (staged through pinned
