@@ -42,6 +42,7 @@ under ``mem_pool``; under ``use`` a tensor without memory), CUDA graphs and
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 import threading
 from collections import deque
@@ -51,7 +52,9 @@ import torch
 
 from .._exit import _state as _exit_state
 from .._hip import native as _native
+from .._limits import MAX_ADDRESS
 from .._memory_query import memory_device
+from ..adaptors._checked import check_upstream_ptr
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_refs import async_resource_ref
 from ._current import current as _current_resources, resource_of as _resource_of
@@ -185,6 +188,42 @@ def _refused(alloc: Allocator, failed: Deque[None], size: int, device: int,
         pass
 
 
+#: the last byte an allocation may end at, and the mask of the alignment PyTorch is given
+_LAST_ADDRESS = MAX_ADDRESS + 1
+_ALIGNMENT_MASK = DEFAULT_ALIGNMENT - 1
+
+
+def _bad_result(ptr: Any, size: int, stream: int, deallocate_async: Callable[..., Any],
+                live: Dict[int, _Entry]) -> None:
+    """Refuse what the resource returned for ``size`` bytes on ``stream`` when it is not an
+    address PyTorch may be given (the adaptors' own check of a user-written upstream): give it
+    back to the resource where it is an address (an integer type such as ``numpy.uint64``
+    included, as that int) that PyTorch does not hold already, then raise.  Always raises."""
+    if type(ptr) is int and ptr in live and 0 < ptr:
+        # handed out twice: giving it back would free the live allocation
+        raise RuntimeError(f"the resource returned {ptr:#x}, which PyTorch holds already (a "
+                           f"live allocation): refused")
+    address: Optional[int] = None
+    if type(ptr) is int:
+        address = ptr
+    elif not isinstance(ptr, (bool, float, complex, str, bytes)):
+        try:
+            address = operator.index(ptr)  # numpy integers and the like
+        except BaseException:  # noqa: BLE001 - not an integer: nothing to give back
+            address = None
+    if address is not None and 0 < address <= MAX_ADDRESS and address not in live:
+        try:
+            deallocate_async(address, size, DEFAULT_ALIGNMENT, stream)
+        except Exception:  # noqa: BLE001 - the refusal below is the error to report
+            pass
+    check_upstream_ptr(ptr, size, DEFAULT_ALIGNMENT, _nothing, "the resource")
+    raise RuntimeError(f"the resource returned {ptr!r} for {size} bytes: refused")
+
+
+def _nothing(ptr: int, nbytes: int, alignment: int) -> None:
+    """What :func:`check_upstream_ptr` gives back to: nothing (done before it)."""
+
+
 def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
                  allocate_async: Callable[..., int], deallocate_async: Callable[..., Any],
                  fixed: Optional[int]) -> Callable[[int, int, Optional[int]], Optional[int]]:
@@ -197,13 +236,12 @@ def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
                 raise ValueError(f"the resource's memory is on device {fixed}, PyTorch asked "
                                  f"for device {device}")
             handle = stream or 0
-            ptr = allocate_async(size, DEFAULT_ALIGNMENT, handle)
-            if not ptr or ptr in live:
-                if ptr:
-                    deallocate_async(ptr, size, DEFAULT_ALIGNMENT, handle)
-                raise RuntimeError(f"the resource returned {ptr!r}, which is NULL or live")
+            ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
+            if (type(ptr) is not int or not 0 < ptr <= _LAST_ADDRESS - size
+                    or ptr & _ALIGNMENT_MASK or ptr in live):
+                _bad_result(ptr, size, handle, deallocate_async, live)
             live[ptr] = (size, handle, deallocate_async)
-            return ptr
+            return ptr  # type: ignore[no-any-return]  # an int: checked above
         except BaseException as exc:  # noqa: BLE001 - nothing may leave a callback
             _refused(alloc, failed, size, device, exc)
             return None
@@ -229,13 +267,12 @@ def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None
                 raise ValueError(f"the per-device resource of device {device} has its memory "
                                  f"on device {where}")
             handle = stream or 0
-            ptr: int = allocate_async(size, DEFAULT_ALIGNMENT, handle)
-            if not ptr or ptr in live:
-                if ptr:
-                    deallocate_async(ptr, size, DEFAULT_ALIGNMENT, handle)
-                raise RuntimeError(f"the resource returned {ptr!r}, which is NULL or live")
+            ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
+            if (type(ptr) is not int or not 0 < ptr <= _LAST_ADDRESS - size
+                    or ptr & _ALIGNMENT_MASK or ptr in live):
+                _bad_result(ptr, size, handle, deallocate_async, live)
             live[ptr] = (size, handle, deallocate_async)
-            return ptr
+            return ptr  # type: ignore[no-any-return]  # an int: checked above
         except BaseException as exc:  # noqa: BLE001 - nothing may leave a callback
             _refused(alloc, failed, size, device, exc)
             return None
