@@ -58,8 +58,10 @@ from ..adaptors._checked import check_upstream_ptr
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_refs import async_resource_ref
 from ._current import current as _current_resources, resource_of as _resource_of
+from .torch_snapshot import memory_snapshot
 
-__all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "ALLOC_FN", "FREE_FN"]
+__all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "memory_snapshot",
+           "ALLOC_FN", "FREE_FN"]
 
 #: the C type of PyTorch's allocation function: ``void* (size_t, int, cudaStream_t)``
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
