@@ -66,7 +66,8 @@ def memory_snapshot(source: Any, *, device: Optional[int] = None) -> Snapshot:
         raise (TypeError if type(device) is not int else ValueError)(
             f"device must be a non-negative int, not {device!r}")
     if isinstance(source, (str, os.PathLike, io.IOBase)):
-        return _from_log(read_log(source), 0 if device is None else device)
+        log: Any = source  # read_log names a bad file kind itself
+        return _from_log(read_log(log), 0 if device is None else device)
     if isinstance(source, (Iterator, list, tuple)):
         return _from_log(_events(source), 0 if device is None else device)
     found = _find(source)
