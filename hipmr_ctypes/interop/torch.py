@@ -46,7 +46,7 @@ import operator
 import sys
 import threading
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -58,9 +58,10 @@ from ..adaptors._checked import check_upstream_ptr
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_refs import async_resource_ref
 from ._current import current as _current_resources, resource_of as _resource_of
+from . import torch_route
 from .torch_snapshot import memory_snapshot
 
-__all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "memory_snapshot",
+__all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "memory_snapshot", "ROUTES",
            "ALLOC_FN", "FREE_FN"]
 
 #: the C type of PyTorch's allocation function: ``void* (size_t, int, cudaStream_t)``
@@ -126,18 +127,22 @@ class Allocator:
         live: Dict[int, _Entry] = {}
         failed: Deque[None] = deque()
         unknown: Deque[None] = deque()
+        hooks: List[Any] = []   # (capturing, side_stream) once a pool route is installed
+        self._capture_hooks = hooks
+        self.route: Optional[str] = None   # how use() installed it: "pool" / "allocator"
+        self._route: Any = None            # the pool route (torch_route.Route), if any
         self._live = live
         self._failed = failed
         self._unknown = unknown
         self.last_error = None
         if resource is None:
             self.resource = None
-            alloc = _default_alloc(self, live, failed)
+            alloc = _default_alloc(self, live, failed, hooks)
         else:
             ref = async_resource_ref[device_accessible](resource)  # TypeError now, not later
             self.resource = ref.resource
-            alloc = _fixed_alloc(self, live, failed, ref.allocate_async, ref.deallocate_async,
-                                 memory_device(ref.resource))
+            alloc = _fixed_alloc(self, live, failed, hooks, ref.allocate_async,
+                                 ref.deallocate_async, memory_device(ref.resource))
         alloc_fn = ALLOC_FN(alloc)
         free_fn = FREE_FN(_free(self, live, unknown))
         _keep_forever(alloc_fn)
@@ -226,8 +231,29 @@ def _nothing(ptr: int, nbytes: int, alignment: int) -> None:
     """What :func:`check_upstream_ptr` gives back to: nothing (done before it)."""
 
 
+def _captured(size: int, device: int, side_stream: Callable[[int], Any],
+              allocate_async: Callable[..., Any], deallocate_async: Callable[..., Any],
+              live: Dict[int, _Entry]) -> int:
+    """A segment PyTorch asks for while its stream is being captured (the pool route): made
+    on our own non-capturing stream of ``device`` and waited for there, so that nothing
+    stream-ordered is recorded into the graph; freed on that stream too."""
+    side = side_stream(device)
+    handle = side.get()
+    ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
+    if (type(ptr) is not int or not 0 < ptr <= _LAST_ADDRESS - size
+            or ptr & _ALIGNMENT_MASK or ptr in live):
+        _bad_result(ptr, size, handle, deallocate_async, live)
+    try:
+        side.wait()
+    except BaseException:
+        deallocate_async(ptr, size, DEFAULT_ALIGNMENT, handle)
+        raise
+    live[ptr] = (size, handle, deallocate_async)
+    return ptr  # type: ignore[no-any-return]  # an int: checked above
+
+
 def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
-                 allocate_async: Callable[..., int], deallocate_async: Callable[..., Any],
+                 hooks: List[Any], allocate_async: Callable[..., int], deallocate_async: Callable[..., Any],
                  fixed: Optional[int]) -> Callable[[int, int, Optional[int]], Optional[int]]:
     def torch_alloc(size: int, device: int, stream: Optional[int]) -> Optional[int]:
         """PyTorch's ``alloc(size, device, stream)`` over the allocator's resource."""
@@ -238,6 +264,9 @@ def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
                 raise ValueError(f"the resource's memory is on device {fixed}, PyTorch asked "
                                  f"for device {device}")
             handle = stream or 0
+            if hooks and hooks[0][0]():
+                return _captured(size, device, hooks[0][1], allocate_async,
+                                 deallocate_async, live)
             ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
             if (type(ptr) is not int or not 0 < ptr <= _LAST_ADDRESS - size
                     or ptr & _ALIGNMENT_MASK or ptr in live):
@@ -252,7 +281,7 @@ def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
 
 
 def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
-                   current: Dict[int, Any] = _current_resources,
+                   hooks: List[Any], current: Dict[int, Any] = _current_resources,
                    resource_of: Callable[[int], Any] = _resource_of
                    ) -> Callable[[int, int, Optional[int]], Optional[int]]:
     def torch_alloc_current(size: int, device: int, stream: Optional[int]) -> Optional[int]:
@@ -269,6 +298,9 @@ def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None
                 raise ValueError(f"the per-device resource of device {device} has its memory "
                                  f"on device {where}")
             handle = stream or 0
+            if hooks and hooks[0][0]():
+                return _captured(size, device, hooks[0][1], allocate_async,
+                                 deallocate_async, live)
             ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
             if (type(ptr) is not int or not 0 < ptr <= _LAST_ADDRESS - size
                     or ptr & _ALIGNMENT_MASK or ptr in live):
@@ -322,36 +354,137 @@ def installed() -> Optional[Allocator]:
     return _installed[0] if _installed else None
 
 
-def use(resource: Any = None) -> Allocator:
-    """Make an :class:`Allocator` over ``resource`` PyTorch's CUDA allocator for the rest of
-    the process, and return it.
+#: the ways :func:`use` can put an :class:`Allocator` under PyTorch
+ROUTES = ("auto", "pool", "allocator")
 
-    PyTorch allows this only before it initializes CUDA in the process (its first CUDA
-    tensor, or any ``torch.cuda`` call that initializes it), and only once: otherwise
-    RuntimeError saying so, and nothing changes.  TypeError for a resource that is not async
-    and device-accessible; RuntimeError where this PyTorch has no CUDA or ROCm support.
+
+def use(resource: Any = None, *, route: str = "auto",
+        devices: Optional[Iterable[int]] = None) -> Allocator:
+    """Make PyTorch take its CUDA (or ROCm) memory from an :class:`Allocator` over
+    ``resource`` for the rest of the process, and return the Allocator (its ``route``
+    attribute says which route was taken).  Only once per process.
+
+    ``route``:
+
+    * ``"pool"``: PyTorch's caching allocator stays on top, and every allocation of each
+      routed device comes from a ``torch.cuda.MemPool`` over the Allocator
+      (``hipmr_ctypes.interop.torch_route`` says how): PyTorch's statistics, its
+      ``OutOfMemoryError``, ``record_stream``, ``empty_cache`` and graph capture work, and
+      our resource sees the segments PyTorch caches.  Built on private PyTorch functions,
+      so taken only where this PyTorch passes :func:`~hipmr_ctypes.interop.torch_route.
+      route_problem`'s checks, and checked once more on each device by one allocation that
+      must reach the Allocator; RuntimeError naming the problem otherwise (and nothing is
+      left routed).  Possible after PyTorch initialized CUDA too (memory PyTorch holds
+      already stays where it is);
+    * ``"allocator"``: the Allocator replaces PyTorch's allocator
+      (``change_current_allocator``): every tensor is one allocation of the resource, with
+      none of the above (see docs/interop.md).  Possible only before PyTorch initializes
+      CUDA in the process;
+    * ``"auto"`` (default): ``"pool"`` where this PyTorch passes the checks, else
+      ``"allocator"`` with a ``RuntimeWarning`` naming why.
+
+    ``devices``: the devices to route (``"pool"``; default: every visible device, or the one
+    device a resource's memory lives on).  ValueError for an unknown route, TypeError /
+    ValueError for a bad device and TypeError for a resource that is not async and
+    device-accessible, all before anything changes; RuntimeError where this PyTorch has no
+    CUDA or ROCm support.
     """
+    if not isinstance(route, str) or route not in ROUTES:
+        raise ValueError(f"route={route!r}: expected one of {', '.join(map(repr, ROUTES))}")
+    wanted = None if devices is None else _device_list(devices)
     made = Allocator(resource)
     made.allocator()  # RuntimeError without CUDA / ROCm, before anything changes
     with _install_lock:
         if _installed:
             raise RuntimeError("hipmr_ctypes.interop.torch.use() was already called in this "
-                               "process: PyTorch's CUDA allocator can be replaced only once")
-        if torch.cuda.is_initialized():
-            raise RuntimeError("PyTorch has already initialized CUDA in this process, and "
-                               "its allocator can be replaced only before that: call "
-                               "hipmr_ctypes.interop.torch.use() before the first CUDA "
-                               "tensor (or use mem_pool() for a block of code)")
-        try:
-            torch.cuda.memory.change_current_allocator(
-                torch.cuda.memory._CUDAAllocator(made.allocator()))
-        except RuntimeError as exc:
-            raise RuntimeError(f"PyTorch refused to replace its CUDA allocator ({exc}); it "
-                               f"allows that only once, before its first CUDA allocation in "
-                               f"the process: call hipmr_ctypes.interop.torch.use() earlier "
-                               f"(or use mem_pool() for a block of code)") from exc
+                               "process: PyTorch's allocator can be changed only once")
+        problem = None if route == "allocator" else torch_route.route_problem()
+        if problem is not None and route == "pool":
+            raise RuntimeError(f"the pool route is not available: {problem} (use "
+                               f"route='allocator' before PyTorch initializes CUDA)")
+        if problem is None and route != "allocator":
+            _route(made, wanted)
+        else:
+            if problem is not None:
+                import warnings
+                warnings.warn(f"hipmr_ctypes.interop.torch.use(): the pool route is not "
+                              f"available ({problem}); replacing PyTorch's allocator instead, "
+                              f"which gives up PyTorch's memory statistics, its "
+                              f"OutOfMemoryError, record_stream, empty_cache and graph capture "
+                              f"(see docs/interop.md)", RuntimeWarning, stacklevel=2)
+            _replace(made)
         _installed.append(made)
     return made
+
+
+def _device_list(devices: Iterable[int]) -> List[int]:
+    try:
+        found = list(devices)
+    except TypeError:
+        raise TypeError(f"devices must be an iterable of device ordinals, not "
+                        f"{type(devices).__name__}") from None
+    for device in found:
+        if type(device) is not int:
+            raise TypeError(f"devices: {device!r} is not an int device ordinal")
+        if device < 0:
+            raise ValueError(f"devices: {device} is negative")
+    if not found:
+        raise ValueError("devices is empty: nothing would be routed")
+    return sorted(set(found))
+
+
+def _replace(made: Allocator) -> None:
+    """The allocator route: ``change_current_allocator`` (only before CUDA starts)."""
+    if torch.cuda.is_initialized():
+        raise RuntimeError("PyTorch has already initialized CUDA in this process, and "
+                           "its allocator can be replaced only before that: call "
+                           "hipmr_ctypes.interop.torch.use() before the first CUDA "
+                           "tensor (or use mem_pool() for a block of code)")
+    try:
+        torch.cuda.memory.change_current_allocator(
+            torch.cuda.memory._CUDAAllocator(made.allocator()))
+    except RuntimeError as exc:
+        raise RuntimeError(f"PyTorch refused to replace its CUDA allocator ({exc}); it "
+                           f"allows that only once, before its first CUDA allocation in "
+                           f"the process: call hipmr_ctypes.interop.torch.use() earlier "
+                           f"(or use mem_pool() for a block of code)") from exc
+    made.route = "allocator"
+
+
+def _route(made: Allocator, devices: Optional[List[int]]) -> None:
+    """The pool route over every device of ``devices`` (see :func:`use`)."""
+    fixed = None if made.resource is None else memory_device(made.resource)
+    if devices is None:
+        devices = [fixed] if fixed is not None else list(range(torch.cuda.device_count()))
+    elif fixed is not None and devices != [fixed]:
+        raise ValueError(f"the resource's memory is on device {fixed}: it can serve only "
+                         f"that device, not devices={devices}")
+    if not devices:
+        raise RuntimeError("PyTorch sees no CUDA device: nothing to route")
+    route = torch_route.Route(made.allocator())
+
+    def check(device: int) -> Optional[str]:
+        """None when one allocation on ``device`` reached the Allocator, else what went
+        wrong."""
+        count = made.outstanding()[0]
+        try:
+            probe = torch.empty(1, dtype=torch.uint8, device=f"cuda:{device}")
+        except Exception as exc:  # noqa: BLE001 - reported as the route's problem
+            return (f"the first allocation through the pool route on device {device} "
+                    f"failed: {type(exc).__name__}: {exc}")
+        ptr = probe.data_ptr()
+        held = any(start <= ptr < start + entry[0] for start, entry in list(made._live.items()))
+        del probe
+        if made.outstanding()[0] <= count and not held:
+            return (f"PyTorch did not take the memory of a tensor on device {device} from "
+                    f"the routed pool: torch._C._cuda_beginAllocateToPool of PyTorch "
+                    f"{torch.__version__} does not route as the pool route needs")
+        return None
+
+    route.install(devices, check)
+    made._capture_hooks.append((torch_route.capturing(), route.side_stream))
+    made._route = route
+    made.route = "pool"
 
 
 def mem_pool(resource: Any = None, **options: Any) -> Any:
@@ -367,9 +500,10 @@ def mem_pool(resource: Any = None, **options: Any) -> Any:
     """
     made = resource if isinstance(resource, Allocator) else Allocator(resource)
     if _installed:
-        raise RuntimeError("use() made a pluggable allocator PyTorch's allocator in this "
-                           "process: a MemPool needs PyTorch's caching allocator, which "
-                           "use_mem_pool would not reach")
+        raise RuntimeError("use() already routes PyTorch's allocations in this process: "
+                           "under the allocator route no MemPool is reached, and under the "
+                           "pool route every allocation goes to use()'s pool before any "
+                           "use_mem_pool")
     pool_class = getattr(torch.cuda, "MemPool", None)
     if pool_class is None:
         raise RuntimeError(f"this PyTorch ({torch.__version__}) has no torch.cuda.MemPool")

@@ -418,14 +418,14 @@ def test_callbacks_outlive_the_allocator_object():
 
 
 def test_use_refuses_a_second_install(monkeypatch):
-    """``use`` with a stand-in for ``change_current_allocator`` (which needs a CUDA build):
+    """``use(route='allocator')`` with a stand-in for ``change_current_allocator`` (which needs a CUDA build):
     once only, not after PyTorch initialized CUDA, and PyTorch's own refusal explained."""
     calls = []
     monkeypatch.setattr(ht.Allocator, "allocator", lambda self: "native")
     monkeypatch.setattr(ht, "_installed", [])
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.raises(RuntimeError, match="already initialized CUDA"):
-        ht.use(StreamRecording())
+        ht.use(StreamRecording(), route="allocator")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
 
     def refuse(a):
@@ -433,16 +433,17 @@ def test_use_refuses_a_second_install(monkeypatch):
 
     monkeypatch.setattr(torch.cuda.memory, "change_current_allocator", refuse)
     with pytest.raises(RuntimeError, match="refused to replace") as info:
-        ht.use(StreamRecording())
+        ht.use(StreamRecording(), route="allocator")
     assert "already initialized allocator" in str(info.value.__cause__)
     assert ht.installed() is None
     monkeypatch.setattr(torch.cuda.memory, "change_current_allocator", calls.append)
-    made = ht.use(StreamRecording())
+    made = ht.use(StreamRecording(), route="allocator")
     assert [c.allocator() for c in calls] == ["native"] and ht.installed() is made
+    assert made.route == "allocator"
     with pytest.raises(RuntimeError, match="already called"):
         ht.use()
     assert len(calls) == 1 and ht.installed() is made
-    with pytest.raises(RuntimeError, match="caching allocator"):
+    with pytest.raises(RuntimeError, match="already routes"):
         ht.mem_pool(StreamRecording())
 
 
