@@ -21,7 +21,8 @@ cached segments of a pool still in use:
 * ``CUDAGraph.capture_begin``: a graph captures into a pool of its own (PyTorch's rule: what
   a graph uses is never handed to anything else before the graph is gone).  The route steps
   aside for the call, so that the graph's pool comes first, and a graph given no pool gets a
-  new ``MemPool`` over our allocator (its memory is ours too);
+  new ``MemPool`` over our allocator that lives as long as the graph (its memory is ours
+  too, and goes back at an ``empty_cache`` after the graph is gone);
 * ``torch.cuda.graph_pool_handle``: a ``MemPool`` over our allocator (kept for the rest of
   the process, as PyTorch keeps the pools it hands out), so graphs that share a pool, and
   ``torch.compile(mode="reduce-overhead")``, take memory from our resource;
@@ -165,7 +166,10 @@ class Route:
                     return capture_begin(graph, pool, *args, **kw)
                 if pool is None:
                     made = route._new_pool(device)
-                    route.kept.append(made)   # the graph holds its id until it is gone
+                    try:   # the pool lives as long as the graph
+                        graph._hipmr_pool = made
+                    except (AttributeError, TypeError):
+                        route.kept.append(made)
                     pool = made.id
                 route._end(device)
                 try:
