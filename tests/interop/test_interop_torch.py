@@ -200,6 +200,7 @@ class Returning(StreamRecording):
         return self.shape(super().allocate_async(bytes, alignment, stream))
 
 
+@pytest.mark.reliability("misbehaving_cases")
 @pytest.mark.parametrize("shape, given_back, error", [
     (lambda p: __import__("numpy").uint64(p), True, TypeError),   # an integer type: as that int
     (lambda p: __import__("numpy").int64(p), True, TypeError),
@@ -245,6 +246,7 @@ def test_what_the_resource_returns_is_checked(shape, given_back, error, recwarn)
     assert alloc.outstanding() == (0, 0)
 
 
+@pytest.mark.reliability("misbehaving_cases")
 def test_bad_results_never_print_exception_ignored(tmp_path):
     """Through PyTorch's own C entry (the C function pointer), in a fresh interpreter: what a
     broken resource returns never becomes an exception that leaves a callback."""
