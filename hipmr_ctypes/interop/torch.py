@@ -355,7 +355,7 @@ def installed() -> Optional[Allocator]:
 
 
 #: the ways :func:`use` can put an :class:`Allocator` under PyTorch
-ROUTES = ("auto", "pool", "allocator")
+ROUTES: Tuple[str, ...] = ("auto", "pool", "allocator")
 
 
 def use(resource: Any = None, *, route: str = "auto",

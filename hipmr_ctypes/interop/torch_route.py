@@ -44,10 +44,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-__all__ = ["route_problem", "Route"]
+__all__ = ["route_problem", "Route", "capturing", "MIN_TORCH"]
 
 #: the first PyTorch release whose pool route has been measured
-MIN_TORCH = (2, 8)
+MIN_TORCH: Tuple[int, int] = (2, 8)
 _SIGNATURE = re.compile(r"^_cuda_beginAllocateToPool\(\s*\w+\s*:\s*int\s*,\s*\w+\s*:\s*"
                         r"tuple\[\s*int\s*,\s*int\s*\]\s*\)\s*->\s*None", re.IGNORECASE)
 _PRIVATE = ("_cuda_beginAllocateToPool", "_cuda_endAllocateToPool", "_cuda_releasePool",
@@ -93,6 +93,12 @@ class Route:
     docstring).  :meth:`install` routes every device; nothing is undone afterwards (PyTorch
     may hold memory of the pools until the process ends)."""
 
+    native: Any
+    pools: Dict[int, Any]
+    kept: List[Any]
+    lock: Any
+    side: Dict[int, Any]
+
     def __init__(self, native: Any) -> None:
         self.native = native                      # PyTorch's allocator object over ours
         self.pools: Dict[int, Any] = {}           # device -> the MemPool routed to
@@ -118,6 +124,7 @@ class Route:
         (None: the route serves that device), and a problem undoes the routing of every
         device and raises RuntimeError naming it."""
         with self.lock:
+            torch.cuda.init()  # PyTorch's CUDA state, which a MemPool is made in
             try:
                 for device in devices:
                     self.pools[device] = self._new_pool(device)

@@ -114,6 +114,7 @@ class FakePyTorch:
                             torch.cuda.graphs.graph_pool_handle)
         monkeypatch.setattr(torch.cuda, "device", device)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: devices)
+        monkeypatch.setattr(torch.cuda, "init", lambda: fake.calls.append(("init",)))
         monkeypatch.setattr(torch.cuda, "current_device", lambda: fake.device)
         monkeypatch.setattr(torch, "empty", empty)
         self.capture_begin = capture_begin
@@ -164,6 +165,7 @@ def test_pool_route_routes_every_device_and_checks_it(monkeypatch):
     assert alloc.route == "pool" and ht.installed() is alloc
     pools = [c for c in fake.calls if c[0] == "pool"]
     begins = [c for c in fake.calls if c[0] == "begin"]
+    assert fake.calls[0] == ("init",)                        # PyTorch's CUDA state first
     assert [(p[2]) for p in pools] == [0, 1]                # one MemPool per device, made there
     assert begins == [("begin", 0, pools[0][1]), ("begin", 1, pools[1][1])]
     assert alloc.outstanding()[0] == 2                       # the check's tensor per device
