@@ -198,6 +198,7 @@ def test_a_named_log_file(tmp_path):
     assert [e["action"] for e in snap["device_traces"][0]] == ["segment_alloc", "alloc"]
     assert memory_snapshot(path, device=1)["device_traces"][1] == snap["device_traces"][0]
     logged.deallocate(ptr, 4096)
+    logged.close()
 
 
 def test_rmms_log():
