@@ -9,17 +9,25 @@ PyTorch's pluggable allocator takes the addresses of two C functions,
 after looking the two up in a shared library).  A ctypes callback has such an address, so
 :class:`Allocator` builds the two from Python functions that allocate through a resource:
 
-* :func:`use` makes it PyTorch's allocator for the whole process
-  (``torch.cuda.memory.change_current_allocator``): possible only before PyTorch initializes
-  CUDA in the process, and only once;
+* :func:`use` makes PyTorch take its memory from it for the whole process: by default through
+  the *pool route* (``hipmr_ctypes.interop.torch_route``: PyTorch's caching allocator stays on
+  top, every allocation of a device served from a ``torch.cuda.MemPool`` over it), or, with
+  ``route="allocator"`` (and where this PyTorch does not allow the pool route), as PyTorch's
+  allocator itself (``torch.cuda.memory.change_current_allocator``: possible only before
+  PyTorch initializes CUDA in the process);
 * :func:`mem_pool` gives a ``torch.cuda.MemPool`` over it, for
-  ``with torch.cuda.use_mem_pool(pool):`` around a block of code.
+  ``with torch.cuda.use_mem_pool(pool):`` around a block of code;
+* :func:`memory_snapshot` shows our memory in PyTorch's snapshot format
+  (``hipmr_ctypes.interop.torch_snapshot``).
 
 Each allocation is made on the stream PyTorch passes (its current stream) through the
 resource (default: the per-device resource of the device PyTorch passes,
 ``get_per_device_resource``), and freed once, on that stream, when PyTorch frees it.  What the
 callbacks guarantee:
 
+* what the resource returns is checked as the adaptors check a user-written upstream (an int
+  address, non-null, aligned to 256, ending below 2**64, not live already): anything else is
+  given back where it is an address and refused;
 * no exception ever leaves a callback (ctypes would print it and return NULL anyway): a
   failed allocation returns NULL and is counted (:attr:`Allocator.failures`, with
   :attr:`Allocator.last_error`) and reported as a ``RuntimeWarning``;
@@ -35,9 +43,9 @@ callbacks guarantee:
   operations, so a free that the garbage collector runs inside an allocation on the same
   thread cannot deadlock.
 
-See docs/interop.md for what PyTorch does with a NULL (a ``torch.cuda.OutOfMemoryError``
-under ``mem_pool``; under ``use`` a tensor without memory), CUDA graphs and
-``Tensor.record_stream``.
+See docs/interop.md for what each route gives (PyTorch's statistics, its
+``torch.cuda.OutOfMemoryError``, ``Tensor.record_stream``, ``empty_cache``, graph capture) and
+costs.
 """
 from __future__ import annotations
 
@@ -253,8 +261,10 @@ def _captured(size: int, device: int, side_stream: Callable[[int], Any],
 
 
 def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
-                 hooks: List[Any], allocate_async: Callable[..., int], deallocate_async: Callable[..., Any],
-                 fixed: Optional[int]) -> Callable[[int, int, Optional[int]], Optional[int]]:
+                 hooks: List[Any], allocate_async: Callable[..., int],
+                 deallocate_async: Callable[..., Any], fixed: Optional[int]
+                 ) -> Callable[[int, int, Optional[int]], Optional[int]]:
+    last, mask = _LAST_ADDRESS, _ALIGNMENT_MASK   # closure cells, not global look-ups
     def torch_alloc(size: int, device: int, stream: Optional[int]) -> Optional[int]:
         """PyTorch's ``alloc(size, device, stream)`` over the allocator's resource."""
         try:
@@ -268,8 +278,8 @@ def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
                 return _captured(size, device, hooks[0][1], allocate_async,
                                  deallocate_async, live)
             ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
-            if (type(ptr) is not int or not 0 < ptr <= _LAST_ADDRESS - size
-                    or ptr & _ALIGNMENT_MASK or ptr in live):
+            if (type(ptr) is not int or not 0 < ptr <= last - size or ptr & mask
+                    or ptr in live):
                 _bad_result(ptr, size, handle, deallocate_async, live)
             live[ptr] = (size, handle, deallocate_async)
             return ptr  # type: ignore[no-any-return]  # an int: checked above
@@ -284,6 +294,8 @@ def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None
                    hooks: List[Any], current: Dict[int, Any] = _current_resources,
                    resource_of: Callable[[int], Any] = _resource_of
                    ) -> Callable[[int, int, Optional[int]], Optional[int]]:
+    last, mask = _LAST_ADDRESS, _ALIGNMENT_MASK   # closure cells, not global look-ups
+
     def torch_alloc_current(size: int, device: int, stream: Optional[int]) -> Optional[int]:
         """PyTorch's ``alloc(size, device, stream)`` over the per-device resource of
         ``device``."""
@@ -302,8 +314,8 @@ def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None
                 return _captured(size, device, hooks[0][1], allocate_async,
                                  deallocate_async, live)
             ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
-            if (type(ptr) is not int or not 0 < ptr <= _LAST_ADDRESS - size
-                    or ptr & _ALIGNMENT_MASK or ptr in live):
+            if (type(ptr) is not int or not 0 < ptr <= last - size or ptr & mask
+                    or ptr in live):
                 _bad_result(ptr, size, handle, deallocate_async, live)
             live[ptr] = (size, handle, deallocate_async)
             return ptr  # type: ignore[no-any-return]  # an int: checked above

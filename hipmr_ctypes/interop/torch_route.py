@@ -138,8 +138,7 @@ class Route:
                         self._end(device)
                     except Exception:  # noqa: BLE001 - undoing what was begun, best effort
                         pass
-                self.kept.extend(self.pools.values())
-                self.pools.clear()
+                self.pools.clear()   # each MemPool's end releases it and empties its cache
                 raise
             self._wrap_pytorch()
 

@@ -420,7 +420,8 @@ def test_callbacks_outlive_the_allocator_object():
 
 
 def test_use_refuses_a_second_install(monkeypatch):
-    """``use(route='allocator')`` with a stand-in for ``change_current_allocator`` (which needs a CUDA build):
+    """``use(route='allocator')`` with a stand-in for ``change_current_allocator`` (which
+    needs a CUDA build):
     once only, not after PyTorch initialized CUDA, and PyTorch's own refusal explained."""
     calls = []
     monkeypatch.setattr(ht.Allocator, "allocator", lambda self: "native")
