@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import re
 import threading
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch

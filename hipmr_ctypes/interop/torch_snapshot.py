@@ -194,9 +194,10 @@ def _log_of(logger: LoggingResource) -> List[LogEvent]:
     name = logger.get_file_name()
     if name is not None:
         return read_log(name)
-    text = getattr(logger.file, "getvalue", None)
-    if callable(text):
-        return read_log(io.StringIO(text()))
+    getvalue = getattr(logger.file, "getvalue", None)
+    text = getvalue() if callable(getvalue) else None
+    if isinstance(text, str):
+        return read_log(io.StringIO(text))
     raise TypeError("memory_snapshot reads a LoggingResource's log back: it needs one that "
                     "writes to a named file or to an io.StringIO")
 
