@@ -9,17 +9,25 @@ PyTorch's pluggable allocator takes the addresses of two C functions,
 after looking the two up in a shared library).  A ctypes callback has such an address, so
 :class:`Allocator` builds the two from Python functions that allocate through a resource:
 
-* :func:`use` makes it PyTorch's allocator for the whole process
-  (``torch.cuda.memory.change_current_allocator``): possible only before PyTorch initializes
-  CUDA in the process, and only once;
+* :func:`use` makes PyTorch take its memory from it for the whole process: by default through
+  the *pool route* (``hipmr_ctypes.interop.torch_route``: PyTorch's caching allocator stays on
+  top, every allocation of a device served from a ``torch.cuda.MemPool`` over it), or, with
+  ``route="allocator"`` (and where this PyTorch does not allow the pool route), as PyTorch's
+  allocator itself (``torch.cuda.memory.change_current_allocator``: possible only before
+  PyTorch initializes CUDA in the process);
 * :func:`mem_pool` gives a ``torch.cuda.MemPool`` over it, for
-  ``with torch.cuda.use_mem_pool(pool):`` around a block of code.
+  ``with torch.cuda.use_mem_pool(pool):`` around a block of code;
+* :func:`memory_snapshot` shows our memory in PyTorch's snapshot format
+  (``hipmr_ctypes.interop.torch_snapshot``).
 
 Each allocation is made on the stream PyTorch passes (its current stream) through the
 resource (default: the per-device resource of the device PyTorch passes,
 ``get_per_device_resource``), and freed once, on that stream, when PyTorch frees it.  What the
 callbacks guarantee:
 
+* what the resource returns is checked as the adaptors check a user-written upstream (an int
+  address, non-null, aligned to 256, ending below 2**64, not live already): anything else is
+  given back where it is an address and refused;
 * no exception ever leaves a callback (ctypes would print it and return NULL anyway): a
   failed allocation returns NULL and is counted (:attr:`Allocator.failures`, with
   :attr:`Allocator.last_error`) and reported as a ``RuntimeWarning``;
@@ -35,28 +43,34 @@ callbacks guarantee:
   operations, so a free that the garbage collector runs inside an allocation on the same
   thread cannot deadlock.
 
-See docs/interop.md for what PyTorch does with a NULL (a ``torch.cuda.OutOfMemoryError``
-under ``mem_pool``; under ``use`` a tensor without memory), CUDA graphs and
-``Tensor.record_stream``.
+See docs/interop.md for what each route gives (PyTorch's statistics, its
+``torch.cuda.OutOfMemoryError``, ``Tensor.record_stream``, ``empty_cache``, graph capture) and
+costs.
 """
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 import threading
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 from .._exit import _state as _exit_state
 from .._hip import native as _native
+from .._limits import MAX_ADDRESS
 from .._memory_query import memory_device
+from ..adaptors._checked import check_upstream_ptr
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_refs import async_resource_ref
 from ._current import current as _current_resources, resource_of as _resource_of
+from . import torch_route
+from .torch_snapshot import memory_snapshot
 
-__all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "ALLOC_FN", "FREE_FN"]
+__all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "memory_snapshot", "ROUTES",
+           "ALLOC_FN", "FREE_FN"]
 
 #: the C type of PyTorch's allocation function: ``void* (size_t, int, cudaStream_t)``
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
@@ -121,18 +135,22 @@ class Allocator:
         live: Dict[int, _Entry] = {}
         failed: Deque[None] = deque()
         unknown: Deque[None] = deque()
+        hooks: List[Any] = []   # (capturing, side_stream) once a pool route is installed
+        self._capture_hooks = hooks
+        self.route: Optional[str] = None   # how use() installed it: "pool" / "allocator"
+        self._route: Any = None            # the pool route (torch_route.Route), if any
         self._live = live
         self._failed = failed
         self._unknown = unknown
         self.last_error = None
         if resource is None:
             self.resource = None
-            alloc = _default_alloc(self, live, failed)
+            alloc = _default_alloc(self, live, failed, hooks)
         else:
             ref = async_resource_ref[device_accessible](resource)  # TypeError now, not later
             self.resource = ref.resource
-            alloc = _fixed_alloc(self, live, failed, ref.allocate_async, ref.deallocate_async,
-                                 memory_device(ref.resource))
+            alloc = _fixed_alloc(self, live, failed, hooks, ref.allocate_async,
+                                 ref.deallocate_async, memory_device(ref.resource))
         alloc_fn = ALLOC_FN(alloc)
         free_fn = FREE_FN(_free(self, live, unknown))
         _keep_forever(alloc_fn)
@@ -185,9 +203,68 @@ def _refused(alloc: Allocator, failed: Deque[None], size: int, device: int,
         pass
 
 
+#: the last byte an allocation may end at, and the mask of the alignment PyTorch is given
+_LAST_ADDRESS = MAX_ADDRESS + 1
+_ALIGNMENT_MASK = DEFAULT_ALIGNMENT - 1
+
+
+def _bad_result(ptr: Any, size: int, stream: int, deallocate_async: Callable[..., Any],
+                live: Dict[int, _Entry]) -> None:
+    """Refuse what the resource returned for ``size`` bytes on ``stream`` when it is not an
+    address PyTorch may be given (the adaptors' own check of a user-written upstream): give it
+    back to the resource where it is an address (an integer type such as ``numpy.uint64``
+    included, as that int) that PyTorch does not hold already, then raise.  Always raises."""
+    if type(ptr) is int and ptr in live and 0 < ptr:
+        # handed out twice: giving it back would free the live allocation
+        raise RuntimeError(f"the resource returned {ptr:#x}, which PyTorch holds already (a "
+                           f"live allocation): refused")
+    address: Optional[int] = None
+    if type(ptr) is int:
+        address = ptr
+    elif not isinstance(ptr, (bool, float, complex, str, bytes)):
+        try:
+            address = operator.index(ptr)  # numpy integers and the like
+        except BaseException:  # noqa: BLE001 - not an integer: nothing to give back
+            address = None
+    if address is not None and 0 < address <= MAX_ADDRESS and address not in live:
+        try:
+            deallocate_async(address, size, DEFAULT_ALIGNMENT, stream)
+        except Exception:  # noqa: BLE001 - the refusal below is the error to report
+            pass
+    check_upstream_ptr(ptr, size, DEFAULT_ALIGNMENT, _nothing, "the resource")
+    raise RuntimeError(f"the resource returned {ptr!r} for {size} bytes: refused")
+
+
+def _nothing(ptr: int, nbytes: int, alignment: int) -> None:
+    """What :func:`check_upstream_ptr` gives back to: nothing (done before it)."""
+
+
+def _captured(size: int, device: int, side_stream: Callable[[int], Any],
+              allocate_async: Callable[..., Any], deallocate_async: Callable[..., Any],
+              live: Dict[int, _Entry]) -> int:
+    """A segment PyTorch asks for while its stream is being captured (the pool route): made
+    on our own non-capturing stream of ``device`` and waited for there, so that nothing
+    stream-ordered is recorded into the graph; freed on that stream too."""
+    side = side_stream(device)
+    handle = side.get()
+    ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
+    if (type(ptr) is not int or not 0 < ptr <= _LAST_ADDRESS - size
+            or ptr & _ALIGNMENT_MASK or ptr in live):
+        _bad_result(ptr, size, handle, deallocate_async, live)
+    try:
+        side.wait()
+    except BaseException:
+        deallocate_async(ptr, size, DEFAULT_ALIGNMENT, handle)
+        raise
+    live[ptr] = (size, handle, deallocate_async)
+    return ptr  # type: ignore[no-any-return]  # an int: checked above
+
+
 def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
-                 allocate_async: Callable[..., int], deallocate_async: Callable[..., Any],
-                 fixed: Optional[int]) -> Callable[[int, int, Optional[int]], Optional[int]]:
+                 hooks: List[Any], allocate_async: Callable[..., int],
+                 deallocate_async: Callable[..., Any], fixed: Optional[int]
+                 ) -> Callable[[int, int, Optional[int]], Optional[int]]:
+    last, mask = _LAST_ADDRESS, _ALIGNMENT_MASK   # closure cells, not global look-ups
     def torch_alloc(size: int, device: int, stream: Optional[int]) -> Optional[int]:
         """PyTorch's ``alloc(size, device, stream)`` over the allocator's resource."""
         try:
@@ -197,13 +274,15 @@ def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
                 raise ValueError(f"the resource's memory is on device {fixed}, PyTorch asked "
                                  f"for device {device}")
             handle = stream or 0
-            ptr = allocate_async(size, DEFAULT_ALIGNMENT, handle)
-            if not ptr or ptr in live:
-                if ptr:
-                    deallocate_async(ptr, size, DEFAULT_ALIGNMENT, handle)
-                raise RuntimeError(f"the resource returned {ptr!r}, which is NULL or live")
+            if hooks and hooks[0][0]():
+                return _captured(size, device, hooks[0][1], allocate_async,
+                                 deallocate_async, live)
+            ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
+            if (type(ptr) is not int or not 0 < ptr <= last - size or ptr & mask
+                    or ptr in live):
+                _bad_result(ptr, size, handle, deallocate_async, live)
             live[ptr] = (size, handle, deallocate_async)
-            return ptr
+            return ptr  # type: ignore[no-any-return]  # an int: checked above
         except BaseException as exc:  # noqa: BLE001 - nothing may leave a callback
             _refused(alloc, failed, size, device, exc)
             return None
@@ -212,9 +291,11 @@ def _fixed_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
 
 
 def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None],
-                   current: Dict[int, Any] = _current_resources,
+                   hooks: List[Any], current: Dict[int, Any] = _current_resources,
                    resource_of: Callable[[int], Any] = _resource_of
                    ) -> Callable[[int, int, Optional[int]], Optional[int]]:
+    last, mask = _LAST_ADDRESS, _ALIGNMENT_MASK   # closure cells, not global look-ups
+
     def torch_alloc_current(size: int, device: int, stream: Optional[int]) -> Optional[int]:
         """PyTorch's ``alloc(size, device, stream)`` over the per-device resource of
         ``device``."""
@@ -229,13 +310,15 @@ def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None
                 raise ValueError(f"the per-device resource of device {device} has its memory "
                                  f"on device {where}")
             handle = stream or 0
-            ptr: int = allocate_async(size, DEFAULT_ALIGNMENT, handle)
-            if not ptr or ptr in live:
-                if ptr:
-                    deallocate_async(ptr, size, DEFAULT_ALIGNMENT, handle)
-                raise RuntimeError(f"the resource returned {ptr!r}, which is NULL or live")
+            if hooks and hooks[0][0]():
+                return _captured(size, device, hooks[0][1], allocate_async,
+                                 deallocate_async, live)
+            ptr: Any = allocate_async(size, DEFAULT_ALIGNMENT, handle)
+            if (type(ptr) is not int or not 0 < ptr <= last - size or ptr & mask
+                    or ptr in live):
+                _bad_result(ptr, size, handle, deallocate_async, live)
             live[ptr] = (size, handle, deallocate_async)
-            return ptr
+            return ptr  # type: ignore[no-any-return]  # an int: checked above
         except BaseException as exc:  # noqa: BLE001 - nothing may leave a callback
             _refused(alloc, failed, size, device, exc)
             return None
@@ -283,36 +366,137 @@ def installed() -> Optional[Allocator]:
     return _installed[0] if _installed else None
 
 
-def use(resource: Any = None) -> Allocator:
-    """Make an :class:`Allocator` over ``resource`` PyTorch's CUDA allocator for the rest of
-    the process, and return it.
+#: the ways :func:`use` can put an :class:`Allocator` under PyTorch
+ROUTES: Tuple[str, ...] = ("auto", "pool", "allocator")
 
-    PyTorch allows this only before it initializes CUDA in the process (its first CUDA
-    tensor, or any ``torch.cuda`` call that initializes it), and only once: otherwise
-    RuntimeError saying so, and nothing changes.  TypeError for a resource that is not async
-    and device-accessible; RuntimeError where this PyTorch has no CUDA or ROCm support.
+
+def use(resource: Any = None, *, route: str = "auto",
+        devices: Optional[Iterable[int]] = None) -> Allocator:
+    """Make PyTorch take its CUDA (or ROCm) memory from an :class:`Allocator` over
+    ``resource`` for the rest of the process, and return the Allocator (its ``route``
+    attribute says which route was taken).  Only once per process.
+
+    ``route``:
+
+    * ``"pool"``: PyTorch's caching allocator stays on top, and every allocation of each
+      routed device comes from a ``torch.cuda.MemPool`` over the Allocator
+      (``hipmr_ctypes.interop.torch_route`` says how): PyTorch's statistics, its
+      ``OutOfMemoryError``, ``record_stream``, ``empty_cache`` and graph capture work, and
+      our resource sees the segments PyTorch caches.  Built on private PyTorch functions,
+      so taken only where this PyTorch passes :func:`~hipmr_ctypes.interop.torch_route.
+      route_problem`'s checks, and checked once more on each device by one allocation that
+      must reach the Allocator; RuntimeError naming the problem otherwise (and nothing is
+      left routed).  Possible after PyTorch initialized CUDA too (memory PyTorch holds
+      already stays where it is);
+    * ``"allocator"``: the Allocator replaces PyTorch's allocator
+      (``change_current_allocator``): every tensor is one allocation of the resource, with
+      none of the above (see docs/interop.md).  Possible only before PyTorch initializes
+      CUDA in the process;
+    * ``"auto"`` (default): ``"pool"`` where this PyTorch passes the checks, else
+      ``"allocator"`` with a ``RuntimeWarning`` naming why.
+
+    ``devices``: the devices to route (``"pool"``; default: every visible device, or the one
+    device a resource's memory lives on).  ValueError for an unknown route, TypeError /
+    ValueError for a bad device and TypeError for a resource that is not async and
+    device-accessible, all before anything changes; RuntimeError where this PyTorch has no
+    CUDA or ROCm support.
     """
+    if not isinstance(route, str) or route not in ROUTES:
+        raise ValueError(f"route={route!r}: expected one of {', '.join(map(repr, ROUTES))}")
+    wanted = None if devices is None else _device_list(devices)
     made = Allocator(resource)
     made.allocator()  # RuntimeError without CUDA / ROCm, before anything changes
     with _install_lock:
         if _installed:
             raise RuntimeError("hipmr_ctypes.interop.torch.use() was already called in this "
-                               "process: PyTorch's CUDA allocator can be replaced only once")
-        if torch.cuda.is_initialized():
-            raise RuntimeError("PyTorch has already initialized CUDA in this process, and "
-                               "its allocator can be replaced only before that: call "
-                               "hipmr_ctypes.interop.torch.use() before the first CUDA "
-                               "tensor (or use mem_pool() for a block of code)")
-        try:
-            torch.cuda.memory.change_current_allocator(
-                torch.cuda.memory._CUDAAllocator(made.allocator()))
-        except RuntimeError as exc:
-            raise RuntimeError(f"PyTorch refused to replace its CUDA allocator ({exc}); it "
-                               f"allows that only once, before its first CUDA allocation in "
-                               f"the process: call hipmr_ctypes.interop.torch.use() earlier "
-                               f"(or use mem_pool() for a block of code)") from exc
+                               "process: PyTorch's allocator can be changed only once")
+        problem = None if route == "allocator" else torch_route.route_problem()
+        if problem is not None and route == "pool":
+            raise RuntimeError(f"the pool route is not available: {problem} (use "
+                               f"route='allocator' before PyTorch initializes CUDA)")
+        if problem is None and route != "allocator":
+            _route(made, wanted)
+        else:
+            if problem is not None:
+                import warnings
+                warnings.warn(f"hipmr_ctypes.interop.torch.use(): the pool route is not "
+                              f"available ({problem}); replacing PyTorch's allocator instead, "
+                              f"which gives up PyTorch's memory statistics, its "
+                              f"OutOfMemoryError, record_stream, empty_cache and graph capture "
+                              f"(see docs/interop.md)", RuntimeWarning, stacklevel=2)
+            _replace(made)
         _installed.append(made)
     return made
+
+
+def _device_list(devices: Iterable[int]) -> List[int]:
+    try:
+        found = list(devices)
+    except TypeError:
+        raise TypeError(f"devices must be an iterable of device ordinals, not "
+                        f"{type(devices).__name__}") from None
+    for device in found:
+        if type(device) is not int:
+            raise TypeError(f"devices: {device!r} is not an int device ordinal")
+        if device < 0:
+            raise ValueError(f"devices: {device} is negative")
+    if not found:
+        raise ValueError("devices is empty: nothing would be routed")
+    return sorted(set(found))
+
+
+def _replace(made: Allocator) -> None:
+    """The allocator route: ``change_current_allocator`` (only before CUDA starts)."""
+    if torch.cuda.is_initialized():
+        raise RuntimeError("PyTorch has already initialized CUDA in this process, and "
+                           "its allocator can be replaced only before that: call "
+                           "hipmr_ctypes.interop.torch.use() before the first CUDA "
+                           "tensor (or use mem_pool() for a block of code)")
+    try:
+        torch.cuda.memory.change_current_allocator(
+            torch.cuda.memory._CUDAAllocator(made.allocator()))
+    except RuntimeError as exc:
+        raise RuntimeError(f"PyTorch refused to replace its CUDA allocator ({exc}); it "
+                           f"allows that only once, before its first CUDA allocation in "
+                           f"the process: call hipmr_ctypes.interop.torch.use() earlier "
+                           f"(or use mem_pool() for a block of code)") from exc
+    made.route = "allocator"
+
+
+def _route(made: Allocator, devices: Optional[List[int]]) -> None:
+    """The pool route over every device of ``devices`` (see :func:`use`)."""
+    fixed = None if made.resource is None else memory_device(made.resource)
+    if devices is None:
+        devices = [fixed] if fixed is not None else list(range(torch.cuda.device_count()))
+    elif fixed is not None and devices != [fixed]:
+        raise ValueError(f"the resource's memory is on device {fixed}: it can serve only "
+                         f"that device, not devices={devices}")
+    if not devices:
+        raise RuntimeError("PyTorch sees no CUDA device: nothing to route")
+    route = torch_route.Route(made.allocator())
+
+    def check(device: int) -> Optional[str]:
+        """None when one allocation on ``device`` reached the Allocator, else what went
+        wrong."""
+        count = made.outstanding()[0]
+        try:
+            probe = torch.empty(1, dtype=torch.uint8, device=f"cuda:{device}")
+        except Exception as exc:  # noqa: BLE001 - reported as the route's problem
+            return (f"the first allocation through the pool route on device {device} "
+                    f"failed: {type(exc).__name__}: {exc}")
+        ptr = probe.data_ptr()
+        held = any(start <= ptr < start + entry[0] for start, entry in list(made._live.items()))
+        del probe
+        if made.outstanding()[0] <= count and not held:
+            return (f"PyTorch did not take the memory of a tensor on device {device} from "
+                    f"the routed pool: torch._C._cuda_beginAllocateToPool of PyTorch "
+                    f"{torch.__version__} does not route as the pool route needs")
+        return None
+
+    route.install(devices, check)
+    made._capture_hooks.append((torch_route.capturing(), route.side_stream))
+    made._route = route
+    made.route = "pool"
 
 
 def mem_pool(resource: Any = None, **options: Any) -> Any:
@@ -328,9 +512,10 @@ def mem_pool(resource: Any = None, **options: Any) -> Any:
     """
     made = resource if isinstance(resource, Allocator) else Allocator(resource)
     if _installed:
-        raise RuntimeError("use() made a pluggable allocator PyTorch's allocator in this "
-                           "process: a MemPool needs PyTorch's caching allocator, which "
-                           "use_mem_pool would not reach")
+        raise RuntimeError("use() already routes PyTorch's allocations in this process: "
+                           "under the allocator route no MemPool is reached, and under the "
+                           "pool route every allocation goes to use()'s pool before any "
+                           "use_mem_pool")
     pool_class = getattr(torch.cuda, "MemPool", None)
     if pool_class is None:
         raise RuntimeError(f"this PyTorch ({torch.__version__}) has no torch.cuda.MemPool")

@@ -181,12 +181,103 @@ def test_a_resource_handing_out_a_live_pointer_is_refused():
     alloc = ht.allocator(up)
     c_alloc, c_free = _c(alloc)
     assert c_alloc(256, 0, 0) == 1 << 36
-    with pytest.warns(RuntimeWarning, match="NULL or live"):
+    with pytest.warns(RuntimeWarning, match="holds already"):
         assert c_alloc(512, 0, 0) is None     # given back to the resource, not to PyTorch
-    assert up.log[-1] == ("free", 1 << 36, 512, 256, 0)
+    assert up.log[-1] == ("allocate", 1 << 36, 512, 256, 0)  # never given back: it is live
     assert alloc.outstanding() == (1, 256) and alloc.failures == 1
     c_free(1 << 36, 256, 0, 0)
     assert alloc.outstanding() == (0, 0)
+
+
+class Returning(StreamRecording):
+    """A broken resource: allocates a real address, then returns ``shape(address)``."""
+
+    def __init__(self, shape, **kw):
+        super().__init__(**kw)
+        self.shape = shape
+
+    def allocate_async(self, bytes, alignment, stream):
+        return self.shape(super().allocate_async(bytes, alignment, stream))
+
+
+@pytest.mark.reliability("misbehaving_cases")
+@pytest.mark.parametrize("shape, given_back, error", [
+    (lambda p: __import__("numpy").uint64(p), True, TypeError),   # an integer type: as that int
+    (lambda p: __import__("numpy").int64(p), True, TypeError),
+    (float, False, TypeError),
+    (lambda p: p + 0.0 == p, False, TypeError),                    # a bool
+    (str, False, TypeError),
+    (lambda p: None, False, TypeError),
+    (lambda p: 1 << 64, False, ValueError),
+    (lambda p: (1 << 64) + p, False, ValueError),
+    (lambda p: -4096, False, ValueError),
+    (lambda p: -p, False, ValueError),
+    (lambda p: 0, False, ValueError),
+    (lambda p: p + 8, True, ValueError),                           # not aligned to 256
+    (lambda p: (1 << 64) - 256, True, ValueError),                 # runs past the end
+], ids=["uint64", "int64", "float", "bool", "str", "None", "2**64", "above", "-4096",
+        "negative", "null", "unaligned", "wraps"])
+def test_what_the_resource_returns_is_checked(shape, given_back, error, recwarn):
+    """A result that is not an address PyTorch may be given is counted as a failure, given
+    back where it is an address, and never reaches PyTorch (nor ctypes' conversion: no
+    "Exception ignored")."""
+    up = Returning(shape)
+    alloc = ht.allocator(up)
+    c_alloc, c_free = _c(alloc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # a report never leaves the callback
+        assert c_alloc(1000, 0, 3) is None
+    assert alloc.failures == 1 and isinstance(alloc.last_error, error), alloc.last_error
+    assert alloc.outstanding() == (0, 0)
+    made = [e for e in up.log if e[0] == "allocate"]
+    frees = [e for e in up.log if e[0] == "free"]
+    assert len(made) == 1
+    if given_back:
+        assert len(frees) == 1 and frees[0][2:] == (1000, 256, 3), up.log
+        if error is TypeError:  # the real address, as an int, given back exactly
+            assert up.live == {}
+    else:
+        assert frees == [], up.log
+    # the callback still works afterwards, and nothing was recorded for the bad result
+    up.shape = int
+    ptr = c_alloc(512, 0, 3)
+    assert type(ptr) is int and ptr % 256 == 0
+    c_free(ptr, 512, 0, 3)
+    assert alloc.outstanding() == (0, 0)
+
+
+@pytest.mark.reliability("misbehaving_cases")
+def test_bad_results_never_print_exception_ignored(tmp_path):
+    """Through PyTorch's own C entry (the C function pointer), in a fresh interpreter: what a
+    broken resource returns never becomes an exception that leaves a callback."""
+    script = tmp_path / "bad.py"
+    script.write_text(
+        "import warnings\n"
+        "import numpy as np\n"
+        "import hipmr_ctypes as hmr\n"
+        "from hipmr_ctypes.interop import torch as ht\n"
+        "warnings.simplefilter('ignore', RuntimeWarning)\n"
+        "results = [np.uint64(1 << 40), 1 << 64, 4096.0, -4096, np.int32(-1)]\n"
+        "class Up:\n"
+        "    properties = (hmr.device_accessible,)\n"
+        "    def allocate(self, n, a=256): raise AssertionError\n"
+        "    def deallocate(self, p, n, a=256): pass\n"
+        "    def allocate_async(self, n, a, s): return results.pop(0)\n"
+        "    def deallocate_async(self, p, n, a, s): print('BACK', hex(p))\n"
+        "alloc = ht.allocator(Up())\n"
+        "c_alloc = ht.ALLOC_FN(alloc.alloc_address)\n"
+        "print('GOT', [c_alloc(256, 0, None) for _ in range(5)])\n"
+        "print('FAILURES', alloc.failures)\n")
+    env = dict(os.environ, HIPMR_PLATFORM="emulated",
+               PYTHONPATH=str(REPO) + os.pathsep + str(TESTS))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, \
+        done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == ["BACK 0x10000000000", "GOT [None, None, None, None, None]",
+                     "FAILURES 5"], done.stdout
 
 
 def test_a_resource_of_another_device_is_refused():
@@ -329,14 +420,15 @@ def test_callbacks_outlive_the_allocator_object():
 
 
 def test_use_refuses_a_second_install(monkeypatch):
-    """``use`` with a stand-in for ``change_current_allocator`` (which needs a CUDA build):
+    """``use(route='allocator')`` with a stand-in for ``change_current_allocator`` (which
+    needs a CUDA build):
     once only, not after PyTorch initialized CUDA, and PyTorch's own refusal explained."""
     calls = []
     monkeypatch.setattr(ht.Allocator, "allocator", lambda self: "native")
     monkeypatch.setattr(ht, "_installed", [])
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.raises(RuntimeError, match="already initialized CUDA"):
-        ht.use(StreamRecording())
+        ht.use(StreamRecording(), route="allocator")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
 
     def refuse(a):
@@ -344,16 +436,17 @@ def test_use_refuses_a_second_install(monkeypatch):
 
     monkeypatch.setattr(torch.cuda.memory, "change_current_allocator", refuse)
     with pytest.raises(RuntimeError, match="refused to replace") as info:
-        ht.use(StreamRecording())
+        ht.use(StreamRecording(), route="allocator")
     assert "already initialized allocator" in str(info.value.__cause__)
     assert ht.installed() is None
     monkeypatch.setattr(torch.cuda.memory, "change_current_allocator", calls.append)
-    made = ht.use(StreamRecording())
+    made = ht.use(StreamRecording(), route="allocator")
     assert [c.allocator() for c in calls] == ["native"] and ht.installed() is made
+    assert made.route == "allocator"
     with pytest.raises(RuntimeError, match="already called"):
         ht.use()
     assert len(calls) == 1 and ht.installed() is made
-    with pytest.raises(RuntimeError, match="caching allocator"):
+    with pytest.raises(RuntimeError, match="already routes"):
         ht.mem_pool(StreamRecording())
 
 

@@ -30,9 +30,9 @@ def run_script(gpu_runtime, tmp_path):
             pytest.fail(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
         pytest.skip(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
 
-    def run(code):
+    def run(code, prelude=""):
         script = tmp_path / "script.py"
-        script.write_text(PRELUDE + textwrap.dedent(code))
+        script.write_text(PRELUDE + prelude + textwrap.dedent(code))
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                               text=True, timeout=540)
@@ -59,8 +59,8 @@ def test_use_tensors_training_streams_threads_and_exit(run_script):
     out = run_script("""
     log = io.StringIO()
     stats = hmr.StatisticsResource(hmr.PoolResource(hmr.AsyncMemoryResource(), "64MiB"))
-    alloc = ht.use(hmr.LoggingResource(stats, log))
-    assert ht.installed() is alloc
+    alloc = ht.use(hmr.LoggingResource(stats, log), route="allocator")
+    assert ht.installed() is alloc and alloc.route == "allocator"
 
     # tensors of many sizes: exactly their bytes, through the statistics
     for n in [1, 7, 255, 256, 257, 4095, 4097, 1 << 20, (3 << 20) + 5, 64 << 20, 300 << 20]:
@@ -138,16 +138,20 @@ def test_use_tensors_training_streams_threads_and_exit(run_script):
     assert "OK" in out.split(), out
 
 
-def test_use_after_cuda_started_is_a_clear_error(run_script):
+def test_use_after_cuda_started_takes_the_pool_route(run_script):
     out = run_script("""
     t = torch.zeros(4, device="cuda")
     try:
         ht.use()
     except RuntimeError as exc:
-        assert "already initialized CUDA" in str(exc), exc
+        raise AssertionError(f"the pool route works after CUDA started: {exc}")
+    try:
+        ht.use(route="allocator")
+    except RuntimeError as exc:
+        assert "already called" in str(exc), exc
         print("REFUSED")
-    assert ht.installed() is None
-    assert float((t + 1).sum()) == 4.0                     # PyTorch's allocator still works
+    assert ht.installed() is not None and ht.installed().route == "pool"
+    assert float((t + 1).sum()) == 4.0                     # PyTorch's own memory still works
     """)
     assert "REFUSED" in out.split(), out
 
@@ -177,7 +181,7 @@ def test_mem_pool_scopes_the_allocator_and_a_limit_is_pytorchs_oom(run_script):
     assert "OOM" in out.split(), out
 
 
-def test_a_refused_allocation_under_use(run_script):
+def test_a_refused_allocation_under_the_allocator_route(run_script):
     """What PyTorch does with the NULL of a refused allocation when the allocator is installed
     for the process (PyTorch's pluggable allocator does not check it): the process neither
     crashes nor frees anything twice; the behaviour is printed for docs/interop.md."""
@@ -185,7 +189,7 @@ def test_a_refused_allocation_under_use(run_script):
     import warnings
     warnings.simplefilter("ignore", RuntimeWarning)       # the refusal's own report
     limited = hmr.LimitingResource(hmr.AsyncMemoryResource(), "64MiB")
-    alloc = ht.use(limited)
+    alloc = ht.use(limited, route="allocator")
     try:
         t = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     except torch.cuda.OutOfMemoryError:
@@ -209,3 +213,175 @@ def test_a_refused_allocation_under_use(run_script):
     assert ("BEHAVIOUR tensor data_ptr 0" in out or "BEHAVIOUR OutOfMemoryError" in out
             or "BEHAVIOUR RuntimeError" in out or "BEHAVIOUR data_ptr RuntimeError" in out), out
     print(out)
+
+
+# ---- the pool route: PyTorch's caching allocator on top of a MemPool over our allocator ----
+POOL_PRELUDE = """
+log = io.StringIO()
+stats = hmr.StatisticsResource(hmr.PoolResource(hmr.AsyncMemoryResource(), "64MiB"))
+alloc = ht.use(hmr.LoggingResource(stats, log))
+assert alloc.route == "pool", alloc.route
+MiB = 1 << 20
+"""
+
+
+def test_pool_route_keeps_pytorchs_statistics_and_covers_its_segments(run_script):
+    out = run_script(prelude=POOL_PRELUDE, code="""
+    # everything PyTorch reserved came from our resource (use() ran before any tensor)
+    assert alloc.outstanding()[1] == torch.cuda.memory_reserved() == live_bytes(stats)
+    before = torch.cuda.memory_allocated()
+    t = torch.empty(10 * MiB, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.memory_allocated() - before == 10 * MiB
+    assert torch.cuda.memory_stats()["allocated_bytes.all.current"] == \
+        torch.cuda.memory_allocated()
+    assert torch.cuda.max_memory_allocated() >= 10 * MiB
+    assert alloc.outstanding()[1] == torch.cuda.memory_reserved() == live_bytes(stats)
+    snap = torch.cuda.memory_snapshot()
+    assert any(seg["address"] <= t.data_ptr() < seg["address"] + seg["total_size"]
+               for seg in snap), "PyTorch's snapshot shows the tensor in one of its segments"
+    ptr = t.data_ptr()
+    del t
+    again = torch.empty(10 * MiB, dtype=torch.uint8, device="cuda")
+    assert again.data_ptr() == ptr                         # PyTorch's cache, no call to us
+    # a training loop: losses fall, every segment is ours
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(512, 64, device="cuda")
+    y = x[:, :10].argmax(dim=1)
+    losses = []
+    for step in range(60):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert alloc.outstanding()[1] == torch.cuda.memory_reserved() == live_bytes(stats)
+    assert alloc.failures == 0
+    print("OK")
+    """)
+    assert "OK" in out.split(), out
+
+
+def test_pool_route_refusal_is_pytorchs_out_of_memory_error(run_script):
+    out = run_script("""
+    import warnings
+    warnings.simplefilter("ignore", RuntimeWarning)       # the refusal's own report
+    limited = hmr.LimitingResource(hmr.AsyncMemoryResource(), "256MiB")
+    alloc = ht.use(limited)
+    assert alloc.route == "pool"
+    keep = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    try:
+        torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    except torch.cuda.OutOfMemoryError as exc:
+        print("OOM")
+    assert alloc.failures >= 1
+    ok = torch.ones(1000, device="cuda")                  # still allocates afterwards
+    assert float(ok.sum()) == 1000.0 and float(keep.float().sum()) >= 0
+    assert limited.get_allocated_bytes() <= 256 << 20
+    print("OK")
+    """)
+    assert "OOM" in out.split() and "OK" in out.split(), out
+
+
+def test_pool_route_honours_record_stream(run_script):
+    out = run_script(prelude=POOL_PRELUDE, code="""
+    side = torch.cuda.Stream()
+    t = torch.empty(32 * MiB, dtype=torch.uint8, device="cuda")
+    ptr = t.data_ptr()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(2_000_000_000)                  # keeps the side stream busy
+        t.fill_(7)
+    t.record_stream(side)
+    del t
+    u = torch.empty(32 * MiB, dtype=torch.uint8, device="cuda")
+    assert u.data_ptr() != ptr, "reused while the stream it was recorded on still runs"
+    side.synchronize()
+    del u
+    torch.cuda.synchronize()
+    print("OK")
+    """)
+    assert "OK" in out.split(), out
+
+
+def test_pool_route_empty_cache_gives_memory_back(run_script):
+    out = run_script(prelude=POOL_PRELUDE, code="""
+    t = torch.empty(200 * MiB, dtype=torch.uint8, device="cuda")
+    held = live_bytes(stats)
+    assert held >= 200 * MiB
+    del t
+    torch.cuda.synchronize()
+    assert live_bytes(stats) == held                      # cached by PyTorch, still ours
+    torch.cuda.empty_cache()
+    assert live_bytes(stats) <= held - 200 * MiB, (held, live_bytes(stats))
+    assert alloc.outstanding()[1] == torch.cuda.memory_reserved() == live_bytes(stats)
+    u = torch.ones(1000, device="cuda")                   # the route goes on, on a fresh pool
+    assert float(u.sum()) == 1000.0 and live_bytes(stats) > 0
+    print("OK")
+    """)
+    assert "OK" in out.split(), out
+
+
+def test_pool_route_graph_capture_and_replay(run_script):
+    out = run_script(prelude=POOL_PRELUDE, code="""
+    static_in = torch.zeros(1 << 20, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):                          # warm-up, as PyTorch advises
+        for _ in range(3):
+            static_in * 2 + 1
+    torch.cuda.current_stream().wait_stream(side)
+    before = alloc.outstanding()[1]
+    lines_before = len(log.getvalue().splitlines())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tmp = static_in * 2
+        static_out = tmp + 1
+        big = torch.empty(96 * MiB, dtype=torch.uint8, device="cuda")  # a new segment
+        big.fill_(1)
+    assert alloc.outstanding()[1] > before                # the graph's pool is ours too
+    # the segments asked for during the capture were made on our own stream
+    ours = alloc._route.side[torch.cuda.current_device()].ref.get()
+    made = [line.split(",") for line in log.getvalue().splitlines()[lines_before:]]
+    streams = {int(l[5], 16) for l in made if l[2] == "allocate"}
+    assert streams == {ours}, (streams, ours)
+    for k in range(3):
+        static_in.copy_(torch.arange(1 << 20, device="cuda", dtype=torch.float32) + k)
+        graph.replay()
+        torch.cuda.synchronize()
+        expect = (torch.arange(1 << 20, device="cuda", dtype=torch.float32) + k) * 2 + 1
+        assert torch.equal(static_out, expect), k
+    eager = torch.ones(1000, device="cuda")               # eager memory still routed
+    assert float(eager.sum()) == 1000.0
+    del graph, static_out, tmp, big
+    torch.cuda.synchronize()
+    assert alloc.failures == 0
+    print("OK")
+    """)
+    assert "OK" in out.split(), out
+
+
+def test_pool_route_torch_compile_reduce_overhead(run_script):
+    out = run_script(prelude=POOL_PRELUDE, code="""
+    try:
+        import triton  # noqa: F401 - what inductor needs on a GPU
+    except ImportError:
+        print("NO-TRITON")
+        raise SystemExit(0)
+    def f(x):
+        return torch.sin(x) * 2 + x
+    compiled = torch.compile(f, mode="reduce-overhead")
+    x = torch.randn(4096, device="cuda")
+    for _ in range(4):                                    # records, then replays the graph
+        y = compiled(x)
+    torch.cuda.synchronize()
+    assert torch.allclose(y, f(x))
+    assert alloc.failures == 0
+    print("OK")
+    """)
+    if "NO-TRITON" in out.split():
+        pytest.skip("triton is not installed: torch.compile has no GPU back end here")
+    assert "OK" in out.split(), out

@@ -1,0 +1,224 @@
+# pyright: reportMissingImports=false, reportAttributeAccessIssue=false
+# (PyTorch is optional: this module is imported only where it is installed)
+"""Every PyTorch allocation of a device through a ``torch.cuda.MemPool`` over our allocator,
+with PyTorch's caching allocator kept on top: what ``interop.torch.use()`` installs where
+this PyTorch allows it (the *pool route*).
+
+PyTorch's caching allocator keeps pools of segments; a ``MemPool`` made with an allocator gets
+its segments from that allocator.  ``torch._C._cuda_beginAllocateToPool(device, pool_id)``
+(private, the one call that routes every allocation of a device, from every thread and
+stream, into one pool) makes that pool the one every allocation of the device is served
+from.  PyTorch itself then does what it does for its own memory: ``memory_stats()``,
+``memory_allocated()``, ``memory_snapshot()``, ``torch.cuda.OutOfMemoryError`` when our
+resource refuses (after it gave its cached segments back and tried again),
+``Tensor.record_stream``, and the reuse of freed blocks with no call into Python.  Our
+resource sees (and our statistics, limits and logs count) the segments PyTorch holds.
+
+Three of PyTorch's own calls are wrapped while the route is installed, because the caching
+allocator takes the first routed pool whose filter matches a stream, and never releases the
+cached segments of a pool still in use:
+
+* ``CUDAGraph.capture_begin``: a graph captures into a pool of its own (PyTorch's rule: what
+  a graph uses is never handed to anything else before the graph is gone).  The route steps
+  aside for the call, so that the graph's pool comes first, and a graph given no pool gets a
+  new ``MemPool`` over our allocator that lives as long as the graph (its memory is ours
+  too, and goes back at an ``empty_cache`` after the graph is gone);
+* ``torch.cuda.graph_pool_handle``: a ``MemPool`` over our allocator (kept for the rest of
+  the process, as PyTorch keeps the pools it hands out), so graphs that share a pool, and
+  ``torch.compile(mode="reduce-overhead")``, take memory from our resource;
+* ``torch.cuda.empty_cache`` (``torch._C._cuda_emptyCache``): the route moves to a fresh pool
+  and lets the previous one go, so that PyTorch gives that pool's cached segments back to our
+  resource (the segments still in use go back once their tensors are freed, at the next
+  ``empty_cache`` or when an allocation runs short).
+
+While a stream is being captured, the segments PyTorch asks for are allocated on a
+non-capturing stream of our own (made once per device) and waited for, so that nothing
+stream-ordered is recorded into the graph.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+__all__ = ["route_problem", "Route", "capturing", "MIN_TORCH"]
+
+#: the first PyTorch release whose pool route has been measured
+MIN_TORCH: Tuple[int, int] = (2, 8)
+_SIGNATURE = re.compile(r"^_cuda_beginAllocateToPool\(\s*\w+\s*:\s*int\s*,\s*\w+\s*:\s*"
+                        r"tuple\[\s*int\s*,\s*int\s*\]\s*\)\s*->\s*None", re.IGNORECASE)
+_PRIVATE = ("_cuda_beginAllocateToPool", "_cuda_endAllocateToPool", "_cuda_releasePool",
+            "_cuda_emptyCache", "_cuda_isCurrentStreamCapturing")
+
+
+def _version(text: str) -> Tuple[int, int]:
+    found = re.match(r"(\d+)\.(\d+)", text)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def route_problem() -> Optional[str]:
+    """Why this PyTorch cannot take the pool route (a sentence), or None where it can: a
+    release from :data:`MIN_TORCH` on, ``torch.cuda.MemPool`` taking an allocator, and the
+    private functions the route calls present with the signatures it was written for."""
+    version = _version(torch.__version__)
+    if version < MIN_TORCH:
+        return (f"PyTorch {torch.__version__} is older than "
+                f"{MIN_TORCH[0]}.{MIN_TORCH[1]}, the first release the pool route is "
+                f"written for")
+    if not hasattr(torch._C, "_cuda_customAllocator"):
+        return f"PyTorch {torch.__version__} is built without CUDA or ROCm support"
+    pool_class = getattr(torch.cuda, "MemPool", None)
+    if pool_class is None:
+        return f"PyTorch {torch.__version__} has no torch.cuda.MemPool"
+    for name in _PRIVATE:
+        fn = getattr(torch._C, name, None)
+        if fn is None or isinstance(fn, type) or not callable(fn):
+            return f"PyTorch {torch.__version__} has no torch._C.{name}"
+    doc = getattr(torch._C._cuda_beginAllocateToPool, "__doc__", None) or ""
+    if not _SIGNATURE.match(doc.strip()):
+        first = doc.strip().splitlines()[0] if doc.strip() else "no signature"
+        return (f"torch._C._cuda_beginAllocateToPool of PyTorch {torch.__version__} is "
+                f"not (device: int, mempool_id: tuple[int, int]) -> None: {first!r}")
+    graph_class = getattr(getattr(torch.cuda, "graphs", None), "CUDAGraph", None)
+    if graph_class is None or not callable(getattr(graph_class, "capture_begin", None)):
+        return f"PyTorch {torch.__version__} has no torch.cuda.graphs.CUDAGraph.capture_begin"
+    return None
+
+
+class Route:
+    """The pool route of one :class:`~hipmr_ctypes.interop.torch.Allocator` (see the module
+    docstring).  :meth:`install` routes every device; nothing is undone afterwards (PyTorch
+    may hold memory of the pools until the process ends)."""
+
+    native: Any
+    pools: Dict[int, Any]
+    kept: List[Any]
+    lock: Any
+    side: Dict[int, Any]
+
+    def __init__(self, native: Any) -> None:
+        self.native = native                      # PyTorch's allocator object over ours
+        self.pools: Dict[int, Any] = {}           # device -> the MemPool routed to
+        self.kept: List[Any] = []                 # pools PyTorch may still name: never dropped
+        self.lock = threading.RLock()
+        self.side: Dict[int, Any] = {}            # device -> our non-capturing stream
+
+    # ------------------------------------------------------------------- the routing
+    def _new_pool(self, device: int) -> Any:
+        with torch.cuda.device(device):
+            return torch.cuda.MemPool(self.native)
+
+    def _begin(self, device: int) -> None:
+        torch._C._cuda_beginAllocateToPool(device, self.pools[device].id)
+
+    def _end(self, device: int) -> None:
+        pool_id = self.pools[device].id
+        torch._C._cuda_endAllocateToPool(device, pool_id)
+        torch._C._cuda_releasePool(device, pool_id)   # the reference begin took
+
+    def install(self, devices: List[int], check: Callable[[int], Optional[str]]) -> None:
+        """Route each device of ``devices``; ``check(device)`` then says what went wrong
+        (None: the route serves that device), and a problem undoes the routing of every
+        device and raises RuntimeError naming it."""
+        with self.lock:
+            torch.cuda.init()  # PyTorch's CUDA state, which a MemPool is made in
+            try:
+                for device in devices:
+                    self.pools[device] = self._new_pool(device)
+                    self._begin(device)
+                    problem = check(device)
+                    if problem is not None:
+                        raise RuntimeError(problem)
+            except BaseException:
+                for device in list(self.pools):
+                    try:
+                        self._end(device)
+                    except Exception:  # noqa: BLE001 - undoing what was begun, best effort
+                        pass
+                self.pools.clear()   # each MemPool's end releases it and empties its cache
+                raise
+            self._wrap_pytorch()
+
+    def rotate(self) -> None:
+        """Move every routed device to a fresh pool and let the previous pools go, so that
+        PyTorch can give their cached segments back (``empty_cache``)."""
+        with self.lock:
+            old = []
+            for device in list(self.pools):
+                fresh = self._new_pool(device)
+                self._end(device)
+                old.append(self.pools[device])
+                self.pools[device] = fresh
+                self._begin(device)
+            del old   # each MemPool's end releases it and empties its cache
+
+    # ------------------------------------------------------------ PyTorch's own calls
+    def _wrap_pytorch(self) -> None:
+        route = self
+        graphs = torch.cuda.graphs
+        graph_class = graphs.CUDAGraph
+        capture_begin = graph_class.capture_begin
+        empty = torch._C._cuda_emptyCache
+
+        def routed_capture_begin(graph: Any, pool: Any = None, *args: Any, **kw: Any) -> Any:
+            """``CUDAGraph.capture_begin`` with the route stepped aside for the call, and a
+            graph given no pool given a MemPool over our allocator."""
+            device = torch.cuda.current_device()
+            with route.lock:
+                if device not in route.pools:
+                    return capture_begin(graph, pool, *args, **kw)
+                if pool is None:
+                    made = route._new_pool(device)
+                    try:   # the pool lives as long as the graph
+                        graph._hipmr_pool = made
+                    except (AttributeError, TypeError):
+                        route.kept.append(made)
+                    pool = made.id
+                route._end(device)
+                try:
+                    return capture_begin(graph, pool, *args, **kw)
+                finally:
+                    route._begin(device)
+
+        def routed_graph_pool_handle() -> Any:
+            """``torch.cuda.graph_pool_handle()``: the id of a MemPool over our allocator,
+            kept for the rest of the process."""
+            made = route._new_pool(torch.cuda.current_device())
+            route.kept.append(made)
+            handle_type = getattr(torch.cuda, "_POOL_HANDLE", None)
+            return made.id if handle_type is None else handle_type(made.id)
+
+        def routed_empty_cache(*args: Any, **kw: Any) -> Any:
+            """``torch._C._cuda_emptyCache``: the route moves to fresh pools first, so that
+            the cached segments of the previous ones go back to our resource."""
+            route.rotate()
+            return empty(*args, **kw)
+
+        routed_capture_begin.__wrapped__ = capture_begin  # type: ignore[attr-defined]
+        graph_class.capture_begin = routed_capture_begin
+        torch.cuda.graph_pool_handle = routed_graph_pool_handle
+        graphs.graph_pool_handle = routed_graph_pool_handle
+        torch._C._cuda_emptyCache = routed_empty_cache
+
+    # ---------------------------------------------------------------- graph capture
+    def side_stream(self, device: int) -> Any:
+        """The ``stream_ref`` of our own non-blocking stream on ``device`` (made on first
+        use, kept for the rest of the process): where segments asked for during a capture
+        are made, and waited for."""
+        found = self.side.get(device)
+        if found is None:
+            from ..stream import Stream
+            with self.lock:
+                found = self.side.get(device)
+                if found is None:
+                    found = self.side[device] = Stream(flags=1, device=device)
+        return found.ref
+
+
+def capturing() -> Callable[[], bool]:
+    """PyTorch's own test of whether its current stream is being captured (the stream it
+    passes to an allocation)."""
+    test: Callable[[], bool] = torch._C._cuda_isCurrentStreamCapturing
+    return test
