@@ -71,6 +71,7 @@ COUNTED = ("bad_input_cases", "junk_calls", "faults_injected", "thread_ops",
            "round3_exit_runs", "gc_lock_cases", "stream_identity_cases", "misbehaving_cases",
            "size_growth_pickle_cases", "ipc_fork_stream_cases", "log_plot_cli_cases",
            "round3_threads_cases")
+COUNTED += ("round4_config_cases",)
 #: seconds before the end of the budget at which the long loops stop (the section still has
 #: to finish its tests) and the report itself stops every section (it still has to report)
 LOOP_MARGIN = 0.12
@@ -697,6 +698,10 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
                 ("thread, exit and message cases", c["round3_threads_cases"],
                  "overlapping statistics() and profiler blocks across threads, exit with "
                  "frozen threads holding locks, constructor messages, RMM parity"))
+    rows.insert([r[0] for r in rows].index("tests passed / failed / skipped"),
+                ("output file and emulator error cases", c["round4_config_cases"],
+                 "plot writes regular files only (links followed, -o - to standard output); "
+                 "the emulator's own Python errors never become HIP statuses"))
     failed = bool(failures) or counts["failed"] + counts["error"] > 0
     complete = not cut
     now = datetime.datetime.now(datetime.timezone.utc)
