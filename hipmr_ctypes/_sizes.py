@@ -28,8 +28,10 @@ A leaf: it imports nothing of the package, so the binding may use it too (the em
 """
 from __future__ import annotations
 
-import re
-from typing import Any, Dict, Optional, SupportsIndex, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, SupportsIndex, Tuple, Union
+
+if TYPE_CHECKING:
+    import re
 
 __all__ = ["parse_bytes", "parse_size", "DeviceFraction", "Size", "FRACTION_GRANULE"]
 
@@ -44,8 +46,20 @@ for _i, _prefix in enumerate("kmgtpe", start=1):
     _UNITS[_prefix + "b"] = 1000 ** _i
     _UNITS[_prefix + "ib"] = 1024 ** _i
 
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)(?:e([+-]?\d{1,3}))?\s*([a-z]*)\s*", re.IGNORECASE)
-_PERCENT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*%\s*")
+_SIZE_PATTERN = r"\s*(\d+(?:\.\d*)?|\.\d+)(?:e([+-]?\d{1,3}))?\s*([a-z]*)\s*"
+_PERCENT_PATTERN = r"\s*(\d+(?:\.\d*)?|\.\d+)\s*%\s*"
+_patterns: "List[re.Pattern[str]]" = []   # compiled by the first size string read
+
+
+def _compiled() -> "List[re.Pattern[str]]":
+    """[size, percent] patterns (compiled at the first string: a program that passes ints
+    never compiles them)."""
+    if not _patterns:
+        import re
+        _patterns[:] = [re.compile(_SIZE_PATTERN, re.IGNORECASE), re.compile(_PERCENT_PATTERN)]
+    return _patterns
+
+
 _EXAMPLES = "such as '4GiB', '2 GB', '512kib', '80%' or '0.8'"
 
 
@@ -137,13 +151,14 @@ def parse_size(value: Any, fraction: bool = True) -> Union[int, DeviceFraction]:
         except TypeError:
             raise TypeError(f"a size must be an int number of bytes, a size string or a "
                             f"fraction, not {type(value).__name__}") from None
-    percent = _PERCENT.fullmatch(value)
+    size_pattern, percent_pattern = _compiled()
+    percent = percent_pattern.fullmatch(value)
     if percent is not None:
         if not fraction:
             raise ValueError(f"{value!r}: a fraction of the device's memory is not a size here")
         num, den = _exact(percent.group(1), None)
         return _fraction(value, (num, den * 100))
-    match = _SIZE.fullmatch(value)
+    match = size_pattern.fullmatch(value)
     if match is not None and match.group(3) == "":
         num, den, as_bytes = _unitless(match)
         if not as_bytes:
@@ -165,7 +180,7 @@ def parse_bytes(text: str) -> int:
     ``ValueError`` ("Could not parse ...") for anything else, fractions included."""
     if not isinstance(text, str):
         raise TypeError(f"a size string must be a str, not {type(text).__name__}")
-    match = _SIZE.fullmatch(text)
+    match = _compiled()[0].fullmatch(text)
     unit_text = match.group(3).lower() if match else ""
     unit = _UNITS.get(unit_text) if match else None
     if match is None or unit is None:
