@@ -84,7 +84,12 @@ def __dir__() -> "list[str]":
 
 def _default_device_resource(device: int) -> object:
     """A device's default resource, as ``HIPMR_DEVICE_RESOURCE`` says (``_config``, loaded by
-    the first default made)."""
+    the first default made; with the variable unset, as it mostly is, ``_config`` is not
+    loaded: the default is ``_config.default_resource``'s, a ``DeviceMemoryResource``)."""
+    from os import environ
+    if not environ.get("HIPMR_DEVICE_RESOURCE", "").strip():
+        from .resources.device_memory import DeviceMemoryResource
+        return DeviceMemoryResource(device)
     from ._config import default_resource
     return default_resource(device)
 
