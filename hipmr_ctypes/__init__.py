@@ -70,7 +70,9 @@ def __getattr__(name: str) -> object:
         except ModuleNotFoundError as exc:
             if exc.name != f"{__name__}.{name}":
                 raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ._rmm_names import attribute_hint   # RMM's spellings (hmr.DeviceBuffer) name ours
+    raise AttributeError(attribute_hint(__name__, name)
+                         or f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> "list[str]":
