@@ -100,15 +100,19 @@ def _could_not(text: str, why: str = "") -> ValueError:
 
 def _fraction(given: Any, ratio: Optional[Tuple[int, int]] = None) -> DeviceFraction:
     """``given`` (a float, or text whose exact value is ``ratio``) as a fraction in (0, 1]."""
-    if ratio is None:
-        finite = given == given and abs(given) != float("inf")
-        ratio = given.as_integer_ratio() if finite else (-1, 1)
-    num, den = ratio
+    pair: Tuple[int, int]
+    if ratio is not None:
+        pair = ratio
+    elif given == given and abs(given) != float("inf"):
+        pair = float(given).as_integer_ratio()
+    else:                                # nan, inf: no fraction
+        pair = (-1, 1)
+    num, den = pair
     if not 0 < num <= den:
         raise ValueError(f"{given!r} as a fraction of the device's memory must be in (0, 1] "
                          "(0% < x <= 100%); for a number of bytes write an int or a unit")
     return DeviceFraction(num / den, given.strip() if isinstance(given, str) else repr(given),
-                          (num, den))
+                          pair)
 
 
 def _exact(number: str, exponent: Optional[str]) -> Tuple[int, int]:
