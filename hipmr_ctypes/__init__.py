@@ -73,7 +73,9 @@ def __getattr__(name: str) -> object:
         except ModuleNotFoundError as exc:
             if exc.name != f"{__name__}.{name}":
                 raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ._rmm_names import attribute_hint   # RMM's spellings (hmr.DeviceBuffer) name ours
+    raise AttributeError(attribute_hint(__name__, name)
+                         or f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> "list[str]":
@@ -87,9 +89,14 @@ def __dir__() -> "list[str]":
 
 def _default_device_resource(device: int) -> object:
     """A device's default resource, as ``HIPMR_DEVICE_RESOURCE`` says (``_config``, loaded by
-    the first default made).  The per-device table (``resources.per_device``) calls it when no
-    other factory was set: the resources layer never imports ``_config``, which builds
-    adaptors above it."""
+    the first default made; with the variable unset, as it mostly is, ``_config`` is not
+    loaded: the default is ``_config.default_resource``'s, a ``DeviceMemoryResource``).  The
+    per-device table (``resources.per_device``) calls it when no other factory was set: the
+    resources layer never imports ``_config``, which builds adaptors above it."""
+    from os import environ
+    if not environ.get("HIPMR_DEVICE_RESOURCE", "").strip():
+        from .resources.device_memory import DeviceMemoryResource
+        return DeviceMemoryResource(device)
     from ._config import default_resource
     return default_resource(device)
 

@@ -266,7 +266,7 @@ def collect_info() -> Dict[str, Any]:
     devices: List[Dict[str, Any]] = []
     report["devices"] = devices
     from ._config import describe
-    report["device_resource"] = describe()
+    report["device_resource"] = describe(count.value if err is None else 0)
     if err is not None or count.value == 0:
         report["no_device"] = _why_no_device(platform, err)
         report["hint"] = no_device_hint(platform)
@@ -355,7 +355,7 @@ _COMMANDS = {
 EPILOG = """exit status: 0 when the command ran on a valid configuration (a machine without a
 GPU included); 1 when a check failed (or a bench row could not be measured); 2 when the
 environment is misconfigured (an unknown HIPMR_PLATFORM, a library that cannot load, a
-malformed HIPMR_EMULATED_* variable) or plot cannot draw its log, with one line saying what
+malformed HIPMR_EMULATED_* variable, a HIPMR_DEVICE_RESOURCE that cannot be built) or plot cannot draw its log, with one line saying what
 (and a hint).  Output piped into a reader that stops early (| head, | grep -q) is cut there,
 silently; the exit status stays the command's own."""
 
@@ -464,6 +464,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stdout = original
 
 
+def _resource_status(problem: Optional[str]) -> int:
+    """The exit status for what ``_config.check_environment`` found: 0 when nothing, else the
+    misconfiguration's 2, with the cause and a hint on standard error."""
+    if problem is None:
+        return 0
+    from ._config import VARIABLE
+    print(f"python -m hipmr_ctypes: error: {problem}", file=sys.stderr)
+    print(f"hint: fix {VARIABLE} or unset it (docs/resources.md, 'Set up from the "
+          f"environment', lists its forms)", file=sys.stderr)
+    return 2
+
+
 def _main(argv: Optional[List[str]]) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -482,7 +494,8 @@ def _main(argv: Optional[List[str]]) -> int:
                 print(json.dumps(report, indent=2))
             else:
                 print_info(report)
-            return _device_status(report, require_device)
+            return (_resource_status(report["device_resource"].get("error"))
+                    or _device_status(report, require_device))
     except ConfigurationError as exc:
         if command == "info" and exc.no_runtime is not None:  # nothing installed: not an error
             if as_json:
@@ -498,6 +511,12 @@ def _main(argv: Optional[List[str]]) -> int:
         return 2
     from hipmr_ctypes import _selftest
     if command == "check":
+        from ._config import check_environment
+        problem = check_environment(hmr.device_count())
+        if problem is not None:       # every row would fail on it: say the one cause
+            if as_json:
+                print(json.dumps({"ok": False, "error": problem}, indent=2))
+            return _resource_status(problem)
         return _selftest.check(as_json=as_json)
     return _selftest.bench(as_json=as_json)
 

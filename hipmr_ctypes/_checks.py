@@ -38,7 +38,10 @@ def _as_int(value: Any, name: str, what: str) -> int:
     try:
         return operator.index(value)  # numpy integers and the like
     except TypeError:
-        raise TypeError(f"{name} must be an int {what}, not {type(value).__name__}") from None
+        from ._rmm_names import stream_as_alignment_hint   # RMM's allocate(nbytes, stream)
+        hint = stream_as_alignment_hint(value, name)
+        raise TypeError(hint or f"{name} must be an int {what}, not "
+                                f"{type(value).__name__}") from None
 
 
 def check_size(value: Any, name: str = "bytes") -> int:

@@ -21,8 +21,11 @@ pool of the runtime), ``managed`` (``ManagedMemoryResource``), ``system``
 
 They wrap in that order, the log outermost.  Sizes are the package's one size grammar
 (``4GiB``, ``80%``, ``0.8``), a fraction being of that device's memory.  A bad spec is a
-ValueError naming the variable, the part and what would be right, at the first use (and in
-``python -m hipmr_ctypes check``); never a silent default.
+ValueError naming the variable, the part and what would be right, at the first use: its
+grammar and fractions (a pool's initial fraction above its maximum) when it is read, its sizes
+against each device's memory before anything is built; never a silent default.
+``python -m hipmr_ctypes info`` and ``check`` report it (with a ``log=`` into a missing folder)
+and exit 2, as for any misconfiguration.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from ._device_sizes import resolve_size
 from ._sizes import DeviceFraction, parse_size
 
-__all__ = ["VARIABLE", "Spec", "parse_spec", "spec_from_environment", "build", "describe"]
+__all__ = ["VARIABLE", "Spec", "parse_spec", "spec_from_environment", "build", "describe",
+           "resolved_sizes", "check_environment"]
 
 VARIABLE = "HIPMR_DEVICE_RESOURCE"
 _KINDS = ("device", "async", "managed", "system", "sam_headroom")
@@ -48,7 +52,7 @@ _SizeValue = Union[int, DeviceFraction]
 class Spec:
     """A parsed ``HIPMR_DEVICE_RESOURCE``: what to build for each device."""
 
-    __slots__ = ("text", "kind", "pool", "sizes", "flags", "log")
+    __slots__ = ("text", "kind", "pool", "sizes", "flags", "log", "parts")
 
     def __init__(self, text: str, kind: str) -> None:
         self.text = text
@@ -58,6 +62,8 @@ class Spec:
         self.sizes: Dict[str, _SizeValue] = {}   # release_threshold, limit
         self.flags: List[str] = []                # tracking, statistics
         self.log: Optional[str] = None
+        #: each option's part of the text ("pool", "limit", ...), for the errors that name it
+        self.parts: Dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"Spec({self.text!r})"
@@ -99,6 +105,7 @@ def parse_spec(text: str) -> Spec:
         if name in seen:
             raise _error(text, part, f"{name} is given twice")
         seen.add(name)
+        spec.parts[name] = part
         if name == "pool":
             if not eq:
                 spec.pool = (None, None)
@@ -109,9 +116,11 @@ def parse_spec(text: str) -> Spec:
             if colon and not maximum.strip():
                 raise _error(text, part, "nothing after ':' (pool=INITIAL:MAXIMUM)")
             first, second = spec.pool
-            if type(first) is int and type(second) is int and first > second:
-                raise _error(text, part, f"the initial size {first} is larger than the "
-                                         f"maximum {second}")
+            if ((type(first) is int and type(second) is int and first > second)
+                    or (isinstance(first, DeviceFraction) and isinstance(second, DeviceFraction)
+                        and first.fraction > second.fraction)):
+                raise _error(text, part, f"the initial size {initial.strip()} is larger than "
+                                         f"the maximum {maximum.strip()}")
         elif name in _SIZE_OPTIONS:
             if kind not in _SIZE_OPTIONS[name]:
                 raise _error(text, part, f"{name} is an option of "
@@ -155,8 +164,10 @@ def build(spec: Spec, device: int) -> Any:
     from .resources.managed import ManagedMemoryResource
     from .resources.system import SamHeadroomMemoryResource, SystemMemoryResource
 
+    sizes = resolved_sizes(spec, device)
+
     def size(name: str, value: Optional[_SizeValue]) -> Optional[int]:
-        return None if value is None else resolve_size(value, name, device)
+        return sizes.get(name)
 
     with Device(device):
         mr: Any
@@ -178,7 +189,7 @@ def build(spec: Spec, device: int) -> Any:
             mr = PoolResource(mr, size("initial_pool_size", spec.pool[0]),
                               size("maximum_pool_size", spec.pool[1]))
         if "limit" in spec.sizes:
-            mr = LimitingResource(mr, resolve_size(spec.sizes["limit"], "limit", device))
+            mr = LimitingResource(mr, sizes["limit"])
         if "tracking" in spec.flags:
             mr = TrackingResource(mr)
         if "statistics" in spec.flags:
@@ -186,6 +197,62 @@ def build(spec: Spec, device: int) -> Any:
         if spec.log is not None:
             mr = LoggingResource(mr, log_file_for(spec.log, device))
     return mr
+
+
+def resolved_sizes(spec: Spec, device: int) -> Dict[str, int]:
+    """The sizes of ``spec`` in bytes on ``device`` (``initial_pool_size``,
+    ``maximum_pool_size``, ``release_threshold``, ``limit``: those it gives), checked together
+    (an initial pool size above the maximum); ValueError naming the variable and the part."""
+    named: List[Tuple[str, str, Optional[_SizeValue]]] = []
+    if spec.pool is not None:
+        named += [("initial_pool_size", "pool", spec.pool[0]),
+                  ("maximum_pool_size", "pool", spec.pool[1])]
+    named += [(name, name, value) for name, value in spec.sizes.items()]
+    out: Dict[str, int] = {}
+    for name, option, value in named:
+        if value is None:
+            continue
+        try:
+            out[name] = resolve_size(value, name, device)
+        except (TypeError, ValueError) as exc:
+            raise _error(spec.text, spec.parts.get(option, option), f"on device {device}: "
+                         f"{exc}") from None
+    first, most = out.get("initial_pool_size"), out.get("maximum_pool_size")
+    if first is not None and most is not None and first > most:
+        raise _error(spec.text, spec.parts.get("pool", "pool"),
+                     f"on device {device} the initial size ({first} bytes) is larger than the "
+                     f"maximum ({most} bytes)")
+    return out
+
+
+def log_problem(spec: Spec) -> Optional[str]:
+    """Why ``spec``'s ``log=`` cannot be written (its folder is missing or not a folder), or
+    None."""
+    if spec.log is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(spec.log))
+    if os.path.isdir(folder):
+        return None
+    what = "is not a folder" if os.path.exists(folder) else "does not exist"
+    return f"the log's folder {folder!r} {what}"
+
+
+def check_environment(devices: int) -> Optional[str]:
+    """What is wrong with ``HIPMR_DEVICE_RESOURCE`` on this machine, as one message naming
+    the variable and the part (its grammar; its sizes on each of the first ``devices``
+    devices; its log's folder), or None when it is unset or good.  Builds nothing."""
+    try:
+        spec = spec_from_environment()
+        if spec is None:
+            return None
+        problem = log_problem(spec)
+        if problem is not None:
+            return str(_error(spec.text, spec.parts["log"], problem)).partition("; expected")[0]
+        for device in range(devices):
+            resolved_sizes(spec, device)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def default_resource(device: int) -> Any:
@@ -198,9 +265,10 @@ def default_resource(device: int) -> Any:
     return build(spec, device)
 
 
-def describe() -> Dict[str, Any]:
+def describe(devices: int = 0) -> Dict[str, Any]:
     """What ``info`` shows of the configuration: the default resource and where it comes
-    from (``{"source", "spec", "error"?}``)."""
+    from (``{"source", "spec", "error"?}``); ``error`` is :func:`check_environment`'s for
+    the first ``devices`` devices."""
     text = os.environ.get(VARIABLE, "").strip()
     if not text:
         return {"source": "default", "spec": "device",
@@ -209,6 +277,7 @@ def describe() -> Dict[str, Any]:
         spec = parse_spec(text)
     except ValueError as exc:
         return {"source": VARIABLE, "spec": text, "error": str(exc)}
+    error = check_environment(devices)
     layers = [{"device": "DeviceMemoryResource", "async": "AsyncMemoryResource",
                "managed": "ManagedMemoryResource", "system": "SystemMemoryResource",
                "sam_headroom": "SamHeadroomMemoryResource"}[spec.kind]]
@@ -220,4 +289,7 @@ def describe() -> Dict[str, Any]:
                for f in ("tracking", "statistics") if f in spec.flags]
     if spec.log is not None:
         layers.append("LoggingResource")
-    return {"source": VARIABLE, "spec": text, "detail": " <- ".join(reversed(layers))}
+    described = {"source": VARIABLE, "spec": text, "detail": " <- ".join(reversed(layers))}
+    if error is not None:
+        described["error"] = error
+    return described

@@ -19,6 +19,7 @@ follow its upstream.
 """
 from __future__ import annotations
 
+from types import FunctionType as _FunctionType, MethodType as _MethodType
 from typing import Any, Dict, Optional, Protocol, Tuple, Type
 
 from .properties import DEFAULT_ALIGNMENT, Property, _check_property, _declared
@@ -171,10 +172,54 @@ def _shape(obj: Any, entry: _Entry) -> Any:
     return tuple(parts)
 
 
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+_NO_DEFAULT = object()
+
+
+def _plain_status(fn: Any, params: Tuple[str, ...], wants_default: bool) -> Optional[int]:
+    """:func:`_method_status` read from the code object of a plain function or a method bound
+    to one (what ``inspect.signature`` reads for them), so that the common case imports no
+    :mod:`inspect`; None for anything else (wrapped, with ``__signature__``, a builtin, a
+    callable object, a method whose function takes no positional parameter)."""
+    func, bound = fn, False
+    if type(fn) is _MethodType:
+        func, bound = fn.__func__, True
+    if type(func) is not _FunctionType or "__wrapped__" in func.__dict__ \
+            or "__signature__" in func.__dict__:
+        return None
+    code = func.__code__
+    count, posonly = code.co_argcount, code.co_posonlyargcount
+    names = code.co_varnames[:count]
+    defaults = func.__defaults__ or ()
+    dflt = [_NO_DEFAULT] * (count - len(defaults)) + list(defaults)
+    if bound:
+        if not count:
+            return None
+        names, dflt, posonly = names[1:], dflt[1:], max(posonly - 1, 0)
+    n = len(params)
+    kwonly = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    kwdefaults = func.__kwdefaults__ or {}
+    if (len(names) < n and not code.co_flags & _CO_VARARGS) \
+            or any(d is _NO_DEFAULT for d in dflt[n:]) \
+            or any(k not in kwdefaults for k in kwonly):
+        return MISSING                   # cannot be called with n positional arguments
+    if len(names) < n or tuple(names[:n]) != params:
+        return CALLABLE                  # (*args or other names among the first n)
+    if posonly:                          # a positional-only parameter among the first n
+        return CALLABLE
+    default = dflt[n - 1]
+    if wants_default and not (type(default) is int and default == DEFAULT_ALIGNMENT):
+        return DEFAULTABLE
+    return CANONICAL
+
+
 def _method_status(obj: Any, name: str, params: Tuple[str, ...], wants_default: bool) -> int:
     fn = getattr(obj, name, None)
     if fn is None or not callable(fn):
         return MISSING
+    plain = _plain_status(fn, params, wants_default)
+    if plain is not None:
+        return plain
     import inspect
     try:
         sig = inspect.signature(fn)

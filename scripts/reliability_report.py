@@ -70,7 +70,7 @@ COUNTED = ("bad_input_cases", "junk_calls", "faults_injected", "thread_ops",
            "thread_ops_planned", "threads_cut", "fuzz_ops_in_suite", "exit_scenarios",
            "frozen_thread_exit_runs", "gc_lock_cases", "stream_identity_cases", "misbehaving_cases",
            "size_growth_pickle_cases", "ipc_fork_stream_cases", "log_plot_cli_cases",
-           "exit_thread_message_cases", "copy_ownership_cases")
+           "exit_thread_message_cases", "copy_ownership_cases", "output_file_emulator_cases")
 #: seconds before the end of the budget at which the long loops stop (the section still has
 #: to finish its tests) and the report itself stops every section (it still has to report)
 LOOP_MARGIN = 0.12
@@ -707,6 +707,10 @@ def _summarize(args: argparse.Namespace, env: Dict[str, str], sections: List[Sec
                 ("thread, exit and message cases", c["exit_thread_message_cases"],
                  "overlapping statistics() and profiler blocks across threads, exit with "
                  "frozen threads holding locks, constructor messages, RMM parity"))
+    rows.insert([r[0] for r in rows].index("tests passed / failed / skipped"),
+                ("output file and emulator error cases", c["output_file_emulator_cases"],
+                 "plot writes regular files only (links followed, -o - to standard output); "
+                 "the emulator's own Python errors never become HIP statuses"))
     failed = bool(failures) or counts["failed"] + counts["error"] > 0
     complete = not cut
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -21,6 +21,7 @@ package does).
 # (distributed is optional: this module is imported only where it is installed)
 from __future__ import annotations
 
+import concurrent.futures
 import importlib
 import os
 import re
@@ -84,11 +85,21 @@ def _resolve(setting: Union[None, int, DeviceFraction], name: str,
 
 
 def _worker_label(worker: Any) -> str:
-    """The worker's name (its address when it has none), safe in a file name."""
+    """The worker's name (its address when it has none) in a file name, one label per name:
+    an int name (LocalCluster's 0, 1, ...) as its digits; any other name made safe (letters,
+    digits, ``_ . -``; at most 64 characters) and followed by ``-`` and 12 hex digits of a
+    hash of the exact name, so ``gpu/0``, ``gpu:0``, ``gpu 0``, ``gpu_0`` and ``GPU_0`` (on a
+    file system that ignores case) never share a file."""
     name = getattr(worker, "name", None)
     if name is None or name == "":
         name = getattr(worker, "address", "worker")
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)).strip("._") or "worker"
+    if type(name) is int:
+        return str(name)
+    import hashlib
+    exact = name if isinstance(name, str) else f"{type(name).__name__}:{name!r}"
+    digest = hashlib.sha256(exact.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)).strip("._")[:64] or "worker"
+    return f"{safe}-{digest}"
 
 
 # ---- the plugin --------------------------------------------------------------------------------
@@ -121,7 +132,8 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
 
     ``setup`` (on each worker, also a restarted one) makes the device current in the thread
     that runs it, builds the stack there, sets it as that device's resource
-    (``set_per_device_resource``) and adds the worker's metrics; ``teardown`` (when the plugin
+    (``set_per_device_resource``), makes every task thread of the worker run each task with
+    the device current, and adds the worker's metrics; ``teardown`` (when the plugin
     is unregistered or the worker closes) puts back the previous resource and flushes the log.
     Memory allocated before stays valid: each Buffer holds its resource.
     """
@@ -262,6 +274,7 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
             _installed.clear()
             _installed.update(device=device, resource=mr, previous=previous, log=log_file)
         set_device(device)
+        _run_tasks_on(worker, device)
         metrics = getattr(worker, "metrics", None)
         if isinstance(metrics, dict):
             metrics["hipmr"] = _hipmr_metric
@@ -274,6 +287,7 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
                 return
             state = dict(_installed)
             _installed.clear()
+        _run_tasks_on(worker, None)
         if per_device.get_per_device_resource(state["device"]) is state["resource"]:
             per_device.set_per_device_resource(state["device"], state["previous"])
         _flush_logs(state["resource"])
@@ -289,6 +303,38 @@ class ResourceSetup(distributed.WorkerPlugin):  # type: ignore[misc,unused-ignor
                 f"managed_memory={self.managed_memory}, async_allocator={self.async_allocator}, "
                 f"devices={self.devices}, logging={self.logging}, "
                 f"statistics={self.statistics}, tracking={self.tracking})")
+
+
+def _on_device(device: int, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` with ``device`` current in the calling thread (a task thread's)."""
+    set_device(device)
+    return fn(*args, **kwargs)
+
+
+def _run_tasks_on(worker: Any, device: Optional[int]) -> None:
+    """Make each thread executor of ``worker`` run everything it is given (tasks, actors,
+    deserialization) with ``device`` current, whatever thread runs it and whatever the task
+    before it did; ``None`` undoes it.  The executors' ``submit`` is wrapped on the instance
+    (distributed checks the executor's type by name, so the executor itself stays)."""
+    executors = getattr(worker, "executors", None)
+    if not isinstance(executors, dict):
+        return
+    for executor in executors.values():
+        if not (isinstance(executor, concurrent.futures.ThreadPoolExecutor)
+                or "ThreadPoolExecutor" in type(executor).__name__):
+            continue                     # a process pool pickles what it runs
+        ours = executor.__dict__.get("submit")
+        if ours is not None and getattr(ours, "_hipmr_device", None) is not None:
+            delattr(executor, "submit")  # a previous set-up's wrapper
+        if device is None:
+            continue
+        submit = executor.submit
+
+        def on_device_submit(fn: Any, /, *args: Any, _submit: Any = submit,
+                             _device: int = device, **kwargs: Any) -> Any:
+            return _submit(_on_device, _device, fn, *args, **kwargs)
+        setattr(on_device_submit, "_hipmr_device", device)
+        setattr(executor, "submit", on_device_submit)
 
 
 def _flush_logs(mr: Any) -> None:
@@ -371,9 +417,9 @@ def statistics(client: Any) -> Dict[str, Optional[Statistics]]:
 
 
 def worker_device() -> int:
-    """The device the plugin gave this worker, made current in the calling thread (a task's
-    first line where a worker's device is not device 0, as on the emulated platform or with
-    ``devices=``); RuntimeError outside a worker set up by :class:`ResourceSetup`."""
+    """The device the plugin gave this worker, made current in the calling thread (every task
+    already runs with it current; a thread the task starts itself does not);
+    RuntimeError outside a worker set up by :class:`ResourceSetup`."""
     device = _installed.get("device")
     if device is None:
         raise RuntimeError("no ResourceSetup plugin has set up this process")

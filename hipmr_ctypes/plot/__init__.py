@@ -110,9 +110,30 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     of them in each view of one stream or thread; see docs/observability.md).  Bad arguments
     raise ``TypeError`` / ``ValueError`` before any file is read or written: among them a
     ``path`` whose suffix names no format (without ``format``) and a ``path`` that is the log
-    being drawn.  A bad log raises ``ValueError`` naming its line.  ``path`` is replaced only
-    by the complete document (written beside it, then renamed over it).
+    being drawn.  A bad log raises ``ValueError`` naming its line.  ``path`` must be a regular
+    file or a new name (a symbolic link is followed, and its target written); anything else
+    there (a FIFO, a device, a socket) is refused with ``ValueError`` before the log is read
+    (``IsADirectoryError`` for a directory).  The file is replaced only by the complete
+    document (written beside it, then renamed over it).
     """
+    return _timeline(source, path, format=format, axis=axis, color=color, width=width,
+                     height=height, title=title, max_bands=max_bands, max_points=max_points,
+                     pool=pool, split=split)
+
+
+#: Logs from this many events on (or files from this many bytes) are long work: the command
+#: line says on standard error what it is doing.
+LONG_EVENTS = 100_000
+LONG_BYTES = 8 << 20
+
+
+def _timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
+              format: Optional[str] = None, axis: str = "time", color: str = "auto",
+              width: int = 1200, height: int = 520, title: Optional[str] = None,
+              max_bands: int = 1000, max_points: int = 40000, pool: Any = None,
+              split: bool = True, progress: Optional[Callable[[str], None]] = None) -> str:
+    """:func:`timeline`, telling ``progress`` (one line at a time) what it does when the work
+    is long (:data:`LONG_EVENTS`, :data:`LONG_BYTES`)."""
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
     if format is None:
@@ -139,8 +160,13 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
         raise TypeError(f"title must be a str, not {type(title).__name__}")
     if path is not None:
         _not_the_log(source, path)
+        _writable_target(path)
     layout = Layout(width, height)
+    say = _long_work(source, progress)
     src = source_of(source, pool, axis, layout.plot_width)
+    if progress is not None and len(src.xs) >= LONG_EVENTS:
+        say = progress
+    say(f"drawing {len(src.xs):,} events")
     if color == "auto":
         color = "stream" if len(set(src.a_stream)) > 1 else "size"
     options = dict(height=layout.plot_height, max_bands=max_bands, max_points=max_points,
@@ -155,8 +181,28 @@ def timeline(source: Any, path: Union[str, "os.PathLike[str]", None] = None, *,
     else:
         text = render_html(views, layout, title=title, about=about, color=color)
     if path is not None:
+        say(f"writing {os.fsdecode(path)} ({len(text):,} characters)")
         _write_file(path, text)
     return text
+
+
+def _quiet(line: str) -> None:
+    """Says nothing (work that is not long)."""
+
+
+def _long_work(source: Any, progress: Optional[Callable[[str], None]]) -> Callable[[str], None]:
+    """``progress`` when ``source`` is a log file of :data:`LONG_BYTES` or more (saying so
+    first), else a function that says nothing."""
+    if progress is None or not isinstance(source, (str, os.PathLike)):
+        return _quiet
+    try:
+        size = os.stat(source).st_size
+    except (OSError, ValueError):
+        return _quiet
+    if size < LONG_BYTES:
+        return _quiet
+    progress(f"reading {os.fsdecode(source)} ({size / (1 << 20):,.0f} MiB)")
+    return progress
 
 
 #: The format each suffix of ``path`` names (no suffix: html).
@@ -189,14 +235,42 @@ def _not_the_log(source: Any, path: Union[str, "os.PathLike[str]"]) -> None:
                          f"output file")
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISLNK, "a loop of symbolic links"))
+
+
+def _writable_target(path: Union[str, "os.PathLike[str]"]) -> str:
+    """The file ``path`` names, symbolic links followed (a link's target is what is written,
+    the link stays): a regular file or a new name.  ``IsADirectoryError`` for a directory,
+    ``ValueError`` for anything else that is not a regular file (a FIFO, a device, a socket),
+    whose replacement would destroy it or whose opening could block."""
+    shown = os.fsdecode(path)            # round-trips any POSIX name (surrogateescape)
+    target = os.path.realpath(shown)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as exc:               # a loop of links, a folder that cannot be read ...
+        raise type(exc)(exc.errno, f"cannot write {shown!r} ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "the output is a directory", shown)
+    if not stat.S_ISREG(st.st_mode):
+        what = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        via = f" (through a symbolic link to {target!r})" if target != os.path.abspath(shown) \
+            else ""
+        raise ValueError(f"the output {shown!r}{via} is {what}: a picture is written only to a "
+                         f"regular file (or a new name)")
+    return target
+
+
 def _write_file(path: Union[str, "os.PathLike[str]"], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` so that ``path`` is replaced only by the complete
-    document: it is written to a new file in the same directory first, then renamed over
-    ``path`` (an error leaves an earlier file as it was, and no partial file)."""
-    target = os.fsdecode(path)           # round-trips any POSIX name (surrogateescape)
+    """Write ``text`` (UTF-8) to the regular file ``path`` names (:func:`_writable_target`)
+    so that it is replaced only by the complete document: it is written to a new file in the
+    same directory first, then renamed over it (an error leaves an earlier file as it was,
+    and no partial file)."""
+    target = _writable_target(path)
     data = text.encode("utf-8")
-    if os.path.isdir(target):
-        raise IsADirectoryError(errno.EISDIR, "the output is a directory", target)
     directory, base = os.path.split(target)
     for attempt in range(100):
         tmp = os.path.join(directory, f".{base}.{os.getpid()}-{attempt}.tmp")
@@ -217,6 +291,7 @@ def _write_file(path: Union[str, "os.PathLike[str]"], text: str) -> None:
             os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
         except OSError:
             pass
+        _writable_target(target)         # nothing else took its place meanwhile
         os.replace(tmp, target)
     except BaseException:
         try:

@@ -1,8 +1,11 @@
 """``python -m hipmr_ctypes plot LOG.csv [-o memory.html] [...]``: draw a CSV log.
 
 Every error of the command (a log that cannot be read or is not a log, an output file that
-cannot be written or is the log itself, a pool that cannot be made or cannot replay the log)
-is one line on standard error and exit status 2; a usage error is argparse's (also 2).
+cannot be written, is not a regular file or is the log itself, a suffix that names no format,
+a pool that cannot be made or cannot replay the log) is one line on standard error, in the
+command line's words, and exit status 2; a usage error is argparse's (also 2).  ``-o -``
+writes the picture to standard output.  Long work (a log of many events) says what it is
+doing on standard error.
 """
 from __future__ import annotations
 
@@ -33,7 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ``python -m hipmr_ctypes``)."""
     parser.add_argument("log", help="the CSV log (- for standard input)")
     parser.add_argument("-o", "--output", default=None,
-                        help="the file to write: .html (default: LOG with .html) or .svg")
+                        help="the file to write: .html (default: LOG with .html) or .svg; - for "
+                             "standard output")
+    parser.add_argument("--format", choices=("html", "svg"), default=None,
+                        help="the picture's format (default: from the output's suffix; html "
+                             "for -o -)")
     parser.add_argument("--axis", choices=("time", "event"), default="time",
                         help="x axis: the log's clock (default) or one step per event")
     parser.add_argument("--color", choices=("auto", "size", "stream"), default="auto",
@@ -73,6 +80,11 @@ def _fail(message: str, as_json: bool) -> int:
     return 2
 
 
+def _progress(line: str) -> None:
+    """What long work is doing, on standard error (standard output carries the result)."""
+    print(f"plot: {line} ...", file=sys.stderr, flush=True)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -101,6 +113,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     if (args.initial is not None or args.maximum is not None) and not args.pool:
         parser.error("--initial and --maximum need --pool")
     output = args.output
+    if output == "-" and as_json:
+        parser.error("--json and -o - both write to standard output: choose one")
     if output is None:
         if args.log == "-":
             parser.error("-o is needed when the log comes from standard input")
@@ -109,21 +123,33 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser,
             return _fail(f"the log {args.log!r} is named .html, as its picture would be: "
                          f"name the picture with -o", as_json)
         output = root + ".html"
-    from . import timeline
+    from . import _FORMATS, _timeline
+    fmt = args.format
+    if fmt is None:
+        suffix = "" if output == "-" else os.path.splitext(output)[1].lower()
+        fmt = _FORMATS.get(suffix)
+        if fmt is None:
+            return _fail(f"cannot tell the format from the suffix {suffix!r} of "
+                         f"{output!r}: name the file .html or .svg, or add --format html "
+                         f"(or --format svg)", as_json)
     try:
         pool = _make_pool(args.initial, args.maximum) if args.pool else None
         source: Any = (io.TextIOWrapper(sys.stdin.buffer, newline="", encoding="utf-8",
                                         errors="replace") if args.log == "-" else args.log)
-        timeline(source, output, axis=args.axis, color=args.color, width=args.width,
-                 height=args.height, max_bands=args.max_bands, title=args.title, pool=pool)
+        text = _timeline(source, None if output == "-" else output, format=fmt,
+                         axis=args.axis, color=args.color, width=args.width,
+                         height=args.height, max_bands=args.max_bands, title=args.title,
+                         pool=pool, progress=_progress)
+        if output == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return 0
     except PlotError as exc:
         return _fail(str(exc), as_json)
     except (OSError, ValueError, TypeError, MemoryError) as exc:
         return _fail(_first_line(exc), as_json)
     if as_json:
-        report: Dict[str, Any] = {"ok": True, "output": output,
-                                  "format": "svg" if output.lower().endswith(".svg")
-                                  else "html"}
+        report: Dict[str, Any] = {"ok": True, "output": output, "format": fmt}
         print(json.dumps(report, indent=2))
     else:
         # a name that is not UTF-8 (argv decoded with surrogateescape) printed as best it can

@@ -10,13 +10,13 @@ default resource, checking a device ordinal).
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..concepts import AsyncResource, is_async_resource
 from ..device import check_device, get_device
 from ..properties import _declared, device_accessible
-from .async_memory import AsyncMemoryResource
 from .device_memory import DeviceMemoryResource
 
 __all__ = ["get_current_device_resource", "set_current_device_resource",
@@ -79,8 +79,11 @@ def _check_resource(resource: Any, device: int) -> None:
         raise TypeError(f"resource must have the property device_accessible; "
                         f"{type(resource).__name__} declares "
                         f"{', '.join(p.__name__ for p in _declared(resource)) or 'none'}")
-    if isinstance(resource, (DeviceMemoryResource, AsyncMemoryResource)) and \
-            resource.device != device:
+    # an AsyncMemoryResource exists only once its module is loaded (this one does not load it)
+    loaded = sys.modules.get(f"{__package__}.async_memory")
+    kinds = (DeviceMemoryResource,) if loaded is None else (DeviceMemoryResource,
+                                                             loaded.AsyncMemoryResource)
+    if isinstance(resource, kinds) and resource.device != device:
         raise ValueError(f"{resource!r} allocates on device {resource.device}, not on "
                          f"device {device}")
 

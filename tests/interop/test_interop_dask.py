@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import time
 
 import pytest
@@ -68,9 +69,33 @@ def test_good_settings_are_kept(tmp_path):
 
     class Worker:
         name = "tcp://127.0.0.1:4000"
-    assert p.log_file_for(Worker()) == str(tmp_path / "run.tcp_127.0.0.1_4000.csv")
+    label = hdask._worker_label(Worker())
+    assert label.startswith("tcp_127.0.0.1_4000-")
+    assert p.log_file_for(Worker()) == str(tmp_path / f"run.{label}.csv")
     assert ResourceSetup().log_file_for(Worker()) is None
     assert ResourceSetup(devices=3).device_for(Worker()) == 3
+
+
+def test_each_worker_name_has_a_file_of_its_own():
+    """Names that a lossy cleaning maps to one string, names that differ only in case (one
+    file on a case-insensitive file system), long names that differ at the end, names of
+    other types: one log file each; int names keep their digits."""
+    class Worker:
+        def __init__(self, name, address="tcp://127.0.0.1:1"):
+            self.name, self.address = name, address
+    names = ["gpu/0", "gpu:0", "gpu 0", "gpu_0", "GPU_0", "gpu_0_", "_gpu_0", ".gpu_0", "0",
+             "gpu\\0", "gpu/../0", "x" * 300 + "a", "x" * 300 + "b", ("gpu", 0), 3.0, "\udcff",
+             "\u00e9", "e\u0301", ""]
+    labels = [hdask._worker_label(Worker(n)) for n in names]
+    assert len({label.casefold() for label in labels}) == len(names), labels
+    for label in labels:
+        assert re.fullmatch(r"[A-Za-z0-9_.-]{1,90}", label) and not label.startswith(".")
+    assert hdask._worker_label(Worker(0)) == "0" and hdask._worker_label(Worker(7)) == "7"
+    assert hdask._worker_label(Worker("0")) != "0"      # the str "0" is not the int 0
+    assert hdask._worker_label(Worker("gpu/0")) == hdask._worker_label(Worker("gpu/0"))
+    # with no name, the address names the worker (two addresses: two files)
+    assert (hdask._worker_label(Worker(None, "tcp://10.0.0.1:1"))
+            != hdask._worker_label(Worker(None, "tcp://10.0.0.1_1")))
 
 
 @pytest.fixture
@@ -248,8 +273,6 @@ def test_plugin_sets_up_each_worker_on_its_own_device(cluster):
 
 
 def _make(seed, size):
-    from hipmr_ctypes.interop.dask import worker_device
-    worker_device()
     return hmr.Buffer.from_host(bytes((i * 7 + seed) & 0xFF for i in range(size)))
 
 
@@ -283,6 +306,65 @@ def test_buffers_travel_worker_to_worker_and_back(cluster):
                         workers=[names[1]], pure=False).result(timeout=TIMEOUT)
     assert got == ("Buffer", 1, b"\x42\x42")
     del made, moved, sent
+
+
+def _where_am_i(pause, switch_to=None):
+    """A task that never calls worker_device(): which thread, which device is current, and
+    whether a Buffer comes from the plugin's resource; ``switch_to`` changes the device
+    afterwards (the next task on this thread must not inherit it)."""
+    import threading
+
+    from hipmr_ctypes.interop import dask as d
+    time.sleep(pause)
+    buf = hmr.Buffer(4096)
+    seen = (threading.get_ident(), hmr.get_device(), buf.device,
+            buf.resource is d._installed.get("resource"))
+    buf.close()
+    if switch_to is not None:
+        hmr.set_device(switch_to)
+    return seen
+
+
+def test_every_task_runs_on_its_workers_device(cluster):
+    _, client, _ = cluster
+    names = _by_name(client)
+    for name in (0, 1):
+        other = 1 - name
+        futures = [client.submit(_where_am_i, 0, other, workers=[names[name]], pure=False)
+                   for _ in range(6)]
+        seen = client.gather(futures)
+        assert all(s[1:] == (name, name, True) for s in seen), seen
+
+
+def test_every_task_thread_of_a_worker_sees_its_device():
+    """One worker, three task threads, device 1 (of two): every task on every thread allocates
+    on device 1 from the plugin's pool, with no worker_device() call."""
+    saved = {k: os.environ.get(k) for k in ("HIPMR_PLATFORM", "HIPMR_EMULATED_DEVICES",
+                                            "PYTHONPATH")}
+    os.environ.update(HIPMR_PLATFORM="emulated", HIPMR_EMULATED_DEVICES="2",
+                      PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), saved["PYTHONPATH"]])))
+    try:
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=3, processes=True,
+                                      dashboard_address=None, worker_dashboard_address=None,
+                                      scheduler_port=0, silence_logs=40,
+                                      death_timeout=TIMEOUT) as lc, \
+                distributed.Client(lc, timeout=TIMEOUT) as client:
+            client.wait_for_workers(1, timeout=TIMEOUT)
+            client.register_plugin(ResourceSetup(devices=1, pool_allocator=True))
+            futures = [client.submit(_where_am_i, 0.3, 0, pure=False) for _ in range(12)]
+            seen = client.gather(futures)
+            assert len({s[0] for s in seen}) >= 2, seen          # several task threads
+            assert all(s[1:] == (1, 1, True) for s in seen), seen
+            # unregistering puts the executors back: tasks run where the thread is
+            client.unregister_worker_plugin(ResourceSetup.name)
+            after = client.submit(lambda: hmr.get_device(), pure=False).result(TIMEOUT)
+            assert after in (0, 1)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def test_statistics_of_every_worker_in_one_call(cluster):

@@ -144,3 +144,37 @@ def test_reinitialize_takes_fractions_per_device(emulator):
             hmr.reinitialize(pool_allocator=True, initial_pool_size="10 M")
     finally:
         hmr.reinitialize()
+
+
+# ---- the notation never changes the reading, only the value does ----------------------------
+@pytest.mark.parametrize("text, same_as", [
+    ("0.5e0", "0.5"), ("5e-1", "0.5"), ("50e-2", "0.5"), ("1.0e0", "1.0"), ("0.25E0", "0.25")])
+def test_exponent_fractions_read_as_their_decimal(text, same_as):
+    parsed, plain = parse_size(text), parse_size(same_as)
+    assert isinstance(parsed, DeviceFraction) and parsed == plain
+    assert parsed.of(1 << 30) == plain.of(1 << 30)
+    with pytest.raises(ValueError, match="fraction"):
+        parse_bytes(text)                      # never 0 bytes
+
+
+@pytest.mark.parametrize("text", ["1.5e0", "15e-1", "2.0", "1000.0", "1.25e1"])
+def test_unitless_non_whole_or_pointed_above_one_is_ambiguous(text):
+    with pytest.raises(ValueError, match="has no unit"):
+        parse_size(text)                       # never 1 byte, never 1000 bytes silently
+    with pytest.raises(ValueError, match="Could not parse"):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize("text, expected", [("1e3", 1000), ("1.5e3", 1500), ("2E2", 200),
+                                            ("12.5e1", 125), ("1e2 B", 100), ("1.5e0 KiB", 1536),
+                                            ("0.5e0 B", 0)])
+def test_whole_numbers_with_an_exponent_and_any_number_with_a_unit_are_bytes(text, expected):
+    assert parse_size(text) == expected == parse_bytes(text)
+
+
+def test_fractions_are_exact_and_huge_texts_are_refused_cleanly():
+    # 70% of 256000 is 179200, a multiple of 256 (the float 0.7 is a little less than 0.7)
+    assert parse_size("70%").of(256000) == 179200
+    assert parse_size("0.7").of(10**12) == 7 * 10**11 // 256 * 256
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        parse_size("1" + "0" * 400 + "%")

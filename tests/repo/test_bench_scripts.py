@@ -90,9 +90,12 @@ def test_bench_import(tmp_path):
     text = _run("bench_import.py", "--rounds", "1", "--json", str(out))
     data = json.loads(out.read_text())
     assert set(data["median_ms"]) == {"floor (import ctypes + CDLL)", "import hipmr_ctypes",
-                                      "import hipmr_ctypes, no .pyc"}
+                                      "import hipmr_ctypes, no .pyc",
+                                      "first use (import + a Buffer)", "first use, no .pyc",
+                                      "process: python -c pass",
+                                      "process: python -c first use"}
     assert all(v > 0 for v in data["median_ms"].values())
-    assert "beyond the library" in text
+    assert "beyond the library" in text and "process: first use beyond pass" in text
 
 
 def test_bench_copy(tmp_path):

@@ -77,7 +77,8 @@ def _ancestors(module: str) -> Set[str]:
 #: here the model is below, so that each lazy reach of the binding from the model is an arrow
 #: up that LAZY_EDGES_THAT_STAY must name.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    ("leaves", ("_limits", "_locks", "_exit", "_sizes", "_logheader", "_logformat")),
+    ("leaves", ("_limits", "_locks", "_exit", "_sizes", "_logheader", "_logformat",
+                "_rmm_names")),
     ("model", ("properties", "concepts", "resource_refs", "stream_refs", "cccl3", "_checks")),
     ("binding", ("_hip",)),
     ("device and stream", ("device", "stream", "_stream_order", "errors", "_thread_exit",

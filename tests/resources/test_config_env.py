@@ -166,6 +166,7 @@ def test_info_shows_the_configuration_and_its_source():
            "(the default)" in out
     bad = _cli("info", **{VARIABLE: "device,colour=red"})
     assert "device resource: invalid" in bad.stdout and "unknown option 'colour'" in bad.stdout
+    assert bad.returncode == 2 and "unknown option 'colour'" in bad.stderr
     data = _cli("info", "--json", **{VARIABLE: "async"}).stdout
     assert '"device_resource"' in data and '"source": "HIPMR_DEVICE_RESOURCE"' in data
 
@@ -175,8 +176,49 @@ def test_check_builds_and_round_trips_the_configured_resource(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"yes  {VARIABLE}: " in done.stdout and "LoggingResource" in done.stdout
     bad = _cli("check", **{VARIABLE: "device,pool=2k"})
-    assert bad.returncode == 1
-    assert f"no  {VARIABLE}: ValueError: {VARIABLE}='device,pool=2k'" in bad.stdout
+    assert bad.returncode == 2                  # a misconfiguration, as the epilog says
+    assert f"error: {VARIABLE}='device,pool=2k': 'pool=2k': " in bad.stderr
+    assert "Event timing" not in bad.stdout + bad.stderr   # no unrelated row blamed
+
+
+@pytest.mark.parametrize("text, words", [
+    ("device,pool=90%:50%", "'pool=90%:50%': the initial size 90% is larger than the maximum 50%"),
+    ("device,pool=0.9:50%", "'pool=0.9:50%': the initial size 0.9 is larger than the maximum"),
+    ("device,pool=90%:1MiB", "'pool=90%:1MiB': on device 0 the initial size"),
+    ("async,pool=1e0:5e-1", "'pool=1e0:5e-1': the initial size 1e0 is larger"),
+    ("device,limit=1.5e0", "'limit=1.5e0': Could not parse '1.5e0'"),
+])
+def test_fraction_sizes_are_checked_naming_the_variable_and_the_part(text, words, monkeypatch,
+                                                                     emulator):
+    from hipmr_ctypes._config import check_environment
+    monkeypatch.setenv(VARIABLE, text)
+    message = check_environment(1)
+    assert message is not None and message.startswith(f"{VARIABLE}={text!r}: ")
+    assert words in message
+    # the first use raises the same, never from inside PoolResource
+    with pytest.raises(ValueError) as info:
+        build(parse_spec(text), 0)
+    assert str(info.value).startswith(f"{VARIABLE}={text!r}: ") and words in str(info.value)
+
+
+@pytest.mark.parametrize("command", ["info", "check"])
+def test_info_and_check_exit_2_naming_the_real_cause(command, tmp_path):
+    for text, words in [("device,pool=90%:50%", "larger than the maximum"),
+                        (f"device,log={tmp_path / 'missing' / 'run.csv'}", "does not exist")]:
+        done = _cli(command, **{VARIABLE: text})
+        assert done.returncode == 2, (text, done.stdout, done.stderr)
+        assert f"error: {VARIABLE}=" in done.stderr and words in done.stderr
+        assert "Event timing" not in done.stderr
+    done = _cli(command, "--json", **{VARIABLE: "device,pool=90%:50%"})
+    assert done.returncode == 2 and "larger than the maximum" in done.stdout
+
+
+def test_info_shows_a_log_into_a_missing_folder_as_an_error(tmp_path):
+    done = _cli("info", **{VARIABLE: f"device,log={tmp_path / 'nowhere' / 'r.csv'}"})
+    assert "  error: " in done.stdout and "does not exist" in done.stdout
+    assert done.returncode == 2
+    good = _cli("info", **{VARIABLE: f"device,log={tmp_path / 'r.csv'}"})
+    assert good.returncode == 0 and "error" not in good.stdout
 
 
 @pytest.mark.parametrize("first_import", ["hipmr_ctypes.resources.per_device",

@@ -146,6 +146,7 @@ def test_lock_not_held_while_making_the_default(monkeypatch):
         return real(device)
 
     monkeypatch.setattr(_config, "default_resource", make)
+    monkeypatch.setenv(_config.VARIABLE, "device")     # unset, _config is not consulted
     get_current_device_resource()
     assert made == [hmr.get_device()]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional, Tuple
 
-from ..._sizes import parse_bytes
 from ..decls import DECL_BY_NAME
 from ..runtime import Runtime, decode_hip_version
 from ..search import setting_error
@@ -41,7 +40,9 @@ class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin, IpcMixin):
 
 def parse_size(text: str) -> int:
     """A ``HIPMR_EMULATED_*`` size: the package's one size grammar (``"64MiB"``, ``"2 GB"``,
-    ``"1073741824"``); no fraction, no single-letter unit."""
+    ``"1073741824"``); no fraction, no single-letter unit.  The grammar loads only when such a
+    variable is set."""
+    from ..._sizes import parse_bytes
     return parse_bytes(text)
 
 

@@ -58,6 +58,25 @@ def u64(value: Any) -> int:
     return _int(value) & MAX_ADDRESS  # a C uint64's bits
 
 
+#: The interpreter's own errors: never an argument's fault, never a HIP status.
+_OWN_ERRORS = {"RecursionError": RecursionError, "MemoryError": MemoryError,
+               "KeyboardInterrupt": KeyboardInterrupt, "SystemExit": SystemExit}
+
+
+def raise_own_error(exc: BaseException) -> None:
+    """Raise the interpreter's own error that ``exc`` carries, if any: ctypes turns any
+    exception raised while it converts an argument into ``ArgumentError("argument N: Type:
+    message")``, so a ``RecursionError`` at the interpreter's limit (or a ``MemoryError``, an
+    interrupt) would otherwise become a HIP status.  Anything else returns."""
+    if not isinstance(exc, ctypes.ArgumentError):
+        return
+    _, _, rest = str(exc).partition(": ")
+    name, _, message = rest.partition(": ")
+    own = _OWN_ERRORS.get(name)
+    if own is not None:
+        raise (own(message) if message else own()) from exc
+
+
 def addr(value: Any) -> int:
     """A ``void*`` / handle argument as an address: int, None, ``c_void_p``, arrays, byref()..."""
     if value is None:
@@ -73,6 +92,7 @@ def addr(value: Any) -> int:
     try:
         return ctypes.cast(value, ctypes.c_void_p).value or 0
     except (ctypes.ArgumentError, TypeError) as exc:
+        raise_own_error(exc)
         raise TypeError(f"{type(value).__name__} is not a pointer: {exc}") from None
 
 

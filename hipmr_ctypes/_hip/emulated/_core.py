@@ -20,7 +20,7 @@ from ..decls import DECL_BY_NAME, DECLS
 from ..exceptions import ERROR_NAMES
 from ..native import memalign_and_free
 from ..runtime import Functions, missing_function
-from ._args import Status, addr
+from ._args import Status, addr, raise_own_error
 from ._shared import SharedArena
 
 __all__ = ["EmulatorCore", "EmulatorConfig", "LiveAllocations", "HostHeap", "Alloc", "Pool",
@@ -132,7 +132,8 @@ class HostHeap:
             try:
                 if self._memalign(ctypes.byref(out), ALIGNMENT, nbytes) != 0 or not out.value:
                     return 0
-            except (ctypes.ArgumentError, OverflowError):
+            except (ctypes.ArgumentError, OverflowError) as exc:
+                raise_own_error(exc)       # the interpreter's own error is no lack of memory
                 return 0
             self._outstanding[out.value] = None
             return out.value
@@ -460,7 +461,8 @@ class EmulatorCore:
                 return SUCCESS
             except Status as exc:
                 status = exc.code
-            except (TypeError, ValueError, OverflowError, ctypes.ArgumentError):
+            except (TypeError, ValueError, OverflowError, ctypes.ArgumentError) as exc:
+                raise_own_error(exc)       # the emulator's own Python errors stay Python's
                 status = INVALID_VALUE
             except AbandonedLockError:
                 # the interpreter is finalizing and a thread it stopped holds the lock (in

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import mmap
 import os
 import struct
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+if TYPE_CHECKING:  # mmap itself is imported by the first pool that shares memory
+    import mmap
 
 __all__ = ["SharedArena", "ARENA_ID_BYTES"]
 
 ARENA_ID_BYTES = 16
 _MAGIC = b"HMRARENA"
 _HEADER = struct.Struct(f"<8s{ARENA_ID_BYTES}siQ")   # magic, id, device, capacity
-_PAGE = mmap.PAGESIZE
+# the page size mmap maps in (mmap.PAGESIZE), read without importing mmap
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _ALIGN = 256
 
 
@@ -50,10 +53,10 @@ class SharedArena:
     __slots__ = ("ident", "device", "capacity", "base", "owner", "_fd", "_map", "_anchor",
                  "_free")
 
-    def __init__(self, fd: int, mapping: mmap.mmap, ident: bytes, device: int, capacity: int,
+    def __init__(self, fd: int, mapping: "mmap.mmap", ident: bytes, device: int, capacity: int,
                  owner: bool) -> None:
         self._fd: Optional[int] = fd
-        self._map: Optional[mmap.mmap] = mapping
+        self._map: "Optional[mmap.mmap]" = mapping
         self._anchor: "Optional[ctypes.Array[ctypes.c_char]]" = (ctypes.c_char * len(mapping)).from_buffer(
             mapping)
         self.base = ctypes.addressof(self._anchor) + _PAGE   # the first block's address
@@ -63,6 +66,7 @@ class SharedArena:
     @classmethod
     def create(cls, device: int, capacity: int) -> "SharedArena":
         """A new arena of ``capacity`` bytes (rounded up to a page) for a pool of ``device``."""
+        import mmap
         capacity = -(-capacity // _PAGE) * _PAGE
         ident = os.urandom(ARENA_ID_BYTES)
         fd = _new_file(_PAGE + capacity)
@@ -79,6 +83,7 @@ class SharedArena:
     def open(cls, fd: int) -> "SharedArena":
         """Map the arena behind ``fd`` (a descriptor :meth:`export_fd` gave, possibly in another
         process); ``fd`` itself is not kept.  OSError / ValueError when it is not one."""
+        import mmap
         size = os.fstat(fd).st_size
         if size < _PAGE + _PAGE:
             raise ValueError("not an emulated memory pool")
