@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import mmap
 import os
-import secrets
 import struct
 from ctypes import c_int, c_size_t, c_void_p
-from typing import Any, Optional, Set
+from typing import TYPE_CHECKING, Any, Optional, Set
 
 from ..types import (hipEventDisableTiming, hipEventInterprocess, hipIpcEventHandle_t,
                      hipIpcMemHandle_t, hipMemHandleTypePosixFileDescriptor,
@@ -36,6 +34,9 @@ from ..types import (hipEventDisableTiming, hipEventInterprocess, hipIpcEventHan
 from ._args import Status, addr, out, u32
 from ._core import DEVICE, INVALID_HANDLE, INVALID_VALUE, Alloc, EmulatorCore, Event
 from ._shared import ARENA_ID_BYTES, SharedArena
+
+if TYPE_CHECKING:
+    import mmap  # imported by the first interprocess event: the first use imports no mmap
 
 __all__ = ["IpcMixin"]
 
@@ -79,7 +80,8 @@ class SharedEventSignal:
     @classmethod
     def create(cls) -> "SharedEventSignal":
         """A new signal, named after this process and a random token (the exporter)."""
-        path = f"{_SIGNAL_DIR}/hipmr-emulated-event-{os.getpid()}-{secrets.token_hex(8)}"
+        import mmap
+        path = f"{_SIGNAL_DIR}/hipmr-emulated-event-{os.getpid()}-{os.urandom(8).hex()}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, mmap.PAGESIZE)
@@ -98,6 +100,7 @@ class SharedEventSignal:
         """The signal another process exported (OSError / ValueError when it is not one)."""
         if not path.startswith(f"{_SIGNAL_DIR}/hipmr-emulated-event-") or "/.." in path:
             raise ValueError("not an emulated event signal")
+        import mmap
         fd = os.open(path, os.O_RDWR)
         try:
             if os.fstat(fd).st_size < mmap.PAGESIZE:
