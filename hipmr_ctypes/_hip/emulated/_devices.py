@@ -55,7 +55,7 @@ def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
         85: 1,                  # UnifiedAddressing
         87: 64,                 # WarpSize
         88: int(tuple(version) >= (6, 2, 0)),          # MemoryPoolsSupported (off by default < 6.2)
-        89: 0,                  # VirtualMemoryManagementSupported (hipMem* VMM not emulated)
+        89: 1,                  # VirtualMemoryManagementSupported (where the host has memfd)
         90: 0,                  # HostRegisterSupported (hipHostRegister not emulated)
         91: 1,                  # MemoryPoolSupportedHandleTypes: POSIX file descriptor
         10011: 0,               # IsLargeBar
@@ -142,7 +142,7 @@ class DeviceMixin(EmulatorCore):
         table = device_attributes(dev.ordinal, dev.capacity, self.version)
         if a not in table:
             raise Status(INVALID_VALUE)
-        target.value = table[a]
+        target.value = table[a] if a != 89 else int(self._vspace.supported)
 
     def hipDeviceGetName(self, name: Any, length: Any, device: Any) -> None:
         """hipDeviceGetName(char*, int, int): 'HIPMR Emulated Device N', truncated to fit."""
