@@ -34,7 +34,7 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
     "resources": "MAX_RELEASE_THRESHOLD AsyncMemoryResource DeviceMemoryResource "
                  "HostMemoryResource ManagedMemoryResource MemoryPool PinnedMemoryResource "
                  "get_current_device_resource get_per_device_resource "
-                 "set_current_device_resource set_per_device_resource",
+                 "set_current_device_resource set_per_device_resource VirtualMemoryResource",
     "adaptors": "AlignedResource BinningResource CallbackResource FailureCallbackResource "
                 "FixedSizeResource LimitingResource LoggingResource PoolResource "
                 "PrefetchResource Statistics StatisticsResource TrackedAllocation "

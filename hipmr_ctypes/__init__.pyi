@@ -19,7 +19,7 @@ from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemory
                         HostMemoryResource, ManagedMemoryResource, MemoryPool,
                         PinnedMemoryResource, get_current_device_resource,
                         get_per_device_resource, set_current_device_resource,
-                        set_per_device_resource)
+                        set_per_device_resource, VirtualMemoryResource)
 from .adaptors import (AlignedResource, BinningResource, CallbackResource,
                        FailureCallbackResource, FixedSizeResource, LimitingResource,
                        LoggingResource, PoolResource, PrefetchResource, Statistics,
@@ -43,7 +43,7 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "MAX_RELEASE_THRESHOLD", "AsyncMemoryResource", "DeviceMemoryResource", "HostMemoryResource",
     "ManagedMemoryResource", "MemoryPool", "PinnedMemoryResource", "get_current_device_resource",
     "get_per_device_resource", "set_current_device_resource", "set_per_device_resource",
-    "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
+    "VirtualMemoryResource", "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
     "FixedSizeResource", "LimitingResource", "LoggingResource", "PoolResource",
     "PrefetchResource", "Statistics", "StatisticsResource", "TrackedAllocation",
     "TrackingResource", "Buffer", "reinitialize", "is_initialized",

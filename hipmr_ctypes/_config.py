@@ -5,13 +5,15 @@ set.  The spec is a kind, then options, separated by commas::
 
     device                                   DeviceMemoryResource (the default when unset)
     async,release_threshold=80%              AsyncMemoryResource, its pool keeping 80%
+    virtual                                  VirtualMemoryResource (pause / resume)
     device,pool=50%:90%,statistics,log=run.csv
 
 kinds: ``device`` (``DeviceMemoryResource``), ``async`` (``AsyncMemoryResource``, a memory
-pool of the runtime), ``managed`` (``ManagedMemoryResource``).  Options:
+pool of the runtime), ``managed`` (``ManagedMemoryResource``), ``virtual``
+(``VirtualMemoryResource``: memory that can be paused and resumed at the same addresses).  Options:
 
 * ``pool``, ``pool=INITIAL`` or ``pool=INITIAL:MAXIMUM``: a ``PoolResource`` over the kind
-  (``device`` and ``managed``); for ``async``, the runtime pool's initial and maximum sizes;
+  (``device``, ``managed`` and ``virtual``); for ``async``, the runtime pool's initial and maximum sizes;
 * ``release_threshold=SIZE``: the runtime pool's (``async``);
 * ``limit=SIZE``: a ``LimitingResource``;
 * ``tracking``, ``statistics``: a ``TrackingResource``, a ``StatisticsResource``;
@@ -33,10 +35,10 @@ from ._sizes import DeviceFraction, parse_size
 __all__ = ["VARIABLE", "Spec", "parse_spec", "spec_from_environment", "build", "describe"]
 
 VARIABLE = "HIPMR_DEVICE_RESOURCE"
-_KINDS = ("device", "async", "managed")
+_KINDS = ("device", "async", "managed", "virtual")
 _FLAGS = ("tracking", "statistics")
 _SIZE_OPTIONS = {"release_threshold": ("async",), "limit": _KINDS}
-_GRAMMAR = ("a kind (device, async or managed) then options: pool[=INITIAL[:MAXIMUM]], "
+_GRAMMAR = ("a kind (device, async, managed or virtual) then options: pool[=INITIAL[:MAXIMUM]], "
             "release_threshold=SIZE, limit=SIZE, tracking, statistics, log=PATH")
 _SizeValue = Union[int, DeviceFraction]
 
@@ -82,7 +84,8 @@ def parse_spec(text: str) -> Spec:
     parts = [p.strip() for p in text.split(",")]
     kind = parts[0].lower()
     if kind not in _KINDS:
-        raise _error(text, parts[0], "the first part is the kind: device, async or managed")
+        raise _error(text, parts[0],
+                     "the first part is the kind: device, async, managed or virtual")
     spec = Spec(text, kind)
     seen = set()
     for part in parts[1:]:
@@ -146,6 +149,7 @@ def build(spec: Spec, device: int) -> Any:
     from .resources.async_memory import AsyncMemoryResource
     from .resources.device_memory import DeviceMemoryResource
     from .resources.managed import ManagedMemoryResource
+    from .resources.virtual import VirtualMemoryResource
 
     def size(name: str, value: Optional[_SizeValue]) -> Optional[int]:
         return None if value is None else resolve_size(value, name, device)
@@ -160,6 +164,8 @@ def build(spec: Spec, device: int) -> Any:
                 release_threshold=size("release_threshold", spec.sizes.get("release_threshold")))
         elif spec.kind == "managed":
             mr = ManagedMemoryResource()
+        elif spec.kind == "virtual":
+            mr = VirtualMemoryResource(device)
         else:
             mr = DeviceMemoryResource(device)
         if spec.pool is not None and spec.kind != "async":
@@ -198,7 +204,7 @@ def describe() -> Dict[str, Any]:
     except ValueError as exc:
         return {"source": VARIABLE, "spec": text, "error": str(exc)}
     layers = [{"device": "DeviceMemoryResource", "async": "AsyncMemoryResource",
-               "managed": "ManagedMemoryResource"}[spec.kind]]
+               "managed": "ManagedMemoryResource", "virtual": "VirtualMemoryResource"}[spec.kind]]
     if spec.pool is not None and spec.kind != "async":
         layers.append("PoolResource")
     if "limit" in spec.sizes:

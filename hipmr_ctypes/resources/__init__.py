@@ -1,5 +1,5 @@
-"""Concrete memory resources: device (``hipMalloc``), async (memory pools), pinned, managed and
-host memory, and the per-device resource.  See docs/resources.md."""
+"""Concrete memory resources: device (``hipMalloc``), async (memory pools), pinned, managed,
+host and virtual memory, and the per-device resource.  See docs/resources.md."""
 from __future__ import annotations
 
 from .async_memory import AsyncMemoryResource
@@ -14,8 +14,9 @@ from .per_device import (current_device_and_resource, get_current_device_resourc
 from .per_device import per_device_cache as per_device_cache
 from .per_device import remember_per_device as remember_per_device
 from .pinned import PINNED_FLAGS, PinnedMemoryResource
+from .virtual import VirtualMemoryResource
 
 __all__ = ["DeviceMemoryResource", "AsyncMemoryResource", "MemoryPool", "PinnedMemoryResource",
            "ManagedMemoryResource", "HostMemoryResource", "MAX_RELEASE_THRESHOLD",
-           "PINNED_FLAGS", "get_current_device_resource", "set_current_device_resource",
+           "PINNED_FLAGS", "VirtualMemoryResource", "get_current_device_resource", "set_current_device_resource",
            "get_per_device_resource", "set_per_device_resource", "current_device_and_resource"]

@@ -50,7 +50,7 @@ def test_bad_specs_name_the_variable_the_part_and_what_is_right(text, part, prob
     message = str(info.value)
     assert message.startswith(f"{VARIABLE}={text!r}: {part}: ")
     assert problem in message
-    assert "expected a kind (device, async or managed) then options" in message
+    assert "expected a kind (device, async, managed or virtual) then options" in message
 
 
 def test_bad_spec_type():

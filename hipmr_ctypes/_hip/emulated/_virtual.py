@@ -18,7 +18,7 @@ from ..decls import hipMemAccessDesc, hipMemLocation
 from ..types import allocation_prop_type
 from ._args import Status, addr, i32, out, out_array, u64
 from ._core import INVALID_VALUE, OUT_OF_MEMORY, EmulatorCore
-from ._vspace import GRANULARITY, Mapping, Physical, Reservation
+from ._vspace import GRANULARITY, Mapping, Physical, Reservation, VirtualSpace
 
 __all__ = ["VirtualMixin"]
 
@@ -34,7 +34,7 @@ class VirtualMixin(EmulatorCore):
     """The virtual-memory calls (see the module's docstring)."""
 
     # ---- helpers (lock held) --------------------------------------------------------------
-    def _vmm_space(self) -> Any:
+    def _vmm_space(self) -> VirtualSpace:
         if not self._vspace.supported:
             raise Status(NOT_SUPPORTED)
         return self._vspace
@@ -45,7 +45,7 @@ class VirtualMixin(EmulatorCore):
         p = addr(prop)
         if not p:
             raise Status(INVALID_VALUE)
-        ptype = allocation_prop_type(self.version[0], self.version[1])
+        ptype: Any = allocation_prop_type(self.version[0], self.version[1])
         value: Any = ptype.from_buffer_copy(ctypes.string_at(p, ctypes.sizeof(ptype)))
         if (value.type != 1 or value.location.type != 1
                 or value.requestedHandleType not in (0, 1)):

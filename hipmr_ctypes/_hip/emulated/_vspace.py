@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..native import address_space_calls
 
@@ -99,7 +99,11 @@ class VirtualSpace:
     def __init__(self) -> None:
         calls = address_space_calls() if hasattr(os, "memfd_create") else None
         self.supported = calls is not None
-        self._mmap, self._munmap, self._mprotect = calls or (None, None, None)
+        self._mmap: Any = None
+        self._munmap: Any = None
+        self._mprotect: Any = None
+        if calls is not None:
+            self._mmap, self._munmap, self._mprotect = calls
         self.reservations: Dict[int, Reservation] = {}
         self._bases: List[int] = []
         self.physicals: Dict[int, Physical] = {}
@@ -135,7 +139,7 @@ class VirtualSpace:
         least the page size); 0 when the address space cannot hold it."""
         assert self._mmap is not None and self._munmap is not None
         span = size + alignment
-        raw = self._mmap(None, span, _PROT_NONE, _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE,
+        raw: Optional[int] = self._mmap(None, span, _PROT_NONE, _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE,
                          -1, 0)
         if raw is None or raw == _MAP_FAILED:
             return 0
@@ -158,7 +162,7 @@ class VirtualSpace:
 
     def create(self, handle: int, device: int, size: int) -> Physical:
         """A new physical allocation (OSError when the host cannot make its file)."""
-        fd = os.memfd_create("hipmr-emulated-vmm", os.MFD_CLOEXEC)  # type: ignore[attr-defined]
+        fd = os.memfd_create("hipmr-emulated-vmm", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, size)
         except OSError:
