@@ -35,6 +35,10 @@ _PINNED, _DEVICE_LOCATION, _READ_WRITE = 1, 1, 3   # hipMemAllocationTypePinned,
 _HOST_TO_DEVICE, _DEVICE_TO_HOST = 1, 2
 _PORTABLE = 1                                        # hipHostMallocPortable
 _GRANULARITY_MINIMUM, _GRANULARITY_RECOMMENDED = 0, 1
+#: bytes of one pinned block of a backup: the pause allocates the next block while the copy
+#: into the one before is in flight, and a resume copies each back as soon as the range is
+#: mapped again
+BACKUP_CHUNK = 64 << 20
 
 #: the tag of the allocations made now, per resource (id -> tag): a context variable, so that
 #: ``with vmm.tag(...)`` holds in its own thread and asyncio task only
@@ -44,14 +48,16 @@ _tags: "contextvars.ContextVar[Dict[int, str]]" = contextvars.ContextVar("hipmr_
 
 class _Region:
     """One allocation: its reserved range ``[ptr, ptr + size)``; ``handle``: its physical
-    memory (0 while paused and released); ``mapped``; ``backup``: pinned host memory holding
-    its bytes while paused (0: discarded, or not paused)."""
-    __slots__ = ("ptr", "size", "tag", "handle", "mapped", "backup", "paused")
+    memory (0 while paused and released); ``used``: the bytes asked for, the ones a backup
+    keeps (the rest of the range is nobody's); ``mapped``; ``backup``: the pinned host blocks
+    (:data:`BACKUP_CHUNK` bytes each, the last one the rest) holding its bytes while paused
+    (none: discarded, or not paused)."""
+    __slots__ = ("ptr", "size", "used", "tag", "handle", "mapped", "backup", "paused")
 
-    def __init__(self, ptr: int, size: int, tag: Optional[str], handle: int) -> None:
-        self.ptr, self.size, self.tag, self.handle = ptr, size, tag, handle
+    def __init__(self, ptr: int, size: int, used: int, tag: Optional[str], handle: int) -> None:
+        self.ptr, self.size, self.used, self.tag, self.handle = ptr, size, used, tag, handle
         self.mapped = True
-        self.backup = 0
+        self.backup: Tuple[int, ...] = ()
         self.paused = False
 
 
@@ -226,9 +232,12 @@ class VirtualMemoryResource:
         if st:
             raise self._put_back(r, self._error(st, "hipMemAddressFree",
                                                 detail=f"ptr={r.ptr:#x}"))
-        if r.backup:
-            fn.hipHostFree(r.backup)
-            r.backup = 0
+        self._free_backup(r)
+
+    def _free_backup(self, r: _Region) -> None:
+        for block in r.backup:
+            self._fn.hipHostFree(block)
+        r.backup = ()
 
     def _put_back(self, r: _Region, error: Exception) -> Exception:
         """``r`` in the table again (its deallocation failed part way); returns ``error``.  An
@@ -266,7 +275,7 @@ class VirtualMemoryResource:
             try:
                 with self._lock:
                     handle = self._map_new(ptr, size)
-                    self._regions[ptr] = _Region(ptr, size, tag, handle)
+                    self._regions[ptr] = _Region(ptr, size, bytes, tag, handle)
                     self._mapped += size
                     self._reserved += size
             except BaseException:
@@ -380,51 +389,36 @@ class VirtualMemoryResource:
                 return self._pause_locked(regions, backup)
 
     def _pause_locked(self, regions: List[_Region], backup: bool) -> int:
-        fn, rt = self._fn, self._rt
+        fn = self._fn
         st = fn.hipDeviceSynchronize()
         if st:
             raise self._error(st, "hipDeviceSynchronize")
-        copies: List[int] = [0] * len(regions)
+        copies: List[List[int]] = [[] for _ in regions]
         if backup:
             try:
-                for i, r in enumerate(regions):
-                    out = c_void_p()
-                    st = fn.hipHostMalloc(out, r.size, _PORTABLE)
-                    if st:
-                        raise self._error(st, "hipHostMalloc", size=r.size,
-                                          detail="pinned memory for the backup; nothing was "
-                                                 "released")
-                    copies[i] = out.value or 0
-                for i, r in enumerate(regions):
-                    st = fn.hipMemcpyAsync(copies[i], r.ptr, r.size, _DEVICE_TO_HOST, 0)
-                    if st:
-                        raise self._error(st, "hipMemcpyAsync", size=r.size,
-                                          detail="the backup; nothing was released")
-                st = fn.hipStreamSynchronize(0)
-                if st:
-                    raise self._error(st, "hipStreamSynchronize",
-                                      detail="the backup; nothing was released")
+                self._back_up(regions, copies)
             except BaseException:
-                for p in copies:
-                    if p:
-                        fn.hipHostFree(p)
-                rt.clear_last_error()
+                fn.hipStreamSynchronize(0)   # copies in flight end before their memory goes
+                for blocks in copies:
+                    for block in blocks:
+                        fn.hipHostFree(block)
+                self._rt.clear_last_error()
                 raise
         released = 0
         failed: Optional[Exception] = None
         for i, r in enumerate(regions):
             if failed is not None:       # not reached: stays as it was
-                if copies[i]:
-                    fn.hipHostFree(copies[i])
+                for block in copies[i]:
+                    fn.hipHostFree(block)
                 continue
             st = fn.hipMemUnmap(r.ptr, r.size)
             if st:
                 failed = self._error(st, "hipMemUnmap", detail=f"ptr={r.ptr:#x}; the "
                                      "allocations before it are paused, the others are not")
-                if copies[i]:
-                    fn.hipHostFree(copies[i])
+                for block in copies[i]:
+                    fn.hipHostFree(block)
                 continue
-            r.mapped, r.paused, r.backup = False, True, copies[i]
+            r.mapped, r.paused, r.backup = False, True, tuple(copies[i])
             self._mapped -= r.size
             st = fn.hipMemRelease(r.handle)
             if st:   # unmapped but still held: resume maps it again, deallocate releases it
@@ -435,6 +429,30 @@ class VirtualMemoryResource:
         if failed is not None:
             raise failed
         return released
+
+    def _back_up(self, regions: List[_Region], copies: List[List[int]]) -> None:
+        """Copy every region into pinned blocks (``copies[i]`` gets region ``i``'s, each block
+        as soon as it exists, so that the caller can free them all after a failure); the next
+        block is allocated while the copy into the one before runs.  Returns once every copy
+        is complete."""
+        fn = self._fn
+        out = c_void_p()
+        for r, blocks in zip(regions, copies):
+            for offset in range(0, r.used, BACKUP_CHUNK):   # the caller's bytes only
+                n = min(BACKUP_CHUNK, r.used - offset)
+                st = fn.hipHostMalloc(out, n, _PORTABLE)
+                if st:
+                    raise self._error(st, "hipHostMalloc", size=n,
+                                      detail="pinned memory for the backup; nothing was released")
+                blocks.append(out.value or 0)
+                st = fn.hipMemcpyAsync(blocks[-1], r.ptr + offset, n, _DEVICE_TO_HOST, 0)
+                if st:
+                    raise self._error(st, "hipMemcpyAsync", size=n,
+                                      detail="the backup; nothing was released")
+        st = fn.hipStreamSynchronize(0)
+        if st:
+            raise self._error(st, "hipStreamSynchronize",
+                              detail="the backup; nothing was released")
 
     def resume(self, tag: Optional[str] = None) -> int:
         """Map new physical memory at the addresses of the paused allocations with ``tag``
@@ -450,32 +468,28 @@ class VirtualMemoryResource:
                 return self._resume_locked(regions)
 
     def _resume_locked(self, regions: List[_Region]) -> int:
-        fn, rt = self._fn, self._rt
+        fn = self._fn
         done: List[_Region] = []
         failed: Optional[BaseException] = None
-        for r in regions:
-            try:
-                if r.handle:                  # released not, at the pause: the same memory
-                    self._map_handle(r.ptr, r.size, r.handle)
-                else:
-                    r.handle = self._map_new(r.ptr, r.size)
-            except Exception as exc:  # noqa: BLE001 - raised below, after the rest
-                failed = exc
-                break
-            r.mapped = True
-            done.append(r)
         try:
-            for r in done:
-                st = (fn.hipMemcpyAsync(r.ptr, r.backup, r.size, _HOST_TO_DEVICE, 0) if r.backup
-                      else fn.hipMemsetAsync(r.ptr, 0, r.size, 0))
-                if st:
-                    raise self._error(st, "hipMemcpyAsync" if r.backup else "hipMemsetAsync",
-                                      size=r.size, detail="restoring; it stays paused")
+            for r in regions:
+                try:
+                    if r.handle:              # not released at the pause: the same memory
+                        self._map_handle(r.ptr, r.size, r.handle)
+                    else:
+                        r.handle = self._map_new(r.ptr, r.size)
+                except Exception as exc:  # noqa: BLE001 - raised below, after the rest
+                    failed = exc
+                    break
+                r.mapped = True
+                done.append(r)
+                self._restore(r)
             st = fn.hipStreamSynchronize(0)
             if st:
                 raise self._error(st, "hipStreamSynchronize", detail="restoring; it stays paused")
         except BaseException:
-            rt.clear_last_error()
+            fn.hipStreamSynchronize(0)
+            self._rt.clear_last_error()
             for r in done:                    # back to paused, the backups kept
                 if not fn.hipMemUnmap(r.ptr, r.size):
                     r.mapped = False
@@ -484,15 +498,29 @@ class VirtualMemoryResource:
             raise
         mapped = 0
         for r in done:
-            if r.backup:
-                fn.hipHostFree(r.backup)
-                r.backup = 0
+            self._free_backup(r)
             r.paused = False
             self._mapped += r.size
             mapped += r.size
         if failed is not None:
             raise failed
         return mapped
+
+    def _restore(self, r: _Region) -> None:
+        """Queue the copies of ``r``'s backup into its memory (none: zero-fill it)."""
+        fn = self._fn
+        if not r.backup:
+            st = fn.hipMemsetAsync(r.ptr, 0, r.size, 0)
+            if st:
+                raise self._error(st, "hipMemsetAsync", size=r.size,
+                                  detail="restoring; it stays paused")
+            return
+        for k, block in enumerate(r.backup):
+            offset = k * BACKUP_CHUNK
+            n = min(BACKUP_CHUNK, r.used - offset)
+            st = fn.hipMemcpyAsync(r.ptr + offset, block, n, _HOST_TO_DEVICE, 0)
+            if st:
+                raise self._error(st, "hipMemcpyAsync", size=n, detail="restoring; it stays paused")
 
     def _what(self, tag: Optional[str]) -> str:
         return "memory of this resource" if tag is None else f"memory tagged {tag!r}"

@@ -450,3 +450,28 @@ def test_threads_allocating_while_another_pauses(vmm):
     assert not errors
     assert [w.tobytes() for w in weights] == [pattern(i, MiB) for i in range(4)]
     assert vmm.reserved_bytes == vmm.mapped_bytes == 4 * G
+
+
+def test_backups_in_several_blocks(vmm, emu, monkeypatch):
+    """A backup larger than BACKUP_CHUNK is several pinned blocks; a block that cannot be had
+    half way frees the ones before it and releases nothing."""
+    from hipmr_ctypes.resources import virtual
+    monkeypatch.setattr(virtual, "BACKUP_CHUNK", 512 << 10)
+    big = filled(vmm, 3 * G, 3)          # 12 blocks of 512 KiB
+    small = filled(vmm, 256 << 10, 4)    # one block: only the bytes asked for are kept
+    pinned = emu.live_allocations()
+    rt = hmr._hip.get_runtime()
+    real, made = rt.fn.hipHostMalloc, []
+
+    def seventh_fails(out, size, flags):
+        made.append(size)
+        return 2 if len(made) == 7 else real(out, size, flags)
+    monkeypatch.setattr(rt.fn, "hipHostMalloc", seventh_fails)
+    with pytest.raises(OutOfMemoryError):
+        vmm.pause()
+    monkeypatch.setattr(rt.fn, "hipHostMalloc", real)
+    assert emu.live_allocations() == pinned and not vmm.paused()
+    assert vmm.pause() == 4 * G
+    assert len(vmm._regions[big.ptr].backup) == 12 and len(vmm._regions[small.ptr].backup) == 1
+    assert vmm.resume() == 4 * G
+    assert big.tobytes() == pattern(3, 3 * G) and small.tobytes() == pattern(4, 256 << 10)
