@@ -366,13 +366,14 @@ class VirtualMemoryResource:
 
     # ---- sleep and wake -------------------------------------------------------------------
     def pause(self, tag: Optional[str] = None, *, backup: bool = True) -> int:
-        """Give the physical memory of the allocations with ``tag`` (None: all) back to the
-        device; returns the bytes released.
+        """Give the physical memory of the allocations with ``tag`` (None: all) that are not
+        paused back to the device; returns the bytes released (0 when no allocation has
+        ``tag``).
 
         Waits for all work on the device (``hipDeviceSynchronize``), then with ``backup``
         copies each allocation into pinned host memory, and unmaps and releases it; the
         addresses stay reserved.  Without ``backup`` the bytes are discarded (:meth:`resume`
-        brings the memory back zero-filled).  RuntimeError when one of them is paused
+        brings the memory back zero-filled).  RuntimeError when all of them are paused
         already.  When the pinned memory cannot be had or a copy fails, nothing is released
         and the error is raised; when an unmap fails, the allocations handled before it stay
         paused, the others stay as they were, and the error is raised.
@@ -380,10 +381,11 @@ class VirtualMemoryResource:
         if type(backup) is not bool:
             raise TypeError(f"backup must be a bool, not {backup!r}")
         with self._lock:
-            regions = self._select(tag)
-            if any(r.paused for r in regions):
-                raise RuntimeError(f"{self._what(tag)} is paused already; resume it first")
+            selected = self._select(tag)
+            regions = [r for r in selected if not r.paused]
             if not regions:
+                if selected:
+                    raise RuntimeError(f"{self._what(tag)} is paused already; resume it first")
                 return 0
             with _interrupts_held(), on_device(self._device):
                 return self._pause_locked(regions, backup)
