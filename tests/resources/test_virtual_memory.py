@@ -481,3 +481,22 @@ def test_backups_in_several_blocks(vmm, emu, monkeypatch):
     assert len(vmm._regions[big.ptr].backup) == 12 and len(vmm._regions[small.ptr].backup) == 1
     assert vmm.resume() == 4 * G
     assert big.tobytes() == pattern(3, 3 * G) and small.tobytes() == pattern(4, 256 << 10)
+
+
+def test_the_benchmark_script_runs(tmp_path):
+    """scripts/bench_vmm.py end to end on the emulated platform (timings never asserted)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from support import REPO
+    out = tmp_path / "vmm.json"
+    env = dict(os.environ, HIPMR_PLATFORM="emulated")
+    done = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_vmm.py"),
+                           "--sizes", "3MiB", "--rounds", "1", "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())["results"][0]
+    assert result["size"] == 3 * MiB and result["free_memory_gained"] == [2 * G, 2 * G]
+    assert all(v > 0 for row in result["gbs"].values() for v in row.values())
+    assert "pinned copies" in done.stdout
