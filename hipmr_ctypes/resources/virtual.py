@@ -98,7 +98,8 @@ class VirtualMemoryResource:
     waits for its stream before unmapping).  Thread-safe.  Equal only to itself.
 
     Raises NotSupportedError where the runtime has no virtual memory (the device attribute
-    ``virtual_memory_management_supported`` is 0, or the library lacks the calls).
+    ``virtual_memory_management_supported`` is 0, or the library lacks the calls; ROCm 5.2
+    has the calls but not the attribute: the calls answer).
     """
 
     __slots__ = ("_device", "_rt", "_fn", "_granularity", "_prop", "_access", "_lock",
@@ -113,11 +114,12 @@ class VirtualMemoryResource:
         rt = _hip.get_runtime()
         ordinal = get_device() if device is None else check_device(device)
         self._device, self._rt, self._fn = ordinal, rt, rt.fn
-        supported = c_int()
+        supported = c_int(1)
         st = rt.fn.hipDeviceGetAttribute(supported, 89, ordinal)
-        if st or not supported.value:
-            from .._hip.exceptions import NotSupportedError
+        if st:   # a runtime older than the attribute (ROCm 5.2): the calls themselves say
             rt.clear_last_error()
+        elif not supported.value:
+            from .._hip.exceptions import NotSupportedError
             raise NotSupportedError(801, "hipErrorNotSupported",
                                     f"device {ordinal} has no virtual memory management "
                                     "(hipDeviceAttributeVirtualMemoryManagementSupported)",

@@ -500,3 +500,19 @@ def test_the_benchmark_script_runs(tmp_path):
     assert result["size"] == 3 * MiB and result["free_memory_gained"] == [2 * G, 2 * G]
     assert all(v > 0 for row in result["gbs"].values() for v in row.values())
     assert "pinned copies" in done.stdout
+
+
+def test_a_runtime_without_the_attribute_still_serves():
+    """ROCm 5.2 has the calls (and its own hipMemAllocationProp layout) but not the device
+    attribute: the resource asks the calls."""
+    from hipmr_ctypes import _hip
+    rt = _hip.create_runtime("emulated", {"HIPMR_EMULATED_VERSION": "5.2.3"})
+    with process_runtime(rt):
+        import ctypes
+        assert rt.fn.hipDeviceGetAttribute(ctypes.c_int(), 89, 0) == 1
+        vmm = hmr.VirtualMemoryResource()
+        buf = filled(vmm, MiB, 6)
+        assert vmm.pause() == G and vmm.resume() == G
+        assert buf.tobytes() == pattern(6, MiB)
+        del buf
+    rt.emulator.reset()

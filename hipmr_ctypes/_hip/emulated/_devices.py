@@ -17,7 +17,7 @@ INT32_MAX = 2**31 - 1
 def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
                       ) -> Dict[int, int]:
     """hipDeviceAttribute_t value -> value for one emulated device (a gfx90a-like GPU)."""
-    return {
+    table = {
         0: 0,                   # EccEnabled
         2: 2,                   # AsyncEngineCount
         3: 1,                   # CanMapHostMemory
@@ -55,13 +55,16 @@ def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
         85: 1,                  # UnifiedAddressing
         87: 64,                 # WarpSize
         88: int(tuple(version) >= (6, 2, 0)),          # MemoryPoolsSupported (off by default < 6.2)
-        89: 1,                  # VirtualMemoryManagementSupported (where the host has memfd)
+        89: 1,                  # VirtualMemoryManagementSupported (5.3+; 0 without memfd)
         90: 0,                  # HostRegisterSupported (hipHostRegister not emulated)
         91: 1,                  # MemoryPoolSupportedHandleTypes: POSIX file descriptor
         10011: 0,               # IsLargeBar
         10015: 4,               # PhysicalMultiProcessorCount
         10016: 1,               # FineGrainSupport
     }
+    if tuple(version) < (5, 3, 0):   # VirtualMemoryManagementSupported is new in 5.3
+        del table[89]
+    return table
 
 
 class DeviceMixin(EmulatorCore):
