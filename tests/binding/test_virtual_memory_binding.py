@@ -238,3 +238,24 @@ def test_nvidia_maps_each_call_to_the_driver_one_to_one(monkeypatch):
     assert [c[0] for c in libcuda.calls[-2:]] == ["cuMemMap", "cuMemMap"]
     assert cudart.calls[-1] == ("cudaFree", None)
     assert rt.fn.hipMemCreate(out, G, ctypes.byref(p), 0) == 2   # out of memory, as HIP's
+
+
+@pytest.mark.amd_library
+def test_the_real_library_exports_every_virtual_memory_call(amd_runtime):
+    """Every release CI runs (ROCm 5.2 on) has the virtual-memory calls: none is a stand-in."""
+    names = ["hipMemAddressReserve", "hipMemAddressFree", "hipMemCreate", "hipMemRelease",
+             "hipMemMap", "hipMemUnmap", "hipMemSetAccess", "hipMemGetAccess",
+             "hipMemGetAllocationGranularity"]
+    missing = [n for n in names if getattr(getattr(amd_runtime.fn, n), "missing", False)]
+    assert missing == []
+
+
+def test_a_library_without_the_calls_says_so():
+    from hipmr_ctypes._hip.exceptions import NotSupportedError
+    import hipmr_ctypes as hmr
+    from support import process_runtime
+    for missing in ("hipMemGetAllocationGranularity", "hipMemCreate"):
+        rt = _hip.create_runtime("emulated", {"HIPMR_EMULATED_MISSING": missing})
+        with process_runtime(rt):
+            with pytest.raises(NotSupportedError, match=missing):
+                hmr.VirtualMemoryResource().allocate(1)
