@@ -516,3 +516,24 @@ def test_a_runtime_without_the_attribute_still_serves():
         assert buf.tobytes() == pattern(6, MiB)
         del buf
     rt.emulator.reset()
+
+
+def test_peers_get_access_too():
+    """On two devices that can access each other, the memory of a resource on device 1 is
+    readable and writable with device 0 current (and back after a resume)."""
+    from hipmr_ctypes import _hip
+    rt = _hip.create_runtime("emulated", {"HIPMR_EMULATED_DEVICES": "2"})
+    with process_runtime(rt):
+        vmm = hmr.VirtualMemoryResource(1)
+        assert [d.location.id for d in vmm._access] == [1, 0]
+        buf = filled(vmm, MiB, 3)
+        hmr.set_device(0)
+        assert buf.tobytes() == pattern(3, MiB)
+        vmm.pause()
+        vmm.resume()
+        out = bytearray(MiB)
+        import ctypes
+        rt.check(rt.fn.hipMemcpy((ctypes.c_char * MiB).from_buffer(out), buf.ptr, MiB, 2))
+        assert bytes(out) == pattern(3, MiB)
+        del buf
+    rt.emulator.reset()
