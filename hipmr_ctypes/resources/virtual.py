@@ -71,7 +71,10 @@ def _interrupts_held() -> Iterator[None]:
     import signal
     caught: List[Tuple[int, Any]] = []
     try:
-        previous = signal.signal(signal.SIGINT, lambda num, frame: caught.append((num, frame)))
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is None:   # a handler not set from Python: it could not be put back
+            raise ValueError
+        signal.signal(signal.SIGINT, lambda num, frame: caught.append((num, frame)))
     except (ValueError, OSError, TypeError):   # no signals here (an embedded interpreter)
         yield
         return
@@ -79,8 +82,11 @@ def _interrupts_held() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        if caught and callable(previous):
-            previous(*caught[0])
+        if caught:
+            if callable(previous):
+                previous(*caught[0])
+            elif previous == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)   # what it would have done: now
 
 
 class VirtualMemoryResource:

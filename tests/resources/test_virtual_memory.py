@@ -537,3 +537,23 @@ def test_peers_get_access_too():
         assert bytes(out) == pattern(3, MiB)
         del buf
     rt.emulator.reset()
+
+
+def test_an_ignored_interrupt_stays_ignored(vmm, monkeypatch):
+    buf = filled(vmm, MiB, 2)
+    rt = hmr._hip.get_runtime()
+    real = rt.fn.hipMemUnmap
+
+    def interrupted(ptr, size):
+        signal.raise_signal(signal.SIGINT)
+        return real(ptr, size)
+    monkeypatch.setattr(rt.fn, "hipMemUnmap", interrupted)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert vmm.pause() == G
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    monkeypatch.setattr(rt.fn, "hipMemUnmap", real)
+    vmm.resume()
+    assert buf.tobytes() == pattern(2, MiB)
