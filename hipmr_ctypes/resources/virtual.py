@@ -292,16 +292,22 @@ class VirtualMemoryResource:
                 raise
         return ptr
 
-    def _claim(self, ptr: int, nbytes: int) -> _Region:
-        """Take ``ptr``'s region out of the table (ValueError when it is not one of ours or
-        ``nbytes`` is not its size)."""
+    def _region(self, ptr: int, nbytes: int) -> _Region:
+        """``ptr``'s region; ValueError when it is not one of ours or ``nbytes`` is not the
+        size it was allocated with."""
         r = self._regions.get(ptr)
         if r is None:
             raise ValueError(f"ptr={ptr:#x} was not allocated by this {type(self).__name__} "
                              "(or was freed already)")
-        if -(-nbytes // self._granularity) * self._granularity != r.size:
+        if nbytes != r.used:
             raise ValueError(f"bytes={nbytes} does not match the allocation at {ptr:#x} "
-                             f"({r.size} bytes reserved)")
+                             f"({r.used} bytes)")
+        return r
+
+    def _claim(self, ptr: int, nbytes: int) -> _Region:
+        """Take ``ptr``'s region out of the table (ValueError when it is not one of ours or
+        ``nbytes`` is not the size it was allocated with)."""
+        r = self._region(ptr, nbytes)
         del self._regions[ptr]
         self._reserved -= r.size
         if r.mapped:
@@ -340,8 +346,7 @@ class VirtualMemoryResource:
         handle = check_stream(stream)
         if not ptr:
             return
-        if ptr not in self._regions:
-            self._claim(ptr, bytes)   # raises the ValueError
+        self._region(ptr, bytes)   # a ValueError before the stream is waited for
         sync_stream(handle)
         self.deallocate(ptr, bytes, alignment)
 
