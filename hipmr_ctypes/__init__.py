@@ -38,6 +38,7 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
     "resources.host_registration": "HostRegistration register_host",
     "resources.system": "SamHeadroomMemoryResource SystemMemoryResource",
     "resources.async_host": "AsyncManagedMemoryResource AsyncPinnedMemoryResource",
+    "resources.virtual": "VirtualMemoryResource",
     "adaptors": "AlignedResource BinningResource CallbackResource FailureCallbackResource "
                 "FixedSizeResource LimitingResource LoggingResource PoolResource "
                 "PrefetchResource Statistics StatisticsResource TrackedAllocation "

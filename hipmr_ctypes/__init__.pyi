@@ -23,6 +23,7 @@ from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemory
 from .resources.host_registration import HostRegistration, register_host
 from .resources.system import SamHeadroomMemoryResource, SystemMemoryResource
 from .resources.async_host import AsyncManagedMemoryResource, AsyncPinnedMemoryResource
+from .resources.virtual import VirtualMemoryResource
 from .adaptors import (AlignedResource, BinningResource, CallbackResource,
                        FailureCallbackResource, FixedSizeResource, LimitingResource,
                        LoggingResource, PoolResource, PrefetchResource, Statistics,
@@ -46,7 +47,7 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "MAX_RELEASE_THRESHOLD", "AsyncMemoryResource", "DeviceMemoryResource", "HostMemoryResource",
     "ManagedMemoryResource", "MemoryPool", "PinnedMemoryResource", "get_current_device_resource",
     "get_per_device_resource", "set_current_device_resource", "set_per_device_resource",
-    "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
+    "VirtualMemoryResource", "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
     "FixedSizeResource", "LimitingResource", "LoggingResource", "PoolResource",
     "PrefetchResource", "Statistics", "StatisticsResource", "TrackedAllocation",
     "TrackingResource", "Buffer", "reinitialize", "is_initialized",

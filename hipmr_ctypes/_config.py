@@ -5,15 +5,17 @@ set.  The spec is a kind, then options, separated by commas::
 
     device                                   DeviceMemoryResource (the default when unset)
     async,release_threshold=80%              AsyncMemoryResource, its pool keeping 80%
+    virtual                                  VirtualMemoryResource (pause / resume)
     device,pool=50%:90%,statistics,log=run.csv
 
 kinds: ``device`` (``DeviceMemoryResource``), ``async`` (``AsyncMemoryResource``, a memory
 pool of the runtime), ``managed`` (``ManagedMemoryResource``), ``system``
-(``SystemMemoryResource``) and ``sam_headroom`` (``SamHeadroomMemoryResource``, whose
-``headroom=SIZE`` option is required).  Options:
+(``SystemMemoryResource``), ``sam_headroom`` (``SamHeadroomMemoryResource``, whose
+``headroom=SIZE`` option is required) and ``virtual`` (``VirtualMemoryResource``: memory that
+can be paused and resumed at the same addresses).  Options:
 
 * ``pool``, ``pool=INITIAL`` or ``pool=INITIAL:MAXIMUM``: a ``PoolResource`` over the kind
-  (``device`` and ``managed``); for ``async``, the runtime pool's initial and maximum sizes;
+  (``device``, ``managed`` and ``virtual``); for ``async``, the runtime pool's initial and maximum sizes;
 * ``release_threshold=SIZE``: the runtime pool's (``async``);
 * ``limit=SIZE``: a ``LimitingResource``;
 * ``tracking``, ``statistics``: a ``TrackingResource``, a ``StatisticsResource``;
@@ -39,11 +41,11 @@ __all__ = ["VARIABLE", "Spec", "parse_spec", "spec_from_environment", "build", "
            "resolved_sizes", "check_environment"]
 
 VARIABLE = "HIPMR_DEVICE_RESOURCE"
-_KINDS = ("device", "async", "managed", "system", "sam_headroom")
+_KINDS = ("device", "async", "managed", "system", "sam_headroom", "virtual")
 _FLAGS = ("tracking", "statistics")
 _SIZE_OPTIONS = {"release_threshold": ("async",), "limit": _KINDS,
                  "headroom": ("sam_headroom",)}
-_GRAMMAR = ("a kind (device, async, managed, system or sam_headroom) then options: "
+_GRAMMAR = ("a kind (device, async, managed, system, sam_headroom or virtual) then options: "
             "pool[=INITIAL[:MAXIMUM]], release_threshold=SIZE, limit=SIZE, headroom=SIZE "
             "(sam_headroom), tracking, statistics, log=PATH")
 _SizeValue = Union[int, DeviceFraction]
@@ -93,7 +95,7 @@ def parse_spec(text: str) -> Spec:
     kind = parts[0].lower()
     if kind not in _KINDS:
         raise _error(text, parts[0], "the first part is the kind: device, async, managed, "
-                                     "system or sam_headroom")
+                                     "system, sam_headroom or virtual")
     spec = Spec(text, kind)
     seen = set()
     for part in parts[1:]:
@@ -163,6 +165,7 @@ def build(spec: Spec, device: int) -> Any:
     from .resources.device_memory import DeviceMemoryResource
     from .resources.managed import ManagedMemoryResource
     from .resources.system import SamHeadroomMemoryResource, SystemMemoryResource
+    from .resources.virtual import VirtualMemoryResource
 
     sizes = resolved_sizes(spec, device)
 
@@ -183,6 +186,8 @@ def build(spec: Spec, device: int) -> Any:
             mr = SystemMemoryResource(device)
         elif spec.kind == "sam_headroom":
             mr = SamHeadroomMemoryResource(size("headroom", spec.sizes["headroom"]), device)
+        elif spec.kind == "virtual":
+            mr = VirtualMemoryResource(device)
         else:
             mr = DeviceMemoryResource(device)
         if spec.pool is not None and spec.kind != "async":
@@ -280,7 +285,8 @@ def describe(devices: int = 0) -> Dict[str, Any]:
     error = check_environment(devices)
     layers = [{"device": "DeviceMemoryResource", "async": "AsyncMemoryResource",
                "managed": "ManagedMemoryResource", "system": "SystemMemoryResource",
-               "sam_headroom": "SamHeadroomMemoryResource"}[spec.kind]]
+               "sam_headroom": "SamHeadroomMemoryResource",
+               "virtual": "VirtualMemoryResource"}[spec.kind]]
     if spec.pool is not None and spec.kind != "async":
         layers.append("PoolResource")
     if "limit" in spec.sizes:

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Decl", "DECLS", "DECL_BY_NAME", "call_argtypes", "hipMemLocation",
            "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t", "hipIpcMemHandle_t",
-           "hipMemPoolPtrExportData", "hipIpcEventHandle_t"]
+           "hipMemPoolPtrExportData", "hipIpcEventHandle_t", "hipMemAllocationProp",
+           "hipMemAllocationProp_5_2"]
 
 
 # ---- the structures (x86-64 Linux, LP64; tests/binding/test_abi.py checks them against the
@@ -79,6 +80,26 @@ class hipIpcEventHandle_t(Structure):
 class hipMemPoolPtrExportData(Structure):
     """``hipMemPoolPtrExportData``: 64 opaque bytes."""
     _fields_ = [("reserved", c_ubyte * 64)]
+
+
+class hipMemAllocationProp(Structure):
+    """``hipMemAllocationProp`` (32 bytes) of the releases after 5.2 and CUDA's
+    ``CUmemAllocationProp``: ``allocFlags`` (an unnamed structure in the headers) is flattened
+    into its three fields, at the same offsets; the last 4 bytes are padding (CUDA:
+    ``reserved[4]``, zero).  ROCm 7.2 names the second field also ``requestedHandleTypes``
+    (a union)."""
+    _fields_ = [("type", c_int), ("requestedHandleType", c_int),
+                ("location", hipMemLocation), ("win32HandleMetaData", c_void_p),
+                ("compressionType", c_ubyte), ("gpuDirectRDMACapable", c_ubyte),
+                ("usage", c_ushort)]
+
+
+class hipMemAllocationProp_5_2(Structure):
+    """``hipMemAllocationProp`` of ROCm 5.2's headers: the same 32 bytes in another order
+    (``types.allocation_prop_type`` picks the structure of the library loaded)."""
+    _fields_ = [("compressionType", c_ubyte), ("location", hipMemLocation),
+                ("requestedHandleType", c_int), ("type", c_int), ("usage", c_ushort),
+                ("win32HandleMetaData", c_void_p)]
 
 
 # ---- the functions -------------------------------------------------------------------------
@@ -203,6 +224,20 @@ hipMemPoolImportPointer             5.1  R    status  dev_ptr:void** mem_pool:po
 hipIpcGetMemHandle                  4.2  R    status  handle:hipIpcMemHandle_t* devPtr:void*
 hipIpcOpenMemHandle                 4.2  R    status  devPtr:void** handle:hipIpcMemHandle_t flags:uint
 hipIpcCloseMemHandle                4.2  R    status  devPtr:void*
+# virtual memory: address ranges reserved, physical allocations mapped into them.  An allocation
+# handle (hipMemGenericAllocationHandle_t) is an opaque pointer, CUDA's an unsigned long long:
+# the same 64 bits, a void* here.  hipMemAllocationProp's layout depends on the release
+# (decls.hipMemAllocationProp_5_2), so its argument is a void* that takes byref() of the
+# structure types.allocation_prop_type gives.
+hipMemAddressReserve                5.1  O    status  ptr:void** size:size_t alignment:size_t addr:void* flags:ulonglong
+hipMemAddressFree                   5.1  O    status  devPtr:void* size:size_t
+hipMemCreate                        5.1  O    status  handle:void** size:size_t prop:void* flags:ulonglong
+hipMemRelease                       5.1  O    status  handle:void*
+hipMemMap                           5.1  O    status  ptr:void* size:size_t offset:size_t handle:void* flags:ulonglong
+hipMemUnmap                         5.1  O    status  ptr:void* size:size_t
+hipMemSetAccess                     5.1  O    status  ptr:void* size:size_t desc:hipMemAccessDesc* count:size_t
+hipMemGetAccess                     5.1  O    status  flags:ulonglong* location:hipMemLocation* ptr:void*
+hipMemGetAllocationGranularity      5.1  O    status  granularity:size_t* prop:void* option:int
 # streams
 hipStreamCreateWithPriority         4.2  R    status  stream:void** flags:uint priority:int
 hipStreamDestroy                    4.2  R    status  stream:stream

@@ -22,6 +22,9 @@ function                           prototype                                    
 ``PyBytes_AsString``               ``char *(PyObject *)``                                      Buffer (tobytes)
 ``PyByteArray_FromStringAndSize``  ``PyObject *(const char *, Py_ssize_t)``                    Buffer (copy_to_host)
 ``madvise``                        ``int (void *, size_t, int advice)``                        huge pages (host copies)
+``mmap``                           ``void *(void *, size_t, int prot, int flags, int fd, off_t)``  emulator (virtual memory)
+``munmap``                         ``int (void *, size_t)``                                    emulator (virtual memory)
+``mprotect``                       ``int (void *, size_t, int prot)``                          emulator (virtual memory)
 =================================  ==========================================================  =======================
 
 Each declares on first use: ``posix_memalign`` and ``free`` through
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
     PyBytes_AsString: Callable[..., Any]
     PyByteArray_FromStringAndSize: Callable[..., Any]
 
-__all__ = ["memalign_and_free", "madvise", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
+__all__ = ["memalign_and_free", "madvise", "address_space_calls", "strdup", "Py_buffer", "PyBUF_WRITABLE", "PyBUF_C_CONTIGUOUS",
            "PyObject_GetBuffer", "PyBuffer_Release", "PyCapsule_New", "PyCapsule_IsValid",
            "PyCapsule_GetPointer", "PyCapsule_SetName", "Py_IncRef", "mpi_gpu_queries",
            "PyBytes_FromStringAndSize", "PyBytes_AsString", "PyByteArray_FromStringAndSize"]
@@ -110,6 +113,27 @@ def madvise() -> Optional[Any]:
                 found = None
         _madvise.append(found)
     return _madvise[0]
+
+
+_address_space: "List[Optional[Tuple[Any, Any, Any]]]" = []   # as _madvise
+
+
+def address_space_calls() -> Optional[Tuple[Any, Any, Any]]:
+    """``(mmap, munmap, mprotect)`` with their prototypes set (Linux), or None where there are
+    none.  ``mmap`` returns an int (``MAP_FAILED`` is ``2**64 - 1``) or None.  Looked up once."""
+    if not _address_space:
+        found = None
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                found = (_declare(libc, "mmap", c_void_p,
+                                  [c_void_p, ctypes.c_size_t, c_int, c_int, c_int, ctypes.c_long]),
+                         _declare(libc, "munmap", c_int, [c_void_p, ctypes.c_size_t]),
+                         _declare(libc, "mprotect", c_int, [c_void_p, ctypes.c_size_t, c_int]))
+            except (OSError, AttributeError):
+                found = None
+        _address_space.append(found)
+    return _address_space[0]
 
 
 # ---- Python's C API -----------------------------------------------------------------------

@@ -7,13 +7,14 @@ supported ROCm version and are checked against the real headers by
 """
 from __future__ import annotations
 
-from .decls import (hipIpcEventHandle_t, hipIpcMemHandle_t, hipMemAccessDesc, hipMemLocation,
+from .decls import (hipIpcEventHandle_t, hipIpcMemHandle_t, hipMemAccessDesc,
+                    hipMemAllocationProp, hipMemAllocationProp_5_2, hipMemLocation,
                     hipMemPoolProps, hipMemPoolPtrExportData, hipPointerAttribute_t)
 
 __all__ = [
     "hipMemLocation", "hipMemAccessDesc", "hipMemPoolProps", "hipPointerAttribute_t",
-    "hipIpcMemHandle_t", "hipMemPoolPtrExportData", "hipIpcEventHandle_t", "STRUCTS",
-    "ENUMS",
+    "hipIpcMemHandle_t", "hipMemPoolPtrExportData", "hipIpcEventHandle_t", "hipMemAllocationProp",
+    "hipMemAllocationProp_5_2", "allocation_prop_type", "STRUCTS", "ENUMS",
 ]
 
 
@@ -55,6 +56,17 @@ HOST_POOLS_SINCE = (7, 2, 0)
 hipMemAccessFlagsProtNone = 0
 hipMemAccessFlagsProtRead = 1
 hipMemAccessFlagsProtReadWrite = 3
+
+hipMemAllocationGranularityMinimum = 0
+hipMemAllocationGranularityRecommended = 1
+
+
+def allocation_prop_type(major: int, minor: int) -> type:
+    """The ``hipMemAllocationProp`` structure of HIP ``major.minor``: ROCm 5.2's own order
+    before 5.3, CUDA's order from then on (tests/binding/test_abi.py checks both against the
+    headers of the releases CI runs).  The nvidia platform always takes CUDA's."""
+    return hipMemAllocationProp_5_2 if (major, minor) < (5, 3) else hipMemAllocationProp
+
 
 hipStreamDefault = 0
 hipStreamNonBlocking = 1
@@ -163,6 +175,8 @@ ENUMS = {
     "hipMemAccessFlagsProtNone": hipMemAccessFlagsProtNone,
     "hipMemAccessFlagsProtRead": hipMemAccessFlagsProtRead,
     "hipMemAccessFlagsProtReadWrite": hipMemAccessFlagsProtReadWrite,
+    "hipMemAllocationGranularityMinimum": hipMemAllocationGranularityMinimum,
+    "hipMemAllocationGranularityRecommended": hipMemAllocationGranularityRecommended,
     "hipDeviceAttributeComputeCapabilityMajor": hipDeviceAttributeComputeCapabilityMajor,
     "hipDeviceAttributeManagedMemory": hipDeviceAttributeManagedMemory,
     "hipDeviceAttributeComputeCapabilityMinor": hipDeviceAttributeComputeCapabilityMinor,

@@ -1,5 +1,5 @@
-"""Concrete memory resources: device (``hipMalloc``), async (memory pools), pinned, managed and
-host memory, and the per-device resource.  See docs/resources.md."""
+"""Concrete memory resources: device (``hipMalloc``), async (memory pools), pinned, managed,
+host and virtual memory, and the per-device resource.  See docs/resources.md."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from .memory_pool import MemoryPool as MemoryPool
     from .pinned import PINNED_FLAGS as PINNED_FLAGS
     from .pinned import PinnedMemoryResource as PinnedMemoryResource
+    from .virtual import VirtualMemoryResource as VirtualMemoryResource
 
 __all__ = ["DeviceMemoryResource", "AsyncMemoryResource", "MemoryPool", "PinnedMemoryResource",
            "ManagedMemoryResource", "HostMemoryResource", "MAX_RELEASE_THRESHOLD",
-           "PINNED_FLAGS", "get_current_device_resource", "set_current_device_resource",
+           "PINNED_FLAGS", "VirtualMemoryResource", "get_current_device_resource",
+           "set_current_device_resource",
            "get_per_device_resource", "set_per_device_resource", "current_device_and_resource"]
 
 # the other resources load with their first use (PEP 562): a first Buffer on the default
@@ -31,7 +33,7 @@ __all__ = ["DeviceMemoryResource", "AsyncMemoryResource", "MemoryPool", "PinnedM
 _LAZY = {"AsyncMemoryResource": "async_memory", "HostMemoryResource": "host",
          "ManagedMemoryResource": "managed", "MAX_RELEASE_THRESHOLD": "memory_pool",
          "MemoryPool": "memory_pool", "PINNED_FLAGS": "pinned",
-         "PinnedMemoryResource": "pinned"}
+         "PinnedMemoryResource": "pinned", "VirtualMemoryResource": "virtual"}
 
 
 def __getattr__(name: str) -> object:

@@ -42,7 +42,8 @@ def probe(tmp_path_factory):
         pytest.skip(f"{msg} not available")
     lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <hip/hip_runtime_api.h>",
              "#include <hip/hip_version.h>", "int main(void) {",
-             '  printf("version HIP_VERSION_MAJOR %d\\n", HIP_VERSION_MAJOR);']
+             '  printf("version HIP_VERSION_MAJOR %d\\n", HIP_VERSION_MAJOR);',
+             '  printf("version HIP_VERSION_MINOR %d\\n", HIP_VERSION_MINOR);']
     for sname in types.STRUCTS:
         lines.append(f'  printf("sizeof {sname} %zu\\n", sizeof({sname}));')
         lines.append(f'  printf("alignof {sname} %zu\\n", _Alignof({sname}));')
@@ -70,6 +71,7 @@ def probe(tmp_path_factory):
                 lines.append(f'  printf("offsetof {sname}.{fname} %zu\\n", '
                              f'offsetof({sname}, {fname}));')
             lines.append("#endif")
+    lines += _allocation_prop_probe()
     for name in types.ENUMS:
         since = types.ENUMS_SINCE.get(name)
         if since:
@@ -95,6 +97,45 @@ def probe(tmp_path_factory):
         kind, name, value = line.split()
         result[(kind, name)] = int(value)
     return result
+
+
+# hipMemAllocationProp: ROCm 5.2's order, CUDA's after it (allocFlags' fields flattened in the
+# ctypes structure); the C spelling of each ctypes field in each
+_PROP_FIELDS_5_2 = {"compressionType": "compressionType", "location": "location",
+                    "requestedHandleType": "requestedHandleType", "type": "type",
+                    "usage": "usage", "win32HandleMetaData": "win32HandleMetaData"}
+_PROP_FIELDS = {"type": "type", "requestedHandleType": "requestedHandleType",
+                "location": "location", "win32HandleMetaData": "win32HandleMetaData",
+                "compressionType": "allocFlags.compressionType",
+                "gpuDirectRDMACapable": "allocFlags.gpuDirectRDMACapable",
+                "usage": "allocFlags.usage"}
+
+
+def _allocation_prop_probe():
+    lines = ['  printf("sizeof hipMemAllocationProp %zu\\n", sizeof(hipMemAllocationProp));',
+             '  printf("alignof hipMemAllocationProp %zu\\n", _Alignof(hipMemAllocationProp));',
+             "#if HIP_VERSION_MAJOR == 5 && HIP_VERSION_MINOR < 3"]
+    for spelled in (_PROP_FIELDS_5_2, None, _PROP_FIELDS):
+        if spelled is None:
+            lines.append("#else")
+            continue
+        for fname, cname in spelled.items():
+            lines.append(f'  printf("offsetof hipMemAllocationProp.{fname} %zu\\n", '
+                         f'offsetof(hipMemAllocationProp, {cname}));')
+    lines.append("#endif")
+    return lines
+
+
+def test_allocation_prop_layout_of_these_headers(probe):
+    """The structure ``types.allocation_prop_type`` picks for the headers' version has their
+    size, alignment and every field's offset."""
+    ctype = types.allocation_prop_type(probe[("version", "HIP_VERSION_MAJOR")],
+                                       probe[("version", "HIP_VERSION_MINOR")])
+    assert ctypes.sizeof(ctype) == probe[("sizeof", "hipMemAllocationProp")]
+    assert ctypes.alignment(ctype) == probe[("alignof", "hipMemAllocationProp")]
+    for fname, _ in ctype._fields_:
+        assert getattr(ctype, fname).offset == \
+            probe[("offsetof", f"hipMemAllocationProp.{fname}")], fname
 
 
 def test_probe_reads_the_header_version(probe):

@@ -864,8 +864,11 @@ def test_nvidia_memset_shims_call_the_driver_and_make_a_context_once():
 
     contexts = []
     shims = _shims._context_shims(FakeDriver(), lambda: contexts.append(1) or 0)
+    virtual_memory = ["hipMemAddressReserve", "hipMemAddressFree", "hipMemCreate",
+                      "hipMemRelease", "hipMemMap", "hipMemUnmap", "hipMemSetAccess",
+                      "hipMemGetAccess", "hipMemGetAllocationGranularity"]
     assert sorted(shims) == sorted([n for n in DECL_BY_NAME if n.startswith("hipMemsetD")]
-                                   + ["hipMemGetAddressRange"])
+                                   + ["hipMemGetAddressRange"] + virtual_memory)
     assert shims["hipMemsetD16"](0x1000, 0xABCD, 8) == 0
     assert calls == [("cuMemsetD16_v2", 0x1000, 0xABCD, 8)] * 2 and contexts == [1]
     assert shims["hipMemsetD32Async"](0x2000, -1, 4, 0x99) == 0

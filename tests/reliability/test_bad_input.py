@@ -199,6 +199,7 @@ SUBJECTS: Dict[str, Subject] = {
     "PinnedMemoryResource": Subject(hmr.PinnedMemoryResource, True, False, True, "hipHostFree"),
     "ManagedMemoryResource": Subject(hmr.ManagedMemoryResource, True, False, True, "hipFree"),
     "HostMemoryResource": Subject(hmr.HostMemoryResource, False, True, False),
+    "VirtualMemoryResource": Subject(hmr.VirtualMemoryResource, True, True, False),
     "PoolResource": Subject(lambda: hmr.PoolResource(_async(), initial_pool_size=1 << 20),
                             False, True, False),
     "PoolResource(DeviceMemoryResource)": Subject(
@@ -618,6 +619,7 @@ for label, v, exc in BAD_DEVICES:
     for target, call in [
             ("DeviceMemoryResource", lambda _, v=v: hmr.DeviceMemoryResource(v)),
             ("AsyncMemoryResource", lambda _, v=v: hmr.AsyncMemoryResource(v)),
+            ("VirtualMemoryResource", lambda _, v=v: hmr.VirtualMemoryResource(v)),
             ("AsyncMemoryResource.from_default_pool",
              lambda _, v=v: hmr.AsyncMemoryResource.from_default_pool(v)),
             ("PrefetchResource", lambda _, v=v: hmr.PrefetchResource(
@@ -630,6 +632,25 @@ for label, v, exc in BAD_DEVICES:
         case(f"{target}-device-{label}", _base(target),
              _async if target.startswith("MemoryPool") else _none, call, exc, "device",
              state=_per_device_state)
+for label, v, exc in [("zero", 0, ValueError), ("negative", -4096, ValueError),
+                      ("float", 2.0 * (1 << 20), TypeError), ("string", "2MiB", TypeError),
+                      ("bool", True, TypeError), ("not-a-multiple", (2 << 20) + 4096, ValueError)]:
+    # a multiple of the device's minimum: known only once the runtime is asked
+    case(f"VirtualMemoryResource-granularity-{label}", "VirtualMemoryResource", _none,
+         lambda _, v=v: hmr.VirtualMemoryResource(granularity=v), exc, "granularity",
+         native=QUERIES | {"hipDeviceGetAttribute", "hipRuntimeGetVersion",
+                           "hipMemGetAllocationGranularity"})
+for label, call, exc in [
+        ("pause-backup-int", lambda r: r.pause(backup=1), TypeError),
+        ("pause-backup-None", lambda r: r.pause(backup=None), TypeError),
+        ("pause-tag-int", lambda r: r.pause(3), TypeError),
+        ("pause-tag-empty", lambda r: r.pause(""), TypeError),
+        ("resume-tag-bytes", lambda r: r.resume(b"w"), TypeError),
+        ("paused-tag-object", lambda r: r.paused(Junk()), TypeError),
+        ("tag-None", lambda r: r.tag(None).__enter__(), TypeError),
+        ("tag-empty", lambda r: r.tag("").__enter__(), ValueError)]:
+    case(f"VirtualMemoryResource.{label}", "VirtualMemoryResource", hmr.VirtualMemoryResource,
+         call, exc, "tag|backup")
 for label, v, exc in BAD_CONFIG_SIZES:
     if v is not None:  # None: the default
         case(f"AsyncMemoryResource-initial_pool_size-{label}", "AsyncMemoryResource", _none,

@@ -50,8 +50,8 @@ def test_bad_specs_name_the_variable_the_part_and_what_is_right(text, part, prob
     message = str(info.value)
     assert message.startswith(f"{VARIABLE}={text!r}: {part}: ")
     assert problem in message
-    assert "expected a kind (device, async, managed, system or sam_headroom) then options" \
-        in message
+    assert ("expected a kind (device, async, managed, system, sam_headroom or virtual) then "
+            "options") in message
 
 
 def test_bad_spec_type():

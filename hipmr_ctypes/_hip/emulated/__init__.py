@@ -21,15 +21,16 @@ from ._ipc import IpcMixin
 from ._memory import MemoryMixin
 from ._pools import PoolMixin
 from ._streams import StreamMixin
+from ._virtual import VirtualMixin
 
 __all__ = ["Emulator", "EmulatorConfig", "LiveAllocations", "create_emulated_runtime",
            "config_from_env", "parse_size", "DEFAULT_FAULT_CALLS"]
 
 
-class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin, IpcMixin):
+class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin, IpcMixin, VirtualMixin):
     """The emulated HIP runtime: the state of :class:`EmulatorCore` plus one method per HIP
-    function, from five parts that each build on the core alone (devices, streams, memory,
-    pools, interprocess).
+    function, from six parts that each build on the core alone (devices, streams, memory,
+    pools, interprocess, virtual memory).
 
     Test hooks: :meth:`inject_failure`, :meth:`clear_faults`, :meth:`pending_faults`,
     :meth:`set_stream_busy`, :meth:`live_allocations`, :meth:`capacity`, :attr:`device_count`,

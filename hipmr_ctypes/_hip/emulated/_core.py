@@ -22,6 +22,7 @@ from ..native import memalign_and_free
 from ..runtime import Functions, missing_function
 from ._args import Status, addr, raise_own_error
 from ._shared import SharedArena
+from ._vspace import VirtualSpace, release_unless_exiting
 
 __all__ = ["EmulatorCore", "EmulatorConfig", "LiveAllocations", "HostHeap", "Alloc", "Pool",
            "Stream", "Event", "Device"]
@@ -301,6 +302,9 @@ class EmulatorCore:
         # emulator can be collected during the teardown of modules, after the exit hooks)
         self._finalizer = weakref.finalize(self, _release_unless_exiting, self._heap)
         setattr(self._finalizer, "atexit", False)  # (Python 3.9's typeshed has no .atexit)
+        self._vspace = VirtualSpace()   # virtual memory: reservations and physical memory
+        self._vspace_finalizer = weakref.finalize(self, release_unless_exiting, self._vspace)
+        setattr(self._vspace_finalizer, "atexit", False)
         self._handle_seq = 0
         self._allocs: Dict[int, Alloc] = {}
         self._bases: List[int] = []        # sorted keys of _allocs, for interior-pointer lookups
@@ -395,6 +399,7 @@ class EmulatorCore:
         """
         with self._lock:
             self._heap.release_all()
+            self._vspace.release_all()
             self._allocs.clear()
             self._bases.clear()
             self._host_committed = 0

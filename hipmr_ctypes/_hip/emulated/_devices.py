@@ -19,7 +19,7 @@ def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
     """hipDeviceAttribute_t value -> value for one emulated device (a gfx90a-like GPU; with
     ``apu``, integrated with the host's memory and reaching pageable memory, as an MI300A
     with XNACK on)."""
-    return {
+    table = {
         0: 0,                   # EccEnabled
         2: 2,                   # AsyncEngineCount
         3: 1,                   # CanMapHostMemory
@@ -57,13 +57,16 @@ def device_attributes(ordinal: int, capacity: int, version: Tuple[int, int, int]
         85: 1,                  # UnifiedAddressing
         87: 64,                 # WarpSize
         88: int(tuple(version) >= (6, 2, 0)),          # MemoryPoolsSupported (off by default < 6.2)
-        89: 0,                  # VirtualMemoryManagementSupported (hipMem* VMM not emulated)
+        89: 1,                  # VirtualMemoryManagementSupported (5.3+; 0 without memfd)
         90: 1,                  # HostRegisterSupported
         91: 1,                  # MemoryPoolSupportedHandleTypes: POSIX file descriptor
         10011: 0,               # IsLargeBar
         10015: 4,               # PhysicalMultiProcessorCount
         10016: 1,               # FineGrainSupport
     }
+    if tuple(version) < (5, 3, 0):   # VirtualMemoryManagementSupported is new in 5.3
+        del table[89]
+    return table
 
 
 class DeviceMixin(EmulatorCore):
@@ -144,7 +147,7 @@ class DeviceMixin(EmulatorCore):
         table = device_attributes(dev.ordinal, dev.capacity, self.version, self.config.apu)
         if a not in table:
             raise Status(INVALID_VALUE)
-        target.value = table[a]
+        target.value = table[a] if a != 89 else int(self._vspace.supported)
 
     def hipDeviceGetName(self, name: Any, length: Any, device: Any) -> None:
         """hipDeviceGetName(char*, int, int): 'HIPMR Emulated Device N', truncated to fit."""

@@ -79,16 +79,26 @@ class MemoryMixin(EmulatorCore):
             self._register(Alloc(ptr, nbytes, block, dev.ordinal, kind, flags))
         target.value = ptr
 
-    def _check_range(self, ptr: int, nbytes: int, device_side: bool, host_side: bool) -> None:
+    def _check_range(self, ptr: int, nbytes: int, device_side: bool, host_side: bool,
+                     write: bool = False, device: Optional[int] = None) -> None:
         """Validate [ptr, ptr + nbytes) as one side of a copy or memset.
 
         ``device_side``: must lie in one live emulated allocation (any kind: pinned and
         managed memory are device-accessible).  ``host_side``: must not be device-only memory.
         Memory the emulation does not know is trusted as host memory (like the real runtime)
-        unless it is near NULL or runs into an emulated allocation.
+        unless it is near NULL or runs into an emulated allocation or a virtual-memory
+        reservation.  Virtual memory must be mapped with no gap and readable (``write``:
+        writable) by ``device`` (default: the calling thread's): never is an unmapped page
+        touched.
         """
         if ptr < MIN_HOST_ADDRESS or ptr + nbytes > MAX_ADDRESS:
             raise Status(INVALID_VALUE)
+        space = self._vspace
+        if space.reservations and space.reservation_of(ptr, nbytes) is not None:
+            if host_side or not space.accessible(
+                    ptr, nbytes, self._tls.device if device is None else device, write):
+                raise Status(INVALID_VALUE)
+            return
         alloc = self._find(ptr)
         if alloc is None:
             if device_side or self._overlaps_allocation(ptr, nbytes):
@@ -116,7 +126,8 @@ class MemoryMixin(EmulatorCore):
                               hipMemcpyDeviceToDeviceNoCU)
             from_device = k in (hipMemcpyDeviceToHost, hipMemcpyDeviceToDevice,
                                 hipMemcpyDeviceToDeviceNoCU)
-            self._check_range(d, n, to_device, k in (hipMemcpyHostToHost, hipMemcpyDeviceToHost))
+            self._check_range(d, n, to_device, k in (hipMemcpyHostToHost, hipMemcpyDeviceToHost),
+                              True)
             self._check_range(s, n, from_device, k in (hipMemcpyHostToHost, hipMemcpyHostToDevice))
             current = self._tls.device
             for alloc in (self._find(d), self._find(s)):
@@ -134,8 +145,8 @@ class MemoryMixin(EmulatorCore):
                 self._stream_or(addr(stream))
             if not n:
                 return
-            self._check_range(d, n, True, False)
-            self._check_range(s, n, True, False)
+            self._check_range(d, n, True, False, True, i32(dst_device))
+            self._check_range(s, n, True, False, False, i32(src_device))
             ctypes.memmove(d, s, n)
 
     def _set(self, dst: Any, value: Any, size_bytes: Any, stream: Any) -> None:
@@ -145,7 +156,7 @@ class MemoryMixin(EmulatorCore):
                       else self._stream_or(addr(stream)).device)
             if not n:
                 return
-            self._check_range(d, n, True, False)
+            self._check_range(d, n, True, False, True, device)
             alloc = self._find(d)
             if alloc is not None and not _reaches(alloc, device):
                 raise Status(INVALID_VALUE)   # pool memory set by another device's stream
@@ -166,7 +177,7 @@ class MemoryMixin(EmulatorCore):
                 return
             if d % width:
                 raise Status(INVALID_VALUE)
-            self._check_range(d, nbytes, True, False)
+            self._check_range(d, nbytes, True, False, True, device)
             alloc = self._find(d)
             if alloc is not None and not _reaches(alloc, device):
                 raise Status(INVALID_VALUE)
@@ -182,6 +193,21 @@ class MemoryMixin(EmulatorCore):
         if alloc is None or (kind is not None and alloc.kind != kind):
             raise Status(INVALID_VALUE)
         return alloc
+
+    def _virtual_attributes(self, attrs: Any, p: int) -> None:
+        """hipPointerGetAttributes of mapped virtual memory: device memory of the physical
+        allocation's device; anything else the emulation does not know is invalid value."""
+        r = self._vspace.reservation_of(p) if p and self._vspace.reservations else None
+        m = r.mapping_at(p) if r is not None else None
+        if m is None:
+            raise Status(INVALID_VALUE)
+        numbering = _MEMORY_TYPE_6 if self.version >= (6, 0, 0) else _MEMORY_TYPE_5
+        attrs.type = numbering[DEVICE]
+        attrs.device = m.physical.device
+        attrs.devicePointer = p
+        attrs.hostPointer = None
+        attrs.isManaged = 0
+        attrs.allocationFlags = 0
 
     # ---- HIP functions --------------------------------------------------------------------
     def hipMalloc(self, ptr: Any, size: Any) -> None:
@@ -388,7 +414,8 @@ class MemoryMixin(EmulatorCore):
         with self._lock:
             alloc = self._find(p) if p else None
             if alloc is None:
-                raise Status(INVALID_VALUE)
+                self._virtual_attributes(attrs, p)
+                return
             numbering = _MEMORY_TYPE_6 if self.version >= (6, 0, 0) else _MEMORY_TYPE_5
             attrs.type = numbering[alloc.kind]
             attrs.device = alloc.device

@@ -32,7 +32,11 @@ __all__ = ["create_nvidia_runtime", "nvidia_candidates", "cuda_to_hip", "hip_to_
 _SHIMS = ("hipInit", "hipDeviceGetName", "hipDeviceTotalMem", "hipDeviceGetAttribute",
           "hipPointerGetAttributes", "hipMemPrefetchAsync", "hipMemsetD8", "hipMemsetD8Async",
           "hipMemsetD16", "hipMemsetD16Async", "hipMemsetD32", "hipMemsetD32Async",
-          "hipMemGetAddressRange", "hipMemAdvise")
+          "hipMemGetAddressRange", "hipMemAdvise") + (
+          # virtual memory: the driver's cuMem* calls, as HIP's NVIDIA header maps them
+          "hipMemAddressReserve", "hipMemAddressFree", "hipMemCreate", "hipMemRelease",
+          "hipMemMap", "hipMemUnmap", "hipMemSetAccess", "hipMemGetAccess",
+          "hipMemGetAllocationGranularity")
 _build_lock = RLock()  # reentrant: a finalizer run inside a build may call a stand-in
 #: the rows not bound one to one: the shims and three Python functions of their own
 _NOT_DIRECT = frozenset(_SHIMS + ("hipGetErrorName", "hipGetErrorString", "hipExtGetLastError"))

@@ -1,6 +1,7 @@
 """The ``nvidia`` back end's shims: the HIP functions that HIP's NVIDIA header implements over the
 driver API (hipInit, hipDeviceGetName, hipDeviceTotalMem, device attributes libcudart does not
-have, hipMemsetD8/D16/D32 and their Async forms, hipMemGetAddressRange) or over a CUDA
+have, hipMemsetD8/D16/D32 and their Async forms, hipMemGetAddressRange, the virtual-memory
+calls hipMemAddressReserve ... hipMemGetAllocationGranularity) or over a CUDA
 function of another signature (hipPointerGetAttributes, hipMemPrefetchAsync).  Built by the first call of any of them (``build_shims``); the package
 (``__init__.py``) binds everything else at load.
 """
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 from _thread import allocate_lock
 from ctypes import (POINTER, Structure, c_char_p, c_int, c_long, c_size_t, c_ubyte, c_uint,
-                    c_ushort, c_void_p)
+                    c_ulonglong, c_ushort, c_void_p)
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..decls import hipMemAccessDesc, hipMemLocation
 from ..exceptions import NotSupportedError
 from . import _raw
 
@@ -93,6 +95,19 @@ class _Driver:
         "cuMemsetD16Async": [c_void_p, c_ushort, c_size_t, c_void_p],
         "cuMemsetD32Async": [c_void_p, c_int, c_size_t, c_void_p],
         "cuMemGetAddressRange_v2": [POINTER(c_void_p), POINTER(c_size_t), c_void_p],
+        # virtual memory: CUdeviceptr and CUmemGenericAllocationHandle are 64-bit integers,
+        # passed like the table's void* (an out-argument is a c_void_p instance); the
+        # properties, access descriptors and locations are HIP's structures, whose layouts
+        # are CUDA's (decls.hipMemAllocationProp)
+        "cuMemAddressReserve": [POINTER(c_void_p), c_size_t, c_size_t, c_void_p, c_ulonglong],
+        "cuMemAddressFree": [c_void_p, c_size_t],
+        "cuMemCreate": [POINTER(c_void_p), c_size_t, c_void_p, c_ulonglong],
+        "cuMemRelease": [c_void_p],
+        "cuMemMap": [c_void_p, c_size_t, c_size_t, c_void_p, c_ulonglong],
+        "cuMemUnmap": [c_void_p, c_size_t],
+        "cuMemSetAccess": [c_void_p, c_size_t, POINTER(hipMemAccessDesc), c_size_t],
+        "cuMemGetAccess": [POINTER(c_ulonglong), POINTER(hipMemLocation), c_void_p],
+        "cuMemGetAllocationGranularity": [POINTER(c_size_t), c_void_p, c_int],
     }
 
     def __init__(self, opener: Callable[[], Any]) -> None:
@@ -160,7 +175,9 @@ def _context_shims(driver: _Driver, init_context: Callable[[], int]
                    ) -> Dict[str, Callable[..., int]]:
     """The driver calls that ask the calling thread's current context, as HIP's NVIDIA header
     maps them: hipMemsetD8/D16/D32 and their Async forms (``cuMemsetD8_v2`` ...
-    ``cuMemsetD32Async``) and hipMemGetAddressRange (``cuMemGetAddressRange_v2``).  Where the
+    ``cuMemsetD32Async``), hipMemGetAddressRange (``cuMemGetAddressRange_v2``) and the
+    virtual-memory calls (``cuMemAddressReserve`` ... ``cuMemGetAllocationGranularity``, one
+    to one).  Where the
     thread has none yet (CUDA_ERROR_INVALID_CONTEXT: an importing process that only mapped
     pool memory, a new thread), ``init_context`` makes the runtime's primary context current
     (``cudaFree(NULL)``) and the call is made once more."""
@@ -182,7 +199,12 @@ def _context_shims(driver: _Driver, init_context: Callable[[], int]
         ("hipMemsetD8", "cuMemsetD8_v2"), ("hipMemsetD16", "cuMemsetD16_v2"),
         ("hipMemsetD32", "cuMemsetD32_v2"), ("hipMemsetD8Async", "cuMemsetD8Async"),
         ("hipMemsetD16Async", "cuMemsetD16Async"), ("hipMemsetD32Async", "cuMemsetD32Async"),
-        ("hipMemGetAddressRange", "cuMemGetAddressRange_v2"))}
+        ("hipMemGetAddressRange", "cuMemGetAddressRange_v2"),
+        ("hipMemAddressReserve", "cuMemAddressReserve"), ("hipMemAddressFree", "cuMemAddressFree"),
+        ("hipMemCreate", "cuMemCreate"), ("hipMemRelease", "cuMemRelease"),
+        ("hipMemMap", "cuMemMap"), ("hipMemUnmap", "cuMemUnmap"),
+        ("hipMemSetAccess", "cuMemSetAccess"), ("hipMemGetAccess", "cuMemGetAccess"),
+        ("hipMemGetAllocationGranularity", "cuMemGetAllocationGranularity"))}
 
 
 def build_shims(cudart: Any, cuda_version: int,

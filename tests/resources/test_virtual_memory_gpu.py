@@ -1,0 +1,160 @@
+"""VirtualMemoryResource on a real GPU (``HIPMR_PLATFORM=nvidia``: the driver's cuMem* calls):
+the device's free memory rises by what a pause releases, resume maps the same addresses with
+the same bytes, and PyTorch tensors and a CUDA graph captured before a pause work after it.
+
+Marked ``gpu``: ``HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 python -m pytest -m gpu
+tests/resources/test_virtual_memory_gpu.py``; the PyTorch test skips, saying so, without a
+CUDA / ROCm build of PyTorch (and fails instead under HIPMR_REQUIRE_TORCH=1)."""
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import hipmr_ctypes as hmr
+from support import REPO
+
+pytestmark = pytest.mark.gpu
+
+MiB = 1 << 20
+#: what the driver's free-memory figure may move by for reasons of its own between two reads
+SLACK = 64 * MiB
+
+
+def free_memory():
+    hmr.synchronize()
+    return hmr.available_device_memory()[0]
+
+
+@pytest.fixture
+def vmm(gpu_runtime):
+    return hmr.VirtualMemoryResource()
+
+
+def test_granularity_and_rounding(vmm):
+    assert vmm.granularity > 0 and vmm.granularity % 4096 == 0
+    p = vmm.allocate(1)
+    assert vmm.reserved_bytes == vmm.mapped_bytes == vmm.granularity
+    vmm.deallocate(p, 1)
+    assert vmm.reserved_bytes == vmm.mapped_bytes == 0
+
+
+def test_pause_gives_the_memory_back_and_resume_restores_it(vmm):
+    data = random.Random(7).randbytes(MiB) * 256
+    with vmm.tag("weights"):
+        weights = hmr.Buffer(len(data), resource=vmm)
+    weights.copy_from_host(data)
+    with vmm.tag("kv"):
+        kv = hmr.Buffer(128 * MiB, resource=vmm)
+    kv.fill(0xAB)
+    addresses = (weights.ptr, kv.ptr)
+    before = free_memory()
+    released = vmm.pause("weights")
+    assert released >= len(data)
+    released += vmm.pause("kv", backup=False)
+    gained = free_memory() - before
+    assert released - SLACK <= gained <= released + SLACK, (gained, released)
+    assert vmm.paused() and vmm.mapped_bytes == 0
+    assert vmm.resume() == released
+    assert (weights.ptr, kv.ptr) == addresses
+    assert abs(free_memory() - before) <= SLACK
+    assert weights.tobytes() == data
+    assert kv.tobytes() == bytes(128 * MiB)       # dropped: zero-filled
+    for _ in range(3):                            # again and again, the same bytes
+        vmm.pause()
+        vmm.resume()
+    assert weights.tobytes() == data
+
+
+def test_deallocating_paused_memory_and_a_pool_over_it(vmm):
+    pool = hmr.PoolResource(vmm, initial_pool_size=64 * MiB)
+    buf = hmr.Buffer(MiB, resource=pool)
+    buf.fill(5)
+    vmm.pause()
+    vmm.resume()
+    assert set(buf.tobytes()) == {5}
+    vmm.pause()
+    del buf, pool        # frees a paused range and its backup
+    assert vmm.reserved_bytes == 0
+
+
+def test_stream_ordered_deallocation_waits_for_the_stream(vmm):
+    with hmr.Stream() as s:
+        buf = hmr.Buffer(64 * MiB, resource=vmm, stream=s)
+        buf.fill(1, stream=s)
+        del buf                                   # deallocate_async on s: waits, then unmaps
+        assert s.ref.ready()
+    assert vmm.reserved_bytes == 0
+
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def test_torch_tensors_and_a_graph_survive_a_pause(gpu_runtime, tmp_path):
+    if torch is None:
+        if os.environ.get("HIPMR_REQUIRE_TORCH") == "1":
+            pytest.fail("PyTorch is required (HIPMR_REQUIRE_TORCH=1) but not installed")
+        pytest.skip("PyTorch is not installed")
+    if not hasattr(torch._C, "_cuda_customAllocator") or not torch.cuda.is_available():
+        if os.environ.get("HIPMR_REQUIRE_TORCH") == "1":
+            pytest.fail(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
+        pytest.skip(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import hipmr_ctypes as hmr
+        from hipmr_ctypes.interop import torch as ht
+
+        vmm = hmr.VirtualMemoryResource()
+        pool = ht.mem_pool(vmm)
+        torch.manual_seed(0)
+        with torch.cuda.use_mem_pool(pool), vmm.tag("weights"):
+            model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(16)]).cuda()
+        with torch.cuda.use_mem_pool(pool), vmm.tag("kv"):
+            kv = torch.full((256 << 20,), 7, dtype=torch.uint8, device="cuda")
+        x = torch.randn(8, 4096, device="cuda")
+        with torch.no_grad():
+            expected = model(x)
+            static_out = torch.empty_like(expected)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    model(x)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_out.copy_(model(x))
+        weight_ptrs = [p.data_ptr() for p in model.parameters()]
+        torch.cuda.synchronize()
+        free_before = torch.cuda.mem_get_info()[0]
+        released = vmm.pause("weights") + vmm.pause("kv", backup=False)
+        gained = torch.cuda.mem_get_info()[0] - free_before
+        assert released >= (16 * 4096 * 4097 * 4) + (256 << 20), released
+        assert abs(gained - released) <= 64 << 20, (gained, released)
+        busy = torch.ones(released // 4, dtype=torch.float32, device="cuda")   # reuse it
+        assert int(busy[-1]) == 1 and int(busy[0]) == 1
+        del busy
+        torch.cuda.empty_cache()
+        assert vmm.resume() == released
+        assert [p.data_ptr() for p in model.parameters()] == weight_ptrs
+        with torch.no_grad():
+            assert torch.equal(model(x), expected)
+            static_out.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(static_out, expected)
+        assert int(kv.count_nonzero()) == 0
+        print("ok", released)
+    """))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=540)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "ok" in done.stdout, out
+    assert "Fatal Python error" not in out and "Exception ignored" not in out, out
