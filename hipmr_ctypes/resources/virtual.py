@@ -20,7 +20,7 @@ import ctypes
 import threading
 from contextlib import contextmanager
 from ctypes import c_int, c_size_t, c_void_p
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Generator, List, Optional, Tuple
 
 from .. import _hip
 from .._checks import MAX_SIZE, check_args, check_ptr, check_stream
@@ -62,7 +62,7 @@ class _Region:
 
 
 @contextmanager
-def _interrupts_held() -> Iterator[None]:
+def _interrupts_held() -> Generator[None, None, None]:
     """In the main thread, a SIGINT during the block runs its handler (KeyboardInterrupt)
     after the block instead of inside it; elsewhere (no signal handler runs there) nothing."""
     if threading.current_thread() is not threading.main_thread():
@@ -352,7 +352,7 @@ class VirtualMemoryResource:
 
     # ---- tags -----------------------------------------------------------------------------
     @contextmanager
-    def tag(self, name: str) -> Iterator["VirtualMemoryResource"]:
+    def tag(self, name: str) -> Generator["VirtualMemoryResource", None, None]:
         """``with vmm.tag("weights"):`` labels the allocations this resource makes inside the
         block (in this thread or asyncio task: a context variable) with ``name``, so that
         :meth:`pause` / :meth:`resume` can name them.  Blocks nest; the innermost wins."""
