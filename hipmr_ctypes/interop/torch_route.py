@@ -47,8 +47,11 @@ __all__ = ["route_problem", "Route", "capturing", "MIN_TORCH"]
 
 #: the first PyTorch release whose pool route has been measured
 MIN_TORCH: Tuple[int, int] = (2, 8)
-_SIGNATURE = re.compile(r"^_cuda_beginAllocateToPool\(\s*\w+\s*:\s*int\s*,\s*\w+\s*:\s*"
-                        r"tuple\[\s*int\s*,\s*int\s*\]\s*\)\s*->\s*None", re.IGNORECASE)
+#: an int as pybind11 spells it: ``int``, or ``typing.SupportsInt`` (newer pybind11 releases)
+_INT = r"(?:int|typing\.SupportsInt|SupportsInt)"
+_SIGNATURE = re.compile(r"^_cuda_beginAllocateToPool\(\s*\w+\s*:\s*" + _INT + r"\s*,\s*\w+\s*:\s*"
+                        r"tuple\[\s*" + _INT + r"\s*,\s*" + _INT + r"\s*\]\s*\)\s*->\s*None",
+                        re.IGNORECASE)
 _PRIVATE = ("_cuda_beginAllocateToPool", "_cuda_endAllocateToPool", "_cuda_releasePool",
             "_cuda_emptyCache", "_cuda_isCurrentStreamCapturing")
 

@@ -151,6 +151,11 @@ def test_the_guard(monkeypatch):
                         "arg2: Callable) -> None")
     assert "is not (device: int, mempool_id: tuple[int, int]) -> None" in \
         torch_route.route_problem()
+    # PyTorch 2.11's pybind11 spells the ints typing.SupportsInt: the same signature
+    monkeypatch.setattr(torch._C._cuda_beginAllocateToPool, "__doc__",
+                        "_cuda_beginAllocateToPool(arg0: typing.SupportsInt, arg1: "
+                        "tuple[typing.SupportsInt, typing.SupportsInt]) -> None\n")
+    assert torch_route.route_problem() is None
     monkeypatch.setattr(torch._C._cuda_beginAllocateToPool, "__doc__", None)
     assert "no signature" in torch_route.route_problem()
     monkeypatch.setattr(torch._C._cuda_beginAllocateToPool, "__doc__", SIGNATURE)
