@@ -21,8 +21,8 @@ cached segments of a pool still in use:
 * ``CUDAGraph.capture_begin``: a graph captures into a pool of its own (PyTorch's rule: what
   a graph uses is never handed to anything else before the graph is gone).  The route steps
   aside for the call, so that the graph's pool comes first, and a graph given no pool gets a
-  new ``MemPool`` over our allocator that lives as long as the graph (its memory is ours
-  too, and goes back at an ``empty_cache`` after the graph is gone);
+  new ``MemPool`` over our allocator, kept for the rest of the process (its memory is ours
+  too): a MemPool destroyed while a device is routed aborts PyTorch;
 * ``torch.cuda.graph_pool_handle``: a ``MemPool`` over our allocator (kept for the rest of
   the process, as PyTorch keeps the pools it hands out), so graphs that share a pool, and
   ``torch.compile(mode="reduce-overhead")``, take memory from our resource;
@@ -148,14 +148,16 @@ class Route:
         """Move every routed device to a fresh pool and let the previous pools go, so that
         PyTorch can give their cached segments back (``empty_cache``)."""
         with self.lock:
-            old = []
-            for device in list(self.pools):
-                fresh = self._new_pool(device)
+            devices = list(self.pools)
+            for device in devices:
                 self._end(device)
-                old.append(self.pools[device])
-                self.pools[device] = fresh
-                self._begin(device)
+            # A MemPool is destroyed only while no device is routed: PyTorch's destructor
+            # asserts that no allocation to a pool is under way, and aborts the process.
+            old = [self.pools.pop(device) for device in devices]
             del old   # each MemPool's end releases it and empties its cache
+            for device in devices:
+                self.pools[device] = self._new_pool(device)
+                self._begin(device)
 
     # ------------------------------------------------------------ PyTorch's own calls
     def _wrap_pytorch(self) -> None:
@@ -173,11 +175,10 @@ class Route:
                 if device not in route.pools:
                     return capture_begin(graph, pool, *args, **kw)
                 if pool is None:
+                    # kept for the rest of the process, never tied to the graph: a MemPool
+                    # destroyed while a device is routed aborts PyTorch (see rotate)
                     made = route._new_pool(device)
-                    try:   # the pool lives as long as the graph
-                        graph._hipmr_pool = made
-                    except (AttributeError, TypeError):
-                        route.kept.append(made)
+                    route.kept.append(made)
                     pool = made.id
                 route._end(device)
                 try:

@@ -279,7 +279,7 @@ def test_pool_route_refusal_is_pytorchs_out_of_memory_error(run_script):
         print("OOM")
     assert alloc.failures >= 1
     ok = torch.ones(1000, device="cuda")                  # still allocates afterwards
-    assert float(ok.sum()) == 1000.0 and float(keep.float().sum()) >= 0
+    assert float(ok.sum()) == 1000.0 and int(keep[:16].sum()) >= 0
     assert limited.get_allocated_bytes() <= 256 << 20
     print("OK")
     """)
