@@ -52,6 +52,9 @@ _INT = r"(?:int|typing\.SupportsInt|SupportsInt)"
 _SIGNATURE = re.compile(r"^_cuda_beginAllocateToPool\(\s*\w+\s*:\s*" + _INT + r"\s*,\s*\w+\s*:\s*"
                         r"tuple\[\s*" + _INT + r"\s*,\s*" + _INT + r"\s*\]\s*\)\s*->\s*None",
                         re.IGNORECASE)
+#: PyTorch's per-thread "allocate to this pool" calls, which the route steps aside for
+_PER_THREAD_BEGIN = ("_cuda_beginAllocateCurrentThreadToPool",
+                     "_cuda_beginAllocateCurrentStreamToPool")
 _PRIVATE = ("_cuda_beginAllocateToPool", "_cuda_endAllocateToPool", "_cuda_releasePool",
             "_cuda_emptyCache", "_cuda_isCurrentStreamCapturing")
 
@@ -199,6 +202,34 @@ class Route:
             the cached segments of the previous ones go back to our resource."""
             route.rotate()
             return empty(*args, **kw)
+
+        def step_aside(begin: Callable[..., Any]) -> Callable[..., Any]:
+            """PyTorch's ``_cuda_beginAllocateCurrentThreadToPool`` (``use_mem_pool``, and
+            the graph trees of ``torch.compile(mode="reduce-overhead")``): the route steps
+            aside for the call and comes back after it, so that the pool begun there comes
+            first (PyTorch takes the first pool whose filter matches)."""
+            def routed_begin(device: Any, pool_id: Any, *args: Any, **kw: Any) -> Any:
+                index = int(device)
+                with route.lock:
+                    if index not in route.pools:
+                        return begin(device, pool_id, *args, **kw)
+                    route._end(index)
+                    try:
+                        return begin(device, pool_id, *args, **kw)
+                    finally:
+                        route._begin(index)
+            routed_begin.__wrapped__ = begin  # type: ignore[attr-defined]
+            return routed_begin
+
+        for name in _PER_THREAD_BEGIN:
+            found = getattr(torch._C, name, None)
+            if found is None:
+                continue
+            routed = step_aside(found)
+            setattr(torch._C, name, routed)
+            memory = torch.cuda.memory
+            if getattr(memory, name, None) is found:   # use_mem_pool's own reference
+                setattr(memory, name, routed)
 
         routed_capture_begin.__wrapped__ = capture_begin  # type: ignore[attr-defined]
         graph_class.capture_begin = routed_capture_begin

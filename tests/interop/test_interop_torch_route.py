@@ -71,6 +71,9 @@ class FakePyTorch:
         def empty_cache():
             fake.calls.append(("empty_cache",))
 
+        def thread_begin(device, pool_id):
+            fake.calls.append(("thread_begin", device, pool_id))
+
         def capture_begin(graph, pool=None, capture_error_mode="global", **kw):
             fake.graph_calls.append((graph, pool, capture_error_mode))
 
@@ -106,6 +109,10 @@ class FakePyTorch:
         monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", end)
         monkeypatch.setattr(torch._C, "_cuda_releasePool", release)
         monkeypatch.setattr(torch._C, "_cuda_emptyCache", empty_cache, raising=False)
+        monkeypatch.setattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool", thread_begin,
+                            raising=False)
+        monkeypatch.setattr(torch.cuda.memory, "_cuda_beginAllocateCurrentThreadToPool",
+                            thread_begin, raising=False)
         monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing",
                             lambda: fake.capturing, raising=False)
         monkeypatch.setattr(torch.cuda.graphs.CUDAGraph, "capture_begin", capture_begin)
@@ -288,3 +295,18 @@ def test_segments_asked_for_during_capture_come_from_our_own_stream(monkeypatch)
     c_free(ptr, 4 << 20, 0, 77)
     c_free(other, 1 << 20, 0, 77)
     assert alloc.failures == 0 and alloc.unknown_frees == 0
+
+
+def test_a_pool_begun_per_thread_comes_before_the_route(monkeypatch):
+    """use_mem_pool and the graph trees of torch.compile(mode="reduce-overhead") begin their
+    pool per thread: the route steps aside and comes back after, so theirs is found first."""
+    fake = FakePyTorch(monkeypatch, devices=1)
+    fake.use(Recording())
+    ours = [c for c in fake.calls if c[0] == "begin"][0][2]
+    fake.calls.clear()
+    for begin in (torch._C._cuda_beginAllocateCurrentThreadToPool,
+                  torch.cuda.memory._cuda_beginAllocateCurrentThreadToPool):
+        begin(0, (0, 77))
+        assert fake.calls == [("end", 0, ours), ("release", 0, ours),
+                              ("thread_begin", 0, (0, 77)), ("begin", 0, ours)]
+        fake.calls.clear()
