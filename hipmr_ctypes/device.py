@@ -260,6 +260,11 @@ def discard(ptr: int, nbytes: int, kind: str, handle: int) -> None:
         return
     ptrs = (ctypes.c_void_p * 1)(ptr)
     sizes = (ctypes.c_size_t * 1)(nbytes)
+    if not handle and rt.platform == "nvidia":
+        # CUDA refuses the null stream here; the per-thread default stream is ordered with
+        # the legacy null stream, so the discard still follows the work queued on it
+        from .stream_refs import PER_THREAD_HANDLE
+        handle = PER_THREAD_HANDLE
     rt.check(rt.fn.hipMemDiscardBatchAsync(ptrs, sizes, 1, 0, handle),
              "hipMemDiscardBatchAsync", size=nbytes)
 

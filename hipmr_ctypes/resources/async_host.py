@@ -76,6 +76,9 @@ class AsyncPinnedMemoryResource(AsyncMemoryResource):
         super().__init__(device, initial_pool_size=initial_pool_size,
                          release_threshold=release_threshold, enable_ipc=enable_ipc,
                          maximum_pool_size=maximum_pool_size)
+        # A pool located on the host grants no device access of its own (CUDA 13 refuses a
+        # memset of its memory until then): the resource's device reads and writes it.
+        self.pool.set_access(self._device)
 
     def _pool_props(self, device: int, enable_ipc: bool,
                     maximum: Optional[int]) -> hipMemPoolProps:

@@ -364,6 +364,9 @@ def test_pool_route_graph_capture_and_replay(run_script):
     assert "OK" in out.split(), out
 
 
+@pytest.mark.xfail(strict=True, reason="torch.compile(mode='reduce-overhead')'s graph trees "
+                   "check that their outputs lie in their own pool; under the pool route on "
+                   "PyTorch 2.11 they do not yet (docs/interop.md, known limitations)")
 def test_pool_route_torch_compile_reduce_overhead(run_script):
     out = run_script(prelude=POOL_PRELUDE, code="""
     try:
