@@ -14,9 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import _hip
 from .._hip.exceptions import NotSupportedError
-from .._hip.types import (HOST_POOLS_SINCE, hipMemAllocationTypePinned,
-                          hipMemHandleTypeNone, hipMemHandleTypePosixFileDescriptor,
-                          hipMemLocationTypeDevice, hipMemLocationTypeHost, hipMemPoolProps)
+from .._hip.types import HOST_POOLS_SINCE, hipMemLocationTypeHost
 from ..properties import device_accessible, host_accessible
 from .._sizes import Size
 from .async_memory import AsyncMemoryResource
@@ -80,16 +78,7 @@ class AsyncPinnedMemoryResource(AsyncMemoryResource):
         # memset of its memory until then): the resource's device reads and writes it.
         self.pool.set_access(self._device)
 
-    def _pool_props(self, device: int, enable_ipc: bool,
-                    maximum: Optional[int]) -> hipMemPoolProps:
-        props = hipMemPoolProps()
-        props.allocType = hipMemAllocationTypePinned
-        props.handleTypes = (hipMemHandleTypePosixFileDescriptor if enable_ipc
-                             else hipMemHandleTypeNone)
-        props.location.type = hipMemLocationTypeHost   # the id is ignored
-        props.location.id = 0
-        props.maxSize = maximum or 0
-        return props
+    _pool_location_type = hipMemLocationTypeHost   # its id is ignored
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (_rebuild, (type(self), self._device, _settings(self)))
@@ -113,16 +102,7 @@ class AsyncManagedMemoryResource(AsyncMemoryResource):
                          release_threshold=release_threshold, enable_ipc=enable_ipc,
                          maximum_pool_size=maximum_pool_size)
 
-    def _pool_props(self, device: int, enable_ipc: bool,
-                    maximum: Optional[int]) -> hipMemPoolProps:
-        props = hipMemPoolProps()
-        props.allocType = _MANAGED_ALLOCATION
-        props.handleTypes = (hipMemHandleTypePosixFileDescriptor if enable_ipc
-                             else hipMemHandleTypeNone)
-        props.location.type = hipMemLocationTypeDevice
-        props.location.id = device
-        props.maxSize = maximum or 0
-        return props
+    _pool_alloc_type = _MANAGED_ALLOCATION
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (_rebuild, (type(self), self._device, _settings(self)))

@@ -168,16 +168,21 @@ class AsyncMemoryResource:
                               ("release_threshold", threshold), ("enable_ipc", enable_ipc),
                               ("maximum_pool_size", maximum)))
 
+    #: the kind of memory and where the pool this resource creates puts it (subclasses place
+    #: it elsewhere: on the host, or managed); a pool on a device is located by its ordinal
+    _pool_alloc_type: int = hipMemAllocationTypePinned
+    _pool_location_type: int = hipMemLocationTypeDevice
+
     def _pool_props(self, device: int, enable_ipc: bool,
                     maximum: Optional[int]) -> hipMemPoolProps:
-        """The properties of the pool this resource creates: pinned memory located on
-        ``device`` (subclasses place it elsewhere)."""
+        """The properties of the pool this resource creates: ``_pool_alloc_type`` memory at
+        ``_pool_location_type`` (``device`` when that is a device)."""
         props = hipMemPoolProps()
-        props.allocType = hipMemAllocationTypePinned
+        props.allocType = self._pool_alloc_type
         props.handleTypes = (hipMemHandleTypePosixFileDescriptor if enable_ipc
                              else hipMemHandleTypeNone)
-        props.location.type = hipMemLocationTypeDevice
-        props.location.id = device
+        props.location.type = self._pool_location_type
+        props.location.id = device if self._pool_location_type == hipMemLocationTypeDevice else 0
         props.maxSize = maximum or 0
         return props
 
