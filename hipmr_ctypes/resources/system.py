@@ -65,7 +65,7 @@ class SystemMemoryResource(HostMemoryResource):
         return self._device
 
     def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
+        if not isinstance(other, SystemMemoryResource) or type(other) is not type(self):
             return NotImplemented
         return bool(other._device == self._device)
 

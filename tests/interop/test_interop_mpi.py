@@ -140,20 +140,24 @@ assert target.tobytes() == (b"\x06" * 100 if rank == 0 else b"\xee" * 10)
 # memory its producer marked read-only is refused as a receive buffer, before MPI
 import numpy
 frozen = b"immutable!" * 10
-ro = hmr.Buffer.from_dlpack(numpy.frombuffer(frozen, dtype=numpy.uint8))
-for call in (lambda: hm.recv(ro, other), lambda: hm.sendrecv(mine, other, ro, other),
-             lambda: hm.bcast(ro, root=other), lambda: hm.allreduce(buf(bytes(100)), ro)):
-    try:
-        call()
-    except BufferError:
-        pass
-    else:
-        raise AssertionError(f"{call} wrote into read-only memory")
-assert frozen == b"immutable!" * 10
-hm.send(ro, other, tag=13)          # read-only memory may be sent
-got = buf(bytes(100))
-hm.recv(got, other, tag=13)
-assert got.tobytes() == frozen
+try:
+    ro = hmr.Buffer.from_dlpack(numpy.frombuffer(frozen, dtype=numpy.uint8))
+except BufferError:   # NumPy before 2.1 cannot say "read-only" through DLPack: no such view
+    ro = None
+if ro is not None:   # (the same NumPy on both ranks: both take this branch or neither)
+    for call in (lambda: hm.recv(ro, other), lambda: hm.sendrecv(mine, other, ro, other),
+                 lambda: hm.bcast(ro, root=other), lambda: hm.allreduce(buf(bytes(100)), ro)):
+        try:
+            call()
+        except BufferError:
+            pass
+        else:
+            raise AssertionError(f"{call} wrote into read-only memory")
+    assert frozen == b"immutable!" * 10
+    hm.send(ro, other, tag=13)          # read-only memory may be sent
+    got = buf(bytes(100))
+    hm.recv(got, other, tag=13)
+    assert got.tobytes() == frozen
 # a Buffer whose Stream was closed: refused before MPI or the runtime sees the handle
 s = hmr.Stream()
 on_stream = hmr.Buffer.from_host(b"x" * 100, resource=resource, stream=s)

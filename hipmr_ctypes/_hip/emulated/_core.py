@@ -549,6 +549,12 @@ class EmulatorCore:
         return s
 
     def _register(self, alloc: Alloc) -> None:
+        stale = self._allocs.get(alloc.ptr)
+        if stale is not None:
+            # only a registration can be there: caller memory (hipHostRegister) that was
+            # freed while still registered, now handed out again; the table keeps one entry
+            # per address, and each base once
+            self._unregister(stale)
         self._allocs[alloc.ptr] = alloc
         bisect.insort(self._bases, alloc.ptr)
 
