@@ -47,8 +47,8 @@ def test_the_first_buffer_imports_only_what_its_path_uses():
     # what this interpreter's own typing imports is on the path (3.14's imports ast through
     # annotationlib): only the rest is counted
     typing_brings = subprocess.run(
-        [sys.executable, "-c", "import sys, json; before = set(sys.modules); import typing; "
-         "print(json.dumps(sorted(set(sys.modules) - before)))"],
+        [sys.executable, "-c", "import sys; before = set(sys.modules); import typing; "
+         "brought = set(sys.modules) - before; import json; print(json.dumps(sorted(brought)))"],
         env=env, capture_output=True, text=True, timeout=60)
     assert typing_brings.returncode == 0, typing_brings.stderr
     loaded -= set(json.loads(typing_brings.stdout.splitlines()[-1]))

@@ -72,6 +72,8 @@ def raise_own_error(exc: BaseException) -> None:
         return
     _, _, rest = str(exc).partition(": ")
     name, _, message = rest.partition(": ")
+    if name.startswith("<class '") and name.endswith("'>"):   # Python before 3.11's wording
+        name = name[8:-2].rpartition(".")[2]
     own = _OWN_ERRORS.get(name)
     if own is not None:
         raise (own(message) if message else own()) from exc
