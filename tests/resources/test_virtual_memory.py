@@ -655,7 +655,10 @@ def test_the_benchmark_script_runs(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())["results"][0]
-    assert result["size"] == 3 * MiB and result["free_memory_gained"] == [2 * G, 2 * G]
+    assert result["size"] == 3 * MiB and result["free_memory_gained"] == [2 * G] * 3
+    assert result["backup_bytes_kept"] == 3 * MiB
+    assert set(result["backup_share_of_pinned"]) == {"backup, new blocks", "backup, blocks kept"}
+    assert "backup, blocks kept" in done.stdout
     assert all(v > 0 for row in result["gbs"].values() for v in row.values())
     assert "pinned copies" in done.stdout
 
