@@ -12,6 +12,13 @@ stream-ordered deallocation waits for its stream before it takes the lock.
 
 Interrupts: a pause or resume run in the main thread holds SIGINT's Python handler back until
 its table is consistent again (``_interrupts_held``), then raises the KeyboardInterrupt.
+
+Pinned blocks: a backup's blocks outlive the resume (or the deallocation) that is done with
+them, as spares (``_spares``: block size -> blocks, under the lock), which the next pause takes
+before it allocates any; ``release_backup_memory`` frees them, and so does a finalizer
+(``_exit.finalize``: when the resource is garbage-collected, never at exit).  A pause that fails
+frees the blocks it allocated and puts the spares it took back: it holds no more pinned memory
+than before.  ``_backup_bytes`` counts every block (in backups and spare).
 """
 from __future__ import annotations
 
@@ -20,10 +27,11 @@ import ctypes
 import threading
 from contextlib import contextmanager
 from ctypes import c_int, c_size_t, c_void_p
-from typing import Any, Dict, Generator, List, Optional, Tuple
+from typing import Any, Container, Dict, Generator, Iterable, List, Optional, Tuple
 
 from .. import _hip
 from .._checks import MAX_SIZE, check_args, check_ptr, check_stream
+from .._exit import finalize
 from .._locks import DeferringLock
 from ..device import check_device, device_count, get_device, on_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
@@ -46,18 +54,31 @@ _tags: "contextvars.ContextVar[Dict[int, str]]" = contextvars.ContextVar("hipmr_
                                                                         default={})
 
 
+def _free_spares(host_free: Any, spares: Dict[int, List[int]]) -> None:
+    """Finalizer of a resource: free its spare pinned blocks (errors ignored: a finalizer has
+    nobody to report to; in a forked child the runtime refuses, and the blocks are the
+    parent's)."""
+    for blocks in list(spares.values()):
+        for block in blocks:
+            try:
+                host_free(block)
+            except Exception:  # noqa: BLE001
+                pass
+    spares.clear()
+
+
 class _Region:
     """One allocation: its reserved range ``[ptr, ptr + size)``; ``handle``: its physical
     memory (0 while paused and released); ``used``: the bytes asked for, the ones a backup
-    keeps (the rest of the range is nobody's); ``mapped``; ``backup``: the pinned host blocks
-    (:data:`BACKUP_CHUNK` bytes each, the last one the rest) holding its bytes while paused
-    (none: discarded, or not paused)."""
+    keeps (the rest of the range is nobody's); ``mapped``; ``backup``: the pinned host blocks,
+    ``(address, bytes)`` (:data:`BACKUP_CHUNK` bytes each, the last one the rest), holding its
+    bytes while paused (none: discarded, or not paused)."""
     __slots__ = ("ptr", "size", "used", "tag", "handle", "mapped", "backup", "paused")
 
     def __init__(self, ptr: int, size: int, used: int, tag: Optional[str], handle: int) -> None:
         self.ptr, self.size, self.used, self.tag, self.handle = ptr, size, used, tag, handle
         self.mapped = True
-        self.backup: Tuple[int, ...] = ()
+        self.backup: Tuple[Tuple[int, int], ...] = ()
         self.paused = False
 
 
@@ -99,7 +120,9 @@ class VirtualMemoryResource:
     :meth:`pause` gives allocations' physical memory back to the device (after copying it to
     pinned host memory, or discarding it), :meth:`resume` maps new physical memory at the same
     addresses and restores the bytes; :meth:`tag` labels the allocations made inside a
-    ``with`` block so that they can be paused apart.  Async and device-accessible; the
+    ``with`` block so that they can be paused apart.  The pinned blocks of a backup are kept
+    after the resume for the next pause (:attr:`backup_bytes`; :meth:`release_backup_memory`
+    frees them; so does the garbage collector).  Async and device-accessible; the
     allocations are not stream-ordered (``allocate_async`` maps at once, ``deallocate_async``
     waits for its stream before unmapping).  Thread-safe.  Equal only to itself.
 
@@ -109,7 +132,8 @@ class VirtualMemoryResource:
     """
 
     __slots__ = ("_device", "_rt", "_fn", "_granularity", "_prop", "_access", "_lock",
-                 "_regions", "_mapped", "_reserved", "__weakref__")
+                 "_regions", "_mapped", "_reserved", "_spares", "_backup_bytes",
+                 "__weakref__")
     properties: Tuple[type, ...] = (device_accessible,)
 
     def __init__(self, device: Optional[Any] = None, *, granularity: Optional[int] = None) -> None:
@@ -152,6 +176,10 @@ class VirtualMemoryResource:
         self._regions: Dict[int, _Region] = {}
         self._mapped = 0
         self._reserved = 0
+        #: spare pinned blocks, by size; freed by release_backup_memory or the finalizer
+        self._spares: Dict[int, List[int]] = {}
+        self._backup_bytes = 0
+        finalize(self, _free_spares, rt.fn.hipHostFree, self._spares)
 
     # ---- construction helpers -------------------------------------------------------------
     def _query_granularity(self, option: int) -> int:
@@ -193,6 +221,38 @@ class VirtualMemoryResource:
         """Bytes of address space reserved now (every live allocation, paused or not)."""
         return self._reserved
 
+    @property
+    def backup_bytes(self) -> int:
+        """Bytes of pinned host memory held now: the backups of paused allocations and the
+        spare blocks kept for the next pause (:meth:`release_backup_memory` frees these)."""
+        return self._backup_bytes
+
+    def release_backup_memory(self) -> int:
+        """Free the spare pinned blocks (those of backups that a resume or a deallocation is
+        done with, kept for the next pause); returns the bytes freed.  The backups of paused
+        allocations stay.  A block whose ``hipHostFree`` fails stays a spare, and the error
+        is raised once the others are freed."""
+        fn = self._fn
+        freed = 0
+        failed: Optional[Tuple[int, int]] = None
+        with self._lock, _interrupts_held():
+            spares = self._spares
+            blocks = [(b, n) for n, bs in spares.items() for b in bs]
+            spares.clear()
+            for block, n in blocks:
+                st = fn.hipHostFree(block)
+                if st:
+                    spares.setdefault(n, []).append(block)
+                    if failed is None:
+                        failed = (st, n)
+                    continue
+                self._backup_bytes -= n
+                freed += n
+        if failed is not None:
+            raise self._error(failed[0], "hipHostFree", size=failed[1],
+                              detail=f"a spare backup block; {freed} bytes were freed")
+        return freed
+
     # ---- native steps (device current) ----------------------------------------------------
     def _error(self, st: int, call: str, **kw: Any) -> Exception:
         return self._rt.error(st, call, device=self._device, **kw)
@@ -224,9 +284,9 @@ class VirtualMemoryResource:
             raise self._error(st, "hipMemSetAccess", size=size, detail=f"ptr={ptr:#x}")
 
     def _free_region(self, r: _Region) -> None:
-        """Unmap, release and free the range of a region taken out of the table, then its
-        backup.  A step that fails puts the region back, as far as it got, and raises: the
-        deallocation can be tried again."""
+        """Unmap, release and free the range of a region taken out of the table; its backup
+        blocks become spares.  A step that fails puts the region back, as far as it got, and
+        raises: the deallocation can be tried again."""
         fn = self._fn
         st = fn.hipMemUnmap(r.ptr, r.size) if r.mapped else 0
         if st:
@@ -240,12 +300,25 @@ class VirtualMemoryResource:
         if st:
             raise self._put_back(r, self._error(st, "hipMemAddressFree",
                                                 detail=f"ptr={r.ptr:#x}"))
-        self._free_backup(r)
+        if r.backup:
+            with self._lock:
+                self._spare_backup(r)
 
-    def _free_backup(self, r: _Region) -> None:
-        for block in r.backup:
-            self._fn.hipHostFree(block)
+    def _spare_backup(self, r: _Region) -> None:
+        """``r``'s backup blocks become spares (the lock held)."""
+        self._spare_blocks(r.backup, ())
         r.backup = ()
+
+    def _spare_blocks(self, blocks: Iterable[Tuple[int, int]], fresh: Container[int]) -> None:
+        """``blocks`` ``[(address, bytes)]`` become spares, but those in ``fresh`` (allocated
+        by a pause that failed) are freed (the lock held)."""
+        spares = self._spares
+        for block, n in blocks:
+            if block in fresh:
+                self._fn.hipHostFree(block)
+                self._backup_bytes -= n
+            else:
+                spares.setdefault(n, []).append(block)
 
     def _put_back(self, r: _Region, error: Exception) -> Exception:
         """``r`` in the table again (its deallocation failed part way); returns ``error``.  An
@@ -315,9 +388,10 @@ class VirtualMemoryResource:
         return r
 
     def deallocate(self, ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
-        """Unmap and free the allocation at ``ptr`` (paused or not: a paused one's backup is
-        freed too); ``deallocate(0, ...)`` does nothing.  The caller's work on the memory
-        must be complete (use ``deallocate_async`` to have a stream waited for)."""
+        """Unmap and free the allocation at ``ptr`` (paused or not: a paused one's backup
+        blocks become spares, :meth:`release_backup_memory`); ``deallocate(0, ...)`` does
+        nothing.  The caller's work on the memory must be complete (use ``deallocate_async``
+        to have a stream waited for)."""
         ptr = check_ptr(ptr)
         check_args(bytes, alignment, MAX_DEVICE_ALIGNMENT)
         if not ptr:
@@ -385,10 +459,12 @@ class VirtualMemoryResource:
 
         Waits for all work on the device (``hipDeviceSynchronize``), then with ``backup``
         copies each allocation into pinned host memory, and unmaps and releases it; the
-        addresses stay reserved.  Without ``backup`` the bytes are discarded (:meth:`resume`
-        brings the memory back zero-filled).  RuntimeError when all of them are paused
-        already.  When the pinned memory cannot be had or a copy fails, nothing is released
-        and the error is raised; when an unmap fails, the allocations handled before it stay
+        addresses stay reserved; the blocks are the spares an earlier resume kept where there
+        are some of the size, else new ones.  Without ``backup`` the bytes are discarded
+        (:meth:`resume` brings the memory back zero-filled).  RuntimeError when all of them are
+        paused already.  When the pinned memory cannot be had or a copy fails, nothing is
+        released (the spares taken are spares again, new blocks are freed) and the error is
+        raised; when an unmap fails, the allocations handled before it stay
         paused, the others stay as they were, and the error is raised.
         """
         if type(backup) is not bool:
@@ -408,30 +484,28 @@ class VirtualMemoryResource:
         st = fn.hipDeviceSynchronize()
         if st:
             raise self._error(st, "hipDeviceSynchronize")
-        copies: List[List[int]] = [[] for _ in regions]
+        copies: List[List[Tuple[int, int]]] = [[] for _ in regions]
+        fresh: Dict[int, int] = {}   # the blocks this pause allocated (not spares)
         if backup:
             try:
-                self._back_up(regions, copies)
+                self._back_up(regions, copies, fresh)
             except BaseException:
                 fn.hipStreamSynchronize(0)   # copies in flight end before their memory goes
                 for blocks in copies:
-                    for block in blocks:
-                        fn.hipHostFree(block)
+                    self._spare_blocks(blocks, fresh)
                 self._rt.clear_last_error()
                 raise
         released = 0
         failed: Optional[Exception] = None
         for i, r in enumerate(regions):
             if failed is not None:       # not reached: stays as it was
-                for block in copies[i]:
-                    fn.hipHostFree(block)
+                self._spare_blocks(copies[i], fresh)
                 continue
             st = fn.hipMemUnmap(r.ptr, r.size)
             if st:
                 failed = self._error(st, "hipMemUnmap", detail=f"ptr={r.ptr:#x}; the "
                                      "allocations before it are paused, the others are not")
-                for block in copies[i]:
-                    fn.hipHostFree(block)
+                self._spare_blocks(copies[i], fresh)
                 continue
             r.mapped, r.paused, r.backup = False, True, tuple(copies[i])
             self._mapped -= r.size
@@ -445,22 +519,33 @@ class VirtualMemoryResource:
             raise failed
         return released
 
-    def _back_up(self, regions: List[_Region], copies: List[List[int]]) -> None:
+    def _back_up(self, regions: List[_Region], copies: List[List[Tuple[int, int]]],
+                 fresh: Dict[int, int]) -> None:
         """Copy every region into pinned blocks (``copies[i]`` gets region ``i``'s, each block
-        as soon as it exists, so that the caller can free them all after a failure); the next
-        block is allocated while the copy into the one before runs.  Returns once every copy
-        is complete."""
+        as soon as it is had, so that the caller can give them all back after a failure;
+        ``fresh`` the ones allocated here): a spare of the size when there is one, else a new
+        one, allocated while the copy into the one before runs.  Returns once every copy is
+        complete."""
         fn = self._fn
+        spares = self._spares
         out = c_void_p()
+        chunk = BACKUP_CHUNK
         for r, blocks in zip(regions, copies):
-            for offset in range(0, r.used, BACKUP_CHUNK):   # the caller's bytes only
-                n = min(BACKUP_CHUNK, r.used - offset)
-                st = fn.hipHostMalloc(out, n, _PORTABLE)
-                if st:
-                    raise self._error(st, "hipHostMalloc", size=n,
-                                      detail="pinned memory for the backup; nothing was released")
-                blocks.append(out.value or 0)
-                st = fn.hipMemcpyAsync(blocks[-1], r.ptr + offset, n, _DEVICE_TO_HOST, 0)
+            for offset in range(0, r.used, chunk):   # the caller's bytes only
+                n = min(chunk, r.used - offset)
+                spare = spares.get(n)
+                if spare:
+                    blocks.append((spare.pop(), n))
+                else:
+                    st = fn.hipHostMalloc(out, n, _PORTABLE)
+                    if st:
+                        raise self._error(st, "hipHostMalloc", size=n, detail="pinned memory "
+                                          "for the backup; nothing was released")
+                    block = out.value or 0
+                    blocks.append((block, n))
+                    fresh[block] = n
+                    self._backup_bytes += n
+                st = fn.hipMemcpyAsync(blocks[-1][0], r.ptr + offset, n, _DEVICE_TO_HOST, 0)
                 if st:
                     raise self._error(st, "hipMemcpyAsync", size=n,
                                       detail="the backup; nothing was released")
@@ -472,9 +557,11 @@ class VirtualMemoryResource:
     def resume(self, tag: Optional[str] = None) -> int:
         """Map new physical memory at the addresses of the paused allocations with ``tag``
         (None: all), give it access, copy the backups back (discarded ones are zero-filled)
-        and free the backups; returns the bytes mapped.  RuntimeError when none of them is
-        paused.  When a step fails, the allocations it could not restore stay paused, with
-        their backups, and the error is raised: a later resume tries them again."""
+        and keep the backups' pinned blocks as spares for the next pause
+        (:attr:`backup_bytes`, :meth:`release_backup_memory`); returns the bytes mapped.
+        RuntimeError when none of them is paused.  When a step fails, the allocations it could
+        not restore stay paused, with their backups, and the error is raised: a later resume
+        tries them again."""
         with self._lock:
             regions = [r for r in self._select(tag) if r.paused]
             if not regions:
@@ -513,7 +600,7 @@ class VirtualMemoryResource:
             raise
         mapped = 0
         for r in done:
-            self._free_backup(r)
+            self._spare_backup(r)
             r.paused = False
             self._mapped += r.size
             mapped += r.size
@@ -530,12 +617,12 @@ class VirtualMemoryResource:
                 raise self._error(st, "hipMemsetAsync", size=r.size,
                                   detail="restoring; it stays paused")
             return
-        for k, block in enumerate(r.backup):
-            offset = k * BACKUP_CHUNK
-            n = min(BACKUP_CHUNK, r.used - offset)
+        offset = 0
+        for block, n in r.backup:
             st = fn.hipMemcpyAsync(r.ptr + offset, block, n, _HOST_TO_DEVICE, 0)
             if st:
                 raise self._error(st, "hipMemcpyAsync", size=n, detail="restoring; it stays paused")
+            offset += n
 
     def _what(self, tag: Optional[str]) -> str:
         return "memory of this resource" if tag is None else f"memory tagged {tag!r}"

@@ -40,7 +40,13 @@ def emu(emulator):
 
 @pytest.fixture
 def vmm(emu):
-    return hmr.VirtualMemoryResource()
+    """A resource; after the test its spare pinned blocks are freed (pytest holds the object
+    until the whole teardown is over, so the garbage collector cannot) and, no allocation
+    being paused then, it holds no pinned memory."""
+    resource = hmr.VirtualMemoryResource()
+    yield resource
+    resource.release_backup_memory()
+    assert resource.backup_bytes == 0 or resource.paused()
 
 
 def free_memory():
@@ -228,18 +234,25 @@ def test_pause_releases_and_resume_restores_at_the_same_addresses(vmm):
         vmm.resume()
 
 
-def test_deallocating_paused_memory_frees_its_range_and_backup(vmm, emu):
+def test_deallocating_paused_memory_frees_its_range_and_keeps_its_backup_blocks(vmm, emu):
     pinned_before = emu.live_allocations()
     buf = filled(vmm, MiB, 1)
     other = filled(vmm, MiB, 2)
     vmm.pause()
     assert emu.live_allocations().count == pinned_before.count + 2   # the two backups
+    assert vmm.backup_bytes == 2 * MiB
     del buf
     gc.collect()
-    assert emu.live_allocations().count == pinned_before.count + 1
     assert vmm.reserved_bytes == G and len(emu._vspace.reservations) == 1
+    assert emu.live_allocations().count == pinned_before.count + 2   # one backup, one spare
+    assert vmm.backup_bytes == 2 * MiB
+    assert vmm.release_backup_memory() == MiB                        # the spare only
+    assert emu.live_allocations().count == pinned_before.count + 1
+    assert vmm.backup_bytes == MiB and vmm.paused()
     vmm.resume()
     assert other.tobytes() == pattern(2, MiB)
+    assert vmm.backup_bytes == MiB and vmm.release_backup_memory() == MiB
+    assert emu.live_allocations() == pinned_before and vmm.backup_bytes == 0
 
 
 def test_tags_are_per_thread_and_nest(vmm):
@@ -361,16 +374,17 @@ def test_a_failed_resume_stays_paused_with_its_backup(vmm, emu, call):
 
 def test_faults_in_every_virtual_memory_call_lose_no_byte(vmm, emu):
     """Each call, failed at each of its first uses in a cycle of allocate / pause (backed up
-    and discarded) / resume / deallocate: once the calls work again, every step can be
-    retried and the backed-up data is intact."""
+    and discarded) / resume / deallocate / release of the spare blocks: once the calls work
+    again, every step can be retried and the backed-up data is intact."""
     calls = ["hipMemAddressReserve", "hipMemCreate", "hipMemMap", "hipMemSetAccess",
              "hipMemUnmap", "hipMemRelease", "hipMemAddressFree", "hipHostMalloc",
-             "hipMemcpyAsync", "hipMemsetAsync", "hipStreamSynchronize", "hipDeviceSynchronize"]
+             "hipHostFree", "hipMemcpyAsync", "hipMemsetAsync", "hipStreamSynchronize",
+             "hipDeviceSynchronize"]
     keep = filled(vmm, MiB, 9, tag="w")
     extras = []
 
     def cycle():
-        for step in range(5):
+        for step in range(6):
             try:
                 if step == 0:
                     with vmm.tag("x"):
@@ -381,10 +395,12 @@ def test_faults_in_every_virtual_memory_call_lose_no_byte(vmm, emu):
                     vmm.pause("x", backup=False)
                 elif step == 3:
                     vmm.resume()
-                else:
+                elif step == 4:
                     for p in list(extras):
                         vmm.deallocate(p, MiB)
                         extras.remove(p)
+                else:
+                    vmm.release_backup_memory()
             except (HipError, RuntimeError):
                 pass
 
@@ -408,6 +424,8 @@ def test_faults_in_every_virtual_memory_call_lose_no_byte(vmm, emu):
                 extras.remove(p)
             assert keep.tobytes() == pattern(9, MiB), (call, nth)
             assert vmm.reserved_bytes == vmm.mapped_bytes == G, (call, nth)
+            vmm.release_backup_memory()
+            assert vmm.backup_bytes == 0, (call, nth)
 
 
 def test_an_interrupt_waits_for_a_consistent_state(vmm, monkeypatch):
@@ -456,6 +474,7 @@ def test_threads_allocating_while_another_pauses(vmm):
     assert not errors
     assert [w.tobytes() for w in weights] == [pattern(i, MiB) for i in range(4)]
     assert vmm.reserved_bytes == vmm.mapped_bytes == 4 * G
+    assert vmm.backup_bytes == 4 * MiB   # the first pause's blocks, kept for every later one
 
 
 def test_backups_in_several_blocks(vmm, emu, monkeypatch):
@@ -483,6 +502,145 @@ def test_backups_in_several_blocks(vmm, emu, monkeypatch):
     assert big.tobytes() == pattern(3, 3 * G) and small.tobytes() == pattern(4, 256 << 10)
 
 
+# ---- pinned blocks kept between pauses ---------------------------------------------------
+def test_later_pauses_reuse_the_pinned_blocks(vmm, emu, monkeypatch):
+    """The first pause allocates the backup's blocks; the resume keeps them, and every later
+    pause copies into them: no hipHostMalloc, no hipHostFree, the same host memory held, and
+    the bytes of each cycle (changed in between) come back exactly."""
+    from hipmr_ctypes.resources import virtual
+    monkeypatch.setattr(virtual, "BACKUP_CHUNK", 512 << 10)
+    big = filled(vmm, 3 * G + 100 * 1024, 1, tag="w")   # 12 full blocks and a 100 KiB one
+    small = filled(vmm, 256 << 10, 2, tag="w")
+    kv = filled(vmm, MiB, 3, tag="kv")                    # dropped: never any block
+    held = 3 * G + 100 * 1024 + (256 << 10)
+    assert vmm.backup_bytes == 0
+    rt = hmr._hip.get_runtime()
+    calls = spy_runtime_calls(monkeypatch, rt, "hipHostMalloc", "hipHostFree")
+    pinned = emu.live_allocations()
+    assert vmm.pause("w") == 5 * G and vmm.pause("kv", backup=False) == G
+    assert calls == ["hipHostMalloc"] * 14 and vmm.backup_bytes == held
+    assert vmm.resume() == 6 * G
+    assert big.tobytes() == pattern(1, 3 * G + 100 * 1024)
+    assert small.tobytes() == pattern(2, 256 << 10)
+    assert vmm.backup_bytes == held and emu.live_allocations().bytes == pinned.bytes + held
+    del calls[:]
+    for cycle in range(3):
+        big.copy_from_host(pattern(10 + cycle, 3 * G + 100 * 1024))
+        small.copy_from_host(pattern(20 + cycle, 256 << 10))
+        kv.fill(1)
+        assert vmm.pause("w") == 5 * G and vmm.pause("kv", backup=False) == G
+        assert vmm.backup_bytes == held
+        assert vmm.resume() == 6 * G
+        assert big.tobytes() == pattern(10 + cycle, 3 * G + 100 * 1024)
+        assert small.tobytes() == pattern(20 + cycle, 256 << 10)
+        assert kv.tobytes() == bytes(MiB)
+    assert calls == [] and emu.live_allocations().bytes == pinned.bytes + held
+    assert vmm.release_backup_memory() == held
+    assert calls == ["hipHostFree"] * 14 and vmm.backup_bytes == 0
+    assert vmm.release_backup_memory() == 0
+
+
+def test_release_backup_memory_frees_exactly_the_spares(vmm, emu):
+    a = filled(vmm, MiB, 1, tag="a")
+    b = filled(vmm, 3 * MiB, 2, tag="b")
+    pinned = emu.live_allocations()
+    assert vmm.release_backup_memory() == 0
+    vmm.pause()
+    assert vmm.backup_bytes == 4 * MiB and vmm.release_backup_memory() == 0
+    vmm.resume("a")                      # a's block is a spare, b's still its backup
+    assert vmm.backup_bytes == 4 * MiB
+    assert vmm.release_backup_memory() == MiB
+    assert vmm.backup_bytes == 3 * MiB
+    assert emu.live_allocations().bytes == pinned.bytes + 3 * MiB
+    vmm.resume("b")
+    assert a.tobytes() == pattern(1, MiB) and b.tobytes() == pattern(2, 3 * MiB)
+    assert vmm.release_backup_memory() == 3 * MiB
+    assert vmm.backup_bytes == 0 and emu.live_allocations() == pinned
+
+
+def test_a_failed_host_free_keeps_the_block_as_a_spare(vmm, emu):
+    bufs = [filled(vmm, MiB, i) for i in range(3)]
+    vmm.pause()
+    vmm.resume()
+    pinned = emu.live_allocations()
+    emu.inject_failure(code=1, calls="hipHostFree")
+    with pytest.raises(HipError, match="hipHostFree"):
+        vmm.release_backup_memory()
+    assert vmm.backup_bytes == MiB       # the other two were freed
+    assert emu.live_allocations().bytes == pinned.bytes - 2 * MiB
+    assert vmm.release_backup_memory() == MiB and vmm.backup_bytes == 0
+    assert [b.tobytes() for b in bufs] == [pattern(i, MiB) for i in range(3)]
+
+
+@pytest.mark.parametrize("call", ["hipHostMalloc", "hipMemcpyAsync", "hipStreamSynchronize",
+                                  "hipMemUnmap"])
+def test_a_failure_while_taking_spares_loses_nothing(vmm, emu, monkeypatch, call):
+    """A pause that takes spares for some allocations and fails (a new block for another
+    cannot be had, a copy, the wait, an unmap): the bytes are intact, the spares it took are
+    spares again, the blocks it allocated are freed, and the next pause works."""
+    a = filled(vmm, MiB, 1)
+    b = filled(vmm, MiB, 2)
+    vmm.pause()
+    vmm.resume()                         # two spares of 1 MiB
+    c = filled(vmm, 3 * MiB, 3)          # needs a new block of 3 MiB
+    pinned, held, free = emu.live_allocations(), vmm.backup_bytes, free_memory()
+    rt = hmr._hip.get_runtime()
+    real, seen = getattr(rt.fn, call), []
+
+    def fails(*args):
+        seen.append(args)
+        if call == "hipMemUnmap" and len(seen) < 3:
+            return real(*args)
+        return 2 if len(seen) == (1 if call != "hipMemUnmap" else 3) else real(*args)
+    monkeypatch.setattr(rt.fn, call, fails)
+    with pytest.raises(HipError):
+        vmm.pause()
+    monkeypatch.setattr(rt.fn, call, real)
+    if call == "hipMemUnmap":            # a and b paused, into the spares; c as it was
+        assert [vmm._regions[x.ptr].paused for x in (a, b, c)] == [True, True, False]
+        assert vmm.backup_bytes == held and not any(vmm._spares.values())
+        vmm.resume()
+    else:
+        assert not vmm.paused() and free_memory() == free
+        assert emu.live_allocations() == pinned and vmm.backup_bytes == held
+        assert sorted(vmm._spares) == [MiB] and len(vmm._spares[MiB]) == 2
+    assert vmm.pause() == 4 * G and vmm.backup_bytes == 5 * MiB
+    assert vmm.resume() == 4 * G
+    assert (a.tobytes(), b.tobytes(), c.tobytes()) == (pattern(1, MiB), pattern(2, MiB),
+                                                       pattern(3, 3 * MiB))
+
+
+def test_the_spares_go_with_the_resource(emu):
+    """A resource the garbage collector takes frees its spare blocks."""
+    pinned = emu.live_allocations()
+    vmm = hmr.VirtualMemoryResource()
+    buf = filled(vmm, 3 * MiB, 5)
+    vmm.pause()
+    vmm.resume()
+    assert emu.live_allocations().bytes == pinned.bytes + 3 * MiB   # the spare
+    del buf, vmm
+    gc.collect()
+    assert emu.live_allocations() == pinned
+
+
+def test_an_interrupt_in_release_backup_memory_frees_them_all_first(vmm, emu, monkeypatch):
+    bufs = [filled(vmm, MiB, i) for i in range(3)]
+    vmm.pause()
+    vmm.resume()
+    pinned = emu.live_allocations()
+    rt = hmr._hip.get_runtime()
+    real = rt.fn.hipHostFree
+
+    def interrupted(ptr):
+        signal.raise_signal(signal.SIGINT)   # the handler runs once the spares are freed
+        return real(ptr)
+    monkeypatch.setattr(rt.fn, "hipHostFree", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        vmm.release_backup_memory()
+    assert vmm.backup_bytes == 0 and emu.live_allocations().count == pinned.count - 3
+    assert [b.tobytes() for b in bufs] == [pattern(i, MiB) for i in range(3)]
+
+
 def test_the_benchmark_script_runs(tmp_path):
     """scripts/bench_vmm.py end to end on the emulated platform (timings never asserted)."""
     import json
@@ -497,7 +655,10 @@ def test_the_benchmark_script_runs(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())["results"][0]
-    assert result["size"] == 3 * MiB and result["free_memory_gained"] == [2 * G, 2 * G]
+    assert result["size"] == 3 * MiB and result["free_memory_gained"] == [2 * G] * 3
+    assert result["backup_bytes_kept"] == 3 * MiB
+    assert set(result["backup_share_of_pinned"]) == {"backup, new blocks", "backup, blocks kept"}
+    assert "backup, blocks kept" in done.stdout
     assert all(v > 0 for row in result["gbs"].values() for v in row.values())
     assert "pinned copies" in done.stdout
 

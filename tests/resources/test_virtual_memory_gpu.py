@@ -68,6 +68,28 @@ def test_pause_gives_the_memory_back_and_resume_restores_it(vmm):
     assert weights.tobytes() == data
 
 
+def test_later_pauses_copy_into_the_kept_pinned_blocks(vmm, monkeypatch):
+    """Two blocks of 64 MiB and a rest: the first pause allocates them, every later one
+    copies into the ones the resume kept (no hipHostMalloc), with the bytes of each cycle."""
+    from support import spy_runtime_calls
+    size = 128 * MiB + 3 * MiB + 4096
+    buf = hmr.Buffer(size, resource=vmm)
+    rt = hmr._hip.get_runtime()
+    calls = spy_runtime_calls(monkeypatch, rt, "hipHostMalloc", "hipHostFree")
+    for cycle in range(3):
+        data = random.Random(cycle).randbytes(MiB) * (size // MiB) + bytes(size % MiB)
+        buf.copy_from_host(data)     # (a copy may stage through pinned memory of its own)
+        del calls[:]
+        vmm.pause()
+        assert vmm.backup_bytes == size
+        vmm.resume()
+        assert calls == (["hipHostMalloc"] * 3 if cycle == 0 else []), cycle
+        assert vmm.backup_bytes == size and buf.tobytes() == data
+    del calls[:]
+    assert vmm.release_backup_memory() == size and vmm.backup_bytes == 0
+    assert calls == ["hipHostFree"] * 3
+
+
 def test_deallocating_paused_memory_and_a_pool_over_it(vmm):
     pool = hmr.PoolResource(vmm, initial_pool_size=64 * MiB)
     buf = hmr.Buffer(MiB, resource=pool)
@@ -76,8 +98,9 @@ def test_deallocating_paused_memory_and_a_pool_over_it(vmm):
     vmm.resume()
     assert set(buf.tobytes()) == {5}
     vmm.pause()
-    del buf, pool        # frees a paused range and its backup
+    del buf, pool        # frees a paused range; its backup's blocks become spares
     assert vmm.reserved_bytes == 0
+    assert vmm.backup_bytes == vmm.release_backup_memory() == 64 * MiB   # the pool's chunk
 
 
 def test_stream_ordered_deallocation_waits_for_the_stream(vmm):
