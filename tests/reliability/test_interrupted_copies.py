@@ -64,7 +64,7 @@ class Log:
     """The pipelines' CPU copies, logged; worker threads' copies are slow (so that they are
     still running when the calling thread is interrupted); ``left`` marks the raise."""
 
-    def __init__(self, monkeypatch, on_main_chunk=None, delay=0.02):
+    def __init__(self, monkeypatch, on_main_chunk=None, delay=0.02, gate=None):
         self.copies = []
         self.after = []
         self.left = False
@@ -79,6 +79,8 @@ class Log:
                 self.main_chunks += 1
                 if on_main_chunk is not None:
                     on_main_chunk(self.main_chunks)
+            elif gate is not None:   # workers hold on until the test's signals were sent
+                gate.wait(10)
             else:
                 time.sleep(delay)
             self.copies.append((threading.current_thread().name, dst, m))
@@ -160,16 +162,22 @@ def test_an_interrupt_while_the_caller_waits_for_the_other_pipelines(
     """The calling thread has done its part and waits for the slow workers: the signal
     interrupts that wait (a second one interrupts the wait that follows)."""
 
+    # the workers wait until every signal was sent, so that however loaded the machine, each
+    # signal lands while the caller still waits for them (never after the call raised)
+    gate = threading.Event()
+
     def on_main_chunk(k):
         if k == 4:      # the caller's last chunk: it waits for the workers next
             def kick():
                 for _ in range(signals):
                     interrupts()
                     time.sleep(0.01)
+                time.sleep(0.05)
+                gate.set()
             threading.Timer(0.01, kick).start()
 
     buf = hmr.Buffer.from_host(_pattern(N), resource=hmr.AsyncMemoryResource())
-    log = Log(monkeypatch, on_main_chunk=on_main_chunk, delay=0.03)
+    log = Log(monkeypatch, on_main_chunk=on_main_chunk, gate=gate)
     _run(buf, op, log)
     log.left = False
     _after_the_interrupt_the_next_copy_is_exact(buf)
