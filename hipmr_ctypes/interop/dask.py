@@ -329,9 +329,10 @@ def _run_tasks_on(worker: Any, device: Optional[int]) -> None:
         if device is None:
             continue
         submit = executor.submit
+        ordinal: int = device
 
         def on_device_submit(fn: Any, /, *args: Any, _submit: Any = submit,
-                             _device: int = device, **kwargs: Any) -> Any:
+                             _device: int = ordinal, **kwargs: Any) -> Any:
             return _submit(_on_device, _device, fn, *args, **kwargs)
         setattr(on_device_submit, "_hipmr_device", device)
         setattr(executor, "submit", on_device_submit)

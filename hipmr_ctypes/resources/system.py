@@ -129,7 +129,7 @@ class SamHeadroomMemoryResource(SystemMemoryResource):
                      "hipMemAdvise", size=nbytes - device_part)
 
     def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
+        if not isinstance(other, SamHeadroomMemoryResource) or type(other) is not type(self):
             return NotImplemented
         return bool((other._device, other._headroom)
                     == (self._device, self._headroom))

@@ -559,8 +559,12 @@ class EmulatorCore:
         bisect.insort(self._bases, alloc.ptr)
 
     def _unregister(self, alloc: Alloc) -> None:
+        if self._allocs.get(alloc.ptr) is not alloc:   # already gone (a stale registration)
+            return
         del self._allocs[alloc.ptr]
-        del self._bases[bisect.bisect_left(self._bases, alloc.ptr)]
+        i = bisect.bisect_left(self._bases, alloc.ptr)
+        if i < len(self._bases) and self._bases[i] == alloc.ptr:
+            del self._bases[i]
 
     def _find(self, ptr: int) -> Optional[Alloc]:
         """The live allocation containing address ``ptr``, or None."""
