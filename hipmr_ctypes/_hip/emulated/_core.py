@@ -561,17 +561,26 @@ class EmulatorCore:
     def _unregister(self, alloc: Alloc) -> None:
         if self._allocs.get(alloc.ptr) is not alloc:   # already gone (a stale registration)
             return
-        del self._allocs[alloc.ptr]
+        # the base goes first and the entry after it (_register adds them the other way
+        # round): a lookup that runs without the lock (a copy's range check) and finds a
+        # base always finds its entry
         i = bisect.bisect_left(self._bases, alloc.ptr)
         if i < len(self._bases) and self._bases[i] == alloc.ptr:
             del self._bases[i]
+        del self._allocs[alloc.ptr]
 
     def _find(self, ptr: int) -> Optional[Alloc]:
-        """The live allocation containing address ``ptr``, or None."""
-        i = bisect.bisect_right(self._bases, ptr) - 1
+        """The live allocation containing address ``ptr``, or None.  Safe without the lock:
+        a table changed by another thread meanwhile gives an answer of before or after the
+        change, never an exception."""
+        bases = self._bases
+        i = bisect.bisect_right(bases, ptr) - 1
         if i >= 0:
-            alloc = self._allocs[self._bases[i]]
-            if ptr < alloc.ptr + alloc.size:
+            try:
+                alloc = self._allocs.get(bases[i])
+            except IndexError:   # the list shrank under us: the allocation was going
+                return None
+            if alloc is not None and alloc.ptr <= ptr < alloc.ptr + alloc.size:
                 return alloc
         return None
 
