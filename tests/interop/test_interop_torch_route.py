@@ -42,8 +42,11 @@ class Recording(AddressSpaceResource):
 class FakePyTorch:
     """PyTorch's CUDA pieces the route uses, recording what the route asks of them."""
 
-    def __init__(self, monkeypatch, devices=2, routes=True):
+    def __init__(self, monkeypatch, devices=2, routes=True, newest_first=False):
         self.calls = []
+        self.newest_first = newest_first   # which begun pool serves a tensor (PyTorch's rule)
+        self.begun = []                    # the pools begun and not ended, oldest first
+        self.served = {}                   # address -> the pool that served it
         self.capturing = False
         self.device = 0
         self.routes = routes          # whether "PyTorch" serves tensors from the routed pool
@@ -61,9 +64,11 @@ class FakePyTorch:
 
         def begin(device, pool_id):
             fake.calls.append(("begin", device, pool_id))
+            fake.begun.append(pool_id)
 
         def end(device, pool_id):
             fake.calls.append(("end", device, pool_id))
+            fake.begun.remove(pool_id)
 
         def release(device, pool_id):
             fake.calls.append(("release", device, pool_id))
@@ -73,6 +78,10 @@ class FakePyTorch:
 
         def thread_begin(device, pool_id):
             fake.calls.append(("thread_begin", device, pool_id))
+            fake.begun.append(pool_id)
+
+        def holds(device, pool_id, ptrs):
+            return all(fake.served.get(ptr) == pool_id for ptr in ptrs)
 
         def capture_begin(graph, pool=None, capture_error_mode="global", **kw):
             fake.graph_calls.append((graph, pool, capture_error_mode))
@@ -96,7 +105,10 @@ class FakePyTorch:
             if not fake.routes:
                 return Tensor(1 << 44)   # from somewhere else
             c_alloc = ht.ALLOC_FN(fake.allocator.alloc_address)
-            return Tensor(c_alloc(2 << 20, int(str(device).split(":")[1]), 0))
+            ptr = c_alloc(2 << 20, int(str(device).split(":")[1]), 0)
+            if fake.begun:
+                fake.served[ptr] = fake.begun[-1 if fake.newest_first else 0]
+            return Tensor(ptr)
 
         begin.__doc__ = SIGNATURE
         self.MemPool = MemPool
@@ -113,6 +125,10 @@ class FakePyTorch:
                             raising=False)
         monkeypatch.setattr(torch.cuda.memory, "_cuda_beginAllocateCurrentThreadToPool",
                             thread_begin, raising=False)
+        monkeypatch.setattr(torch._C, "_cuda_checkPoolLiveAllocations", holds, raising=False)
+        monkeypatch.setattr(torch.cuda.memory, "_cuda_endAllocateToPool", end, raising=False)
+        monkeypatch.setattr(torch.cuda.graphs.CUDAGraph, "capture_end",
+                            lambda graph: fake.graph_calls.append((graph, "end")))
         monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing",
                             lambda: fake.capturing, raising=False)
         monkeypatch.setattr(torch.cuda.graphs.CUDAGraph, "capture_begin", capture_begin)
@@ -137,7 +153,14 @@ class FakePyTorch:
 
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(ht.Allocator, "__init__", init)
-            return ht.use(resource, **kw)
+            made = ht.use(resource, **kw)
+        # the route's trial of PyTorch's order (two pools, begun and ended) is kept apart
+        self.install_calls = list(self.calls)
+        if made.route == "pool":
+            probe = [c[2] for c in self.calls if c[0] in ("begin", "thread_begin")][:2]
+            self.calls = [c for c in self.calls if not (
+                c[0] == "pool" and c[1] in probe or len(c) == 3 and c[2] in probe)]
+        return made
 
 
 def test_the_cpu_build_has_no_route():
@@ -180,7 +203,8 @@ def test_pool_route_routes_every_device_and_checks_it(monkeypatch):
     assert fake.calls[0] == ("init",)                        # PyTorch's CUDA state first
     assert [(p[2]) for p in pools] == [0, 1]                # one MemPool per device, made there
     assert begins == [("begin", 0, pools[0][1]), ("begin", 1, pools[1][1])]
-    assert alloc.outstanding()[0] == 2                       # the check's tensor per device
+    # the check's tensor per device, and the trial's (the stand-ins never free a tensor)
+    assert alloc.outstanding()[0] == 3
     with pytest.raises(RuntimeError, match="already called"):
         fake.use(up, route="pool")
     with pytest.raises(RuntimeError, match="already routes"):
@@ -192,7 +216,7 @@ def test_a_route_that_does_not_reach_the_allocator_is_undone(monkeypatch):
     with pytest.raises(RuntimeError, match="did not take the memory of a tensor on device 0"):
         fake.use(Recording(), route="pool")
     assert ht.installed() is None
-    pool_id = [c for c in fake.calls if c[0] == "pool"][0][1]
+    pool_id = [c for c in fake.calls if c[0] == "pool"][2][1]   # after the trial's two
     assert fake.calls[-2:] == [("end", 0, pool_id), ("release", 0, pool_id)]
     assert torch.cuda.graphs.CUDAGraph.capture_begin is fake.capture_begin   # not wrapped
     assert torch._C._cuda_emptyCache is fake.empty_cache
@@ -310,3 +334,52 @@ def test_a_pool_begun_per_thread_comes_before_the_route(monkeypatch):
         assert fake.calls == [("end", 0, ours), ("release", 0, ours),
                               ("thread_begin", 0, (0, 77)), ("begin", 0, ours)]
         fake.calls.clear()
+
+
+def test_the_route_finds_which_begun_pool_pytorch_serves_from(monkeypatch):
+    """Before it routes anything, the route begins a pool for every stream, then one for its
+    thread, and asks which holds a tensor: PyTorch's releases differ."""
+    for newest_first in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            fake = FakePyTorch(mp, devices=1, newest_first=newest_first)
+            alloc = fake.use(Recording())
+            assert alloc._route.newest_first is newest_first
+            trial = fake.install_calls[1:9]
+            older, newer = trial[0][1], trial[1][1]
+            assert [c[0] for c in trial] == ["pool", "pool", "begin", "thread_begin", "end",
+                                             "release", "end", "release"]
+            assert trial[2][2] == trial[6][2] == older and trial[3][2] == trial[4][2] == newer
+            assert fake.begun == [alloc._route.pools[0].id]   # only the route is left begun
+
+
+def test_where_the_newest_pool_wins_the_route_stays_and_counts_theirs(monkeypatch):
+    """PyTorch releases that serve from the pool begun last: a graph's or a per-thread pool
+    wins without the route stepping aside; empty_cache keeps the route's pool while one is
+    under way (a fresh route pool begun then would win over theirs)."""
+    fake = FakePyTorch(monkeypatch, devices=1, newest_first=True)
+    alloc = fake.use(Recording())
+    ours = alloc._route.pools[0].id
+    monkeypatch.setitem(torch.cuda.empty_cache.__globals__, "is_initialized", lambda: True)
+    fake.calls.clear()
+    torch._C._cuda_beginAllocateCurrentThreadToPool(0, (0, 77))
+    assert fake.calls == [("thread_begin", 0, (0, 77))]           # no stepping aside
+    assert fake.begun == [ours, (0, 77)]
+    assert fake.served[torch.empty(1, device="cuda:0").data_ptr()] == (0, 77)
+    fake.calls.clear()
+    torch.cuda.empty_cache()
+    assert fake.calls == [("empty_cache",)]                       # the route stays put
+    torch._C._cuda_endAllocateToPool(0, (0, 77))
+    assert alloc._route.others == {}
+    fake.calls.clear()
+    torch.cuda.empty_cache()                                      # nothing else: it moves
+    assert [c[0] for c in fake.calls] == ["end", "release", "pool", "begin", "empty_cache"]
+    ours = alloc._route.pools[0].id
+    fake.calls.clear()
+    graph = object()
+    torch.cuda.graphs.CUDAGraph.capture_begin(graph, (0, 99))
+    assert fake.calls == [] and fake.graph_calls == [(graph, (0, 99), "global")]
+    assert alloc._route.others == {(0, (0, 99)): 1}
+    torch.cuda.empty_cache()
+    assert alloc._route.pools[0].id == ours                       # kept during the capture
+    torch.cuda.graphs.CUDAGraph.capture_end(graph)
+    assert alloc._route.others == {}
