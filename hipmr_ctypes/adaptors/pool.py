@@ -683,7 +683,6 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         sync_free = free[SYNC]
         live = arena.live
         live_pop = live.pop
-        A256 = FAST_ALIGNMENTS[256]       # the default alignment: `is` spares the lookup
         allocate_slow = arena.allocate_slow
         deallocate_slow = arena.deallocate_slow
         # the free lists are keyed by stream_key (only checked streams have an entry): a
@@ -726,7 +725,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             try:
-                if type(bytes) is int and (alignment is A256
+                if type(bytes) is int and (alignment is DEFAULT_ALIGNMENT
                                            or FAST_ALIGNMENTS[alignment] is alignment):
                     ptr = free[stream if type(stream) is int else
                                stream._hipmr_handle][bytes].pop()
@@ -743,7 +742,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             known = _NONE
             try:
                 if type(ptr) is int is type(bytes) and (
-                        alignment is A256 or FAST_ALIGNMENTS[alignment] is alignment):
+                        alignment is DEFAULT_ALIGNMENT or FAST_ALIGNMENTS[alignment] is alignment):
                     lst = free[stream if type(stream) is int else stream._hipmr_handle][bytes]
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size
