@@ -53,8 +53,8 @@ _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in nam
 # submodules reachable as attributes (``hmr.adaptors``) and listed by dir(), loaded on first use
 _SUBMODULES = frozenset("""adaptors buffer cccl3 concepts device properties resource_refs resources stream
     stream_refs ipc _checks _device_sizes _exit _hip _limits _locks _sizes _thread_exit errors
-    initialization logfile plot statistics _stream_order _buffer_state _copies _memory_query
-    _hugepages _staging _logheader _logformat""".split())
+    initialization logfile plot statistics _stream_order _buffer _memory_query
+    _log""".split())
 
 __all__ = list(_LAZY)  # pyright: ignore[reportUnsupportedDunderAll]  (listed in __init__.pyi)
 

@@ -25,7 +25,8 @@ STREAM_REF = stream_ref
 #: ``FAST_ALIGNMENTS[a] is a`` holds only for a genuine int in that set (CPython caches those
 #: small ints), never for a bool, a float or another integer type, which take the checked slow
 #: path instead (``KeyError`` / ``TypeError`` for anything else); ``None`` maps to False so
-#: that ``get(None)`` is not ``None``.
+#: that ``get(None)`` is not ``None``.  A fast path tests ``alignment is DEFAULT_ALIGNMENT``
+#: first (the same cached int): the usual argument then skips the lookup.
 FAST_ALIGNMENTS: Dict[Optional[int], int] = {1 << i: 1 << i for i in range(9)}
 FAST_ALIGNMENTS[None] = False
 

@@ -2,8 +2,9 @@
 with host / device copies, ``__cuda_array_interface__`` and DLPack export.
 
 This module keeps the class, its construction and its lifetime (free, close, growth); what a
-buffer knows of its resource is in ``_buffer_state``, the copies and patterns in ``_copies``,
-host views in ``_host_views``, foreign memory in ``_foreign``, and what memory is where in
+buffer knows of its resource is in ``_buffer.state``, the copies and patterns in
+``_buffer.copies``, host views in ``_buffer.host_views``, foreign memory in ``_buffer.foreign``
+(``_buffer.contract`` says what those helpers read of a Buffer), and what memory is where in
 ``_memory_query``."""
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from ._checks import FAST_ALIGNMENTS, check_alignment, check_size, check_stream
 from ._exit import _state as _exit_state, warn_failed_free
 from ._limits import MAX_ADDRESS, MAX_ONE_DIGIT_INT
 from ._locks import atomic_slot
-from . import _buffer_state
-from ._buffer_state import _State, _current_entry, _shared_state, _state_for
-from ._copies import (HostView, cai_source, check_fits, check_writable, copy_from_device,
+from ._buffer import state as _buffer_state
+from ._buffer.state import _State, _current_entry, _shared_state, _state_for
+from ._buffer.copies import (HostView, cai_source, check_fits, check_writable, copy_from_device,
                       copy_in, copy_to_host, fill, memset, readonly, tobytes)
 from ._hip.types import hipMemcpyDefault
 from ._memory_query import memory_kind, pointer_kind
@@ -395,7 +396,7 @@ class Buffer:
     def _close(self, stream: Any) -> None:
         handle = None if stream is None else check_stream(stream)
         _not_viewed(self, "close")
-        dl = sys.modules.get("hipmr_ctypes._dlpack")
+        dl = sys.modules.get("hipmr_ctypes._buffer.dlpack")
         if dl is not None and dl.exported(self):
             self._mark_closed()
             if dl.exported(self):
@@ -414,7 +415,7 @@ class Buffer:
         self._mark_closed(freed=True)
 
     def _exports_released(self) -> None:
-        """The last DLPack consumer let the memory go (``_dlpack``'s deleter): a buffer
+        """The last DLPack consumer let the memory go (``_buffer.dlpack``'s deleter): a buffer
         closed meanwhile frees it now, on its allocation stream (on the null stream after a
         device synchronization when that :class:`Stream` was closed).  Runs inside a C
         callback: a failed free is a warning, and the buffer keeps the memory (the garbage
@@ -439,7 +440,7 @@ class Buffer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # ---- copies (the work is in _copies.py) ----
+    # ---- copies (the work is in _buffer/copies.py) ----
     def copy_from_host(self, obj: Any, stream: Any = None) -> None:
         """Copy ``obj`` (C-contiguous, buffer protocol, at most ``size`` bytes) into the start
         of the buffer.  With ``stream`` the copy is asynchronous: keep ``obj`` alive and unchanged
@@ -553,7 +554,7 @@ class Buffer:
     def _movable(self, what: str) -> None:
         self._live()
         self._own_stream()
-        dl = sys.modules.get("hipmr_ctypes._dlpack")
+        dl = sys.modules.get("hipmr_ctypes._buffer.dlpack")
         if dl is not None and dl.exported(self):
             raise BufferError(f"Buffer.{what}: a DLPack consumer still uses this buffer's "
                               "memory")
@@ -656,7 +657,7 @@ class Buffer:
         free = self._claim()
         if free is not None:
             new._free = free
-        foreign = sys.modules.get("hipmr_ctypes._foreign")
+        foreign = sys.modules.get("hipmr_ctypes._buffer.foreign")
         if foreign is not None:   # from_handle(owner=...): the owner goes with the memory
             foreign.move_owner(self, new)
         state = self._state
@@ -748,7 +749,7 @@ class Buffer:
         kDLCUDAHost / kDLROCMHost for pinned memory, kDLCUDAManaged for managed memory on
         nvidia (kDLROCM on amd), kDLCPU for host memory, and kDLCPU for everything on the
         emulated platform (whose memory is host memory)."""
-        from . import _dlpack as dl
+        from ._buffer import dlpack as dl
         self._live()
         kind = self._memory_kind()
         if kind == "host":
@@ -772,7 +773,7 @@ class Buffer:
         stream.  ``copy=True`` and another ``dl_device`` raise BufferError.  Memory its
         producer marked read-only is exported with DLPack's read-only flag, so only as a
         versioned capsule (a legacy request raises BufferError, as NumPy's does)."""
-        from . import _dlpack as dl
+        from ._buffer import dlpack as dl
         ptr = self._live()
         self._own_stream()
         if copy:
@@ -806,7 +807,7 @@ class Buffer:
             event.record(own)
             wait_event(consumer, event)
 
-    # ---- foreign memory (_foreign.py), patterns (_copies.py), host views (_host_views.py) ----
+    # ---- foreign memory, patterns (_buffer/copies.py), host views (_buffer/host_views.py) ----
     @classmethod
     def from_handle(cls, ptr: int, size: int, *, owner: Any = None, resource: Any = None,
                     device: Any = None, stream: Any = None) -> "Buffer":
@@ -826,7 +827,7 @@ class Buffer:
         is the Buffer's stream.  A negative or non-int ``ptr`` or ``size``, ``ptr`` 0 with a
         size, an unknown device or a closed stream: TypeError / ValueError before any native
         call."""
-        from ._foreign import from_handle
+        from ._buffer.foreign import from_handle
         return from_handle(ptr, size, owner, resource, device, stream, Buffer._over)
 
     @classmethod
@@ -841,7 +842,7 @@ class Buffer:
         arrays, sub-byte dtypes and memory of another platform raise ValueError (the capsule
         is then left unused: its own destructor lets the producer go).  A tensor its producer
         marked read-only gives a read-only view (writes raise BufferError)."""
-        from ._foreign import from_dlpack
+        from ._buffer.foreign import from_dlpack
         return from_dlpack(obj, Buffer._over)
 
     @classmethod
@@ -849,7 +850,7 @@ class Buffer:
               handle: int, keep: Any, owns: bool) -> "Buffer":
         """A Buffer over ``[ptr, ptr + size)`` of ``kind`` memory, given back through
         ``ref.deallocate_async`` (on the stream ``handle``) when ``owns``: the Buffers of
-        :meth:`from_handle` and :meth:`from_dlpack` (built by ``_foreign``)."""
+        :meth:`from_handle` and :meth:`from_dlpack` (built by ``_buffer.foreign``)."""
         host_only = kind == "host"
         if device is None and not host_only:
             device = _current_device()()
@@ -883,13 +884,13 @@ class Buffer:
         is alive, ``close()``, ``resize()``, ``reserve()`` and ``release()`` raise BufferError;
         release it (``view.release()``, or ``with buf.host_view() as view:``) first.  The view
         does not wait for queued GPU work: synchronize first."""
-        from ._host_views import host_view
+        from ._buffer.host_views import host_view
         return host_view(self, readonly)
 
     if sys.version_info >= (3, 12):
         def __buffer__(self, flags: int) -> memoryview:
             """The buffer protocol (Python 3.12+): :meth:`host_view`."""
-            from ._host_views import buffer_export
+            from ._buffer.host_views import buffer_export
             return buffer_export(self, flags)
 
         def __release_buffer__(self, view: memoryview) -> None:
@@ -909,8 +910,8 @@ class Buffer:
 atomic_slot(Buffer, "_free")   # `del self._free` is an atomic claim on every build (_locks)
 
 def _not_viewed(buf: Buffer, what: str) -> None:
-    """BufferError while a host view of ``buf`` is alive (see ``_host_views``)."""
-    hv = sys.modules.get("hipmr_ctypes._host_views")
+    """BufferError while a host view of ``buf`` is alive (see ``_buffer.host_views``)."""
+    hv = sys.modules.get("hipmr_ctypes._buffer.host_views")
     if hv is not None and hv.viewed(buf):
         raise BufferError(f"Buffer.{what}: a memoryview of this buffer's memory is still "
                           "alive (release it first)")

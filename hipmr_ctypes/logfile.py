@@ -9,7 +9,7 @@ A log starts with the header ``Thread,Time,Action,Pointer,Size,Stream``; each li
 one event: the thread id (decimal), the local time ``HH:MM:SS.ffffff``, the action
 (``allocate``, ``allocate failure`` or ``free``), the pointer (hex; RMM writes a failure's null
 pointer as ``(nil)``), the size in bytes (decimal) and the stream handle (hex; ``0`` for the
-null stream).  The format and its reader are ``hipmr_ctypes._logformat`` (no resource in it);
+null stream).  The format and its reader are ``hipmr_ctypes._log.format`` (no resource in it);
 the replay, which runs a log against resources and adaptors, is here.
 ``scripts/replay_log.py`` and ``hipmr_ctypes.plot`` are built on this module.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, Optional
 
-from ._logformat import (ACTIONS, LOG_HEADER, LogColumns, LogEvent, LogSource, Pairing, iter_log,
+from ._log.format import (ACTIONS, LOG_HEADER, LogColumns, LogEvent, LogSource, Pairing, iter_log,
                          read_columns, read_log)
 from .adaptors.pool import PoolResource
 from .adaptors.statistics_resource import Statistics, StatisticsResource
@@ -97,7 +97,7 @@ def replay(log: LogSource, resource: Any = None,
         resource = PoolResource(HostMemoryResource())
     stats = StatisticsResource(resource)
     counter = _LogCounter()
-    pairs = Pairing()
+    pairs: Pairing[int] = Pairing()   # key: the pointer the replay allocated
     events = failures = unmatched = 0
     try:
         for event in iter_log(log):

@@ -160,7 +160,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="pipelines per staged copy (default: the package's)")
 
     args = parser.parse_args(argv)
-    from hipmr_ctypes import _staging
+    from hipmr_ctypes._buffer import staging as _staging
     if args.staging == "off":
         _staging.THRESHOLD = _staging.TO_HOST_THRESHOLD = 1 << 62
         _staging.TO_EXISTING_HOST_THRESHOLD = 1 << 62

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import hipmr_ctypes as hmr  # noqa: E402
-from hipmr_ctypes import _hugepages, _staging  # noqa: E402
+from hipmr_ctypes._buffer import hugepages as _hugepages, staging as _staging  # noqa: E402
 from hipmr_ctypes._sizes import parse_bytes  # noqa: E402
 
 from _timing import save_json, seconds_per_call, take_turns  # noqa: E402

@@ -28,8 +28,6 @@ UPSTREAM_ALIGNMENT = DEFAULT_ALIGNMENT
 # what the fast paths use, as globals rather than closure cells (every cell a closure uses is
 # copied into every call's frame)
 _COMPACT = (1 << 30) - 1      # sizes up to this one-digit int are compared inline
-_FAST = FAST_ALIGNMENTS       # {a: a} for a in 1..256
-_A256 = _FAST[256]            # the default alignment: `is` spares the lookup
 _TOTALS_CACHED = 4096         # sizes whose over-allocated total is remembered
 _KEYS_CACHED = 4096           # sizes whose pool list key is remembered (then made again)
 _MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
@@ -57,7 +55,7 @@ def _allocate_fast(moved_setdefault: Any, default: int, threshold: int, up_alloc
 
     def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
         if type(bytes) is int and 0 < bytes <= _COMPACT and (
-                alignment is _A256 or _FAST.get(alignment) is alignment):
+                alignment is DEFAULT_ALIGNMENT or FAST_ALIGNMENTS.get(alignment) is alignment):
             if bytes < threshold or default <= alignment:
                 ptr: int = up_alloc_async(bytes, alignment, stream)
                 return ptr
@@ -94,7 +92,8 @@ def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold:
 
     def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
         """(No threshold, an alignment above 256: every allocation is over-allocated.)"""
-        if type(bytes) is int and (alignment is _A256 or _FAST.get(alignment) is alignment):
+        if type(bytes) is int and (alignment is DEFAULT_ALIGNMENT
+                                   or FAST_ALIGNMENTS.get(alignment) is alignment):
             try:  # a size seen before (in 1 .. 2**30 - 1)
                 total = totals[bytes]
             except KeyError:
@@ -120,7 +119,7 @@ def _fast_paths(moved: Dict[int, Tuple[int, int, int]], default: int, threshold:
 
     def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
         if type(ptr) is int is type(bytes) and (
-                alignment is _A256 or _FAST.get(alignment) is alignment):
+                alignment is DEFAULT_ALIGNMENT or FAST_ALIGNMENTS.get(alignment) is alignment):
             entry = moved_pop(ptr, None)   # the pop is the claim: one caller wins
             if entry is not None:
                 if entry[2] == bytes:
@@ -164,7 +163,6 @@ def _pool_paths(view: "PoolView", alignment: int, lowest: int, foreign: Dict[int
     deallocate_slow = view.deallocate_slow
     aligned_key = view.aligned_key
     largest = view.largest_aligned
-    A256 = _FAST[256]
     mask = alignment - 1
     lo = max(1, lowest)
     # size -> its list key, for the sizes served here only: the look-up is the range check
@@ -180,7 +178,8 @@ def _pool_paths(view: "PoolView", alignment: int, lowest: int, foreign: Dict[int
         return True
 
     def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
-        if type(bytes) is int and (alignment is A256 or _FAST.get(alignment) is alignment):
+        if type(bytes) is int and (alignment is DEFAULT_ALIGNMENT
+                                   or FAST_ALIGNMENTS.get(alignment) is alignment):
             try:
                 k = keys[bytes]
                 ptr: int = free[stream if type(stream) is int else
@@ -197,7 +196,8 @@ def _pool_paths(view: "PoolView", alignment: int, lowest: int, foreign: Dict[int
         return allocate_checked(bytes, alignment, stream)  # type: ignore[no-any-return]
 
     def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
-        if type(bytes) is int and (alignment is A256 or _FAST.get(alignment) is alignment):
+        if type(bytes) is int and (alignment is DEFAULT_ALIGNMENT
+                                   or FAST_ALIGNMENTS.get(alignment) is alignment):
             try:
                 k = keys[bytes]
                 ptr: int = sync_free[k].pop()
@@ -214,7 +214,7 @@ def _pool_paths(view: "PoolView", alignment: int, lowest: int, foreign: Dict[int
         size served here, goes to the pool's slow path (which files it on the aligned
         list), anything else to the adaptor's checked path."""
         if (type(ptr) is int and type(alignment) is int and not ptr & mask
-                and ptr not in foreign and _FAST.get(alignment) is alignment
+                and ptr not in foreign and FAST_ALIGNMENTS.get(alignment) is alignment
                 and served(bytes)):
             deallocate_slow(ptr, bytes, mask + 1,
                             SYNC if stream is SYNC else key(check_stream(stream)))
@@ -225,7 +225,7 @@ def _pool_paths(view: "PoolView", alignment: int, lowest: int, foreign: Dict[int
         known = _NONE
         try:
             if type(ptr) is int is type(bytes) and (
-                    alignment is A256 or _FAST[alignment] is alignment):
+                    alignment is DEFAULT_ALIGNMENT or FAST_ALIGNMENTS[alignment] is alignment):
                 k = keys[bytes]
                 lst = free[stream if type(stream) is int else stream._hipmr_handle][k]
                 known = live_pop(ptr)   # the pop is the claim: one caller wins
@@ -247,7 +247,7 @@ def _pool_paths(view: "PoolView", alignment: int, lowest: int, foreign: Dict[int
         known = _NONE
         try:
             if type(ptr) is int is type(bytes) and (
-                    alignment is A256 or _FAST[alignment] is alignment):
+                    alignment is DEFAULT_ALIGNMENT or FAST_ALIGNMENTS[alignment] is alignment):
                 k = keys[bytes]
                 lst = sync_free[k]
                 known = live_pop(ptr)

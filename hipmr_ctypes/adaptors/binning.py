@@ -19,8 +19,6 @@ __all__ = ["BinningResource"]
 _ROUTES_CACHED = 4096      # exact sizes whose record is remembered (then routed each time)
 # what the hot paths use, as globals rather than closure cells (every cell a closure uses is
 # copied into every call's frame)
-_FAST = FAST_ALIGNMENTS     # {a: a} for a in 1..256
-_A256 = _FAST[256]          # the default alignment: `is` spares the lookup
 _MISS = (KeyError, TypeError)  # a size not in the route cache / an unhashable alignment
 _NONE: Any = object()
 
@@ -296,7 +294,7 @@ class BinningResource(BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             try:  # a size whose route is known, an alignment of at most 256
-                if alignment is _A256 or _FAST[alignment] is alignment:
+                if alignment is DEFAULT_ALIGNMENT or FAST_ALIGNMENTS[alignment] is alignment:
                     record = routes[bytes]
                 else:
                     return _allocate_slow(books, bytes, alignment, stream)
@@ -323,7 +321,7 @@ class BinningResource(BoundAdaptor):
 
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             try:  # a size whose route is known, an alignment of at most 256
-                if alignment is _A256 or _FAST[alignment] is alignment:
+                if alignment is DEFAULT_ALIGNMENT or FAST_ALIGNMENTS[alignment] is alignment:
                     record = routes[bytes]
                 else:
                     return _allocate_slow(books, bytes, alignment, SYNC)
@@ -354,7 +352,8 @@ class BinningResource(BoundAdaptor):
                 if found[5] == bytes:
                     lists = found[4]
                     if (lists is not None and type(ptr) is int is type(bytes)
-                            and (alignment is _A256 or _FAST.get(alignment) is alignment)):
+                            and (alignment is DEFAULT_ALIGNMENT
+                                 or FAST_ALIGNMENTS.get(alignment) is alignment)):
                         lst = lists.streams.get(stream if type(stream) is int
                                                 else getattr(stream, "_hipmr_handle", None))
                         if lst is not None:  # a checked stream's: take the bin's claim
@@ -384,7 +383,8 @@ class BinningResource(BoundAdaptor):
                 if found[5] == bytes:
                     lists = found[4]
                     if (lists is not None and type(ptr) is int is type(bytes)
-                            and (alignment is _A256 or _FAST.get(alignment) is alignment)):
+                            and (alignment is DEFAULT_ALIGNMENT
+                                 or FAST_ALIGNMENTS.get(alignment) is alignment)):
                         bin_live = lists.live   # a fixed-size bin's lists, inline
                         known = bin_live.pop(ptr, _NONE)
                         if known == bytes:

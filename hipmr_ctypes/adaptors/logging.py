@@ -11,7 +11,7 @@ from .._locks import DeferringLock
 from ..properties import DEFAULT_ALIGNMENT
 from .._checks import check_args, check_free_args, check_stream
 from .._limits import MAX_ADDRESS
-from .._logheader import LOG_HEADER   # the first line of every log (RMM's header)
+from .._log.header import LOG_HEADER   # the first line of every log (RMM's header)
 from ._base import BoundAdaptor
 from ._checked import must_check_arguments, upstream_calls
 

@@ -60,7 +60,6 @@ _CLEAN: FrozenSet[Any] = frozenset()
 _NONE: Any = object()                    # "no such live block" (equal to no size)
 # What the fast paths use off their usual path, as globals rather than closure cells (every
 # cell is copied into every call's frame)
-_FAST = FAST_ALIGNMENTS           # {a: a} for a in 1..256; _FAST[True] is 1, not True
 _MISS = (KeyError, IndexError, TypeError)  # no list / empty list / unhashable argument
 # Free lists of blocks aligned to more than 256 (kept for frees with a larger alignment and
 # for AlignedResource over the pool): keyed in the same maps as the others, by a negative int
@@ -684,7 +683,6 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         sync_free = free[SYNC]
         live = arena.live
         live_pop = live.pop
-        A256 = _FAST[256]                 # the default alignment: `is` spares the lookup
         allocate_slow = arena.allocate_slow
         deallocate_slow = arena.deallocate_slow
         # the free lists are keyed by stream_key (only checked streams have an entry): a
@@ -704,7 +702,7 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         def allocate(bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
             if type(bytes) is int:
                 try:
-                    if _FAST[alignment] is alignment:
+                    if FAST_ALIGNMENTS[alignment] is alignment:
                         ptr = sync_free[bytes].pop()
                         live[ptr] = bytes
                         return ptr
@@ -715,7 +713,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         def deallocate(ptr: int, bytes: int, alignment: int = DEFAULT_ALIGNMENT) -> None:
             known = live_pop(ptr, _NONE) if type(ptr) is int else _NONE
             try:
-                if known == bytes and type(bytes) is int and _FAST[alignment] is alignment:
+                if (known == bytes and type(bytes) is int
+                        and FAST_ALIGNMENTS[alignment] is alignment):
                     sync_free[bytes].append(ptr)
                     return
             except _MISS:
@@ -726,7 +725,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
 
         def allocate_async(bytes: int, alignment: int, stream: Any) -> int:
             try:
-                if type(bytes) is int and (alignment is A256 or _FAST[alignment] is alignment):
+                if type(bytes) is int and (alignment is DEFAULT_ALIGNMENT
+                                           or FAST_ALIGNMENTS[alignment] is alignment):
                     ptr = free[stream if type(stream) is int else
                                stream._hipmr_handle][bytes].pop()
                     live[ptr] = bytes
@@ -741,8 +741,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
         def deallocate_async(ptr: int, bytes: int, alignment: int, stream: Any) -> None:
             known = _NONE
             try:
-                if type(ptr) is int is type(bytes) and (alignment is A256
-                                                         or _FAST[alignment] is alignment):
+                if type(ptr) is int is type(bytes) and (
+                        alignment is DEFAULT_ALIGNMENT or FAST_ALIGNMENTS[alignment] is alignment):
                     lst = free[stream if type(stream) is int else stream._hipmr_handle][bytes]
                     known = live_pop(ptr)   # the pop is the claim: one caller wins
                     if known == bytes:  # KeyError: a new stream or size

@@ -31,7 +31,7 @@ from mpi4py import MPI
 
 from .. import _hip
 from .._hip.native import mpi_gpu_queries
-from .._copies import check_writable
+from .._buffer.copies import check_writable
 from ..buffer import Buffer
 from ..resources.pinned import PinnedMemoryResource
 

@@ -33,7 +33,7 @@ import io
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .._logformat import LogEvent, read_log
+from .._log.format import LogEvent, read_log
 from .._memory_query import memory_device
 from ..adaptors.logging import LoggingResource
 from ..adaptors.pool import PoolResource, block_size

@@ -9,7 +9,7 @@ import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import HipError
-from .._logformat import LogColumns, read_columns
+from .._log.format import LogColumns, read_columns
 from ..logfile import replay
 from ._model import Source
 

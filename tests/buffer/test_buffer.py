@@ -13,7 +13,8 @@ import sys
 import pytest
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes import _dlpack, _hip
+from hipmr_ctypes import _hip
+from hipmr_ctypes._buffer import dlpack as _dlpack
 from hipmr_ctypes._hip.exceptions import HipError, OutOfMemoryError
 from hipmr_ctypes.buffer import Buffer
 from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
@@ -918,7 +919,7 @@ def test_concurrent_close_frees_exactly_once(emulator):
 
 def test_the_resource_check_is_cached_per_object_and_never_keeps_it_alive():
     import weakref
-    from hipmr_ctypes import _buffer_state as bm
+    from hipmr_ctypes._buffer import state as bm
     r = hmr.AsyncMemoryResource()
     pool = hmr.PoolResource(r)
     Buffer(64, resource=pool).close()
@@ -1005,7 +1006,7 @@ def test_buffer_of_the_current_device_follows_every_change_of_its_resource(emula
     it, and forgets both whenever the per-device table changes: each buffer comes from the
     resource set at the time, and a resource whose memory has no device of its own gets the
     current device every time."""
-    from hipmr_ctypes import _buffer_state as buffer_module
+    from hipmr_ctypes._buffer import state as buffer_module
     first, second = hmr.PoolResource(AsyncMemoryResource()), AsyncMemoryResource()
     recording = Recording(hmr.PoolResource(AsyncMemoryResource()))  # names no device
     previous = hmr.set_current_device_resource(first)

@@ -12,8 +12,9 @@ import weakref
 import pytest
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes import Buffer, _dlpack, _hip
-from hipmr_ctypes._foreign import ForeignMemory
+from hipmr_ctypes import Buffer, _hip
+from hipmr_ctypes._buffer import dlpack as _dlpack
+from hipmr_ctypes._buffer.foreign import ForeignMemory
 from hipmr_ctypes._hip.decls import DECL_BY_NAME
 
 from support import REPO, process_runtime

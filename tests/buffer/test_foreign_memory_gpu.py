@@ -228,7 +228,7 @@ def test_gpu_read_only_device_memory_stays_read_only(gpu_runtime):
     """A view of device memory its producer marked read-only: its CUDA Array Interface says
     ``(ptr, True)``, its versioned DLPack capsule carries the read-only flag, a legacy capsule
     and every write are refused, and the memory is unchanged."""
-    from hipmr_ctypes import _dlpack
+    from hipmr_ctypes._buffer import dlpack as _dlpack
     from test_foreign_memory import Producer, _flags
     device_type = _dlpack.kDLROCM if gpu_runtime.platform == "amd" else _dlpack.kDLCUDA
     buf = Buffer.from_host(bytes(range(256)))

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from hipmr_ctypes import _hugepages
+from hipmr_ctypes._buffer import hugepages as _hugepages
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes import _hip, _staging
+from hipmr_ctypes import _hip
+from hipmr_ctypes._buffer import staging as _staging
 from hipmr_ctypes.errors import HipError
 
 CHUNK = 4096

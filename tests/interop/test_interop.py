@@ -14,7 +14,7 @@ import weakref
 import pytest
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes import _dlpack
+from hipmr_ctypes._buffer import dlpack as _dlpack
 from hipmr_ctypes.buffer import Buffer
 from hipmr_ctypes.resources import (AsyncMemoryResource, DeviceMemoryResource,
                                     ManagedMemoryResource, get_current_device_resource,

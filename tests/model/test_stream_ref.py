@@ -413,7 +413,8 @@ def test_gpu_priority_device_and_default_streams(gpu_runtime):
 def test_the_per_thread_handle_is_named_once():
     import importlib
     module = importlib.import_module("hipmr_ctypes.stream_refs")
-    from hipmr_ctypes import _staging, _stream_order, _thread_exit
+    from hipmr_ctypes import _stream_order, _thread_exit
+    from hipmr_ctypes._buffer import staging as _staging
     from hipmr_ctypes.resources import async_memory
     assert module.PER_THREAD_HANDLE == 2 == stream_per_thread.handle
     for user in (_stream_order, _staging, _thread_exit, async_memory):

@@ -16,7 +16,7 @@ import pytest
 import hipmr_ctypes as hmr
 import hipmr_ctypes.plot as hplot
 from hipmr_ctypes.__main__ import main as cli_main
-from hipmr_ctypes._logformat import _events
+from hipmr_ctypes._log.format import _events
 from hipmr_ctypes.logfile import LOG_HEADER, LogEvent, iter_log, read_columns, read_log, replay
 
 from support import REPO, TESTS
@@ -500,7 +500,7 @@ def test_one_parser_reads_a_time_alike_in_bulk_and_line_by_line():
 
 
 def test_line_by_line_gives_the_events_before_a_bad_line_in_any_chunk(monkeypatch):
-    from hipmr_ctypes import _logformat
+    from hipmr_ctypes._log import format as _logformat
     monkeypatch.setattr(_logformat, "_CHUNK", 4)
     good = [f"1,00:00:{i:02d}.000000,allocate,{0x10 * (i + 1):#x},16,0" for i in range(10)]
     for bad, message in (("1,00:00:20.000000,grow,0x10,16,0", "unknown action"),

@@ -17,7 +17,8 @@ import types
 import pytest
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes import _hip, _staging
+from hipmr_ctypes import _hip
+from hipmr_ctypes._buffer import staging as _staging
 
 pytestmark = pytest.mark.reliability("copy_ownership_cases")
 

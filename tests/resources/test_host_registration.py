@@ -8,7 +8,8 @@ import mmap
 import pytest
 
 import hipmr_ctypes as hmr
-from hipmr_ctypes import _hip, _staging
+from hipmr_ctypes import _hip
+from hipmr_ctypes._buffer import staging as _staging
 from hipmr_ctypes._memory_query import pointer_kind
 
 

@@ -41,9 +41,9 @@ import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyDefault
-from .device import get_device, on_device_or_current
-from .stream_refs import PER_THREAD_HANDLE
+from .._hip.types import hipEventDisableTiming, hipHostMallocPortable, hipMemcpyDefault
+from ..device import get_device, on_device_or_current
+from ..stream_refs import PER_THREAD_HANDLE
 
 __all__ = ["THRESHOLD", "TO_HOST_THRESHOLD", "TO_EXISTING_HOST_THRESHOLD", "CHUNK", "SLOTS",
            "WORKERS", "MIN_PART", "threshold", "to_device", "to_host", "to_existing_host"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ._hip.native import madvise
+from .._hip.native import madvise
 
 #: below this the advice is not given (NumPy's own threshold).  Whether a fresh block is
 #: faulted in already depends on what the process freed before: glibc's ``malloc`` serves a

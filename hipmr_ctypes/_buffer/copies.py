@@ -15,22 +15,22 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
-from . import _hip
-from ._checks import check_stream
-from ._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
+from .. import _hip
+from .._checks import check_stream
+from .._hip.native import (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, Py_buffer,
                           PyByteArray_FromStringAndSize, PyBytes_AsString,
                           PyBytes_FromStringAndSize, PyObject_GetBuffer)
-from ._hip.types import hipMemcpyDefault
-from ._hugepages import advise as advise_huge_pages
-from ._memory_query import pointer_kind
-from . import _staging
-from .device import on_device_or_current
-from .stream_refs import stream_ref
+from .._hip.types import hipMemcpyDefault
+from .hugepages import advise as advise_huge_pages
+from .._memory_query import pointer_kind
+from . import staging as _staging
+from ..device import on_device_or_current
+from ..stream_refs import stream_ref
 
-#: a ``Buffer`` (not imported, even for type checkers: ``buffer`` imports this module)
-_Buffer = Any
+if TYPE_CHECKING:   # what is read of a Buffer (``buffer`` imports this module)
+    from .contract import BufferView
 
 __all__ = ["HostView", "readonly", "check_writable", "check_fits", "cai_source", "copy", "copy_in",
            "copy_to_host", "copy_from_device", "tobytes", "memset", "fill"]
@@ -75,22 +75,22 @@ class HostView:
             self._view = None
 
 
-def readonly(buf: _Buffer) -> bool:
+def readonly(buf: BufferView) -> bool:
     """True for a view of memory its producer marked read-only (foreign memory: the one
     answer every writer and every export of the memory asks)."""
-    foreign = sys.modules.get("hipmr_ctypes._foreign")
+    foreign = sys.modules.get("hipmr_ctypes._buffer.foreign")
     return foreign is not None and foreign.readonly(buf)
 
 
-def check_writable(buf: _Buffer, what: str) -> None:
+def check_writable(buf: BufferView, what: str) -> None:
     """BufferError for a view of memory its producer marked read-only (foreign memory, whose
     module is loaded by the first such view)."""
-    foreign = sys.modules.get("hipmr_ctypes._foreign")
+    foreign = sys.modules.get("hipmr_ctypes._buffer.foreign")
     if foreign is not None:
         foreign.check_writable(buf, what)
 
 
-def check_fits(buf: _Buffer, n: int, what: str) -> None:
+def check_fits(buf: BufferView, n: int, what: str) -> None:
     """ValueError when ``n`` bytes of ``what`` do not fit in ``buf``."""
     if n > buf._size:
         raise ValueError(f"{what} has {n} bytes, more than the buffer's {buf._size}")
@@ -130,7 +130,7 @@ def cai_source(obj: Any) -> Tuple[int, int, Optional[int]]:
 _OWN: Any = object()   # copy's default device: the buffer's own
 
 
-def _sync_copy(buf: _Buffer, dst: int, src: int, n: int, host: bool,
+def _sync_copy(buf: BufferView, dst: int, src: int, n: int, host: bool,
                peer: Optional[Tuple[int, int]], device: Optional[int],
                device_to_device: bool = False, staged: Any = None) -> None:
     """A synchronous copy ordered after the work on the buffer's stream, made with
@@ -205,7 +205,7 @@ def wait_out(handle: int) -> None:
             pass
 
 
-def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
+def copy(buf: BufferView, dst: int, src: int, n: int, stream: Any, host: bool,
          peer: Optional[Tuple[int, int]] = None, device: Any = _OWN,
          device_to_device: bool = False, staged: Any = None) -> None:
     """Copy ``n`` bytes for ``buf``; ``peer`` = (destination device, source device) for a copy
@@ -236,7 +236,7 @@ def copy(buf: _Buffer, dst: int, src: int, n: int, stream: Any, host: bool,
                 raise
 
 
-def copy_in(buf: _Buffer, view: HostView, stream: Any) -> None:
+def copy_in(buf: BufferView, view: HostView, stream: Any) -> None:
     """Copy the host object of ``view`` into the start of ``buf``."""
     ptr = buf._live()
     check_fits(buf, view.nbytes, "obj")
@@ -244,7 +244,7 @@ def copy_in(buf: _Buffer, view: HostView, stream: Any) -> None:
         copy(buf, ptr, address, n, stream, buf._state.host_only, staged=_staging.to_device)
 
 
-def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
+def copy_to_host(buf: BufferView, out: Any, stream: Any) -> Any:
     """``Buffer.copy_to_host``."""
     ptr = buf._live()
     buf._own_stream()
@@ -272,8 +272,8 @@ def copy_to_host(buf: _Buffer, out: Any, stream: Any) -> Any:
 _DONE_ON_RETURN = frozenset(("pinned", "host"))
 
 
-def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int, n: int,
-                     stream: Any, host: bool, src_device: Optional[int],
+def copy_from_device(buf: BufferView, ptr: int, source: Optional[BufferView], src: int,
+                     n: int, stream: Any, host: bool, src_device: Optional[int],
                      src_kind: Optional[str] = None) -> None:
     """Copy ``n`` bytes at ``src`` (of the Buffer ``source``, or of a CAI object: None) to
     ``ptr``, the start of ``buf``; ``src_device``: the source's device when it is device
@@ -309,7 +309,7 @@ def copy_from_device(buf: _Buffer, ptr: int, source: Optional[_Buffer], src: int
          device_to_device=not host and dst_kind not in _DONE_ON_RETURN and src_kind != "pinned")
 
 
-def tobytes(buf: _Buffer, stream: Any) -> bytes:
+def tobytes(buf: BufferView, stream: Any) -> bytes:
     """``Buffer.tobytes``: the copy lands in the new ``bytes`` object itself."""
     ptr = buf._live()
     buf._own_stream()
@@ -333,7 +333,7 @@ def tobytes(buf: _Buffer, stream: Any) -> bytes:
 
 # ---- patterns ----------------------------------------------------------------------------------
 
-def memset(buf: _Buffer, value: Any, stream: Any) -> None:
+def memset(buf: BufferView, value: Any, stream: Any) -> None:
     """``Buffer.memset``."""
     ptr = buf._live()
     check_writable(buf, "memset")
@@ -365,7 +365,7 @@ _WIDTHS = {1: ("hipMemsetD8", "hipMemsetD8Async"), 2: ("hipMemsetD16", "hipMemse
            4: ("hipMemsetD32", "hipMemsetD32Async")}
 
 
-def fill(buf: _Buffer, value: Any, width: Any, stream: Any) -> None:
+def fill(buf: BufferView, value: Any, width: Any, stream: Any) -> None:
     """``Buffer.fill``: every argument checked before any native call."""
     ptr = buf._live()
     if isinstance(width, bool) or not isinstance(width, int):

@@ -29,7 +29,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_int32, c_int64, c_uint8,
                     c_uint16, c_uint32, c_uint64, c_void_p)
 from typing import Any, Dict, Tuple
 
-from ._hip.native import (PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New, Py_IncRef,
+from .._hip.native import (PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New, Py_IncRef,
                           strdup)
 
 __all__ = ["kDLCPU", "kDLCUDA", "kDLCUDAHost", "kDLROCM", "kDLROCMHost", "kDLCUDAManaged",

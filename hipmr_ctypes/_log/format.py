@@ -17,10 +17,11 @@ import math
 import operator
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, TextIO, Tuple, Union
+from typing import (Dict, Generic, Iterable, Iterator, List, NamedTuple, Optional, TextIO, Tuple,
+                    TypeVar, Union)
 
-from ._limits import MAX_ADDRESS  # the largest size, pointer, stream or thread id of a line
-from ._logheader import LOG_HEADER   # the writer's header, spelled once
+from .._limits import MAX_ADDRESS  # the largest size, pointer, stream or thread id of a line
+from .header import LOG_HEADER   # the writer's header, spelled once
 
 __all__ = ["LOG_HEADER", "ACTIONS", "MAX_SECONDS", "LogEvent", "LogSource", "LogColumns",
            "read_log", "read_columns", "iter_log", "Pairing"]
@@ -182,7 +183,9 @@ def _parse_rows(chunk: _Chunk, unwrap: _Unwrap) -> Tuple[List[LogEvent], Optiona
     raise AssertionError("a chunk that fails has a line that fails")  # pragma: no cover
 
 
-def _open(source: LogSource) -> Any:
+def _open(source: LogSource) -> Optional[TextIO]:
+    """The file a path names, opened here (the caller closes it); None for a source that is
+    already a text file or events."""
     if isinstance(source, (str, os.PathLike)):
         return open(source, newline="", encoding="utf-8", errors="replace")
     if isinstance(source, (bytes, bytearray)):
@@ -367,23 +370,27 @@ def read_log(source: LogSource) -> List[LogEvent]:
     return read_columns(source).events()
 
 
-class Pairing:
+#: what a :class:`Pairing` remembers an allocation under (``replay``: the new pointer)
+_K = TypeVar("_K")
+
+
+class Pairing(Generic[_K]):
     """Matches each ``free`` with the live ``allocate`` of the same pointer and size (the
     rule ``logfile.replay`` and the plots share).  ``allocate(key, ptr, size)`` remembers an
     allocation under ``key``; ``free(ptr, size)`` returns the key of its allocation, or None
     for a free without one."""
 
     def __init__(self) -> None:
-        self.live: Dict[int, List[Tuple[Any, int]]] = {}
+        self.live: Dict[int, List[Tuple[_K, int]]] = {}
 
-    def allocate(self, key: Any, ptr: int, size: int) -> None:
+    def allocate(self, key: _K, ptr: int, size: int) -> None:
         entries = self.live.get(ptr)
         if entries is None:
             self.live[ptr] = [(key, size)]
         else:
             entries.append((key, size))
 
-    def free(self, ptr: int, size: int) -> Optional[Any]:
+    def free(self, ptr: int, size: int) -> Optional[_K]:
         entries = self.live.get(ptr)
         if entries is None:
             return None
@@ -395,7 +402,7 @@ class Pairing:
                 return key
         return None
 
-    def remaining(self) -> Iterator[Tuple[Any, int]]:
+    def remaining(self) -> Iterator[Tuple[_K, int]]:
         """``(key, size)`` of every allocation still live."""
         for entries in self.live.values():
             yield from entries

@@ -9,10 +9,10 @@ import ctypes
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict
 
-#: a ``Buffer`` (not imported, even for type checkers: ``buffer`` imports this module)
-_Buffer = Any
+if TYPE_CHECKING:   # what is read of a Buffer (``buffer`` imports this module)
+    from .contract import BufferView
 
 __all__ = ["viewed", "host_view", "buffer_export"]
 
@@ -44,12 +44,12 @@ def _forget(key: int) -> Callable[[Any], None]:
     return forget
 
 
-def viewed(buf: Any) -> bool:
+def viewed(buf: object) -> bool:
     """True while a memoryview from :func:`host_view` (or ``memoryview(buf)``) is alive."""
     return bool(_views.get(id(buf)))
 
 
-def host_view(buf: _Buffer, readonly: bool = False) -> memoryview:
+def host_view(buf: BufferView, readonly: bool = False) -> memoryview:
     """``Buffer.host_view``: a 1-D ``B`` memoryview over host-accessible memory."""
     if not isinstance(readonly, bool):
         raise TypeError(f"readonly must be a bool, not {type(readonly).__name__}")
@@ -58,8 +58,8 @@ def host_view(buf: _Buffer, readonly: bool = False) -> memoryview:
     if kind not in _HOST_READABLE:
         raise BufferError(f"this Buffer holds {kind} memory, which the CPU cannot read: copy "
                           "it to the host (buf.tobytes(), buf.copy_to_host()) instead")
-    if not readonly:   # a view of memory its DLPack producer marked read-only (_foreign)
-        foreign = sys.modules.get("hipmr_ctypes._foreign")
+    if not readonly:   # a view of memory its DLPack producer marked read-only (foreign.py)
+        foreign = sys.modules.get("hipmr_ctypes._buffer.foreign")
         readonly = foreign is not None and foreign.readonly(buf)
     size = buf._size
     array: Any = (ctypes.c_ubyte * size).from_address(ptr) if size else (ctypes.c_ubyte * 0)()
@@ -79,7 +79,7 @@ def host_view(buf: _Buffer, readonly: bool = False) -> memoryview:
 PyBUF_WRITABLE = 0x0001
 
 
-def buffer_export(buf: _Buffer, flags: int) -> memoryview:
+def buffer_export(buf: BufferView, flags: int) -> memoryview:
     """``Buffer.__buffer__`` (Python 3.12+)."""
     view = host_view(buf)
     if view.readonly and flags & PyBUF_WRITABLE:

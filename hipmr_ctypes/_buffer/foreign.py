@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import weakref
 from ctypes import CFUNCTYPE, c_void_p
-from typing import Any, Callable, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar
 
-from . import _hip
-from . import _dlpack as dl
-from ._checks import MAX_SIZE, check_ptr, check_size, check_stream
-from ._limits import MAX_ADDRESS
-from ._memory_query import pointer_kind
-from ._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
-from .device import check_device, on_device_or_current
-from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
-from .resource_refs import async_resource_ref
-from .stream_refs import stream_ref
+from .. import _hip
+from . import dlpack as dl
+from .._checks import MAX_SIZE, check_ptr, check_size, check_stream
+from .._limits import MAX_ADDRESS
+from .._memory_query import pointer_kind
+from .._hip.native import PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName, strdup
+from ..device import check_device, on_device_or_current
+from ..properties import DEFAULT_ALIGNMENT, _declared, device_accessible, host_accessible
+from ..resource_refs import async_resource_ref
+from ..stream_refs import stream_ref
+
+if TYPE_CHECKING:   # what is read of a Buffer (``buffer`` imports this module)
+    from .contract import BufferView
 
 __all__ = ["ForeignMemory", "from_handle", "from_dlpack", "readonly", "check_writable",
            "move_owner"]
@@ -123,7 +126,7 @@ def _stream_and_keep(stream: Any) -> Tuple[int, Any]:
     return handle, (None if type(stream) in (int, stream_ref) else stream)
 
 
-_owners: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_owners: "weakref.WeakKeyDictionary[object, Any]" = weakref.WeakKeyDictionary()
 
 
 def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any, stream: Any,
@@ -166,7 +169,7 @@ def from_handle(ptr: Any, size: Any, owner: Any, resource: Any, device: Any, str
     return buf
 
 
-def move_owner(old: Any, new: Any) -> None:
+def move_owner(old: object, new: object) -> None:
     """``old.release()`` moved its memory into ``new``: the ``owner`` given to
     ``from_handle(..., resource=r)`` for it is held by ``new`` from now on."""
     owner = _owners.pop(old, None)
@@ -176,7 +179,7 @@ def move_owner(old: Any, new: Any) -> None:
 
 # ---- DLPack import -------------------------------------------------------------------------
 
-# never freed: a capsule keeps its name's char* (see _dlpack)
+# never freed: a capsule keeps its name's char* (see dlpack.py)
 _USED = strdup(b"used_dltensor")
 _USED_VERSIONED = strdup(b"used_dltensor_versioned")
 _DELETER_T = CFUNCTYPE(None, c_void_p)
@@ -294,13 +297,13 @@ def from_dlpack(obj: Any, build: Callable[..., _B]) -> _B:
         raise
 
 
-def readonly(buf: Any) -> bool:
+def readonly(buf: BufferView) -> bool:
     """Whether ``buf`` views memory its producer marked read-only."""
     ref = buf._ref
     return type(ref) is ForeignMemory and ref.readonly
 
 
-def check_writable(buf: Any, what: str) -> None:
+def check_writable(buf: BufferView, what: str) -> None:
     """BufferError for a view of memory its producer marked read-only."""
     if readonly(buf):
         raise BufferError(f"Buffer.{what}: this Buffer views read-only memory (its DLPack "

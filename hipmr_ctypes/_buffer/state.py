@@ -22,11 +22,11 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ._memory_query import memory_device
-from .device import current_device_function as _current_device
-from .properties import DEFAULT_ALIGNMENT, _declared, device_accessible
-from .resource_refs import async_resource_ref
-from .resources import get_per_device_resource, per_device_cache, remember_per_device
+from .._memory_query import memory_device
+from ..device import current_device_function as _current_device
+from ..properties import DEFAULT_ALIGNMENT, _declared, device_accessible
+from ..resource_refs import async_resource_ref
+from ..resources import get_per_device_resource, per_device_cache, remember_per_device
 
 class _State:
     """What a buffer knows beyond its address, size, resource and stream."""
