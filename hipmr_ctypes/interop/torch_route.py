@@ -326,9 +326,9 @@ class Route:
                 setattr(memory, name, routed)
         if self.newest_first:
             routed_end.__wrapped__ = end_pool  # type: ignore[attr-defined]
-            torch._C._cuda_endAllocateToPool = routed_end
+            setattr(torch._C, "_cuda_endAllocateToPool", routed_end)
             if getattr(memory, "_cuda_endAllocateToPool", None) is end_pool:
-                memory._cuda_endAllocateToPool = routed_end
+                setattr(memory, "_cuda_endAllocateToPool", routed_end)
 
         routed_capture_begin.__wrapped__ = capture_begin  # type: ignore[attr-defined]
         routed_capture_end.__wrapped__ = capture_end  # type: ignore[attr-defined]
