@@ -12,9 +12,9 @@ chooses its allocator once per process:
 * ``train``: training steps of a transformers Llama-style model (``LlamaConfig(hidden_size=
   1024, num_hidden_layers=8, num_attention_heads=16, vocab_size=32000)``, its other fields
   the defaults, random weights from a fixed seed), ``--batch`` sequences of ``--seq`` tokens
-  (one fixed batch), bf16 autocast, AdamW, in deterministic mode
-  (``torch.use_deterministic_algorithms(True)``, ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, fixed
-  seeds), one child per variant and round, the variants taking turns:
+  (one fixed batch), ``--attn`` attention (``sdpa``), bf16 autocast, AdamW, in deterministic
+  mode (``torch.use_deterministic_algorithms(True)``, ``CUBLAS_WORKSPACE_CONFIG=:4096:8``,
+  fixed seeds), one child per variant and round, the variants taking turns:
 
   - ``native``: PyTorch's caching allocator as PyTorch ships;
   - ``use``: ``interop.torch.use()`` (the default route, the per-device resource);
@@ -86,7 +86,8 @@ def _no_device() -> Optional[str]:
     return None
 
 
-def train_child(variant: str, steps: int, warmup: int, batch: int, seq: int) -> Dict[str, Any]:
+def train_child(variant: str, steps: int, warmup: int, batch: int, seq: int,
+                attn: str) -> Dict[str, Any]:
     """One training variant in this process: every step's ms and loss."""
     sys.path.insert(0, REPO)
     problem = _no_device()
@@ -112,7 +113,7 @@ def train_child(variant: str, steps: int, warmup: int, batch: int, seq: int) -> 
     if (backend == "cudaMallocAsync") != (variant == "cudaMallocAsync"):
         return {"error": f"PyTorch's allocator backend is {backend!r} (PYTORCH_CUDA_ALLOC_CONF="
                          f"{os.environ.get('PYTORCH_CUDA_ALLOC_CONF')!r})"}
-    config = transformers.LlamaConfig(**LLAMA)
+    config = transformers.LlamaConfig(**LLAMA, attn_implementation=attn)
     with torch.device("cuda"):   # the random weights made on the device (from its seed)
         model = transformers.LlamaForCausalLM(config)
     model.train()
@@ -124,10 +125,13 @@ def train_child(variant: str, steps: int, warmup: int, batch: int, seq: int) -> 
     for i in range(warmup + steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=tokens, labels=tokens).loss
-        loss.backward()
-        opt.step()
+        try:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=tokens, labels=tokens).loss
+            loss.backward()
+            opt.step()
+        except RuntimeError as exc:   # e.g. an operation without a deterministic kernel
+            return {"error": f"step {i}: {type(exc).__name__}: {exc} (try --attn eager)"}
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         t1 = time.perf_counter()
@@ -183,7 +187,8 @@ def run_train(args: argparse.Namespace) -> Dict[str, Any]:
         try:
             return run_child(__file__, ["--child", f"train:{variant}", "--steps",
                                         str(args.steps), "--warmup", str(args.warmup),
-                                        "--batch", str(args.batch), "--seq", str(args.seq)],
+                                        "--batch", str(args.batch), "--seq", str(args.seq),
+                                        "--attn", args.attn],
                              env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8",
                                   **TRAIN_ENV.get(variant, {})})
         except ChildFailed as exc:
@@ -205,7 +210,7 @@ def run_train(args: argparse.Namespace) -> Dict[str, Any]:
                      f"{statistics.median(r['device_used_bytes'] for r in runs[v]) / 2**30:.1f}"
                      f" GiB"] for v in TRAIN_VARIANTS])
     return {"median_ms": median, "losses_identical": identical, "runs": runs,
-            "model": LLAMA, "batch": args.batch, "seq": args.seq, "steps": args.steps,
+            "model": LLAMA, "attn": args.attn, "batch": args.batch, "seq": args.seq, "steps": args.steps,
             "warmup": args.warmup, "rounds": args.rounds}
 
 
@@ -275,6 +280,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="training steps before the timed ones (default 5)")
     parser.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
     parser.add_argument("--seq", type=int, default=512, help="tokens per sequence (default 512)")
+    parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"),
+                        help="the model's attention (transformers' attn_implementation; "
+                             "default sdpa)")
     parser.add_argument("--alloc-pairs", type=int, default=20000,
                         help="CuPy / Numba allocations per timed loop (default 20000)")
     parser.add_argument("--alloc-repeats", type=int, default=7,
@@ -295,7 +303,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--warmup must not be negative")
     if args.child:
         if args.child.startswith("train:") and args.child[6:] in TRAIN_VARIANTS:
-            got = train_child(args.child[6:], args.steps, args.warmup, args.batch, args.seq)
+            got = train_child(args.child[6:], args.steps, args.warmup, args.batch, args.seq,
+                              args.attn)
         elif args.child == "alloc":
             got = alloc_child(args.alloc_pairs, args.alloc_repeats)
         else:
