@@ -610,6 +610,62 @@ def test_gpu_cupy_allocator(gpu_runtime):
 
 
 @pytest.mark.gpu
+def test_gpu_cupy_and_numba_over_a_pool_serve_its_blocks(gpu_runtime):
+    """CuPy and Numba over a PoolResource (the per-device resource and a pinned one): the
+    hooks take and give back the pool's free blocks themselves on real streams; the values
+    are right, a block freed on a stream comes back for that stream and size, and the pool's
+    live table is empty once every array is gone."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("numba.cuda")
+    out = run_python("""
+        import gc
+        import numpy as np
+        import cupy
+        from numba import cuda
+        import hipmr_ctypes as hmr
+        from hipmr_ctypes.interop.cupy import allocator
+        pool = hmr.PoolResource(hmr.AsyncMemoryResource(), "64MiB")
+        hmr.set_current_device_resource(pool)
+        live = pool._fast_view().live
+        for make in (allocator(), allocator(pool)):
+            cupy.cuda.set_allocator(make)
+            a = cupy.arange(1 << 20, dtype=cupy.float32)
+            first = a.data.ptr
+            del a
+            b = cupy.zeros(1 << 20, dtype=cupy.float32)    # the same stream and size
+            assert b.data.ptr == first and first in live
+            b += cupy.arange(1 << 20, dtype=cupy.float32)
+            assert float((b * 2).sum()) == float(sum(range(1 << 20)) * 2)
+            with cupy.cuda.Stream(non_blocking=True) as s:
+                c = cupy.ones(1000, dtype=cupy.int64) * 3
+                assert int(c.sum()) == 3000
+                s.synchronize()
+                del c
+            del b
+            gc.collect()
+            cupy.cuda.Device().synchronize()
+            assert live == {}, live
+        cupy.cuda.set_allocator(None)
+        host = np.arange(100_000, dtype=np.float64)
+        dev = cuda.to_device(host)
+        ptr = dev.device_ctypes_pointer.value
+        assert (dev.copy_to_host() == host).all() and ptr in live
+        del dev
+        gc.collect()
+        again = cuda.to_device(host)
+        assert again.device_ctypes_pointer.value == ptr and (again.copy_to_host() == host).all()
+        del again
+        gc.collect()
+        cuda.synchronize()
+        assert live == {}, live
+        pool.release()
+        print("ok")
+    """, NUMBA_CUDA_MEMORY_MANAGER="hipmr_ctypes.interop.numba")
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert out.stdout.strip().endswith("ok")
+
+
+@pytest.mark.gpu
 def test_gpu_cupy_array_interface_and_dlpack(gpu_runtime):
     cupy = pytest.importorskip("cupy")
     n = 1 << 16
