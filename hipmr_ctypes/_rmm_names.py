@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-__all__ = ["attribute_hint", "stream_as_alignment_hint"]
+__all__ = ["attribute_hint", "keyword_hint", "stream_as_alignment_hint"]
 
 #: RMM's name -> what to write here
 _NAMES = {
@@ -42,6 +42,13 @@ def attribute_hint(module: str, name: str) -> Optional[str]:
         return None
     return (f"module {module!r} has no attribute {name!r}: for RMM's {name} write {ours}; "
             f"docs/porting.md lists RMM's names and ours")
+
+
+def keyword_hint(call: str, rmm: str, ours: str) -> str:
+    """The message of the ``TypeError`` for RMM's keyword ``rmm`` passed to ``call``, whose
+    keyword for the same is ``ours``."""
+    return (f"{call} got RMM's keyword {rmm}=: write {ours}= (docs/porting.md lists RMM's "
+            f"names and ours)")
 
 
 def stream_as_alignment_hint(value: Any, name: str) -> Optional[str]:

@@ -10,6 +10,8 @@
   that raises is reported as ``"failed: ..."`` and the others go on.
 * :data:`FLOOR` / :func:`floor_loop`: two plain Python calls per operation, the least an
   allocate + deallocate pair can cost from Python (the ``x floor`` column of the tables).
+* :func:`run_child`: one variant of a benchmark in a child process of its own (what a
+  framework chooses once per process, its allocator, needs), answering one JSON line.
 * :func:`print_rows`, :func:`markdown_table` and :func:`save_json`: the tables and the
   ``--json`` file.
 
@@ -21,13 +23,16 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["FLOOR", "floor_loop", "take_turns", "seconds_per_call", "ns_per_op", "print_rows",
-           "markdown_table", "save_json"]
+__all__ = ["FLOOR", "floor_loop", "take_turns", "seconds_per_call", "ns_per_op", "ChildFailed",
+           "run_child", "print_rows", "markdown_table", "save_json"]
 
 #: the floor row's name
 FLOOR = "two plain Python calls (floor)"
@@ -119,6 +124,33 @@ def ns_per_op(loops: Mapping[str, Tuple[Loop, int]], rounds: int, *, warmup: int
             out[name] = statistics.median(values)
     out.update(failed)
     return out
+
+
+class ChildFailed(Exception):
+    """A child process said why it could not measure (or died saying nothing useful)."""
+
+
+def run_child(script: str, args: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
+              timeout: float = 600) -> Dict[str, Any]:
+    """Run ``python script *args`` (``env``: variables added to this process's environment)
+    and return the JSON object its last line of output is.  :class:`ChildFailed` with the
+    object's ``"error"``, or with the exit status and the end of the child's stderr when its
+    last line is no JSON object."""
+    full = None if env is None else dict(os.environ, **env)
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(script), *args],
+                              capture_output=True, text=True, timeout=timeout, env=full)
+    except subprocess.TimeoutExpired:
+        raise ChildFailed(f"no answer within {timeout:g} s") from None
+    try:
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        got = None
+    if not isinstance(got, dict):
+        raise ChildFailed(f"exit {done.returncode}: {done.stderr.strip()[-2000:]}")
+    if "error" in got:
+        raise ChildFailed(str(got["error"]))
+    return got
 
 
 def print_rows(header: str, rows: Mapping[str, float], width: int = 44,

@@ -186,6 +186,7 @@ _EVERYDAY: List[Any] = []
 CUPY_OURS = "CuPy allocator of ours: cupy.cuda.alloc + drop (current resource = pool)"
 CUPY_OURS_PINNED = "CuPy allocator of ours: cupy.cuda.alloc + drop (allocator(pool))"
 NUMBA_OURS = "Numba EMM plugin of ours: memalloc + drop (current resource = pool)"
+NUMBA_OWN = "Numba's own memory manager: memalloc + drop"
 CUPY_POOL = "CuPy MemoryPool (cupy.cuda.alloc)"
 
 
@@ -271,9 +272,18 @@ def everyday(size: int) -> Dict[str, Any]:
         loops["async_resource_ref[device_accessible](StatisticsResource) (one ref)"] = \
             make_ref(stats)
         loops["_keep_stats"] = stats
-    # The hooks, timed exactly as CuPy's own pool is in peers(): an allocation as CuPy makes
-    # it (cupy.cuda.alloc, which calls the allocator set) and the MemoryPointer dropped (freed
-    # when CuPy lets it go); each loop sets its allocator first (the loops take turns).
+    loops.update(interop_loops(size, pool))
+    return loops
+
+
+def interop_loops(size: int, pool: Any) -> Dict[str, Any]:
+    """The interop hooks' rows, timed exactly as CuPy's own pool is in
+    :func:`cupy_pool_loops`: an allocation as CuPy makes it (``cupy.cuda.alloc``, which calls
+    the allocator set) and the ``MemoryPointer`` dropped (freed when CuPy lets it go), each
+    loop setting its allocator first (the loops take turns); Numba's plugin and Numba's own
+    memory manager: ``memalloc`` and the pointer dropped.  ``pool`` must be the current device
+    resource.  A framework that does not import gives a ``"missing: ..."`` row."""
+    loops: Dict[str, Any] = {}
     try:
         import cupy
         from hipmr_ctypes.interop.cupy import allocator
@@ -304,25 +314,22 @@ def everyday(size: int) -> Dict[str, Any]:
                 m = memalloc(size)
                 del m
         loops[NUMBA_OURS] = numba_ours
+
+        def numba_own(n):  # the context's own manager (Numba's, deferred frees included)
+            memalloc = ctx.memalloc
+            for _ in range(n):
+                m = memalloc(size)
+                del m
+        loops[NUMBA_OWN] = numba_own
     except Exception as exc:  # noqa: BLE001
         loops[NUMBA_OURS] = f"missing: {exc}"
     return loops
 
 
-def ours_slow(size: int) -> Dict[str, Callable[[int], None]]:
-    loops = {}
-    dmr = hmr.DeviceMemoryResource()
-
-    def dev_loop(n):
-        for _ in range(n):
-            p = dmr.allocate(size)
-            dmr.deallocate(p, size)
-    loops["DeviceMemoryResource (hipMalloc/hipFree)"] = dev_loop
-    return loops
-
-
-def peers(size: int) -> Dict[str, Callable[[int], None]]:
-    loops: Dict[str, Callable[[int], None]] = {}
+def cupy_pool_loops(size: int) -> Dict[str, Any]:
+    """CuPy's own pools: ``MemoryPool`` through ``cupy.cuda.alloc`` (as the hooks' rows) and
+    ``MemoryAsyncPool.malloc``, each allocation dropped."""
+    loops: Dict[str, Any] = {}
     try:
         import cupy
         mp = cupy.cuda.MemoryPool()
@@ -344,9 +351,27 @@ def peers(size: int) -> Dict[str, Callable[[int], None]]:
                     del m
             loops["CuPy MemoryAsyncPool"] = cupy_async
         except Exception as exc:  # noqa: BLE001
-            loops["CuPy MemoryAsyncPool"] = f"missing: {exc}"  # type: ignore[assignment]
+            loops["CuPy MemoryAsyncPool"] = f"missing: {exc}"
     except Exception as exc:  # noqa: BLE001
-        loops[CUPY_POOL] = f"missing: {exc}"  # type: ignore[assignment]
+        loops[CUPY_POOL] = f"missing: {exc}"
+    return loops
+
+
+def ours_slow(size: int) -> Dict[str, Callable[[int], None]]:
+    loops = {}
+    dmr = hmr.DeviceMemoryResource()
+
+    def dev_loop(n):
+        for _ in range(n):
+            p = dmr.allocate(size)
+            dmr.deallocate(p, size)
+    loops["DeviceMemoryResource (hipMalloc/hipFree)"] = dev_loop
+    return loops
+
+
+def peers(size: int) -> Dict[str, Callable[[int], None]]:
+    loops: Dict[str, Callable[[int], None]] = {}
+    loops.update(cupy_pool_loops(size))
     try:
         import rmm
         import rmm.mr
@@ -611,6 +636,7 @@ def print_table(results, floor, meta, frag) -> None:
               ("TrackingResource over PoolResource", "RMM TrackingResourceAdaptor over its pool"),
               ("Buffer over PoolResource, create + close", "RMM DeviceBuffer on the pool"),
               (CUPY_OURS, CUPY_POOL), (CUPY_OURS_PINNED, CUPY_POOL), (NUMBA_OURS, CUPY_POOL),
+              (NUMBA_OURS, NUMBA_OWN),
               ("AsyncMemoryResource direct",
                "raw ctypes hipMallocFromPoolAsync/hipFreeAsync (same pool)"),
               ("AsyncMemoryResource direct", "raw ctypes hipMallocFromPoolAsync/hipFreeAsync, "

@@ -27,24 +27,21 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from typing import Any, Callable, Dict
 
-from _timing import ns_per_op, save_json, take_turns
+from _timing import ChildFailed, ns_per_op, run_child, save_json, take_turns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (256, 64 << 10, 1 << 20, 16 << 20)
 VARIANTS = ("pytorch", "ours", "allocator", "mem_pool")
+#: the goal: ``ours`` at most this many times ``pytorch`` per tensor
+GOAL = 1.1
 
 
 def _name(size: int) -> str:
     return f"{size >> 20} MiB" if size >= 1 << 20 else (
         f"{size >> 10} KiB" if size >= 1 << 10 else f"{size} B")
-
-
-class _ChildFailed(Exception):
-    """A child process said why it could not measure."""
 
 
 def child(variant: str, pairs: int, repeats: int) -> Dict[str, Any]:
@@ -83,6 +80,42 @@ def child(variant: str, pairs: int, repeats: int) -> Dict[str, Any]:
     return result
 
 
+def measure(pairs: int, repeats: int, rounds: int) -> Dict[str, Any]:
+    """Every variant in its own child process, taking turns over ``rounds`` rounds: the
+    median ns per pair of each variant and size (over the rounds), ``ours``' ratio to
+    ``pytorch`` per size, and every run.  :class:`_timing.ChildFailed` naming the variant
+    when one could not measure."""
+    def one(variant: str) -> Dict[str, Any]:
+        try:
+            return run_child(__file__, ["--child", variant, "--pairs", str(pairs),
+                                        "--repeats", str(repeats)])
+        except ChildFailed as exc:
+            raise ChildFailed(f"{variant}: {exc}") from None
+    runs = take_turns({v: (lambda v=v: one(v)) for v in VARIANTS}, rounds)
+    table = {v: {str(s): statistics.median(r[str(s)] for r in runs[v]) for s in SIZES}
+             for v in VARIANTS}
+    ratios = {str(s): table["ours"][str(s)] / table["pytorch"][str(s)] for s in SIZES}
+    return {"ns_per_pair": table, "ratio_ours_to_pytorch": ratios, "runs": runs,
+            "torch": runs["pytorch"][0]["torch"], "pairs": pairs, "repeats": repeats,
+            "rounds": rounds}
+
+
+def report(result: Dict[str, Any]) -> None:
+    """Print :func:`measure`'s table and whether the goal is met."""
+    table, ratios = result["ns_per_pair"], result["ratio_ours_to_pytorch"]
+    print(f"PyTorch {result['torch']}, platform "
+          f"{os.environ.get('HIPMR_PLATFORM', 'amd')}: median ns per torch.empty + del "
+          f"({result['rounds']} rounds x {result['repeats']} loops x {result['pairs']} pairs)")
+    print(f"{'size':>8} | {'pytorch':>9} | {'ours':>9} | {'allocator':>9} | {'mem_pool':>9} "
+          f"| ours/pytorch")
+    for s in SIZES:
+        p, o, a, m = (table[v][str(s)] for v in VARIANTS)
+        print(f"{_name(s):>8} | {p:9,.0f} | {o:9,.0f} | {a:9,.0f} | {m:9,.0f} "
+              f"| {ratios[str(s)]:.2f}x")
+    print(f"goal (ours at most {GOAL}x pytorch):",
+          "met" if max(ratios.values()) <= GOAL else "NOT met")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20000)
@@ -94,39 +127,13 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(args.child, args.pairs, args.repeats)))
         return 0
-
-    def run_child(variant: str) -> Dict[str, Any]:
-        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", variant,
-                               "--pairs", str(args.pairs), "--repeats", str(args.repeats)],
-                              capture_output=True, text=True, timeout=600)
-        try:
-            got: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            got = {"error": f"exit {done.returncode}: {done.stderr.strip()[-2000:]}"}
-        if "error" in got:
-            raise _ChildFailed(f"{variant}: {got['error']}")
-        return got
-    try:  # the children take turns, one run of each variant per round
-        runs = take_turns({v: (lambda v=v: run_child(v)) for v in VARIANTS}, args.rounds)
-    except _ChildFailed as exc:
+    try:
+        result = measure(args.pairs, args.repeats, args.rounds)
+    except ChildFailed as exc:
         print(exc, file=sys.stderr)
         return 2
-    table = {v: {str(s): statistics.median(r[str(s)] for r in runs[v]) for s in SIZES}
-             for v in VARIANTS}
-    print(f"PyTorch {runs['pytorch'][0]['torch']}, platform "
-          f"{os.environ.get('HIPMR_PLATFORM', 'amd')}: median ns per torch.empty + del "
-          f"({args.rounds} rounds x {args.repeats} loops x {args.pairs} pairs)")
-    print(f"{'size':>8} | {'pytorch':>9} | {'ours':>9} | {'allocator':>9} | {'mem_pool':>9} "
-          f"| ours/pytorch")
-    ratios = {}
-    for s in SIZES:
-        p, o, a, m = (table[v][str(s)] for v in VARIANTS)
-        ratios[str(s)] = o / p
-        print(f"{_name(s):>8} | {p:9,.0f} | {o:9,.0f} | {a:9,.0f} | {m:9,.0f} | {o / p:.2f}x")
-    print("goal (ours at most 1.1x pytorch):",
-          "met" if max(ratios.values()) <= 1.1 else "NOT met")
-    save_json(args.json, {"ns_per_pair": table, "ratio_ours_to_pytorch": ratios, "runs": runs,
-                          "pairs": args.pairs, "repeats": args.repeats, "rounds": args.rounds})
+    report(result)
+    save_json(args.json, result)
     return 0
 
 

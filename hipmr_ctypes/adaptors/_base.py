@@ -24,7 +24,7 @@ in :mod:`._checked`; what the sub-allocators share is in :mod:`._chunks`.
 from __future__ import annotations
 
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Type, TypeVar
 
 from .._stream_order import SYNC
 from ..concepts import is_async_resource, is_resource
@@ -55,6 +55,9 @@ def as_upstream_ref(upstream: Any, name: str = "upstream") -> AnyRef:
                     "allocate(bytes, alignment), deallocate(ptr, bytes, alignment) and ==)")
 
 
+_Self = TypeVar("_Self", bound="Adaptor")
+
+
 class Adaptor(forward_property):
     """Base class of the adaptors: an upstream ref, forwarded properties, equality.
 
@@ -74,6 +77,14 @@ class Adaptor(forward_property):
     passes_pointers_through = False
     _async = False
     _upstream: AnyRef
+
+    def __new__(cls: Type[_Self], *args: Any, **kwargs: Any) -> _Self:
+        # RMM's keyword for the upstream gets a TypeError that names ours (before __init__
+        # would refuse it with Python's own "unexpected keyword" message)
+        if "upstream_mr" in kwargs:
+            from .._rmm_names import keyword_hint
+            raise TypeError(keyword_hint(f"{cls.__name__}()", "upstream_mr", "upstream"))
+        return object.__new__(cls)
 
     def _set_upstream(self, upstream: Any, name: str = "upstream") -> AnyRef:
         ref = as_upstream_ref(upstream, name)

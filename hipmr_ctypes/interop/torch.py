@@ -70,7 +70,7 @@ from . import torch_route
 from .torch_snapshot import memory_snapshot
 
 __all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "memory_snapshot", "ROUTES",
-           "ALLOC_FN", "FREE_FN"]
+           "ALLOC_FN", "FREE_FN", "platform_problem"]
 
 #: the C type of PyTorch's allocation function: ``void* (size_t, int, cudaStream_t)``
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
@@ -169,6 +169,9 @@ class Allocator:
             raise RuntimeError(f"this PyTorch ({torch.__version__}) is built without CUDA or "
                                f"ROCm support (torch._C has no _cuda_customAllocator): its "
                                f"allocator cannot be replaced")
+        problem = platform_problem()
+        if problem is not None:
+            raise RuntimeError(problem)
         return self._allocator
 
     @property
@@ -190,6 +193,32 @@ class Allocator:
         count, nbytes = self.outstanding()
         return (f"<hipmr_ctypes PyTorch Allocator over {self.resource!r}: {count} allocations, "
                 f"{nbytes} bytes outstanding>")
+
+
+def platform_problem() -> Optional[str]:
+    """Why this PyTorch and this package's platform cannot share memory (a sentence), or None
+    where they can.  A ROCm build of PyTorch (``torch.version.hip`` set) passes HIP streams and
+    takes HIP device memory, which the ``amd`` platform (libamdhip64) gives; a CUDA build
+    (``torch.version.cuda``), the ``nvidia`` platform.  Both use the same ``torch.cuda`` names
+    (``_cuda_customAllocator``, ``MemPool``, ...), so nothing else differs here.  A build with
+    neither (the CPU build) is paired with nothing."""
+    version = getattr(torch, "version", None)
+    hip, cuda = getattr(version, "hip", None), getattr(version, "cuda", None)
+    if not hip and not cuda:
+        return None
+    wanted = "amd" if hip else "nvidia"
+    ours = _platform()
+    if ours == wanted:
+        return None
+    build = f"ROCm (HIP {hip})" if hip else f"CUDA {cuda}"
+    return (f"this PyTorch ({torch.__version__}) is built for {build}, and hipmr_ctypes runs on "
+            f"the {ours!r} platform, whose streams and memory PyTorch cannot use: set "
+            f"HIPMR_PLATFORM={wanted} before importing hipmr_ctypes")
+
+
+def _platform() -> str:
+    from ..device import platform
+    return platform()
 
 
 def _refused(alloc: Allocator, failed: Deque[None], size: int, device: int,

@@ -49,6 +49,7 @@ stream-ordered is recorded into the graph.
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -67,6 +68,9 @@ _SIGNATURE = re.compile(r"^_cuda_beginAllocateToPool\(\s*\w+\s*:\s*" + _INT + r"
 #: PyTorch's per-thread "allocate to this pool" calls, which the route steps aside for
 _PER_THREAD_BEGIN = ("_cuda_beginAllocateCurrentThreadToPool",
                      "_cuda_beginAllocateCurrentStreamToPool")
+#: the variables that turn PyTorch's caching off: the CUDA spelling, and the HIP one a ROCm
+#: build (made from the CUDA sources by renaming) may read
+_NO_CACHING = ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_NO_HIP_MEMORY_CACHING")
 _PRIVATE = ("_cuda_beginAllocateToPool", "_cuda_endAllocateToPool", "_cuda_releasePool",
             "_cuda_emptyCache", "_cuda_isCurrentStreamCapturing")
 
@@ -78,8 +82,10 @@ def _version(text: str) -> Tuple[int, int]:
 
 def route_problem() -> Optional[str]:
     """Why this PyTorch cannot take the pool route (a sentence), or None where it can: a
-    release from :data:`MIN_TORCH` on, ``torch.cuda.MemPool`` taking an allocator, and the
-    private functions the route calls present with the signatures it was written for."""
+    release from :data:`MIN_TORCH` on, ``torch.cuda.MemPool`` taking an allocator, the
+    private functions the route calls present with the signatures it was written for, and
+    PyTorch's caching allocator in use (its ``native`` backend, caching not turned off).  A
+    ROCm build (``torch.version.hip``) has the same names and is checked the same way."""
     version = _version(torch.__version__)
     if version < MIN_TORCH:
         return (f"PyTorch {torch.__version__} is older than "
@@ -102,6 +108,15 @@ def route_problem() -> Optional[str]:
     graph_class = getattr(getattr(torch.cuda, "graphs", None), "CUDAGraph", None)
     if graph_class is None or not callable(getattr(graph_class, "capture_begin", None)):
         return f"PyTorch {torch.__version__} has no torch.cuda.graphs.CUDAGraph.capture_begin"
+    backend = getattr(torch._C, "_cuda_getAllocatorBackend", None)
+    if callable(backend) and backend() != "native":
+        return (f"PyTorch's allocator backend is {backend()!r} (PYTORCH_ALLOC_CONF, "
+                f"PYTORCH_CUDA_ALLOC_CONF or PYTORCH_HIP_ALLOC_CONF 'backend:'), not its "
+                f"caching allocator ('native'), which the pool route keeps on top")
+    for name in _NO_CACHING:
+        if name in os.environ:   # any value: PyTorch releases differ on what one means
+            return (f"{name} is set: PyTorch's caching allocator, which the pool route keeps "
+                    f"on top, may be off")
     return None
 
 

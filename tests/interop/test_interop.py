@@ -261,6 +261,63 @@ def test_cupy_allocator_frees_once_from_many_threads(fake_cupy):
     assert not res.live and res.total == 1200 and len(res.frees) == 1200
 
 
+@pytest.mark.parametrize("pinned", [False, True])
+def test_cupy_allocator_serves_the_pools_blocks_itself(fake_cupy, pinned):
+    """Over the package's PoolResource the hook takes and gives back the pool's free blocks
+    itself: a block freed on a stream is handed out again for the same stream and size, the
+    pool's live table holds exactly what CuPy holds, other streams and sizes go through the
+    pool's own paths, and everything goes back to the upstream on release."""
+    cupy, hook = fake_cupy
+    upstream = hmr.StatisticsResource(DeviceMemoryResource())
+    pool = hmr.PoolResource(upstream, initial_pool_size=1 << 20)
+    set_current_device_resource(pool)
+    allocate = hook.allocator(pool) if pinned else hook.allocator()
+    live = pool._fast_view().live
+    a = allocate(1000)
+    assert live == {a.ptr: 1000} and pool.allocation_count() == 1
+    first = a.ptr
+    del a
+    assert live == {}
+    b = allocate(1000)                       # the block just freed, from the hook's own path
+    assert b.ptr == first and live == {first: 1000}
+    ours = hmr.Stream()
+    cupy.state.streams[0] = cupy.cuda.Stream(ours.handle)
+    c = allocate(1000)                       # another stream: the pool's own path
+    d = allocate(4096)
+    assert c.ptr != first and set(live) == {first, c.ptr, d.ptr}
+    del b, c, d
+    assert live == {}
+    cupy.state.streams.clear()
+    again = [allocate(n) for n in (1000, 1000, 24)]
+    assert first in {m.ptr for m in again}
+    del again
+    ours.synchronize()
+    pool.release()
+    assert upstream.allocation_counts.current_bytes == 0
+
+
+def test_cupy_allocator_over_a_pool_from_many_threads(fake_cupy):
+    cupy, hook = fake_cupy
+    upstream = hmr.StatisticsResource(DeviceMemoryResource())
+    pool = hmr.PoolResource(upstream)
+    set_current_device_resource(pool)
+    allocate = hook.allocator()
+
+    def work(size):
+        for _ in range(300):
+            m = allocate(size)
+            n = allocate(size)
+            del m, n
+    threads = [threading.Thread(target=work, args=(128 * (i % 2 + 1),)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert pool._fast_view().live == {}
+    pool.release()
+    assert upstream.allocation_counts.current_bytes == 0
+
+
 def test_cupy_allocator_free_failure_is_a_warning(fake_cupy):
     cupy, hook = fake_cupy
     res = Recording(DeviceMemoryResource())
@@ -349,6 +406,38 @@ def test_numba_plugin_memalloc_and_free(fake_numba):
     empty = plugin.memalloc(0)
     assert empty.device_pointer_value is None and res.total == 2
     assert not plugin.allocations             # nothing kept in Numba's table
+
+
+def test_numba_plugin_serves_the_pools_blocks_itself(fake_numba):
+    """Over the package's PoolResource the plugin takes and gives back the pool's free
+    blocks of the null stream itself (dropped or ``free()``-d), the pool's live table holds
+    exactly what Numba holds, and everything goes back to the upstream on release."""
+    from interop_doubles import Context
+    upstream = hmr.StatisticsResource(DeviceMemoryResource())
+    pool = hmr.PoolResource(upstream, initial_pool_size=1 << 20)
+    set_current_device_resource(pool)
+    live = pool._fast_view().live
+    plugin = fake_numba.HipmrNumbaManager(context=Context())
+    m = plugin.memalloc(1000)
+    first = int(m.device_pointer)
+    assert live == {first: 1000}
+    del m
+    assert live == {}
+    m = plugin.memalloc(1000)                # the block just freed, from the plugin's own path
+    assert int(m.device_pointer) == first and live == {first: 1000}
+    m.free()
+    assert live == {}
+    with pytest.raises(RuntimeError, match="Freeing dead memory"):
+        m.free()
+    kept = [plugin.memalloc(n) for n in (1000, 1000, 4096)]
+    assert first in {int(k.device_pointer) for k in kept} and len(live) == 3
+    buf = kept[2]._hipmr_as_buffer()         # handed to a Buffer: the Buffer frees it
+    del kept
+    assert set(live) == {buf.ptr}
+    buf.close()
+    assert live == {}
+    pool.release()
+    assert upstream.allocation_counts.current_bytes == 0
 
 
 def test_numba_plugin_uses_the_context_device(fake_numba):
@@ -518,6 +607,62 @@ def test_gpu_cupy_allocator(gpu_runtime):
             allocator(HostMemoryResource())
     finally:
         cupy.cuda.set_allocator(previous)
+
+
+@pytest.mark.gpu
+def test_gpu_cupy_and_numba_over_a_pool_serve_its_blocks(gpu_runtime):
+    """CuPy and Numba over a PoolResource (the per-device resource and a pinned one): the
+    hooks take and give back the pool's free blocks themselves on real streams; the values
+    are right, a block freed on a stream comes back for that stream and size, and the pool's
+    live table is empty once every array is gone."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("numba.cuda")
+    out = run_python("""
+        import gc
+        import numpy as np
+        import cupy
+        from numba import cuda
+        import hipmr_ctypes as hmr
+        from hipmr_ctypes.interop.cupy import allocator
+        pool = hmr.PoolResource(hmr.AsyncMemoryResource(), "64MiB")
+        hmr.set_current_device_resource(pool)
+        live = pool._fast_view().live
+        for make in (allocator(), allocator(pool)):
+            cupy.cuda.set_allocator(make)
+            a = cupy.arange(1 << 20, dtype=cupy.float32)
+            first = a.data.ptr
+            del a
+            b = cupy.zeros(1 << 20, dtype=cupy.float32)    # the same stream and size
+            assert b.data.ptr == first and first in live
+            b += cupy.arange(1 << 20, dtype=cupy.float32)
+            assert float((b * 2).sum()) == float(sum(range(1 << 20)) * 2)
+            with cupy.cuda.Stream(non_blocking=True) as s:
+                c = cupy.ones(1000, dtype=cupy.int64) * 3
+                assert int(c.sum()) == 3000
+                s.synchronize()
+                del c
+            del b
+            gc.collect()
+            cupy.cuda.Device().synchronize()
+            assert live == {}, live
+        cupy.cuda.set_allocator(None)
+        host = np.arange(100_000, dtype=np.float64)
+        dev = cuda.to_device(host)
+        ptr = dev.device_ctypes_pointer.value
+        assert (dev.copy_to_host() == host).all() and ptr in live
+        del dev
+        gc.collect()
+        again = cuda.to_device(host)
+        assert again.device_ctypes_pointer.value == ptr and (again.copy_to_host() == host).all()
+        del again
+        gc.collect()
+        cuda.synchronize()
+        assert live == {}, live
+        pool.release()
+        print("ok")
+    """, NUMBA_CUDA_MEMORY_MANAGER="hipmr_ctypes.interop.numba")
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert out.stdout.strip().endswith("ok")
 
 
 @pytest.mark.gpu

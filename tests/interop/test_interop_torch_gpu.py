@@ -30,10 +30,11 @@ def run_script(gpu_runtime, tmp_path):
             pytest.fail(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
         pytest.skip(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
 
-    def run(code, prelude=""):
+    def run(code, prelude="", **variables):
         script = tmp_path / "script.py"
         script.write_text(PRELUDE + prelude + textwrap.dedent(code))
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   **variables)
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                               text=True, timeout=540)
         out = done.stdout + done.stderr
@@ -419,3 +420,28 @@ def test_pool_route_torch_compile_reduce_overhead(run_script):
     if "NO-TRITON" in out.split():
         pytest.skip("triton is not installed: torch.compile has no GPU back end here")
     assert "OK" in out.split(), out
+
+
+def test_pytorchs_async_backend_gets_the_allocator_route(run_script):
+    """Under ``backend:cudaMallocAsync`` PyTorch has no caching allocator to keep on top: the
+    default route is the allocator route, with a warning naming the backend, and works."""
+    out = run_script("""
+    import warnings
+    assert torch.cuda.get_allocator_backend() == "cudaMallocAsync"
+    assert "backend is 'cudaMallocAsync'" in hipmr_ctypes_route_problem()
+    stats = hmr.StatisticsResource(hmr.AsyncMemoryResource())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        alloc = ht.use(stats)
+    assert alloc.route == "allocator", alloc.route
+    assert any("cudaMallocAsync" in str(w.message) for w in caught), caught
+    t = torch.ones(1 << 20, device="cuda")
+    assert stats.statistics.current_bytes == 4 << 20 and float(t.sum()) == 1 << 20
+    del t
+    torch.cuda.synchronize()
+    assert stats.statistics.current_bytes == 0
+    print("allocator route under cudaMallocAsync")
+    """, prelude="from hipmr_ctypes.interop.torch_route import route_problem as "
+                  "hipmr_ctypes_route_problem\n",
+        PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    assert "allocator route under cudaMallocAsync" in out

@@ -383,3 +383,77 @@ def test_where_the_newest_pool_wins_the_route_stays_and_counts_theirs(monkeypatc
     assert alloc._route.pools[0].id == ours                       # kept during the capture
     torch.cuda.graphs.CUDAGraph.capture_end(graph)
     assert alloc._route.others == {}
+
+
+@pytest.mark.parametrize("hip, cuda, ours, wanted", [
+    ("7.0.51831", None, "amd", None), (None, "13.0", "nvidia", None), (None, None, "emulated", None),
+    ("7.0.51831", None, "nvidia", "HIPMR_PLATFORM=amd"),
+    ("7.0.51831", None, "emulated", "HIPMR_PLATFORM=amd"),
+    (None, "13.0", "amd", "HIPMR_PLATFORM=nvidia"),
+    (None, "13.0", "emulated", "HIPMR_PLATFORM=nvidia")])
+def test_pytorchs_build_and_our_platform_must_pair(monkeypatch, hip, cuda, ours, wanted):
+    """A ROCm build of PyTorch takes HIP streams and memory (the amd platform), a CUDA build
+    CUDA's (the nvidia platform): any other pairing is refused before PyTorch gets anything."""
+    monkeypatch.setattr(torch.version, "hip", hip, raising=False)
+    monkeypatch.setattr(torch.version, "cuda", cuda, raising=False)
+    monkeypatch.setattr(ht, "_platform", lambda: ours)
+    monkeypatch.setattr(torch._C, "_cuda_customAllocator", lambda a, f: "native", raising=False)
+    problem = ht.platform_problem()
+    alloc = ht.allocator(Recording())
+    if wanted is None:
+        assert problem is None and alloc.allocator() == "native"
+        return
+    build = "ROCm (HIP 7.0.51831)" if hip else "CUDA 13.0"
+    assert f"built for {build}" in problem and f"the {ours!r} platform" in problem
+    assert wanted in problem
+    for call in (alloc.allocator, ht.use, lambda: ht.mem_pool(alloc)):
+        with pytest.raises(RuntimeError, match=wanted):
+            call()
+    assert ht.installed() is None
+
+
+def test_a_rocm_build_takes_the_same_route(monkeypatch):
+    """Where ``torch.version.hip`` is set (PyTorch's ROCm build, with the same torch.cuda
+    names), the pool route is checked, installed and undone exactly as on a CUDA build."""
+    monkeypatch.setattr(torch.version, "hip", "7.0.51831", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", None, raising=False)
+    monkeypatch.setattr(ht, "_platform", lambda: "amd")
+    monkeypatch.setenv("PYTORCH_HIP_ALLOC_CONF", "max_split_size_mb:128")
+    fake = FakePyTorch(monkeypatch, devices=2)
+    monkeypatch.setattr(torch._C, "_cuda_getAllocatorBackend", lambda: "native", raising=False)
+    assert ht.platform_problem() is None and torch_route.route_problem() is None
+    alloc = fake.use(Recording())
+    assert alloc.route == "pool"
+    assert [c[1] for c in fake.calls if c[0] == "begin"] == [0, 1]
+
+
+@pytest.mark.parametrize("backend, env", [("cudaMallocAsync", {}), ("hipMallocAsync", {}),
+                                          ("native", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+                                          ("native", {"PYTORCH_NO_HIP_MEMORY_CACHING": "1"})])
+def test_without_pytorchs_caching_allocator_auto_takes_the_allocator_route(monkeypatch, backend,
+                                                                           env):
+    """PyTorch's other backend (``backend:cudaMallocAsync`` in PYTORCH_ALLOC_CONF or its older
+    names) or its caching turned off leaves no caching allocator to keep on top: the route
+    says so, ``route="pool"`` raises and ``"auto"`` replaces PyTorch's allocator, warning."""
+    fake = FakePyTorch(monkeypatch)
+    monkeypatch.setattr(torch._C, "_cuda_getAllocatorBackend", lambda: backend, raising=False)
+    for name in torch_route._NO_CACHING:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    problem = torch_route.route_problem()
+    assert (f"backend is {backend!r}" if not env else f"{next(iter(env))} is set") in problem
+    with pytest.raises(RuntimeError, match="pool route is not available"):
+        fake.use(Recording(), route="pool")
+    replaced = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda.memory, "change_current_allocator", replaced.append)
+    with pytest.warns(RuntimeWarning, match="pool route is not available"):
+        alloc = fake.use(Recording())
+    assert alloc.route == "allocator" and len(replaced) == 1
+    for name in torch_route._NO_CACHING:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getAllocatorBackend", lambda: "native")
+    assert torch_route.route_problem() is None
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "0")   # any value: releases differ
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING is set" in torch_route.route_problem()

@@ -1,6 +1,6 @@
 """RMM habits get an error that names our spelling: ``hmr.DeviceBuffer`` and RMM's class
 names (the package's ``__getattr__``), ``mr.allocate(nbytes, stream)`` (the alignment's
-check, on the error path only)."""
+check, on the error path only), RMM's ``upstream_mr=`` given to an adaptor."""
 from __future__ import annotations
 
 import pytest
@@ -48,3 +48,33 @@ def test_allocate_with_a_stream_names_allocate_async(make, stream, emulator):
     hmr.synchronize()
     with pytest.raises(TypeError, match="alignment must be an int power of two, not object$"):
         mr.allocate(4096, object())              # anything else: the plain message
+
+
+ADAPTORS = ["PoolResource", "LimitingResource", "StatisticsResource", "TrackingResource",
+            "FixedSizeResource", "BinningResource", "LoggingResource", "AlignedResource",
+            "FailureCallbackResource", "PrefetchResource"]
+
+
+@pytest.mark.parametrize("name", ADAPTORS)
+def test_rmms_upstream_keyword_names_ours(name, emulator):
+    cls = getattr(hmr, name)
+    up = hmr.DeviceMemoryResource()
+    with pytest.raises(TypeError) as info:
+        cls(upstream_mr=up)
+    assert str(info.value) == (f"{name}() got RMM's keyword upstream_mr=: write upstream= "
+                               f"(docs/porting.md lists RMM's names and ours)")
+    with pytest.raises(TypeError, match="upstream_mr"):
+        cls(up, upstream_mr=up)
+    # what the hint says works: the same keyword for every adaptor
+    extra = {"LimitingResource": ("1MiB",), "LoggingResource": (__import__("io").StringIO(),),
+             "FailureCallbackResource": (lambda nbytes, arg: False,)}.get(name, ())
+    made = cls(*extra, upstream=up) if not extra else cls(up, *extra)
+    assert made.upstream is up
+    if extra:
+        import inspect
+        assert list(inspect.signature(cls).parameters)[0] == "upstream"
+
+
+def test_other_bad_keywords_keep_pythons_error(emulator):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'upstrem'"):
+        hmr.StatisticsResource(upstrem=hmr.DeviceMemoryResource())

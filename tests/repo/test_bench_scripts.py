@@ -72,6 +72,33 @@ def test_bench_scripts_without_a_device_say_so():
             "on host memory"]
 
 
+def test_bench_frameworks_arguments_and_no_gpu(tmp_path):
+    """--help, the argument checks, a GPU part without a GPU (exit 2 saying why), and the
+    alloc part end to end where CuPy and Numba are absent (their rows say missing)."""
+    text = _run("bench_frameworks.py", "--help")
+    assert "--parts" in text and "--steps" in text and "--json" in text
+    for bad, says in ((["--parts", "nope"], "unknown part(s) nope"),
+                      (["--parts", ""], "unknown part(s) (none)"),
+                      (["--steps", "0"], "--steps must be at least 1"),
+                      (["--warmup", "-1"], "--warmup must not be negative"),
+                      (["--rounds", "x"], "invalid int value")):
+        assert says in _run("bench_frameworks.py", *bad, returncode=2)
+    err = _run("bench_frameworks.py", "--parts", "train", returncode=2)
+    assert "the empty and train parts need a GPU" in err
+    out = tmp_path / "fw.json"
+    text = _run("bench_frameworks.py", "--parts", "alloc", "--alloc-pairs", "20",
+                "--alloc-repeats", "1", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert data["parts"] == ["alloc"] and len(data["goals"]) == 7
+    assert all(set(row) == {"256", "65536", "16777216"} for row in data["alloc"]["rows"].values())
+    for goal in data["goals"]:
+        if goal["met"] is None:   # a framework absent here: its rows say so
+            assert goal["ratio"] is None
+        else:
+            assert goal["ratio"] > 0
+    assert "| goal | ratio | at most | met |" in text
+
+
 def test_bench_hotpaths(tmp_path):
     out = tmp_path / "hot.json"
     _run("bench_hotpaths.py", "--rounds", "2", "--pairs", "200", "--ops", "20", "--json",
