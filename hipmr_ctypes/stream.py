@@ -20,7 +20,7 @@ from .stream_refs import (HANDLE_READERS, IntValue, _binding_module, as_stream_h
 
 _T = TypeVar("_T")
 __all__ = ["Stream", "Event", "IpcEventHandle", "wait_event", "new_event", "event_for", "track_streams",
-           "STREAM_DEVICES"]
+           "STREAM_DEVICES", "capture_check", "relaxed_capture_mode"]
 
 if not _binding_module:  # stream_ref reaches the binding without an import from now on
     _binding_module.append(_hip)
@@ -214,6 +214,14 @@ class Stream(_Owned):
     def wait_event(self, event: "Event") -> None:
         """Make later work on this stream wait for ``event``."""
         wait_event(self._live(), event)
+
+    @property
+    def is_capturing(self) -> bool:
+        """True while the stream takes part in a graph capture (``hipStreamIsCapturing``:
+        begun on it with ``hipStreamBeginCapture``, or joined to one by waiting for an event
+        recorded in it), also once that capture has been invalidated; False otherwise, and
+        always with a runtime that has no capture functions."""
+        return capture_check()(self._live())
 
     def __hip_stream__(self) -> Tuple[int, int]:
         return (0, self._live())
@@ -461,3 +469,72 @@ def event_for(stream: Any, device: Optional[int] = None) -> Event:
         with Device(device):
             return new_event()
     return new_event()
+
+
+#: hipStreamIsCapturing's statuses that say "this stream cannot be captured, asked from here":
+#: an invalid or destroyed handle, a destroyed context, no device
+_NOT_CAPTURED = frozenset((100, 400, 709))
+_IMPLICIT = 906   # hipErrorStreamCaptureImplicit: the legacy stream, while a capture is under way
+
+
+def _never(handle: int) -> bool:
+    return False
+
+
+def capture_check() -> Callable[[int], bool]:
+    """``is_capturing(handle) -> bool`` for the loaded runtime, its function pointer bound
+    once: what the sub-allocators keep at construction and call only where they would
+    otherwise record, wait for or synchronize on an event.  True for a stream in a capture
+    (active or invalidated) and for the legacy null stream while a capture that it would join
+    implicitly is under way; False for a stream that cannot be asked (gone, no device) and
+    with no runtime or one without ``hipStreamIsCapturing``."""
+    try:
+        rt = _hip.get_runtime()
+    except Exception:  # noqa: BLE001 - no library: nothing can be captured
+        return _never
+    query = rt.fn.hipStreamIsCapturing
+    if getattr(query, "missing", False):
+        return _never
+    hip_code = rt.hip_code
+    c_int = ctypes.c_int
+
+    def is_capturing(handle: int) -> bool:
+        status = c_int()   # one per call: the call lets go of the GIL
+        st = query(handle, status)
+        if st:
+            code = hip_code(st)
+            if code == _IMPLICIT or code in _NOT_CAPTURED:
+                rt.clear_last_error()
+                return code == _IMPLICIT
+            raise rt.error(st, "hipStreamIsCapturing")
+        return status.value != 0
+    return is_capturing
+
+
+class relaxed_capture_mode:
+    """``with relaxed_capture_mode():`` the calling thread's capture mode is
+    ``hipStreamCaptureModeRelaxed`` inside (``hipThreadExchangeStreamCaptureMode``), the mode
+    it had afterwards: a synchronous allocation from the upstream (``hipMalloc``) while a
+    capture in Global mode is under way is then allowed, as CUDA and HIP allow it in Relaxed
+    mode.  Nothing happens with a runtime that lacks the function."""
+
+    __slots__ = ("_fn", "_mode", "_rt")
+
+    def __enter__(self) -> "relaxed_capture_mode":
+        self._fn = None
+        try:
+            rt = _hip.get_runtime()
+        except Exception:  # noqa: BLE001 - no library: no capture
+            return self
+        fn = rt.fn.hipThreadExchangeStreamCaptureMode
+        if getattr(fn, "missing", False):
+            return self
+        mode = self._mode = ctypes.c_int(2)   # hipStreamCaptureModeRelaxed
+        rt.check(fn(mode), "hipThreadExchangeStreamCaptureMode")
+        self._fn, self._rt = fn, rt
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fn = self._fn
+        if fn is not None:
+            self._rt.check(fn(self._mode), "hipThreadExchangeStreamCaptureMode")
