@@ -187,7 +187,8 @@ class _Arena:
         self.up_alloc = up.allocate
         self.up_dealloc = up.deallocate
         self.up_alloc_async = up.allocate_async if is_async else None
-        self.up_dealloc_async = up.deallocate_async if is_async else None
+        self.up_dealloc_async: Callable[..., None] = up.deallocate_async if is_async else \
+            self.up_dealloc_sync_only
         # an upstream whose allocate_async on a capturing stream is a graph memory node
         # (``AsyncMemoryResource`` and its kin say so with ``_graph_allocations``)
         self.graph_upstream = is_async and bool(getattr(up.resource, "_graph_allocations",
@@ -217,6 +218,11 @@ class _Arena:
         self.keys: Callable[[int], Any] = stream_keys()   # (set again by the fast paths' _bind)
         self.forked = False                    # in a forked child: every slow path refuses
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
+
+    def up_dealloc_sync_only(self, ptr: int, nbytes: int, alignment: int, stream: int) -> None:
+        """``up_dealloc_async`` of a synchronous upstream: never called (graph blocks come
+        only from a stream-ordered upstream)."""
+        self.up_dealloc(ptr, nbytes, alignment)
 
     def refuse_in_child(self) -> None:
         """In a forked child (its only thread): every free list and the live table emptied,
@@ -636,7 +642,8 @@ class _Arena:
         lock = self.lock
         lock.release()
         try:
-            ptr: int = self.up_alloc_async(nbytes, alignment, handle_of(key))
+            alloc_async: Callable[..., int] = self.up_alloc_async  # type: ignore[assignment]
+            ptr = alloc_async(nbytes, alignment, handle_of(key))   # (graph_upstream: async)
         finally:
             lock.acquire()
         self.graph_blocks[ptr] = nbytes

@@ -3,7 +3,8 @@ the async resource: what they do on a capturing stream is captured, never refuse
 graph replays it; what capture forbids raises HipError.
 
 Each test runs on the emulated platform and, marked ``gpu``, on a real device
-(``HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 python -m pytest -m gpu tests/device/test_capture.py``).
+(``HIPMR_PLATFORM=nvidia HIPMR_REQUIRE_GPU=1 python -m pytest -m gpu
+tests/device/test_capture.py``).
 """
 import ctypes
 import threading
@@ -253,5 +254,44 @@ def test_other_threads_keep_allocating_on_their_streams_during_a_capture(rt, spy
     launch_twice(rt, graph, s, host, b"\x09" * N)
     for t in streams:
         t.synchronize()
+    pool.release()
+    pinned.deallocate(host, N)
+
+
+def test_stream_capture_methods_and_graph(rt, spy):
+    """The public surface: ``Stream.begin_capture`` / ``end_capture`` give a ``Graph`` that
+    ``launch`` replays; bad input raises before any native call; a closed graph refuses."""
+    pinned = hmr.PinnedMemoryResource()
+    host = pinned.allocate(N)
+    s = hmr.Stream(flags=1)
+    pool = PoolResource(hmr.AsyncMemoryResource())
+    with pytest.raises(ValueError, match="mode"):
+        s.begin_capture("sometimes")
+    assert not s.is_capturing
+    s.begin_capture()
+    with pytest.raises(hmr.HipError):
+        s.begin_capture("relaxed")                 # already capturing
+    spy.on = True
+    a = pool.allocate_async(N, 256, s)
+    memset(rt, a, 0x42, N, s)
+    copy(rt, host, a, N, D2H, s)
+    pool.deallocate_async(a, N, 256, s)
+    spy.on = False
+    with s.end_capture() as graph:
+        assert spy.calls == []
+        with pytest.raises(TypeError):
+            graph.launch("stream")
+        for _ in range(2):
+            ctypes.memset(host, 0, N)
+            graph.launch(s)
+            s.synchronize()
+            assert ctypes.string_at(host, N) == b"\x42" * N
+    assert graph.closed
+    with pytest.raises(ValueError, match="closed"):
+        graph.launch(s)
+    with pytest.raises(TypeError):
+        hmr.Graph()
+    with pytest.raises(hmr.HipError):
+        s.end_capture()                            # not capturing
     pool.release()
     pinned.deallocate(host, N)

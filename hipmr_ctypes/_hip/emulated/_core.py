@@ -483,9 +483,8 @@ class EmulatorCore:
                 if needs_device and not emu._devices:
                     status = NO_DEVICE
                 elif emu._captures and name in gated:   # a capture is under way
-                    status = emu._capture_gate(name, args)
-                    if status is None:
-                        status = impl(*args) or SUCCESS
+                    decided = emu._capture_gate(name, args)
+                    status = impl(*args) or SUCCESS if decided is None else decided
                 else:
                     status = impl(*args) or SUCCESS
             except _Reentered:
