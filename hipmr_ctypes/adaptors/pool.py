@@ -476,10 +476,13 @@ class _Arena:
 
     # ------------------------------------------------------------------------ growth
     def _grow(self, need: int, nbytes: int, key: Any, captured: bool = False) -> None:
-        """Get a chunk of at least ``need`` bytes from the upstream, or raise OutOfMemoryError."""
+        """Get a chunk of at least ``need`` bytes from the upstream, or raise OutOfMemoryError.
+        ``captured``: for a capturing stream, so no chunk is given back meanwhile (the
+        upstream's free may synchronize the device, which a capture forbids)."""
         maximum = self.maximum
         if maximum is not None and self.pool_size + self.pending + need > maximum:
-            self._release_free_chunks()
+            if not captured:
+                self._release_free_chunks()
             if self.pool_size + self.pending + need > maximum:
                 raise OutOfMemoryError(
                     call="PoolResource.allocate", size=nbytes,
@@ -503,7 +506,7 @@ class _Arena:
                 want = max(need, round_up(want // 2, _GRAIN))
                 continue
             break
-        if self._release_free_chunks():
+        if not captured and self._release_free_chunks():
             try:
                 self._add_chunk(need, key, captured)
                 return

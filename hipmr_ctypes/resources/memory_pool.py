@@ -80,16 +80,6 @@ def _destroy_pool(destroy: Callable[[int], Any], handle: int) -> None:
         pass
 
 
-def _capturing(rt: Any, stream: int) -> bool:
-    """Whether ``stream`` takes part in a graph capture (synchronizing it would invalidate the
-    capture); False with a runtime that cannot say."""
-    query = rt.fn.hipStreamIsCapturing
-    if getattr(query, "missing", False):
-        return False
-    status = c_int()
-    return not query(stream, status) and status.value != 0
-
-
 class MemoryPool:
     """A HIP memory pool (``hipMemPool_t``): its usage counters and settings.
 
@@ -348,8 +338,8 @@ class MemoryPool:
         try:
             if stream is None:
                 Device(self._device).synchronize()
-            elif _capturing(rt, stream) or rt.fn.hipStreamSynchronize(stream):
-                return   # (a capturing stream is never synchronized: a later free decides)
+            elif rt.fn.hipStreamSynchronize(stream):
+                return
             if rt.fn.hipMemPoolGetAttribute(self._handle, hipMemPoolAttrUsedMemCurrent,
                                             byref(used)):
                 return

@@ -236,3 +236,29 @@ def test_merging_two_captures_is_refused(rt):
     assert fn.hipStreamWaitEvent(b, ev, 0) == MERGE
     assert end(rt, b)[0] == INVALIDATED_ERR
     assert end(rt, a)[0] == 0
+
+
+def test_a_free_node_frees_graph_memory_only(rt):
+    fn, s = rt.fn, stream(rt)
+    outside = c_void_p()
+    assert fn.hipMallocAsync(byref(outside), 256, s) == 0
+    assert fn.hipStreamBeginCapture(s, GLOBAL) == 0
+    assert fn.hipFreeAsync(outside, s) == 1          # not graph memory: invalid value
+    assert status(rt, s) == ACTIVE
+    inside = c_void_p()
+    assert fn.hipMallocAsync(byref(inside), 256, s) == 0
+    code, g = end(rt, s)
+    assert code == 0
+    ex = instantiate(rt, g)
+    assert fn.hipGraphLaunch(ex, s) == 0
+    assert fn.hipStreamBeginCapture(s, GLOBAL) == 0   # another graph frees the first's memory
+    assert fn.hipFreeAsync(inside, s) == 0
+    code, g2 = end(rt, s)
+    ex2 = instantiate(rt, g2)
+    assert fn.hipGraphLaunch(ex2, s) == 0
+    assert fn.hipGraphLaunch(ex, s) == 0              # freed: the first can run again
+    assert fn.hipFreeAsync(inside, s) == 0 and fn.hipFreeAsync(outside, s) == 0
+    for handle in (ex, ex2):
+        assert fn.hipGraphExecDestroy(handle) == 0
+    assert fn.hipGraphDestroy(g) == 0 and fn.hipGraphDestroy(g2) == 0
+    assert rt.emulator.live_allocations().count == 0

@@ -5,8 +5,9 @@ While any capture is under way, the call wrapper (``EmulatorCore._wrap``) hands 
 named in ``_CAPTURE_GATED`` to :meth:`CaptureMixin._capture_gate` first, which
 
 * records work queued on a capturing stream as a node of the capture instead of running it
-  (copies, memsets, prefetches, event records, stream-ordered allocations and frees, graph
-  launches); an allocation node reserves its address at once, fixed for the graph's life;
+  (copies, memsets, prefetches, event records, stream-ordered allocations and frees of graph
+  memory, graph launches); an allocation node reserves its address at once, fixed for the
+  graph's life;
 * joins a stream into the capture when it waits for an event recorded in it (cross-stream
   capture); a wait for an event recorded outside any capture adds nothing (it is satisfied);
 * refuses what a capture forbids, as HIP and CUDA do: synchronizing or querying a capturing
@@ -244,11 +245,14 @@ class CaptureMixin(EmulatorCore):
         if name == "hipFreeAsync":
             ptr = addr(args[0])
             found = capture.allocs.get(ptr)
+            if found is None:   # another graph's allocation, allocated by a launch
+                alloc = self._allocs.get(ptr)
+                found = alloc.graph if alloc is not None and alloc.kind == GRAPH else None
             if found is not None:
                 capture.nodes.append(("free", found))
-            elif ptr and self._allocs.get(ptr) is not None:
-                capture.nodes.append(("hipFreeAsync", args, 1))
             elif ptr or self.version < (7, 0, 0):
+                # a free node frees only graph memory (CUDA's rule for cudaFreeAsync in a
+                # capture and cudaGraphAddMemFreeNode)
                 raise Status(INVALID_VALUE)
             self._captured_work(s)
             return 0
