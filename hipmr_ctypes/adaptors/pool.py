@@ -30,9 +30,10 @@ Design (see docs/adaptors.md for the long version):
   capturing stream freed, for any other stream) is not ordered with events but passed over
   for one that needs no event; when none fits, an upstream with stream-ordered allocation
   serves the request itself (``allocate_async`` on the capturing stream: a graph memory node,
-  given back to the upstream when freed), and any other upstream grows the pool with its
-  synchronous ``allocate`` in Relaxed capture mode.  No host wait involves a capturing stream.  The capture state is
-  asked only where an event would otherwise be made (``StreamOrder.capture_safe``).
+  given back to the upstream when freed, never counted in ``pool_size()``), and any other
+  upstream grows the pool with its synchronous ``allocate`` in Relaxed capture mode.  No
+  host wait involves a capturing stream.  The capture state is asked only where an event
+  would otherwise be made (``StreamOrder.capture_safe``).
 """
 from __future__ import annotations
 
