@@ -262,3 +262,21 @@ def test_a_free_node_frees_graph_memory_only(rt):
         assert fn.hipGraphExecDestroy(handle) == 0
     assert fn.hipGraphDestroy(g) == 0 and fn.hipGraphDestroy(g2) == 0
     assert rt.emulator.live_allocations().count == 0
+
+
+@pytest.mark.parametrize("version, query", [("6.2.0", 0), ("7.0.0", UNSUPPORTED)])
+def test_other_streams_and_events_may_be_waited_for_during_a_capture(version, query):
+    """Only the capture's own streams and events (and the legacy stream) are refused: a
+    synchronization of another stream, or of an event recorded outside the capture, is not;
+    hipEventQuery is a potentially unsafe call from HIP 7.0 on."""
+    rt = create_runtime("emulated", env={"HIPMR_EMULATED_VERSION": version})
+    fn, s, other = rt.fn, stream(rt), stream(rt, 1)
+    ev = event(rt)
+    assert fn.hipEventRecord(ev, other) == 0
+    assert fn.hipStreamBeginCapture(s, GLOBAL) == 0
+    assert fn.hipStreamSynchronize(other) == 0
+    assert fn.hipStreamQuery(other) == 0
+    assert fn.hipEventSynchronize(ev) == 0
+    assert fn.hipEventQuery(ev) == query
+    assert status(rt, s) == ACTIVE
+    assert end(rt, s)[0] == 0

@@ -15,8 +15,9 @@ named in ``_CAPTURE_GATED`` to :meth:`CaptureMixin._capture_gate` first, which
   (hipErrorCapturedEvent), both invalidating the capture; a use of the legacy null stream
   while a blocking stream of its device captures (hipErrorStreamCaptureImplicit, invalidating
   it); and, by the calling thread's capture mode (hipThreadExchangeStreamCaptureMode), the
-  potentially unsafe calls (synchronous allocation, free, copy, memset and synchronization:
-  hipErrorStreamCaptureUnsupported, the capture left as it was).
+  potentially unsafe calls (synchronous allocation, free, copy and memset, device-wide
+  synchronization, from HIP 7.0 hipEventQuery: hipErrorStreamCaptureUnsupported, the capture
+  left as it was).
 
 hipGraphLaunch replays the nodes in capture order on the launch stream.  With no capture under
 way nothing of this runs (one test of an empty dict per call).
@@ -52,11 +53,12 @@ _QUEUED = {"hipMemcpyAsync": 4, "hipMemcpyPeerAsync": 5, "hipMemsetAsync": 3,
            "hipMemPrefetchAsync": 3, "hipEventRecord": 1, "hipStreamWaitEvent": 0,
            "hipMallocAsync": 2, "hipMallocFromPoolAsync": 3, "hipFreeAsync": 1,
            "hipGraphLaunch": 1, "hipMemDiscardBatchAsync": 4}
-#: potentially unsafe calls (they may synchronize the device): refused by the capture mode
+#: potentially unsafe calls (they may synchronize the device): refused by the capture mode.
+#: Synchronizing or querying a stream or event outside the capture is not among them (only the
+#: capture's own, and the legacy stream's, are refused); hipEventQuery is from HIP 7.0 on.
 _UNSAFE = frozenset({"hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree", "hipMallocManaged",
                      "hipExtMallocWithFlags", "hipMemcpy", "hipMemcpyPeer", "hipMemset",
                      "hipMemsetD8", "hipMemsetD16", "hipMemsetD32", "hipDeviceSynchronize",
-                     "hipStreamSynchronize", "hipStreamQuery", "hipEventSynchronize",
                      "hipEventQuery"})
 #: calls that wait for every stream of the device (so for a capturing one too)
 _DEVICE_WIDE = frozenset({"hipDeviceSynchronize", "hipFree"})
@@ -116,8 +118,9 @@ class CaptureMixin(EmulatorCore):
     hipStreamGetCaptureInfo, hipThreadExchangeStreamCaptureMode, hipGraphInstantiate,
     hipGraphLaunch, hipGraphDestroy, hipGraphExecDestroy; the capture gate."""
 
-    _CAPTURE_GATED = frozenset(_QUEUED) | _UNSAFE | {"hipStreamIsCapturing",
-                                                     "hipStreamGetCaptureInfo"}
+    _CAPTURE_GATED = frozenset(_QUEUED) | _UNSAFE | {
+        "hipStreamIsCapturing", "hipStreamGetCaptureInfo", "hipStreamSynchronize",
+        "hipStreamQuery", "hipEventSynchronize"}
 
     # ---- the gate (a capture is under way) ------------------------------------------------
     def _capture_gate(self, name: str, args: Tuple[Any, ...]) -> Optional[int]:
@@ -161,7 +164,8 @@ class CaptureMixin(EmulatorCore):
             device = self._tls.device
             if any(c.origin.device == device for c in self._captures.values()):
                 return CAPTURE_UNSUPPORTED   # it would wait for a capturing stream
-        if name in _UNSAFE and self._prohibited():
+        if name in _UNSAFE and (name != "hipEventQuery" or self.version >= (7, 0, 0)) \
+                and self._prohibited():
             return CAPTURE_UNSUPPORTED
         return None
 
