@@ -567,8 +567,9 @@ class Graph:
 
 
 #: hipStreamIsCapturing's statuses that say "this stream cannot be captured, asked from here":
-#: an invalid or destroyed handle, a destroyed context, no device
-_NOT_CAPTURED = frozenset((100, 400, 709))
+#: a runtime not (or no longer) initialized, no device or an invalid one (what a library with
+#: no GPU answers), an invalid or destroyed handle, a destroyed context
+_NOT_CAPTURED = frozenset((3, 4, 100, 101, 400, 709))
 _IMPLICIT = 906   # hipErrorStreamCaptureImplicit: the legacy stream, while a capture is under way
 
 
