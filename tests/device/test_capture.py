@@ -41,12 +41,14 @@ def spy(rt, monkeypatch):
     class Spy:
         on = False
         calls = []
+        args = []
     for name in FORBIDDEN:
         real = getattr(rt.fn, name)
 
         def counted(*args, _real=real, _name=name):
             if Spy.on:
                 Spy.calls.append(_name)
+                Spy.args.append(args)
             return _real(*args)
         monkeypatch.setattr(rt.fn, name, counted)
     return Spy
@@ -294,4 +296,33 @@ def test_stream_capture_methods_and_graph(rt, spy):
     with pytest.raises(hmr.HipError):
         s.end_capture()                            # not capturing
     pool.release()
+    pinned.deallocate(host, N)
+
+
+def test_fixed_size_resource_is_captured_without_events(rt, spy):
+    """FixedSizeResource over the async resource: a block another stream freed is passed
+    over, and the resource grows with the upstream's synchronous allocation (Relaxed mode)."""
+    pinned = hmr.PinnedMemoryResource()
+    host = pinned.allocate(N)
+    s, other = hmr.Stream(flags=1), hmr.Stream(flags=1)
+    fixed = hmr.FixedSizeResource(hmr.AsyncMemoryResource(), block_size=N,
+                                  blocks_to_preallocate=1)
+    theirs = fixed.allocate_async(N, 256, other)
+    fixed.deallocate_async(theirs, N, 256, other)
+    size_before = fixed.pool_size()
+    begin(rt, s)
+    spy.on = True
+    a = fixed.allocate_async(N, 256, s)
+    assert a != theirs and fixed.pool_size() > size_before
+    memset(rt, a, 0x11, N, s)
+    copy(rt, host, a, N, D2H, s)
+    fixed.deallocate_async(a, N, 256, s)
+    spy.on = False
+    graph = end(rt, s)
+    # the one wait is the upstream's own synchronous allocation (the null stream, which
+    # a capture on a non-blocking stream allows), never the capturing stream
+    made = [(name, args[0]) for name, args in zip(spy.calls, spy.args)]
+    assert made == [("hipStreamSynchronize", 0)]
+    launch_twice(rt, graph, s, host, b"\x11" * N)
+    fixed.release()
     pinned.deallocate(host, N)
