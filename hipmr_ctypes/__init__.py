@@ -30,7 +30,7 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
     "stream_refs": "stream_per_thread stream_ref",
     "device": "Device device_count driver_version get_device platform runtime_version set_device "
               "synchronize",
-    "stream": "Event IpcEventHandle Stream wait_event",
+    "stream": "Event Graph IpcEventHandle Stream wait_event",
     "resources": "MAX_RELEASE_THRESHOLD AsyncMemoryResource DeviceMemoryResource "
                  "HostMemoryResource ManagedMemoryResource MemoryPool PinnedMemoryResource "
                  "get_current_device_resource get_per_device_resource "

@@ -14,7 +14,7 @@ from .resource_refs import (DEFAULT_ALIGNMENT, async_resource_ref, resource_cast
 from .stream_refs import stream_per_thread, stream_ref
 from .device import (Device, device_count, driver_version, get_device, platform,
                      runtime_version, set_device, synchronize)
-from .stream import Event, IpcEventHandle, Stream, wait_event
+from .stream import Event, Graph, IpcEventHandle, Stream, wait_event
 from .resources import (MAX_RELEASE_THRESHOLD, AsyncMemoryResource, DeviceMemoryResource,
                         HostMemoryResource, ManagedMemoryResource, MemoryPool,
                         PinnedMemoryResource, get_current_device_resource,
@@ -43,7 +43,8 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "is_async_resource_with", "is_resource", "is_resource_with", "DEFAULT_ALIGNMENT",
     "async_resource_ref", "resource_cast", "resource_ref", "try_get_property",
     "stream_per_thread", "stream_ref", "Device", "device_count", "driver_version", "get_device",
-    "platform", "runtime_version", "set_device", "synchronize", "Event", "Stream", "wait_event",
+    "platform", "runtime_version", "set_device", "synchronize", "Event", "Graph", "Stream",
+    "wait_event",
     "MAX_RELEASE_THRESHOLD", "AsyncMemoryResource", "DeviceMemoryResource", "HostMemoryResource",
     "ManagedMemoryResource", "MemoryPool", "PinnedMemoryResource", "get_current_device_resource",
     "get_per_device_resource", "set_current_device_resource", "set_per_device_resource",

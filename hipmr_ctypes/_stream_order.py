@@ -9,6 +9,12 @@ is handed out on another stream T, T must not run ahead of the work S had queued
   it on the host.  No HIP call is made on the hot paths.
 * :func:`wait_all`: the host's wait for the fresh events :meth:`StreamOrder.record_for_host`
   made, then their close.
+* Graph capture: an event recorded on a capturing stream becomes part of the capture, and a
+  stream that waits for it joins the capture; a host wait for it, or any synchronization of
+  the stream, invalidates the capture.  :meth:`StreamOrder.capture_safe` says whether the
+  events an order needs may be made now; the callers take another block when they may not.
+  It asks the runtime (``hipStreamIsCapturing``) only where an event would otherwise be
+  recorded, waited for or synchronized.
 
 The runtime is never asked about a stream after it was in use (it may be gone): the device
 of each created stream is noted while it is in use.
@@ -23,7 +29,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Set, Tuple
 from . import _hip
 from .errors import HipError, NoDeviceError
 from .device import Device, device_count, device_function, get_device
-from .stream import STREAM_DEVICES, Event, event_for, wait_event
+from .stream import STREAM_DEVICES, Event, capture_check, event_for, wait_event
 from .stream_refs import PER_THREAD_HANDLE, stream_ref
 from ._thread_exit import arm
 
@@ -321,12 +327,44 @@ class StreamOrder:
     may be gone).  ``runtime`` (default :class:`RuntimeEvents`) makes, records and waits for
     the events."""
 
-    __slots__ = ("events", "devices", "runtime")
+    __slots__ = ("events", "devices", "runtime", "capturing")
 
     def __init__(self, runtime: Any = None) -> None:
         self.events: Dict[int, Any] = {}
         self.devices: Dict[Any, int] = {}
         self.runtime: Any = _RUNTIME_EVENTS if runtime is None else runtime
+        #: ``capturing(handle) -> bool`` (``stream.capture_check``, bound once)
+        self.capturing: Callable[[int], bool] = capture_check()
+
+    def key_capturing(self, key: Any) -> bool:
+        """Whether the stream of ``key`` (a stream key, or :data:`SYNC`: never) takes part in
+        a capture.  Another thread's per-thread stream cannot be asked from here (handle 2
+        names the caller's own): False, as it was before captures existed."""
+        if key is SYNC or is_foreign(key):
+            return False
+        if type(key) is Recorded:
+            key = key.key
+            if is_foreign(key):
+                return False
+        return self.capturing(handle_of(key))
+
+    def capture_safe(self, tag: Iterable[Any], key: Any) -> bool:
+        """Whether ``key`` (a stream key, or :data:`SYNC` for the host) may be ordered after
+        the streams of ``tag`` with events now: False when ``key`` or one of those streams
+        takes part in a capture (an event recorded on a capturing stream joins the waiter to
+        the capture; recorded elsewhere and waited for by a capturing stream, or waited for
+        on the host, it breaks the rule that captured work never waits outside the graph).
+        True at once when ``tag`` names no stream but ``key``."""
+        others = [s for s in tag if s != key and s is not SYNC
+                  and not (type(s) is Recorded and s.key == key)]
+        if not others:
+            return True
+        if self.key_capturing(key):
+            return False
+        for s in others:
+            if self.key_capturing(s):
+                return False
+        return True
 
     def note(self, key: Any) -> None:
         """Remember the device of ``key``'s stream (a created one), which the caller is using
@@ -345,8 +383,9 @@ class StreamOrder:
     def tag_of(self, key: Any) -> FrozenSet[Any]:
         """The tag of blocks moved out of ``key``'s free lists now: ``{key}``, or for the
         calling thread's own per-thread stream ``{Recorded(key, event)}`` with an event
-        recorded on it now (``{key}`` when it cannot be recorded)."""
-        if _is_own_per_thread(key):
+        recorded on it now (``{key}`` when it cannot be recorded, or while that stream takes
+        part in a capture: the event would be a node of the graph)."""
+        if _is_own_per_thread(key) and not self.capturing(PER_THREAD_HANDLE):
             try:
                 ev = self.runtime.event_for(key)   # on the key's device, and recorded there
                 try:

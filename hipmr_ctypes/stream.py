@@ -19,8 +19,8 @@ from .stream_refs import (HANDLE_READERS, IntValue, _binding_module, as_stream_h
                          stream_ref)
 
 _T = TypeVar("_T")
-__all__ = ["Stream", "Event", "IpcEventHandle", "wait_event", "new_event", "event_for", "track_streams",
-           "STREAM_DEVICES"]
+__all__ = ["Stream", "Event", "Graph", "IpcEventHandle", "wait_event", "new_event", "event_for",
+           "track_streams", "STREAM_DEVICES", "capture_check", "relaxed_capture_mode"]
 
 if not _binding_module:  # stream_ref reaches the binding without an import from now on
     _binding_module.append(_hip)
@@ -214,6 +214,38 @@ class Stream(_Owned):
     def wait_event(self, event: "Event") -> None:
         """Make later work on this stream wait for ``event``."""
         wait_event(self._live(), event)
+
+    def begin_capture(self, mode: str = "global") -> None:
+        """Start capturing the work queued on this stream into a graph
+        (``hipStreamBeginCapture``) instead of running it; :meth:`end_capture` gives the
+        graph.  ``mode`` (``"global"``, ``"thread_local"`` or ``"relaxed"``) says which
+        potentially unsafe calls (synchronous allocation, copies, synchronization) are
+        refused meanwhile: in any thread while a global capture is under way, in this thread
+        only, or none.  A stream already capturing raises HipError."""
+        code = _CAPTURE_MODES.get(mode) if isinstance(mode, str) else None
+        if code is None:
+            raise ValueError(f"mode={mode!r}: expected one of {', '.join(_CAPTURE_MODES)}")
+        handle = self._live()
+        rt = _hip.get_runtime()
+        rt.check(rt.fn.hipStreamBeginCapture(handle, code), "hipStreamBeginCapture")
+
+    def end_capture(self) -> "Graph":
+        """End the capture begun on this stream (``hipStreamEndCapture``) and return it as
+        an executable :class:`Graph` (``hipGraphInstantiate``).  A capture that an operation
+        it forbids invalidated raises HipError (hipErrorStreamCaptureInvalidated)."""
+        handle = self._live()
+        rt = _hip.get_runtime()
+        graph = ctypes.c_void_p()
+        rt.check(rt.fn.hipStreamEndCapture(handle, graph), "hipStreamEndCapture")
+        return Graph._instantiate(rt, graph.value or 0)
+
+    @property
+    def is_capturing(self) -> bool:
+        """True while the stream takes part in a graph capture (``hipStreamIsCapturing``:
+        begun on it with ``hipStreamBeginCapture``, or joined to one by waiting for an event
+        recorded in it), also once that capture has been invalidated; False otherwise, and
+        always with a runtime that has no capture functions."""
+        return capture_check()(self._live())
 
     def __hip_stream__(self) -> Tuple[int, int]:
         return (0, self._live())
@@ -461,3 +493,144 @@ def event_for(stream: Any, device: Optional[int] = None) -> Event:
         with Device(device):
             return new_event()
     return new_event()
+
+
+_CAPTURE_MODES = {"global": 0, "thread_local": 1, "relaxed": 2}   # hipStreamCaptureMode
+
+
+@finalizer
+def _destroy_graph(rt: Any, graph_exec: int, graph: int) -> None:
+    try:
+        rt.fn.hipGraphExecDestroy(graph_exec)
+        rt.fn.hipGraphDestroy(graph)
+    except Exception:  # interpreter exit: the runtime may already be gone
+        pass
+
+
+class Graph:
+    """An executable graph of the work a :class:`Stream` captured
+    (``stream.end_capture()``): ``launch(stream)`` runs that work again on ``stream``
+    (``hipGraphLaunch``), as often as wanted, with the same addresses every time.
+    ``close()`` (idempotent; also when garbage-collected, and the context manager) destroys
+    it.  Memory the graph allocated (a stream-ordered allocation captured, and not freed in
+    the capture) must be freed before the graph is launched again."""
+
+    __slots__ = ("_exec", "_graph", "_rt", "_finalizer", "__weakref__")
+    _exec: int
+    _graph: int
+    _rt: Any
+    _finalizer: Any
+
+    def __init__(self) -> None:
+        raise TypeError("a Graph comes from Stream.end_capture()")
+
+    @classmethod
+    def _instantiate(cls, rt: Any, graph: int) -> "Graph":
+        out = ctypes.c_void_p()
+        st = rt.fn.hipGraphInstantiate(out, graph, None, None, 0)
+        if st:
+            rt.fn.hipGraphDestroy(graph)
+            raise rt.error(st, "hipGraphInstantiate")
+        self = object.__new__(cls)
+        self._exec = out.value or 0
+        self._graph = graph
+        self._rt = rt
+        self._finalizer = finalize(self, _destroy_graph, rt, self._exec, graph)
+        return self
+
+    def launch(self, stream: object) -> None:
+        """Queue the graph's work on ``stream`` (anything ``stream_ref`` accepts)."""
+        handle = as_stream_handle(stream)
+        if not self._finalizer.alive:
+            raise ValueError("graph: this Graph is closed")
+        rt = self._rt
+        rt.check(rt.fn.hipGraphLaunch(self._exec, handle), "hipGraphLaunch")
+
+    @property
+    def closed(self) -> bool:
+        """True once the graph has been destroyed."""
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Destroy the graph (idempotent); launches already queued still complete."""
+        self._finalizer()
+
+    def __enter__(self) -> "Graph":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"0x{self._exec:x}"
+        return f"<Graph {state}>"
+
+
+#: hipStreamIsCapturing's statuses that say "this stream cannot be captured, asked from here":
+#: a runtime not (or no longer) initialized, no device or an invalid one (what a library with
+#: no GPU answers), an invalid or destroyed handle, a destroyed context
+_NOT_CAPTURED = frozenset((3, 4, 100, 101, 400, 709))
+_IMPLICIT = 906   # hipErrorStreamCaptureImplicit: the legacy stream, while a capture is under way
+
+
+def _never(handle: int) -> bool:
+    return False
+
+
+def capture_check() -> Callable[[int], bool]:
+    """``is_capturing(handle) -> bool`` for the loaded runtime, its function pointer bound
+    once: what the sub-allocators keep at construction and call only where they would
+    otherwise record, wait for or synchronize on an event.  True for a stream in a capture
+    (active or invalidated) and for the legacy null stream while a capture that it would join
+    implicitly is under way; False for a stream that cannot be asked (gone, no device) and
+    with no runtime or one without ``hipStreamIsCapturing``."""
+    try:
+        rt = _hip.get_runtime()
+    except Exception:  # noqa: BLE001 - no library: nothing can be captured
+        return _never
+    query = rt.fn.hipStreamIsCapturing
+    if getattr(query, "missing", False):
+        return _never
+    hip_code = rt.hip_code
+    c_int = ctypes.c_int
+
+    def is_capturing(handle: int) -> bool:
+        status = c_int()   # one per call: the call lets go of the GIL
+        st = query(handle, status)
+        if st:
+            code = hip_code(st)
+            if code == _IMPLICIT or code in _NOT_CAPTURED:
+                rt.clear_last_error()
+                return code == _IMPLICIT
+            raise rt.error(st, "hipStreamIsCapturing")
+        return status.value != 0
+    return is_capturing
+
+
+class relaxed_capture_mode:
+    """``with relaxed_capture_mode():`` the calling thread's capture mode is
+    ``hipStreamCaptureModeRelaxed`` inside (``hipThreadExchangeStreamCaptureMode``), the mode
+    it had afterwards: a synchronous allocation from the upstream (``hipMalloc``) while a
+    capture in Global mode is under way is then allowed, as CUDA and HIP allow it in Relaxed
+    mode.  Nothing happens with a runtime that lacks the function."""
+
+    __slots__ = ("_fn", "_mode", "_rt")
+
+    def __enter__(self) -> "relaxed_capture_mode":
+        self._fn = None
+        try:
+            rt = _hip.get_runtime()
+        except Exception:  # noqa: BLE001 - no library: no capture
+            return self
+        fn = rt.fn.hipThreadExchangeStreamCaptureMode
+        if getattr(fn, "missing", False):
+            return self
+        mode = self._mode = ctypes.c_int(2)   # hipStreamCaptureModeRelaxed
+        rt.check(fn(mode), "hipThreadExchangeStreamCaptureMode")
+        self._fn, self._rt = fn, rt
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fn = self._fn
+        if fn is not None:
+            self._rt.check(fn(self._mode), "hipThreadExchangeStreamCaptureMode")

@@ -149,7 +149,8 @@ _TYPES: Dict[str, object] = {
     "status": c_int, "int": c_int, "uint": c_uint, "size_t": c_size_t, "ulonglong": c_ulonglong,
     "uchar": c_ubyte, "ushort": c_ushort,
     "float": c_float, "char*": c_char_p, "void*": c_void_p, "stream": c_void_p,
-    "event": c_void_p, "pool": c_void_p, "hipMemLocation": hipMemLocation,
+    "event": c_void_p, "pool": c_void_p, "graph": c_void_p, "graphExec": c_void_p,
+    "hipMemLocation": hipMemLocation,
     "hipMemAccessDesc": hipMemAccessDesc, "hipMemPoolProps": hipMemPoolProps,
     "hipPointerAttribute_t": hipPointerAttribute_t, "hipIpcMemHandle_t": hipIpcMemHandle_t,
     "hipMemPoolPtrExportData": hipMemPoolPtrExportData,
@@ -265,6 +266,19 @@ hipMemAdvise                        4.2  R    status  dev_ptr:void* count:size_t
 hipMemDiscardBatchAsync             7.3  O    status  dptrs:void** sizes:size_t* count:size_t flags:ulonglong stream:stream
 # (AMD's alone: optional, so that the nvidia platform, which has no counterpart, lacks it)
 hipExtMallocWithFlags               4.2  O    status  ptr:void** sizeBytes:size_t flags:uint
+# stream capture and graphs: optional, so that a library without them still loads (the
+# package's capture checks then report "not capturing").  ``mode`` and ``pCaptureStatus`` are
+# hipStreamCaptureMode / hipStreamCaptureStatus (enums: ints).  hipGraphInstantiate's error node
+# (hipGraphNode_t*) and log buffer may be NULL.
+hipStreamBeginCapture               4.3  O    status  stream:stream mode:int
+hipStreamEndCapture                 4.3  O    status  stream:stream pGraph:void**
+hipStreamIsCapturing                4.3  O    status  stream:stream pCaptureStatus:int*
+hipStreamGetCaptureInfo             4.5  O    status  stream:stream pCaptureStatus:int* pId:ulonglong*
+hipThreadExchangeStreamCaptureMode  5.0  O    status  mode:int*
+hipGraphInstantiate                 4.3  O    status  pGraphExec:void** graph:graph pErrorNode:void** pLogBuffer:char* bufferSize:size_t
+hipGraphLaunch                      4.3  O    status  graphExec:graphExec stream:stream
+hipGraphDestroy                     4.3  O    status  graph:graph
+hipGraphExecDestroy                 4.3  O    status  graphExec:graphExec
 # newer, optional
 hipExtGetLastError                  6.0  O    status  -
 hipStreamGetId                      7.1  O    status  stream:stream streamId:ulonglong*

@@ -135,6 +135,13 @@ MEM_ADVICE = {"read_mostly": (1, 2), "preferred_location": (3, 4), "accessed_by"
 hipCpuDeviceId = -1
 
 # Special stream handles
+# stream capture (hipStreamCaptureMode, hipStreamCaptureStatus): the same in every release
+hipStreamCaptureModeGlobal = 0
+hipStreamCaptureModeThreadLocal = 1
+hipStreamCaptureModeRelaxed = 2
+hipStreamCaptureStatusNone = 0
+hipStreamCaptureStatusActive = 1
+hipStreamCaptureStatusInvalidated = 2
 hipStreamLegacy = 1
 hipStreamPerThread = 2
 
@@ -196,6 +203,16 @@ ENUMS = {
         hipDeviceAttributeMemoryPoolSupportedHandleTypes,
     "hipErrorOutOfMemory": 2, "hipErrorInvalidValue": 1, "hipErrorNoDevice": 100,
     "hipErrorInvalidHandle": 400, "hipErrorNotReady": 600, "hipErrorNotSupported": 801,
+    "hipStreamCaptureModeGlobal": hipStreamCaptureModeGlobal,
+    "hipStreamCaptureModeThreadLocal": hipStreamCaptureModeThreadLocal,
+    "hipStreamCaptureModeRelaxed": hipStreamCaptureModeRelaxed,
+    "hipStreamCaptureStatusNone": hipStreamCaptureStatusNone,
+    "hipStreamCaptureStatusActive": hipStreamCaptureStatusActive,
+    "hipStreamCaptureStatusInvalidated": hipStreamCaptureStatusInvalidated,
+    "hipErrorStreamCaptureUnsupported": 900, "hipErrorStreamCaptureInvalidated": 901,
+    "hipErrorStreamCaptureUnmatched": 903, "hipErrorStreamCaptureUnjoined": 904,
+    "hipErrorStreamCaptureIsolation": 905, "hipErrorStreamCaptureImplicit": 906,
+    "hipErrorCapturedEvent": 907, "hipErrorStreamCaptureWrongThread": 908,
 }
 # Enumerators newer than ROCm 5.2: name -> (major, minor) of the first header that has them
 ENUMS_SINCE = {"hipDeviceAttributeMemoryPoolSupportedHandleTypes": (6, 1),

@@ -14,7 +14,7 @@ from ..properties import DEFAULT_ALIGNMENT
 from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_free, check_ptr,
                        check_size, check_stream)
 from .._stream_order import SYNC, StreamOrder, handle_of, stream_keys, wait_all
-from ..stream import track_streams
+from ..stream import relaxed_capture_mode, track_streams
 from ._base import BoundAdaptor, IdentityEqual
 from ._chunks import (check_upstream_chunk, give_back_chunks, overlaps, refuse_in_forked_child,
                       return_chunks, round_up)
@@ -142,11 +142,18 @@ class _Blocks:
     def grow(self, key: Any) -> None:
         """A new chunk from the upstream (lock held by the caller).  The lock is let go during
         the upstream call, which may block (a ``hipMalloc``, a stream synchronization): other
-        threads keep allocating and freeing meanwhile."""
+        threads keep allocating and freeing meanwhile.  For a stream that takes part in a
+        graph capture the chunk is the upstream's synchronous allocation, in Relaxed capture
+        mode: one allocated on that stream would be the graph's memory, not the resource's."""
         size = self.block_size * self.per_chunk
+        captured = key is not SYNC and self.up_alloc_async is not None and \
+            self.streams.key_capturing(key)
         self.lock.release()
         try:
-            if key is SYNC or self.up_alloc_async is None:
+            if captured:
+                with relaxed_capture_mode():
+                    ptr = self.up_alloc(size, _GRAIN)
+            elif key is SYNC or self.up_alloc_async is None:
                 ptr = self.up_alloc(size, _GRAIN)
             else:
                 ptr = self.up_alloc_async(size, _GRAIN, handle_of(key))
@@ -173,6 +180,8 @@ class _Blocks:
                     pass
         others = [k for k, blocks in list(free.items())
                   if blocks and k != key and k is not SYNC]
+        if others:   # no event on or for a stream in a graph capture: those are passed over
+            others = [k for k in others if self.streams.capture_safe((k,), key)]
         if others:  # wait for the stream holding most, then take all its blocks
             source = max(others, key=lambda k: len(free[k]))
             if key is SYNC:
@@ -264,6 +273,8 @@ class _Blocks:
         with self.lock:
             moved = {k: self.drain(lst) for k, lst in list(free.items()) if k is not SYNC}
             moved = {k: blocks for k, blocks in moved.items() if blocks}
+            for k in [k for k in moved if self.streams.key_capturing(k)]:
+                self.put_back(k, moved.pop(k))   # a capturing stream is never waited for
             try:
                 events = self.streams.record_for_host(list(moved))
             except BaseException:

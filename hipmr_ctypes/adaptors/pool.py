@@ -25,6 +25,15 @@ Design (see docs/adaptors.md for the long version):
   stream T the pool records an event on each such stream and makes T wait for it
   (``wait_event``), or, for a synchronous allocation, waits for the event on the host.
   Chunks obtained with ``allocate_async(..., T)`` start tagged with T.
+* **Graph capture.**  While the stream of a request takes part in a capture, the pool does
+  nothing capture forbids: a block that another stream's work may still use (or that a
+  capturing stream freed, for any other stream) is not ordered with events but passed over
+  for one that needs no event; when none fits, an upstream with stream-ordered allocation
+  serves the request itself (``allocate_async`` on the capturing stream: a graph memory node,
+  given back to the upstream when freed, never counted in ``pool_size()``), and any other
+  upstream grows the pool with its synchronous ``allocate`` in Relaxed capture mode.  No
+  host wait involves a capturing stream.  The capture state is asked only where an event
+  would otherwise be made (``StreamOrder.capture_safe``).
 """
 from __future__ import annotations
 
@@ -44,9 +53,9 @@ from ..stream_refs import PER_THREAD_HANDLE, IntValue
 from ._dead import ANY as _ANY, DEAD as _DEAD, let_go, rescue as _rescue
 from .._checks import (FAST_ALIGNMENTS, MAX_SIZE, check_alignment, check_free, check_ptr,
                        check_size, check_stream)
-from .._stream_order import (SYNC, StreamOrder, handle_of, own_keys_below, stream_keys,
-                             wait_all)
-from ..stream import track_streams
+from .._stream_order import (SYNC, Recorded, StreamOrder, handle_of, own_keys_below,
+                             stream_keys, wait_all)
+from ..stream import relaxed_capture_mode, track_streams
 from ._base import BoundAdaptor, IdentityEqual
 from ._chunks import (check_upstream_chunk, give_back_chunks, overlaps, refuse_in_forked_child,
                       return_chunks, round_up)
@@ -178,6 +187,14 @@ class _Arena:
         self.up_alloc = up.allocate
         self.up_dealloc = up.deallocate
         self.up_alloc_async = up.allocate_async if is_async else None
+        self.up_dealloc_async: Callable[..., None] = up.deallocate_async if is_async else \
+            self.up_dealloc_sync_only
+        # an upstream whose allocate_async on a capturing stream is a graph memory node
+        # (``AsyncMemoryResource`` and its kin say so with ``_graph_allocations``)
+        self.graph_upstream = is_async and bool(getattr(up.resource, "_graph_allocations",
+                                                        False))
+        # blocks the upstream allocated on a capturing stream (graph memory): ptr -> size
+        self.graph_blocks: Dict[int, int] = {}
         self.maximum = maximum
         # fast path: key (stream handle, or SYNC) -> {exact size -> list of free ptrs};
         # classes: key -> {block size -> the same lists}
@@ -201,6 +218,11 @@ class _Arena:
         self.keys: Callable[[int], Any] = stream_keys()   # (set again by the fast paths' _bind)
         self.forked = False                    # in a forked child: every slow path refuses
         track_streams(self)  # stream_closed runs before a package Stream is destroyed
+
+    def up_dealloc_sync_only(self, ptr: int, nbytes: int, alignment: int, stream: int) -> None:
+        """``up_dealloc_async`` of a synchronous upstream: never called (graph blocks come
+        only from a stream-ordered upstream)."""
+        self.up_dealloc(ptr, nbytes, alignment)
 
     def refuse_in_child(self) -> None:
         """In a forked child (its only thread): every free list and the live table emptied,
@@ -260,6 +282,22 @@ class _Arena:
                 return start, bsize, aligned
         return None
 
+    def _find_own(self, size: int, alignment: int, key: Any) -> Optional[Any]:
+        """Like :meth:`_find`, among the free blocks that ``key`` may take with no event:
+        clean ones, and for a stream its own."""
+        fs = self.fsorted
+        ftag = self.ftag
+        for j in range(bisect_left(fs, (size, 0)), len(fs)):
+            bsize, start = fs[j]
+            tag = ftag[start]
+            if tag and (key is SYNC or not all(
+                    s == key or (type(s) is Recorded and s.key == key) for s in tag)):
+                continue
+            aligned = round_up(start, alignment) if alignment > _GRAIN else start
+            if aligned + size <= start + bsize:
+                return start, bsize, aligned
+        return None
+
     def _take_global(self, size: int, alignment: int, key: Any) -> Optional[Any]:
         """``(ptr, host_events, tag)`` for a best-fit block, or None.  For the host (``SYNC``)
         a block still used by streams comes with fresh events the caller must wait for, after
@@ -269,6 +307,12 @@ class _Arena:
             return None
         start, bsize, aligned = found
         tag = self.ftag[start]
+        if tag and not self.streams.capture_safe(tag, key):
+            found = self._find_own(size, alignment, key)   # one that needs no event
+            if found is None:
+                return None
+            start, bsize, aligned = found
+            tag = self.ftag[start]
         events = None
         if tag:
             if key is SYNC:
@@ -431,11 +475,14 @@ class _Arena:
         sizes[nbytes] = lst
 
     # ------------------------------------------------------------------------ growth
-    def _grow(self, need: int, nbytes: int, key: Any) -> None:
-        """Get a chunk of at least ``need`` bytes from the upstream, or raise OutOfMemoryError."""
+    def _grow(self, need: int, nbytes: int, key: Any, captured: bool = False) -> None:
+        """Get a chunk of at least ``need`` bytes from the upstream, or raise OutOfMemoryError.
+        ``captured``: for a capturing stream, so no chunk is given back meanwhile (the
+        upstream's free may synchronize the device, which a capture forbids)."""
         maximum = self.maximum
         if maximum is not None and self.pool_size + self.pending + need > maximum:
-            self._release_free_chunks()
+            if not captured:
+                self._release_free_chunks()
             if self.pool_size + self.pending + need > maximum:
                 raise OutOfMemoryError(
                     call="PoolResource.allocate", size=nbytes,
@@ -451,7 +498,7 @@ class _Arena:
         error = None
         while True:
             try:
-                self._add_chunk(want, key)
+                self._add_chunk(want, key, captured)
                 return
             except MemoryError as exc:
                 error = exc
@@ -459,9 +506,9 @@ class _Arena:
                 want = max(need, round_up(want // 2, _GRAIN))
                 continue
             break
-        if self._release_free_chunks():
+        if not captured and self._release_free_chunks():
             try:
-                self._add_chunk(need, key)
+                self._add_chunk(need, key, captured)
                 return
             except MemoryError as exc:
                 error = exc
@@ -469,7 +516,7 @@ class _Arena:
                                detail=f"the upstream could not grow the pool by {need} bytes "
                                       f"(pool size {self.pool_size}): {error}") from error
 
-    def _add_chunk(self, size: int, key: Any) -> None:
+    def _add_chunk(self, size: int, key: Any, captured: bool = False) -> None:
         """Get a chunk from the upstream.  The lock (held by the caller) is let go during the
         upstream call, which may block (a ``hipMalloc``, a stream synchronization): other
         threads keep allocating meanwhile.  ``pending`` keeps concurrent growth within
@@ -479,7 +526,10 @@ class _Arena:
         self.pending += size
         lock.release()
         try:
-            if key is SYNC or self.up_alloc_async is None:
+            if key is SYNC or self.up_alloc_async is None or captured:
+                # (``captured``: the stream of ``key`` captures, and a chunk the upstream
+                # allocated on it would be a graph's, not the pool's: the synchronous
+                # allocation, in Relaxed capture mode)
                 ptr = self.up_alloc(size, _GRAIN)
                 tag = _CLEAN
             else:
@@ -513,6 +563,14 @@ class _Arena:
             return 0
         tags = {start: self.ftag[start] for start, _ in empty}
         streams = frozenset().union(*tags.values())
+        if streams:   # a capturing stream is never waited for: its chunks stay
+            capturing = {s for s in streams if self.streams.key_capturing(s)}
+            if capturing:
+                empty = [(start, size) for start, size in empty
+                         if capturing.isdisjoint(tags[start])]
+                if not empty:
+                    return 0
+                streams = frozenset().union(*(tags[start] for start, _ in empty))
         events = self.streams.record_for_host(streams) if streams else []  # may raise: no change
         total = 0
         for start, size in empty:   # out of the pool before the lock is let go
@@ -551,13 +609,20 @@ class _Arena:
                                           "a block of more than 2**63 bytes")
         with self.lock:
             found = self._take(nbytes, size, alignment, key)
+            capturing = found is None and self.streams.key_capturing(key)
+            if capturing and self.graph_upstream:
+                return self._graph_alloc(nbytes, alignment, key)
             tries = 0
             while found is None:  # grow; other threads may take the new chunk first (the
                 tries += 1        # lock is let go during the upstream call): then again
                 if tries > 8:
                     raise OutOfMemoryError(call="PoolResource.allocate", size=nbytes,
                                            detail="other threads kept taking the pool's growth")
-                self._grow(size + extra, nbytes, key)
+                if capturing:   # a synchronous upstream's allocation, allowed in capture
+                    with relaxed_capture_mode():
+                        self._grow(size + extra, nbytes, key, True)
+                else:
+                    self._grow(size + extra, nbytes, key)
                 found = self._take_global(size, alignment, key)
             ptr: int
             ptr, events, tag = found
@@ -572,6 +637,36 @@ class _Arena:
             raise
         self.live[ptr] = nbytes
         return ptr
+
+    def _graph_alloc(self, nbytes: int, alignment: int, key: Any) -> int:
+        """The upstream's stream-ordered allocation on the capturing stream of ``key`` (lock
+        held, let go during the call): a graph memory node, the driver's, whose address the
+        graph keeps; the pool hands it back to the upstream when it is freed."""
+        lock = self.lock
+        lock.release()
+        try:
+            alloc_async: Callable[..., int] = self.up_alloc_async  # type: ignore[assignment]
+            ptr = alloc_async(nbytes, alignment, handle_of(key))   # (graph_upstream: async)
+        finally:
+            lock.acquire()
+        self.graph_blocks[ptr] = nbytes
+        return ptr
+
+    def _graph_free(self, ptr: int, nbytes: int, alignment: int, key: Any) -> bool:
+        """Give a graph block back to the upstream (on ``key``'s stream, or synchronously);
+        False when ``ptr`` is not one (no lock needed: ``dict.pop`` is the claim)."""
+        graph = self.graph_blocks
+        size = graph.pop(ptr, None)
+        if size is None:
+            return False
+        if size != nbytes:
+            graph[ptr] = size
+            check_free(ptr, size, nbytes, "PoolResource")   # raises: the wrong size
+        if key is SYNC:
+            self.up_dealloc(ptr, nbytes, alignment)
+        else:
+            self.up_dealloc_async(ptr, nbytes, alignment, handle_of(key))
+        return True
 
     def _take(self, nbytes: int, size: int, alignment: int, key: Any) -> Optional[Any]:
         """A block from the free lists, the best-fit structure, or both after coalescing."""
@@ -592,6 +687,9 @@ class _Arena:
         nbytes = check_size(nbytes)
         alignment = check_alignment(alignment)
         if not ptr and not nbytes:
+            return
+        if self.graph_blocks and ptr not in self.live and \
+                self._graph_free(ptr, nbytes, alignment, key):
             return
         lock = self.lock
         if lock.held_here():
@@ -821,6 +919,8 @@ class PoolResource(IdentityEqual, BoundAdaptor):
             arena._flush_all()
             tagged = {start: tag for start, tag in arena.ftag.items() if tag}
             streams = frozenset().union(*tagged.values()) if tagged else _CLEAN
+            # a capturing stream is never waited for: its blocks keep their tags
+            streams = frozenset(s for s in streams if not arena.streams.key_capturing(s))
             events = arena.streams.record_for_host(streams) if streams else []
         wait_all(events)
         with lock:

@@ -115,6 +115,11 @@ class AsyncMemoryResource:
     _bytes: object
     properties: Tuple[type, ...] = (device_accessible,)
 
+    #: ``allocate_async`` on a stream that captures a graph is a graph memory node (the
+    #: runtime's; its address is the graph's): a pool over this resource passes an allocation
+    #: it cannot serve during a capture through to it (``adaptors.pool``)
+    _graph_allocations = True
+
     def __init__(self, device: Optional[Any] = None, *, initial_pool_size: Optional[Size] = None,
                  release_threshold: Optional[Size] = None, enable_ipc: bool = False,
                  maximum_pool_size: Optional[Size] = None) -> None:

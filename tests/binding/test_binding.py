@@ -406,3 +406,44 @@ def test_the_nvidia_address_range_makes_a_context_current_first(monkeypatch):
     assert rt.fn.hipMemGetAddressRange(base, size, 0x2000) == 0
     asked = [c for c in libcuda.calls if c[0] == "cuMemGetAddressRange_v2"]
     assert len(asked) == 2 and [c[0] for c in cudart.calls].count("cudaFree") == 1
+
+
+@pytest.mark.parametrize("cuda_version, instantiate_args, info_args", [
+    (11080, 5, 3), (12040, 3, 6), (13000, 3, 7)])
+def test_nvidia_capture_shims_follow_the_cuda_runtime_version(monkeypatch, cuda_version,
+                                                              instantiate_args, info_args):
+    """cudaGraphInstantiate lost its error node and log for a flags word in CUDA 12;
+    cudaStreamGetCaptureInfo took the former _v2's outputs in 12 and _v3's in 13: the shims
+    call each with the arguments of the runtime loaded (the extra outputs NULL)."""
+    class Cudart(_FakeLibrary):
+        def __getattr__(self, symbol):
+            function = super().__getattr__(symbol)
+            if symbol != "cudaRuntimeGetVersion":
+                return function
+
+            def version(out):
+                out.value = cuda_version
+                return 0
+            setattr(self, symbol, version)
+            return version
+    cudart = Cudart()
+    rt = _fake_nvidia_runtime(monkeypatch, cudart, _FakeLibrary())
+    exec_out, status, ident = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_ulonglong()
+    assert rt.fn.hipGraphInstantiate(exec_out, 0x1000, None, None, 0) == 0
+    call = cudart.calls[-1]
+    assert call[0] == "cudaGraphInstantiate" and len(call) - 1 == instantiate_args
+    if instantiate_args == 3:
+        assert call[3] == 0   # flags
+    assert rt.fn.hipStreamGetCaptureInfo(0x2000, status, ident) == 0
+    call = cudart.calls[-1]
+    assert call[0] == "cudaStreamGetCaptureInfo" and len(call) - 1 == info_args
+    assert call[1] == 0x2000 and all(a is None for a in call[4:])
+    # the direct rows: the CUDA function of the same name and shape
+    for hip, cuda in (("hipStreamBeginCapture", "cudaStreamBeginCapture"),
+                      ("hipStreamEndCapture", "cudaStreamEndCapture"),
+                      ("hipStreamIsCapturing", "cudaStreamIsCapturing"),
+                      ("hipThreadExchangeStreamCaptureMode",
+                       "cudaThreadExchangeStreamCaptureMode"),
+                      ("hipGraphLaunch", "cudaGraphLaunch"), ("hipGraphDestroy", "cudaGraphDestroy"),
+                      ("hipGraphExecDestroy", "cudaGraphExecDestroy")):
+        assert nvidia.NAME_MAP[hip] == cuda

@@ -157,6 +157,29 @@ def test_hip_6_0_symbols(amd_runtime, version, exported):
     assert "hipDeviceGetAttribute" in names
 
 
+CAPTURE_API = ("hipStreamBeginCapture", "hipStreamEndCapture", "hipStreamIsCapturing",
+               "hipStreamGetCaptureInfo", "hipThreadExchangeStreamCaptureMode",
+               "hipGraphInstantiate", "hipGraphLaunch", "hipGraphDestroy", "hipGraphExecDestroy")
+
+
+def test_capture_api_is_in_every_release(amd_runtime, header, exported):
+    """The stream-capture and graph functions the package declares (first exported by HIP 4.3
+    to 5.0) are in every supported release, bound to the real symbols; their enums have the
+    values the package uses (tests/binding/test_abi.py compares them against the headers)."""
+    for name in CAPTURE_API:
+        assert exported(name), name
+        assert not getattr(getattr(amd_runtime.fn, name), "missing", False), name
+    from hipmr_ctypes._hip import types
+    assert (types.hipStreamCaptureModeGlobal, types.hipStreamCaptureModeThreadLocal,
+            types.hipStreamCaptureModeRelaxed) == (0, 1, 2)
+    assert (types.hipStreamCaptureStatusNone, types.hipStreamCaptureStatusActive,
+            types.hipStreamCaptureStatusInvalidated) == (0, 1, 2)
+    # callable through the declared signature: success on a GPU, the no-device answer
+    # (hipErrorNoDevice, or 5.2's hipErrorInvalidDevice) without one
+    mode = ctypes.c_int(2)
+    assert amd_runtime.fn.hipThreadExchangeStreamCaptureMode(ctypes.byref(mode)) in (0, 100, 101)
+
+
 # ---- values that changed at 6.0 and 6.2 -----------------------------------------------------
 
 def test_ipc_open_flag_is_the_loaded_releases(amd_runtime, header, version):

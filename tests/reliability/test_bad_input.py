@@ -591,6 +591,30 @@ for label, v in [("None", None), ("int", 5), ("class", hmr.Event)]:
 case("Event.elapsed_time-disable-timing", "Event",
      lambda: Kit(a=hmr.Event(2).record(), b=hmr.Event(2).record()),
      lambda k: k.a.elapsed_time(k.b), ValueError, "flag 2|timing")
+STREAM_USES_CAPTURE = {"begin_capture": lambda k: k.s.begin_capture(),
+                       "end_capture": lambda k: k.s.end_capture(),
+                       "is_capturing": lambda k: k.s.is_capturing}
+for label, use in STREAM_USES_CAPTURE.items():
+    case(f"Stream-closed-{label}", "Stream", _closed_stream_kit, use, ValueError, "closed")
+for label, v, exc in [("unknown", "sometimes", ValueError), ("int", 0, ValueError),
+                      ("None", None, ValueError), ("upper", "GLOBAL", ValueError)]:
+    case(f"Stream.begin_capture-mode-{label}", "Stream", lambda: hmr.Stream(flags=1),
+         lambda s, v=v: s.begin_capture(v), exc, "mode")
+
+
+def _graph() -> Any:
+    """An executable graph of an empty capture."""
+    s = hmr.Stream(flags=1)
+    s.begin_capture()
+    return s.end_capture()
+
+
+case("Graph-constructed", "Graph", _none, lambda _: hmr.Graph(), TypeError, "end_capture")
+for label, v, exc in BAD_STREAMS:
+    case(f"Graph.launch-stream-{label}", "Graph", _graph, lambda g, v=v: g.launch(v), exc,
+         "stream")
+case("Graph-closed-launch", "Graph", lambda: _closed(_graph()), lambda g: g.launch(0),
+     ValueError, "closed")
 for label, v, exc in BAD_STREAMS:
     case(f"wait_event-stream-{label}", "wait_event", hmr.Event,
          lambda e, v=v: hmr.wait_event(v, e), exc, "stream")

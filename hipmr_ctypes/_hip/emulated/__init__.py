@@ -16,6 +16,7 @@ from ..runtime import Runtime, decode_hip_version
 from ..search import setting_error
 from ._core import (DEFAULT_FAULT_CALLS, EmulatorConfig, LiveAllocations, error_name,
                     error_string)
+from ._capture import CaptureMixin
 from ._devices import DeviceMixin
 from ._ipc import IpcMixin
 from ._memory import MemoryMixin
@@ -27,10 +28,11 @@ __all__ = ["Emulator", "EmulatorConfig", "LiveAllocations", "create_emulated_run
            "config_from_env", "parse_size", "DEFAULT_FAULT_CALLS"]
 
 
-class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin, IpcMixin, VirtualMixin):
+class Emulator(DeviceMixin, StreamMixin, MemoryMixin, PoolMixin, IpcMixin, VirtualMixin,
+               CaptureMixin):
     """The emulated HIP runtime: the state of :class:`EmulatorCore` plus one method per HIP
-    function, from six parts that each build on the core alone (devices, streams, memory,
-    pools, interprocess, virtual memory).
+    function, from seven parts that each build on the core alone (devices, streams, memory,
+    pools, interprocess, virtual memory, stream capture and graphs).
 
     Test hooks: :meth:`inject_failure`, :meth:`clear_faults`, :meth:`pending_faults`,
     :meth:`set_stream_busy`, :meth:`live_allocations`, :meth:`capacity`, :attr:`device_count`,

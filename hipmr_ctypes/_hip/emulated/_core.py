@@ -53,6 +53,7 @@ DEVICE = "device"
 PINNED = "pinned"
 MANAGED = "managed"
 REGISTERED = "registered"            # host memory of the caller's, pinned by hipHostRegister
+GRAPH = "graph"                      # device memory of a graph's allocation node (``_capture``)
 
 # Calls that fail when there are no devices (everything but versions and error queries)
 NO_DEVICE_OK = frozenset({"hipRuntimeGetVersion", "hipDriverGetVersion", "hipGetErrorName",
@@ -172,12 +173,13 @@ def _release_unless_exiting(heap: HostHeap,
 # records
 class Alloc:
     """One live allocation: requested ``size``, accounted ``block`` (rounded), owner and kind."""
-    __slots__ = ("ptr", "size", "block", "device", "kind", "flags", "pool")
+    __slots__ = ("ptr", "size", "block", "device", "kind", "flags", "pool", "graph")
 
     def __init__(self, ptr: int, size: int, block: int, device: int, kind: str, flags: int = 0,
-                 pool: Optional["Pool"] = None) -> None:
+                 pool: Optional["Pool"] = None, graph: Any = None) -> None:
         self.ptr, self.size, self.block = ptr, size, block
         self.device, self.kind, self.flags, self.pool = device, kind, flags, pool
+        self.graph = graph   # kind GRAPH: the graph allocation (``_capture.GraphAlloc``)
 
 
 class Pool:
@@ -208,7 +210,8 @@ class Pool:
 
 class Stream:
     """A stream (created, or one of a device's null / legacy / per-thread streams)."""
-    __slots__ = ("handle", "device", "flags", "priority", "sid", "busy", "epoch", "alive")
+    __slots__ = ("handle", "device", "flags", "priority", "sid", "busy", "epoch", "alive",
+                 "capture", "tail")
 
     def __init__(self, handle: int, device: int, flags: int, priority: int, sid: int) -> None:
         self.handle, self.device, self.flags, self.priority, self.sid = (
@@ -216,11 +219,14 @@ class Stream:
         self.busy = 0     # the next `busy` queries report hipErrorNotReady (set_stream_busy)
         self.epoch = 0    # bumped by set_stream_busy: events recorded before stay complete
         self.alive = True
+        self.capture: Any = None   # the capture (``_capture.Capture``) it takes part in
+        self.tail = 0     # in a capture: the number of nodes when it last captured work
 
 
 class Event:
     """An event: recorded time stamp and the stream work it waits for."""
-    __slots__ = ("handle", "device", "flags", "recorded", "stamp", "stream", "epoch", "ipc")
+    __slots__ = ("handle", "device", "flags", "recorded", "stamp", "stream", "epoch", "ipc",
+                 "captured", "captured_on", "captured_at")
 
     def __init__(self, handle: int, device: int, flags: int) -> None:
         self.handle, self.device, self.flags = handle, device, flags
@@ -229,6 +235,9 @@ class Event:
         self.stream: Optional[Stream] = None   # set when recorded on a busy stream
         self.epoch = 0
         self.ipc: Any = None   # the state shared with other processes (``_ipc``), if any
+        self.captured: Any = None       # last recorded in this capture (``_capture``)
+        self.captured_on: Optional[Stream] = None   # ... on this stream
+        self.captured_at = 0                        # ... after this many nodes
 
     def pending(self) -> bool:
         """True while the stream work this event was recorded after is 'still running'."""
@@ -262,6 +271,7 @@ class _ThreadState(threading.local):
         self.device = 0
         self.last_error = SUCCESS      # what hipGetLastError / hipPeekAtLastError report
         self.last_command = SUCCESS    # what hipExtGetLastError reports
+        self.capture_mode = 0          # hipThreadExchangeStreamCaptureMode's (Global)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -286,6 +296,14 @@ class _StateLock(DeferringLock):
 
 class EmulatorCore:
     """Shared state and the test-facing API of the emulated runtime."""
+
+    #: the calls a capture under way looks at first (``_capture.CaptureMixin._capture_gate``)
+    _CAPTURE_GATED: FrozenSet[str] = frozenset()
+
+    def _capture_gate(self, name: str, args: Tuple[Any, ...]) -> Optional[int]:
+        """While a capture is under way: the status of call ``name`` if the capture decides
+        it (captured, or refused), None to run it as usual (``_capture`` overrides this)."""
+        return None
 
     def __init__(self, config: Optional[EmulatorConfig] = None) -> None:
         config = EmulatorConfig() if config is None else config
@@ -319,6 +337,10 @@ class EmulatorCore:
         self._events: Dict[int, Event] = {}
         self._ipc_events: Dict[int, Event] = {}   # events shared with other processes
         self._faults: List[_Fault] = []
+        # stream capture (``_capture``): the captures under way, graphs, executable graphs
+        self._captures: Dict[int, Any] = {}
+        self._graphs: Dict[int, Any] = {}
+        self._execs: Dict[int, Any] = {}
         self._devices: List[Device] = []
         for ordinal in range(config.devices):
             dev = Device(ordinal, config.memory)
@@ -417,6 +439,9 @@ class EmulatorCore:
             self._ipc_events.clear()
             self._events.clear()
             self._faults.clear()
+            self._captures.clear()
+            self._graphs.clear()
+            self._execs.clear()
             for dev in self._devices:
                 handle = dev.default_pool.handle
                 pool = Pool(handle, dev.ordinal, True)
@@ -446,6 +471,7 @@ class EmulatorCore:
         """The C-level function: faults, no-device check, argument errors, last error."""
         emu = self
         needs_device = name not in NO_DEVICE_OK
+        gated = self._CAPTURE_GATED
 
         def call(*args: Any) -> int:
             try:
@@ -456,6 +482,9 @@ class EmulatorCore:
                         return status
                 if needs_device and not emu._devices:
                     status = NO_DEVICE
+                elif emu._captures and name in gated:   # a capture is under way
+                    decided = emu._capture_gate(name, args)
+                    status = impl(*args) or SUCCESS if decided is None else decided
                 else:
                     status = impl(*args) or SUCCESS
             except _Reentered:
@@ -646,6 +675,10 @@ class EmulatorCore:
         """Free a live allocation: back to its pool's cache, or to the host."""
         self._unregister(alloc)
         if alloc.kind == REGISTERED:   # the caller's memory: unpinned, never freed
+            return
+        if alloc.kind == GRAPH:        # freed; the address stays the graph's
+            alloc.graph.live = False
+            alloc.graph.reclaim(self)
             return
         pool = alloc.pool
         if pool is not None and pool.imported:   # unmapped; the exporter's memory stays

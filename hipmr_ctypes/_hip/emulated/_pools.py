@@ -24,7 +24,7 @@ from ..types import (hipMemAccessDesc, hipMemLocation, hipMemPoolProps,
                      hipMemPoolAttrUsedMemCurrent, hipMemPoolAttrUsedMemHigh)
 from ._args import Status, addr, i32, int_cell, out, out_array, u64
 from ._shared import SharedArena
-from ._core import (DEVICE, INVALID_DEVICE, INVALID_VALUE, MANAGED, OUT_OF_MEMORY, PINNED,
+from ._core import (DEVICE, GRAPH, INVALID_DEVICE, INVALID_VALUE, MANAGED, OUT_OF_MEMORY, PINNED,
                     Alloc, EmulatorCore, Pool, round_up)
 
 __all__ = ["PoolMixin"]
@@ -135,7 +135,8 @@ class PoolMixin(EmulatorCore):
                     return
                 raise Status(INVALID_VALUE)
             alloc = self._allocs.get(ptr)
-            if alloc is None or (alloc.kind not in (DEVICE, MANAGED) and alloc.pool is None):
+            if alloc is None or (alloc.kind not in (DEVICE, MANAGED, GRAPH)
+                                  and alloc.pool is None):
                 raise Status(INVALID_VALUE)
             self._release_alloc(alloc)
             pool = alloc.pool

@@ -36,7 +36,9 @@ _SHIMS = ("hipInit", "hipDeviceGetName", "hipDeviceTotalMem", "hipDeviceGetAttri
           # virtual memory: the driver's cuMem* calls, as HIP's NVIDIA header maps them
           "hipMemAddressReserve", "hipMemAddressFree", "hipMemCreate", "hipMemRelease",
           "hipMemMap", "hipMemUnmap", "hipMemSetAccess", "hipMemGetAccess",
-          "hipMemGetAllocationGranularity")
+          "hipMemGetAllocationGranularity") + (
+          # capture: CUDA 12 and 13 changed these two signatures (by runtime version)
+          "hipGraphInstantiate", "hipStreamGetCaptureInfo")
 _build_lock = RLock()  # reentrant: a finalizer run inside a build may call a stand-in
 #: the rows not bound one to one: the shims and three Python functions of their own
 _NOT_DIRECT = frozenset(_SHIMS + ("hipGetErrorName", "hipGetErrorString", "hipExtGetLastError"))

@@ -2,7 +2,8 @@
 driver API (hipInit, hipDeviceGetName, hipDeviceTotalMem, device attributes libcudart does not
 have, hipMemsetD8/D16/D32 and their Async forms, hipMemGetAddressRange, the virtual-memory
 calls hipMemAddressReserve ... hipMemGetAllocationGranularity) or over a CUDA
-function of another signature (hipPointerGetAttributes, hipMemPrefetchAsync).  Built by the first call of any of them (``build_shims``); the package
+function of another signature (hipPointerGetAttributes, hipMemPrefetchAsync, and by CUDA
+runtime version hipGraphInstantiate and hipStreamGetCaptureInfo).  Built by the first call of any of them (``build_shims``); the package
 (``__init__.py``) binds everything else at load.
 """
 from __future__ import annotations
@@ -289,7 +290,60 @@ def build_shims(cudart: Any, cuda_version: int,
                 return 801
             return advise12(ptr, count, advice, device)
 
+    shims.update(_capture_shims(cudart, cuda_version))
     shims.update(hipDeviceGetAttribute=hipDeviceGetAttribute,
                  hipPointerGetAttributes=hipPointerGetAttributes,
                  hipMemPrefetchAsync=hipMemPrefetchAsync, hipMemAdvise=hipMemAdvise)
     return shims
+
+
+def _capture_shims(cudart: Any, cuda_version: int) -> Dict[str, Callable[..., int]]:
+    """hipGraphInstantiate and hipStreamGetCaptureInfo, whose CUDA counterparts changed:
+
+    * ``cudaGraphInstantiate`` takes ``(exec*, graph, errorNode*, logBuffer, bufferSize)``
+      before CUDA 12 and ``(exec*, graph, unsigned long long flags)`` from 12 on (no error
+      node or log: HIP's NVIDIA header passes flags 0 and leaves them alone);
+    * ``cudaStreamGetCaptureInfo`` is ``(stream, status*, id*)`` before CUDA 12, the former
+      ``_v2`` from 12 on (``graph_out``, ``dependencies_out``, ``numDependencies_out`` after
+      the id) and, from 13 on, the former ``_v3`` (``edgeData_out`` before the count): the
+      extra outputs are optional and passed as NULL."""
+    if cuda_version >= 12000:
+        instantiate12: Callable[..., int] = _raw(cudart, "cudaGraphInstantiate", c_int,
+                                                 [POINTER(c_void_p), c_void_p, c_ulonglong])
+
+        def hipGraphInstantiate(exec_out: Any, graph: int, error_node: Any, log: Any,
+                                size: int) -> int:
+            return instantiate12(exec_out, graph, 0)
+    else:
+        instantiate11: Callable[..., int] = _raw(
+            cudart, "cudaGraphInstantiate", c_int,
+            [POINTER(c_void_p), c_void_p, POINTER(c_void_p), c_char_p, c_size_t])
+
+        def hipGraphInstantiate(exec_out: Any, graph: int, error_node: Any, log: Any,
+                                size: int) -> int:
+            return instantiate11(exec_out, graph, error_node, log, size)
+
+    status_t, id_t = POINTER(c_int), POINTER(c_ulonglong)
+    if cuda_version >= 13000:
+        info13: Callable[..., int] = _raw(
+            cudart, "cudaStreamGetCaptureInfo", c_int,
+            [c_void_p, status_t, id_t, c_void_p, c_void_p, c_void_p, c_void_p])
+
+        def hipStreamGetCaptureInfo(stream: int, status: Any, ident: Any) -> int:
+            return info13(stream, status, ident, None, None, None, None)
+    elif cuda_version >= 12000:
+        info12: Callable[..., int] = _raw(
+            cudart, "cudaStreamGetCaptureInfo", c_int,
+            [c_void_p, status_t, id_t, c_void_p, c_void_p, c_void_p])
+
+        def hipStreamGetCaptureInfo(stream: int, status: Any, ident: Any) -> int:
+            return info12(stream, status, ident, None, None, None)
+    else:
+        info11: Callable[..., int] = _raw(cudart, "cudaStreamGetCaptureInfo", c_int,
+                                          [c_void_p, status_t, id_t])
+
+        def hipStreamGetCaptureInfo(stream: int, status: Any, ident: Any) -> int:
+            return info11(stream, status, ident)
+
+    return {"hipGraphInstantiate": hipGraphInstantiate,
+            "hipStreamGetCaptureInfo": hipStreamGetCaptureInfo}
