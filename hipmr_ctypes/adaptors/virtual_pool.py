@@ -37,7 +37,7 @@ from typing import Any, FrozenSet, List, Optional, Tuple
 
 from .._device_sizes import parse_config_size
 from .._sizes import Size
-from .._stream_order import wait_all
+from .._stream_order import SYNC, wait_all
 from ..errors import OutOfMemoryError
 from ._chunks import refuse_in_forked_child
 from .pool import _CLEAN, PoolResource, _Arena
@@ -205,8 +205,8 @@ class _VirtualArena(_Arena):
 
 class VirtualPoolResource(PoolResource):
     """A pool of device memory that grows in place:
-    ``VirtualPoolResource(device=None, *, maximum_pool_size=None, granularity=None,
-    release_threshold=None, reserve_size=None)``.
+    ``VirtualPoolResource(device=None, *, initial_pool_size=None, maximum_pool_size=None,
+    granularity=None, release_threshold=None, reserve_size=None)``.
 
     One address range is reserved on ``device`` (default: the current device), of
     ``reserve_size`` bytes (default: four times the device's memory; address space costs no
@@ -216,8 +216,10 @@ class VirtualPoolResource(PoolResource):
     blocks coalesce across pages.  Fully free pages are unmapped (their memory goes back to the
     device) before an allocation would fail for lack of memory, by :meth:`release`, and
     whenever a growth would otherwise take the mapped bytes past ``release_threshold``
-    (default: no threshold).  ``maximum_pool_size``: the most bytes mapped at once (default: no
-    limit); sizes accept the package's size grammar (``"16GiB"``, ``"80%"``).
+    (default: no threshold).  ``initial_pool_size``: bytes mapped at once (rounded up to the
+    page; default none).  ``maximum_pool_size``: the most bytes mapped at once (rounded down
+    to the page; default: no limit).  Sizes accept the package's size grammar (``"16GiB"``,
+    ``"80%"``).
 
     Everything else is :class:`PoolResource`'s: sizes rounded up to 256, 256-byte alignment
     at least, stream-ordered allocation with safe reuse across streams, thread-safety, the
@@ -231,6 +233,7 @@ class VirtualPoolResource(PoolResource):
     """
 
     def __init__(self, device: Optional[Any] = None, *,
+                 initial_pool_size: Optional[Size] = None,
                  maximum_pool_size: Optional[Size] = None, granularity: Optional[int] = None,
                  release_threshold: Optional[Size] = None,
                  reserve_size: Optional[Size] = None) -> None:
@@ -239,7 +242,8 @@ class VirtualPoolResource(PoolResource):
                 if type(granularity) is not int else \
                 ValueError(f"granularity must be positive, not {granularity}")
         sizes = {name: None if value is None else parse_config_size(value, name)
-                 for name, value in (("maximum_pool_size", maximum_pool_size),
+                 for name, value in (("initial_pool_size", initial_pool_size),
+                                     ("maximum_pool_size", maximum_pool_size),
                                      ("release_threshold", release_threshold),
                                      ("reserve_size", reserve_size))}
         from .. import _virtual_range   # (the package joins this layer to the resources')
@@ -252,9 +256,18 @@ class VirtualPoolResource(PoolResource):
         self._reserved: int = space.size
         self._release_threshold: Optional[int] = threshold
         ref = self._set_upstream(space)
-        self._initial = 0
+        initial = space.sizes["initial_pool_size"] or 0
+        initial = -(-initial // self._page) * self._page
+        if maximum is not None and initial > maximum:
+            space.close()
+            raise ValueError(f"initial_pool_size={initial_pool_size} exceeds "
+                             f"maximum_pool_size={maximum_pool_size}")
+        self._initial = initial
         self._maximum = maximum
         arena = self._arena = _VirtualArena(ref, space, maximum, threshold)
+        if initial:
+            with arena.lock:
+                arena._grow(initial, initial, SYNC)
         self._bind(arena)
         refuse_in_forked_child(self, arena)
 

@@ -514,3 +514,30 @@ def test_the_finalizer_gives_everything_back(emu):
     pool = hmr.VirtualPoolResource()
     pool.allocate(5 * G)
     del pool      # the emu fixture checks that the range and its pages are gone
+
+
+def test_initial_pool_size_is_mapped_at_once(emu):
+    pool = hmr.VirtualPoolResource(initial_pool_size=3 * MiB, maximum_pool_size=8 * MiB)
+    assert pool.initial_pool_size == 2 * G == pool.mapped_bytes
+    with no_native_call(emu):
+        p = pool.allocate(4 * MiB)
+        pool.deallocate(p, 4 * MiB)
+    with pytest.raises(ValueError, match="exceeds"):
+        hmr.VirtualPoolResource(initial_pool_size=5 * G, maximum_pool_size=4 * G)
+    del pool
+
+
+def test_the_environment_names_it(emu, monkeypatch):
+    from hipmr_ctypes import _config
+    monkeypatch.setenv("HIPMR_DEVICE_RESOURCE",
+                       "virtual_pool,pool=4MiB:50%,release_threshold=8MiB,statistics")
+    made = _config.default_resource(0)
+    pool = made.upstream
+    assert isinstance(pool, hmr.VirtualPoolResource)
+    assert (pool.mapped_bytes, pool.maximum_pool_size, pool.release_threshold) == (
+        4 * MiB, emu.capacity() // 2, 8 * MiB)
+    assert _config.describe(1)["detail"] == "StatisticsResource <- VirtualPoolResource"
+    monkeypatch.setenv("HIPMR_DEVICE_RESOURCE", "device,release_threshold=1GiB")
+    with pytest.raises(ValueError, match="async and virtual_pool only"):
+        _config.default_resource(0)
+    del made, pool
