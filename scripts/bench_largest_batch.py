@@ -220,13 +220,15 @@ def _install(mode: str, cap: int, default_spec: str) -> Dict[str, Any]:
 
 def _ours_figures(resource: Any) -> Dict[str, Any]:
     out: Dict[str, Any] = {"resource": type(resource).__name__}
-    for name in ("mapped_bytes", "peak_mapped_bytes", "reserved_bytes", "pool_size"):
+    for name in ("mapped_bytes", "peak_pool_size", "reserved_bytes", "pool_size"):
         try:
             value = getattr(resource, name)
+            if callable(value):
+                value = value()
         except Exception:  # noqa: BLE001 - a figure this resource lacks
             continue
         if isinstance(value, int):
-            out[name] = value
+            out[name] = int(value)
     return out
 
 
@@ -392,7 +394,7 @@ def table(result: Dict[str, Any]) -> List[str]:
     lines = []
     common = result["common_batch"]
     native = result["modes"].get("native", {}).get("timed", {}).get("step_median_s")
-    lines.append(f"{'mode':15s} | largest | peak reserved GiB | ours mapped GiB | "
+    lines.append(f"{'mode':15s} | largest | peak reserved GiB | ours peak GiB | "
                  f"step ms @ {common} | / native")
     for mode, entry in result["modes"].items():
         best = entry.get("largest_batch")
@@ -400,13 +402,13 @@ def table(result: Dict[str, Any]) -> List[str]:
                      "< lo" if best is None else f"{best}{'+' if entry.get('at_hi') else ''}")
         top = entry["trials"].get(str(best), {}) if best is not None else {}
         ours = top.get("ours", {})
-        mapped = ours.get("peak_mapped_bytes", ours.get("mapped_bytes", ours.get("pool_size")))
+        mapped = ours.get("peak_pool_size", ours.get("mapped_bytes", ours.get("pool_size")))
         step = entry.get("timed", {}).get("step_median_s")
         ratio = f"{step / native:.3f}" if step and native else "-"
         step_text = f"{step * 1e3:.1f}" if step else str(entry.get("timed", {})
                                                            .get("status", "-"))
         lines.append(f"{mode:15s} | {best_text:>7s} | {_gib(top.get('peak_reserved_bytes')):>16s}"
-                     f" | {_gib(mapped):>15s} | {step_text:>10s} | {ratio}")
+                     f" | {_gib(mapped):>13s} | {step_text:>10s} | {ratio}")
     return lines
 
 
