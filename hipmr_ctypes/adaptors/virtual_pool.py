@@ -14,7 +14,8 @@ the fork refusal) over a different arena, :class:`_VirtualArena`, which changes 
   unmapped gaps of the range (between mapped runs, and above the top one) the one whose free
   neighbours leave least to map (ties: the lowest address).  ``maximum_pool_size`` bounds the
   mapped bytes; before passing it, or when the device has no room (``hipMemCreate`` out of
-  memory), the pool unmaps every fully free page and plans again, then raises
+  memory), the pool unmaps about as many fully free pages as it lacks (away from the gap it
+  wants), plans again, then unmaps every fully free page and plans again, then raises
   ``OutOfMemoryError``.  ``release_threshold``: before a growth would take the mapped bytes
   past it, fully free pages are unmapped until they stay at or below it (where free pages
   allow).  New pages are clean: no stream has work queued on them.
@@ -90,10 +91,13 @@ class _VirtualArena(_Arena):
 
     def _grow(self, need: int, nbytes: int, key: Any) -> None:
         """Map pages so that a free block of ``need`` bytes exists, or raise
-        OutOfMemoryError (see the module's docstring)."""
+        OutOfMemoryError (see the module's docstring).  Short of memory (the maximum, or the
+        device), it first unmaps about as many free pages as it lacks, away from the gap it
+        wants to map, then every free page, planning again after each."""
         space = self.space
         maximum, threshold = self.maximum, self.threshold
-        released = trimmed = False
+        trimmed = False
+        stage = 0          # 0: as it is; 1: some free pages unmapped; 2: all of them
         error: Optional[BaseException] = None
         while True:
             plan = self._plan(need)
@@ -119,14 +123,20 @@ class _VirtualArena(_Arena):
                     except OutOfMemoryError as exc:
                         error = exc
                         problem = f"the device has no room for {size} bytes more: {exc}"
+                        lacking = size
                     else:
                         return
                 else:
                     problem = (f"the pool would pass maximum_pool_size={maximum} (mapped "
                                f"{self.pool_size} bytes, {size} more needed)")
-            if released:
+                    lacking = self.pool_size + size - maximum
+                if stage == 0:
+                    stage = 1
+                    if self._release_free_chunks(lacking, self._beside(start, size)):
+                        continue
+            if stage == 2:
                 break
-            released = True
+            stage = 2
             if not self._release_free_chunks():
                 break
         raise OutOfMemoryError(call="VirtualPoolResource.allocate", size=nbytes,

@@ -2,8 +2,9 @@
 every virtual-memory call the pool makes (the pool itself, in the adaptors layer, makes none;
 the package's ``__init__`` hands it this class, see ``hipmr_ctypes._virtual_range``).
 
-A range is reserved once, ``reserve`` bytes (default: :data:`RESERVE_FACTOR` times the
-device's memory, and at least twice the pool's maximum); pages of ``granularity`` bytes are
+A range is reserved once, ``reserve_size`` bytes (default: :data:`RESERVE_FACTOR` times the
+device's memory, and at least twice the pool's maximum; where the runtime refuses that much,
+twice and then once the device's memory, never less than twice the maximum); pages of ``granularity`` bytes are
 mapped one ``hipMemCreate`` + ``hipMemMap`` each, with one ``hipMemSetAccess`` over every run
 mapped at once, and unmapped and released one by one (the runtimes unmap whole mappings only).
 """
@@ -60,13 +61,15 @@ class VirtualRange:
         maximum = resolved.get("maximum_pool_size")
         if maximum is not None:
             maximum = resolved["maximum_pool_size"] = maximum - maximum % page
-        size = resolved.get("reserve_size")
-        if size is None:
-            size = RESERVE_FACTOR * max(Device(ordinal).memory_info()[1], page)
-            if maximum is not None:
-                size = max(size, 2 * maximum)
-        size = -(-size // page) * page
-        if not size:
+        given = resolved.get("reserve_size")
+        if given is None:    # generous first, less where the runtime refuses that much
+            total = max(Device(ordinal).memory_info()[1], page)
+            least = max(total, 2 * maximum) if maximum is not None else total
+            sizes_to_try = [max(f * total, least) for f in (RESERVE_FACTOR, 2, 1)]
+        else:
+            sizes_to_try = [given]
+        sizes_to_try = sorted({-(-n // page) * page for n in sizes_to_try}, reverse=True)
+        if not sizes_to_try[-1]:
             raise ValueError("reserve_size must be positive")
         self.sizes = resolved
         self.pages: Dict[int, int] = {}
@@ -77,7 +80,11 @@ class VirtualRange:
         self.stray: List[Tuple[int, int]] = []
         out = c_void_p()
         with on_device(ordinal):
-            st = self.fn.hipMemAddressReserve(out, size, 0, None, 0)
+            for size in sizes_to_try:
+                st = self.fn.hipMemAddressReserve(out, size, 0, None, 0)
+                if not st:
+                    break
+                self.rt.clear_last_error()
         if st:
             raise self.rt.error(st, "hipMemAddressReserve", device=ordinal, size=size,
                                 detail="the address range of a VirtualPoolResource")

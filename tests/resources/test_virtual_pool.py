@@ -148,6 +148,24 @@ def test_maximum_pool_size_unmaps_free_pages_before_running_out(emu):
     del pool
 
 
+def test_pressure_unmaps_about_what_it_lacks_first(emu):
+    pool = hmr.VirtualPoolResource(maximum_pool_size=6 * G)
+    pages = [pool.allocate(G) for _ in range(6)]
+    for i in (0, 2, 4):
+        pool.deallocate(pages[i], G)
+    e = pool.allocate(2 * G)                 # two pages lacking: the two highest free go
+    assert e == pages[5] + G and pool.mapped_bytes == 6 * G
+    assert pages[0] in pool._space.pages and pages[2] not in pool._space.pages
+    with no_native_call(emu):                # pages[0]'s page still serves
+        again = pool.allocate(G)
+    assert again == pages[0]
+    check_books(pool, emu)
+    for p in (again, pages[1], pages[3], pages[5]):
+        pool.deallocate(p, G)
+    pool.deallocate(e, 2 * G)
+    del pool
+
+
 def test_the_device_running_out_unmaps_free_pages_then_raises(pool, emu):
     cap = emu.capacity()
     with pytest.raises(OutOfMemoryError):
@@ -246,10 +264,20 @@ def test_no_virtual_memory_is_a_clear_error(emu, monkeypatch):
         hmr.VirtualPoolResource()
 
 
-def test_a_reservation_that_fails_leaves_nothing(emu):
+def test_a_reservation_refused_is_tried_smaller_then_fails_leaving_nothing(emu):
     emu.inject_failure(code=2, calls="hipMemAddressReserve")
+    pool = hmr.VirtualPoolResource()
+    assert pool.reserved_bytes == 2 * emu.capacity()
+    del pool
+    emu.inject_failure(code=2, calls="hipMemAddressReserve", count=3)
     with pytest.raises(OutOfMemoryError, match="address range"):
         hmr.VirtualPoolResource()
+    emu.inject_failure(code=2, calls="hipMemAddressReserve")
+    with pytest.raises(OutOfMemoryError, match="address range"):
+        hmr.VirtualPoolResource(reserve_size="64MiB")     # a size given is tried alone
+    pool = hmr.VirtualPoolResource(reserve_size="64MiB", maximum_pool_size="1GiB")
+    assert pool.reserved_bytes == 64 << 20
+    del pool
 
 
 def test_buffers_and_data_across_pages(pool):
