@@ -12,7 +12,7 @@ allocator once per process) that builds the model and runs the steps at one batc
 out-of-memory error (``torch.cuda.OutOfMemoryError``, ours, or a NULL from our allocator) is a
 failed trial, a crash or a trial past ``--timeout`` seconds too (its stderr's tail is kept in the
 JSON), any other error stops that mode.  Each mode's largest batch is found by bisection over
-``--lo`` .. ``--hi``.
+``--lo`` .. ``--hi`` (12 .. 36).
 
 Modes (``--modes``, comma-separated), all under the same cap:
 
@@ -79,8 +79,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", type=_modes, default=_modes(DEFAULT_MODES),
                    help=f"comma-separated, of {', '.join(MODES)} (default {DEFAULT_MODES})")
     p.add_argument("--cap", type=_size, default=16 << 30, help="memory cap (default 16GiB)")
-    p.add_argument("--lo", type=int, default=8, help="smallest batch tried (default 8)")
-    p.add_argument("--hi", type=int, default=40, help="largest batch tried (default 40)")
+    p.add_argument("--lo", type=int, default=12, help="smallest batch tried (default 12)")
+    p.add_argument("--hi", type=int, default=36, help="largest batch tried (default 36)")
     p.add_argument("--steps", type=int, default=3, help="training steps per trial (default 3)")
     p.add_argument("--time-steps", type=int, default=8,
                    help="steps of the timed trial (default 8; the first is not timed)")
@@ -344,9 +344,10 @@ def _gib(n: Any) -> str:
     return f"{n / (1 << 30):.2f}" if isinstance(n, int) else "-"
 
 
-def measure(args: argparse.Namespace,
-            run: Callable[[str, int, int], Dict[str, Any]]) -> Dict[str, Any]:
-    """Every mode's bisection and timed trial through ``run(mode, batch, steps)``."""
+def measure(args: argparse.Namespace, run: Callable[[str, int, int], Dict[str, Any]],
+            done: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+    """Every mode's bisection and timed trial through ``run(mode, batch, steps)``;
+    ``done(partial result)`` after each mode (the JSON written so far survives a kill)."""
     modes: Dict[str, Dict[str, Any]] = {}
     common = args.time_batch
     order = list(args.modes)
@@ -379,6 +380,8 @@ def measure(args: argparse.Namespace,
             common = best
         entry["timed"] = timed
         modes[mode] = entry
+        if done is not None:
+            done({"modes": modes, "common_batch": common})
     if common is not None:              # modes whose bisection did not start at common
         for mode in order:
             entry = modes[mode]
@@ -441,15 +444,16 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     def run(mode: str, batch: int, steps: int) -> Dict[str, Any]:
         return run_child(_child_command(args, mode, batch, steps), _env(mode), args.timeout)
-    result = measure(args, run)
-    result["machine"] = where
-    result["settings"] = {k: v for k, v in vars(args).items()
-                          if k not in ("child", "batch", "probe", "json")}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _timing import save_json
+    settings = {k: v for k, v in vars(args).items()
+                if k not in ("child", "batch", "probe", "json")}
+
+    def save(partial: Dict[str, Any]) -> None:
+        save_json(args.json, dict(partial, machine=where, settings=settings))
+    result = measure(args, run, save)
+    save(result)
     print("\n".join(table(result)))
-    if args.json:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from _timing import save_json
-        save_json(args.json, result)
     return 0
 
 

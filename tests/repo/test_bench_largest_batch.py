@@ -96,7 +96,10 @@ def test_measure_times_every_mode_at_natives_largest_batch(bench):
                 "peak_reserved_bytes": 1 << 30, "ours": {"mapped_bytes": 2 << 30}}
     args = bench.parser().parse_args(["--modes", "ours,native,expandable,pool",
                                       "--lo", "8", "--hi", "40"])
-    result = bench.measure(args, run)
+    partial = []
+    result = bench.measure(args, run, lambda got: partial.append(list(got["modes"])))
+    assert partial == [["native"], ["native", "ours"], ["native", "ours", "expandable"],
+                       ["native", "ours", "expandable", "pool"]]    # saved after each mode
     assert result["common_batch"] == 20
     assert {m: e["largest_batch"] for m, e in result["modes"].items()} == fits
     assert runs[0][0] == "native"
