@@ -569,3 +569,52 @@ def test_the_environment_names_it(emu, monkeypatch):
     with pytest.raises(ValueError, match="async and virtual_pool only"):
         _config.default_resource(0)
     del made, pool
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_use_under_a_maximum_keeps_every_byte(emu, seed):
+    """Allocations of random sizes, on random streams and synchronously, freed in random
+    order, with release() now and then, under a maximum that forces unmapping: every block's
+    bytes (written when it was handed out) are intact when it is freed, and the books agree."""
+    rng = random.Random(seed)
+    pool = hmr.VirtualPoolResource(maximum_pool_size=16 * G,
+                                   release_threshold=None if seed != 2 else 8 * G)
+    streams = [0, hmr.Stream(), hmr.Stream()]
+    live = []
+    for step in range(200):
+        if live and (rng.random() < 0.45 or len(live) > 12):
+            p, n, s, value = live.pop(rng.randrange(len(live)))
+            view = hmr.Buffer.from_handle(p, n, owner=pool)
+            assert set(view.tobytes()) == {value}, (seed, step)
+            del view
+            if s is None:
+                pool.deallocate(p, n)
+            else:
+                pool.deallocate_async(p, n, 256, s)
+        else:
+            n = rng.choice((256, 4000, MiB, G, G + 256, 3 * G, 5 * G))
+            s = rng.choice(streams)
+            try:
+                p = pool.allocate(n) if s == 0 else pool.allocate_async(n, 256, s)
+            except OutOfMemoryError:
+                continue
+            value = step % 251 + 1
+            view = hmr.Buffer.from_handle(p, n, owner=pool)
+            view.fill(value)
+            del view
+            live.append((p, n, None if s == 0 else s, value))
+        if step % 60 == 59:
+            pool.release()
+        assert pool.mapped_bytes <= 16 * G
+    hmr.synchronize()
+    check_books(pool, emu)
+    for p, n, s, value in live:
+        view = hmr.Buffer.from_handle(p, n, owner=pool)
+        assert set(view.tobytes()) == {value}
+        del view
+        pool.deallocate(p, n)
+    pool.release()
+    assert pool.mapped_bytes == 0
+    for s in streams[1:]:
+        s.close()
+    del pool
