@@ -618,3 +618,13 @@ def test_random_use_under_a_maximum_keeps_every_byte(emu, seed):
     for s in streams[1:]:
         s.close()
     del pool
+
+
+def test_a_library_without_the_calls_is_a_clear_error(emu, monkeypatch):
+    from hipmr_ctypes._hip.runtime import missing_function
+    rt = hmr._hip.get_runtime()
+    for name in ("hipMemGetAllocationGranularity", "hipMemAddressReserve"):
+        with monkeypatch.context() as m:
+            m.setattr(rt.fn, name, missing_function(name, "libamdhip64.so.5"))
+            with pytest.raises(hmr.NotSupportedError, match=name):
+                hmr.VirtualPoolResource()
