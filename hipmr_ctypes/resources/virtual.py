@@ -81,6 +81,12 @@ class VmmSetup:
     5.2, is asked through the calls themselves)."""
 
     __slots__ = ("device", "rt", "prop", "granularity", "minimum", "access")
+    device: int
+    rt: Any
+    prop: Any
+    granularity: int
+    minimum: int
+    access: Any
 
     def __init__(self, device: Optional[Any], granularity: Optional[int]) -> None:
         if granularity is not None and (type(granularity) is not int or granularity <= 0):
@@ -276,7 +282,8 @@ class VirtualMemoryResource:
 
     # ---- native steps (device current) ----------------------------------------------------
     def _error(self, st: int, call: str, **kw: Any) -> Exception:
-        return self._rt.error(st, call, device=self._device, **kw)
+        error: Exception = self._rt.error(st, call, device=self._device, **kw)
+        return error
 
     def _map_new(self, ptr: int, size: int) -> int:
         """New physical memory of ``size`` mapped at ``ptr`` with access set: its handle.

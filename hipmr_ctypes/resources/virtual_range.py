@@ -14,7 +14,7 @@ import ctypes
 from bisect import bisect_left, insort
 from contextlib import contextmanager
 from ctypes import c_void_p
-from typing import Any, Dict, Generator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
 from .._device_sizes import resolve_size
 from .._exit import finalize, finalizer
@@ -39,7 +39,22 @@ class VirtualRange:
 
     __slots__ = ("device", "base", "size", "page", "fn", "rt", "prop", "access", "pages",
                  "runs", "starts", "stray", "sizes", "reserved", "closer", "__weakref__")
-    properties = (device_accessible,)
+    properties: Tuple[type, ...] = (device_accessible,)
+    device: int
+    base: int
+    size: int
+    page: int
+    fn: Any
+    rt: Any
+    prop: Any
+    access: Any
+    pages: Dict[int, int]
+    runs: Dict[int, int]
+    starts: List[int]
+    stray: List[Tuple[int, int]]
+    sizes: Dict[str, Optional[int]]
+    reserved: List[int]
+    closer: Any
 
     def __init__(self, device: Optional[Any], granularity: Optional[int],
                  sizes: Dict[str, Any]) -> None:
@@ -72,13 +87,14 @@ class VirtualRange:
         if not sizes_to_try[-1]:
             raise ValueError("reserve_size must be positive")
         self.sizes = resolved
-        self.pages: Dict[int, int] = {}
-        self.runs: Dict[int, int] = {}
-        self.starts: List[int] = []
+        self.pages = {}
+        self.runs = {}
+        self.starts = []
         #: pages out of the books whose unmap or release failed: ``(address or 0, handle)``,
         #: tried again before every later unmap and at the end
-        self.stray: List[Tuple[int, int]] = []
+        self.stray = []
         out = c_void_p()
+        st, size = 0, sizes_to_try[0]
         with on_device(ordinal):
             for size in sizes_to_try:
                 st = self.fn.hipMemAddressReserve(out, size, 0, None, 0)
@@ -106,7 +122,10 @@ class VirtualRange:
         raise TypeError("the reserved range of a VirtualPoolResource is mapped by the pool; "
                         "allocate from the pool")
 
-    allocate = deallocate = allocate_async = deallocate_async = _refuse
+    allocate: Callable[..., Any] = _refuse
+    deallocate: Callable[..., Any] = _refuse
+    allocate_async: Callable[..., Any] = _refuse
+    deallocate_async: Callable[..., Any] = _refuse
 
     def __eq__(self, other: object) -> bool:
         return other is self
