@@ -72,7 +72,8 @@ def loops() -> Dict[str, Callable[[int], None]]:
         "AsyncMemoryResource, Python part": pair(bare.allocate_async, bare.deallocate_async, 0),
     }
     if vpool is not None:
-        out["VirtualPoolResource direct"] = pair(vpool.allocate_async, vpool.deallocate_async, 0)
+        out["VirtualPoolResource, mapped memory"] = pair(vpool.allocate_async,
+                                                         vpool.deallocate_async, 0)
     others = adaptors_over(pool, "the pool")
     others.update({
             "FixedSizeResource(1 KiB) over the pool": hmr.FixedSizeResource(pool, 1024),
