@@ -39,7 +39,7 @@ from typing import Any, FrozenSet, List, Optional, Tuple
 from .._device_sizes import parse_config_size
 from .._sizes import Size
 from .._stream_order import SYNC, wait_all
-from ..errors import OutOfMemoryError
+from ..errors import ForkedChildError, OutOfMemoryError
 from ._chunks import refuse_in_forked_child
 from .pool import _CLEAN, PoolResource, _Arena
 
@@ -150,6 +150,8 @@ class _VirtualArena(_Arena):
         ``keep`` (``(start, end)``: what a growth is about to use); returns the bytes
         unmapped.  Called with the lock held, returns with it held; the lock is let go while
         the host waits for the streams that used those blocks."""
+        if self.forked:
+            raise ForkedChildError()
         self._flush_all()
         space = self.space
         page, base = space.page, space.base
@@ -310,7 +312,10 @@ class VirtualPoolResource(PoolResource):
     def release(self) -> int:
         """Unmap every fully free page, after waiting on the host for the streams that freed
         into it; returns the bytes unmapped.  Afterwards the pool holds no events and refers
-        to no stream."""
+        to no stream.  ForkedChildError in a child forked after the runtime started (the
+        pages are the parent's)."""
+        if self._arena.forked:
+            raise ForkedChildError()
         return super().release()
 
     def __repr__(self) -> str:

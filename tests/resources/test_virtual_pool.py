@@ -628,3 +628,39 @@ def test_a_library_without_the_calls_is_a_clear_error(emu, monkeypatch):
             m.setattr(rt.fn, name, missing_function(name, "libamdhip64.so.5"))
             with pytest.raises(hmr.NotSupportedError, match=name):
                 hmr.VirtualPoolResource()
+
+
+def _child_uses_the_pool(pool, ptr, out):
+    seen = []
+    for attempt in (lambda: pool.allocate(4096), lambda: pool.deallocate(ptr, 4096),
+                    lambda: pool.allocate_async(3 * G, 256, 0), lambda: pool.release()):
+        try:
+            attempt()
+            seen.append("allowed")
+        except hmr.ForkedChildError:
+            seen.append("refused")
+        except Exception as exc:  # noqa: BLE001
+            seen.append(repr(exc))
+    del pool
+    gc.collect()                                # its finalizer touches nothing of the parent's
+    out.put(seen)
+
+
+def test_a_forked_child_refuses_the_pool_and_leaves_its_pages(pool):
+    import multiprocessing
+    keep = hmr.Buffer(MiB, resource=pool)
+    keep.fill(4)
+    ptr = pool.allocate(4096)
+    pool.deallocate(pool.allocate(G), G)        # a free block the child could take
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_child_uses_the_pool, args=(pool, ptr, out))
+    proc.start()
+    seen = out.get(timeout=120)
+    proc.join(120)
+    assert proc.exitcode == 0
+    assert seen == ["refused"] * 4
+    assert set(keep.tobytes()) == {4} and pool.mapped_bytes == 2 * G
+    pool.deallocate(ptr, 4096)
+    del keep
+    gc.collect()
