@@ -167,7 +167,8 @@ def _emit(result: Dict[str, Any]) -> None:
 
 def _is_oom(exc: BaseException) -> bool:
     names = [t.__name__ for t in type(exc).__mro__]
-    return "OutOfMemoryError" in names or "out of memory" in str(exc).lower()
+    return ("OutOfMemoryError" in names or "MemoryError" in names
+            or "out of memory" in str(exc).lower())
 
 
 def probe() -> Dict[str, Any]:
@@ -271,6 +272,10 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             del ids, loss
+        made = setup.get("allocator")
+        if made is not None and made.failures:   # a NULL PyTorch took without a word
+            raise MemoryError(f"our allocator refused {made.failures} allocation(s): "
+                              f"{made.last_error!r}")
         result["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - classified
         made = setup.get("allocator")
