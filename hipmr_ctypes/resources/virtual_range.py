@@ -28,6 +28,9 @@ __all__ = ["VirtualRange", "RESERVE_FACTOR"]
 #: cheap, and holes left by unmapped pages must never make the pool run out of it before it
 #: runs out of memory
 RESERVE_FACTOR = 4
+#: what a runtime answers when one hipMemSetAccess may not span several mappings (invalid
+#: value, not supported): the pages are then given access one by one
+_PER_MAPPING = frozenset({1, 801})
 
 
 class VirtualRange:
@@ -205,6 +208,13 @@ class VirtualRange:
             made.append((at, h))
         if failed is None:
             st = fn.hipMemSetAccess(start, size, self.access, len(self.access))
+            if st in _PER_MAPPING and len(made) > 1:
+                # a runtime that sets access over one mapping at a time: page by page
+                self.rt.clear_last_error()
+                for at, _ in made:
+                    st = fn.hipMemSetAccess(at, page, self.access, len(self.access))
+                    if st:
+                        break
             if st:
                 failed = self.rt.error(st, "hipMemSetAccess", device=self.device, size=size,
                                        detail=f"ptr={start:#x}")

@@ -664,3 +664,21 @@ def test_a_forked_child_refuses_the_pool_and_leaves_its_pages(pool):
     pool.deallocate(ptr, 4096)
     del keep
     gc.collect()
+
+
+def test_access_set_page_by_page_where_one_call_may_not_span_mappings(pool, emu, monkeypatch):
+    rt = hmr._hip.get_runtime()
+    real = rt.fn.hipMemSetAccess
+    calls = []
+
+    def one_mapping_only(ptr, size, desc, count):
+        calls.append(size)
+        return 1 if size > pool.granularity else real(ptr, size, desc, count)
+    monkeypatch.setattr(rt.fn, "hipMemSetAccess", one_mapping_only)
+    p = pool.allocate(3 * G)
+    assert calls == [3 * G, G, G, G]
+    buf = hmr.Buffer.from_handle(p, 3 * G, owner=pool)
+    buf.fill(6)
+    assert set(buf.tobytes()) == {6}
+    del buf
+    pool.deallocate(p, 3 * G)
