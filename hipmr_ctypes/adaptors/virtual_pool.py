@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any, FrozenSet, List, Optional, Tuple
 
 from .._device_sizes import parse_config_size
+from .._exit import finalize
 from .._sizes import Size
 from .._stream_order import SYNC, wait_all
 from ..errors import ForkedChildError, OutOfMemoryError
@@ -277,6 +278,9 @@ class VirtualPoolResource(PoolResource):
         self._initial = initial
         self._maximum = maximum
         arena = self._arena = _VirtualArena(ref, space, maximum, threshold)
+        # the pages and the range go back when the pool goes (the arena, which holds the
+        # range too, is collected only by the cycle collector)
+        finalize(self, space.closer)
         if initial:
             with arena.lock:
                 arena._grow(initial, initial, SYNC)

@@ -682,3 +682,15 @@ def test_access_set_page_by_page_where_one_call_may_not_span_mappings(pool, emu,
     assert set(buf.tobytes()) == {6}
     del buf
     pool.deallocate(p, 3 * G)
+
+
+def test_the_range_goes_with_the_pool_not_with_a_later_collection(emu):
+    gc.disable()
+    try:
+        pool = hmr.VirtualPoolResource()
+        pool.allocate(3 * G)
+        assert emu._vspace.reservations and emu._vspace.physicals
+        del pool                  # no cycle collection: the pool's own death frees it all
+        assert emu._vspace.reservations == {} and emu._vspace.physicals == {}
+    finally:
+        gc.enable()
