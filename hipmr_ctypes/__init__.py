@@ -39,6 +39,7 @@ _LAZY_MODULES = {  # (each module's names in one string: less to compile without
     "resources.system": "SamHeadroomMemoryResource SystemMemoryResource",
     "resources.async_host": "AsyncManagedMemoryResource AsyncPinnedMemoryResource",
     "resources.virtual": "VirtualMemoryResource",
+    "adaptors.virtual_pool": "VirtualPoolResource",
     "adaptors": "AlignedResource BinningResource CallbackResource FailureCallbackResource "
                 "FixedSizeResource LimitingResource LoggingResource PoolResource "
                 "PrefetchResource Statistics StatisticsResource TrackedAllocation "
@@ -102,6 +103,14 @@ def _default_device_resource(device: int) -> object:
     return default_resource(device)
 
 
+def _virtual_range(device: object, granularity: object, sizes: object) -> object:
+    """A new ``resources.virtual_range.VirtualRange``: the reserved range of a
+    ``VirtualPoolResource``, whose layer (the adaptors) imports no resource; the package's
+    ``__init__`` joins the two, as for the per-device default."""
+    from .resources.virtual_range import VirtualRange
+    return VirtualRange(device, granularity, sizes)  # type: ignore[arg-type]
+
+
 class _Package(_ModuleType):
     """This package's module type: pickled by name."""
 
@@ -114,7 +123,7 @@ class _Package(_ModuleType):
 
 _sys.modules[__name__].__class__ = _Package
 _MACHINERY = frozenset("_sys _ModuleType TYPE_CHECKING _LAZY_MODULES _LAZY _SUBMODULES _Package "
-                       "_MACHINERY __getattr__ __dir__ _default_device_resource".split())
+                       "_MACHINERY __getattr__ __dir__ _default_device_resource _virtual_range".split())
 
 
 __version__ = "0.1.0"

@@ -24,6 +24,7 @@ from .resources.host_registration import HostRegistration, register_host
 from .resources.system import SamHeadroomMemoryResource, SystemMemoryResource
 from .resources.async_host import AsyncManagedMemoryResource, AsyncPinnedMemoryResource
 from .resources.virtual import VirtualMemoryResource
+from .adaptors.virtual_pool import VirtualPoolResource
 from .adaptors import (AlignedResource, BinningResource, CallbackResource,
                        FailureCallbackResource, FixedSizeResource, LimitingResource,
                        LoggingResource, PoolResource, PrefetchResource, Statistics,
@@ -48,7 +49,7 @@ __all__ = ["HipError", "InvalidHandleError", "InvalidValueError", "LibraryNotFou
     "MAX_RELEASE_THRESHOLD", "AsyncMemoryResource", "DeviceMemoryResource", "HostMemoryResource",
     "ManagedMemoryResource", "MemoryPool", "PinnedMemoryResource", "get_current_device_resource",
     "get_per_device_resource", "set_current_device_resource", "set_per_device_resource",
-    "VirtualMemoryResource", "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
+    "VirtualMemoryResource", "VirtualPoolResource", "AlignedResource", "BinningResource", "CallbackResource", "FailureCallbackResource",
     "FixedSizeResource", "LimitingResource", "LoggingResource", "PoolResource",
     "PrefetchResource", "Statistics", "StatisticsResource", "TrackedAllocation",
     "TrackingResource", "Buffer", "reinitialize", "is_initialized",
@@ -62,3 +63,4 @@ __version__: str
 
 
 def _default_device_resource(device: int) -> object: ...  # the per-device table's default
+def _virtual_range(device: object, granularity: object, sizes: object) -> object: ...  # VirtualPoolResource's range

@@ -6,17 +6,20 @@ set.  The spec is a kind, then options, separated by commas::
     device                                   DeviceMemoryResource (the default when unset)
     async,release_threshold=80%              AsyncMemoryResource, its pool keeping 80%
     virtual                                  VirtualMemoryResource (pause / resume)
+    virtual_pool,pool=:90%                   VirtualPoolResource, mapping at most 90%
     device,pool=50%:90%,statistics,log=run.csv
 
 kinds: ``device`` (``DeviceMemoryResource``), ``async`` (``AsyncMemoryResource``, a memory
 pool of the runtime), ``managed`` (``ManagedMemoryResource``), ``system``
 (``SystemMemoryResource``), ``sam_headroom`` (``SamHeadroomMemoryResource``, whose
-``headroom=SIZE`` option is required) and ``virtual`` (``VirtualMemoryResource``: memory that
-can be paused and resumed at the same addresses).  Options:
+``headroom=SIZE`` option is required), ``virtual`` (``VirtualMemoryResource``: memory that
+can be paused and resumed at the same addresses) and ``virtual_pool``
+(``VirtualPoolResource``: a pool that grows in place).  Options:
 
 * ``pool``, ``pool=INITIAL`` or ``pool=INITIAL:MAXIMUM``: a ``PoolResource`` over the kind
   (``device``, ``managed`` and ``virtual``); for ``async``, the runtime pool's initial and maximum sizes;
-* ``release_threshold=SIZE``: the runtime pool's (``async``);
+  for ``virtual_pool``, its own;
+* ``release_threshold=SIZE``: the runtime pool's (``async``), the pool's (``virtual_pool``);
 * ``limit=SIZE``: a ``LimitingResource``;
 * ``tracking``, ``statistics``: a ``TrackingResource``, a ``StatisticsResource``;
 * ``log=PATH``: a ``LoggingResource`` writing ``PATH`` with ``.dev<N>`` before the extension.
@@ -41,11 +44,14 @@ __all__ = ["VARIABLE", "Spec", "parse_spec", "spec_from_environment", "build", "
            "resolved_sizes", "check_environment"]
 
 VARIABLE = "HIPMR_DEVICE_RESOURCE"
-_KINDS = ("device", "async", "managed", "system", "sam_headroom", "virtual")
+_KINDS = ("device", "async", "managed", "system", "sam_headroom", "virtual", "virtual_pool")
+#: the kinds that are pools themselves: ``pool=`` gives their own sizes
+_POOLS = ("async", "virtual_pool")
 _FLAGS = ("tracking", "statistics")
-_SIZE_OPTIONS = {"release_threshold": ("async",), "limit": _KINDS,
+_SIZE_OPTIONS = {"release_threshold": _POOLS, "limit": _KINDS,
                  "headroom": ("sam_headroom",)}
-_GRAMMAR = ("a kind (device, async, managed, system, sam_headroom or virtual) then options: "
+_GRAMMAR = ("a kind (device, async, managed, system, sam_headroom, virtual or virtual_pool) "
+            "then options: "
             "pool[=INITIAL[:MAXIMUM]], release_threshold=SIZE, limit=SIZE, headroom=SIZE "
             "(sam_headroom), tracking, statistics, log=PATH")
 _SizeValue = Union[int, DeviceFraction]
@@ -95,7 +101,7 @@ def parse_spec(text: str) -> Spec:
     kind = parts[0].lower()
     if kind not in _KINDS:
         raise _error(text, parts[0], "the first part is the kind: device, async, managed, "
-                                     "system, sam_headroom or virtual")
+                                     "system, sam_headroom, virtual or virtual_pool")
     spec = Spec(text, kind)
     seen = set()
     for part in parts[1:]:
@@ -159,6 +165,7 @@ def build(spec: Spec, device: int) -> Any:
     from .adaptors.pool import PoolResource
     from .adaptors.statistics_resource import StatisticsResource
     from .adaptors.tracking import TrackingResource
+    from .adaptors.virtual_pool import VirtualPoolResource
     from .device import Device
     from .initialization import log_file_for
     from .resources.async_memory import AsyncMemoryResource
@@ -188,9 +195,15 @@ def build(spec: Spec, device: int) -> Any:
             mr = SamHeadroomMemoryResource(size("headroom", spec.sizes["headroom"]), device)
         elif spec.kind == "virtual":
             mr = VirtualMemoryResource(device)
+        elif spec.kind == "virtual_pool":
+            initial, maximum = spec.pool or (None, None)
+            mr = VirtualPoolResource(
+                device, initial_pool_size=size("initial_pool_size", initial),
+                maximum_pool_size=size("maximum_pool_size", maximum),
+                release_threshold=size("release_threshold", spec.sizes.get("release_threshold")))
         else:
             mr = DeviceMemoryResource(device)
-        if spec.pool is not None and spec.kind != "async":
+        if spec.pool is not None and spec.kind not in _POOLS:
             mr = PoolResource(mr, size("initial_pool_size", spec.pool[0]),
                               size("maximum_pool_size", spec.pool[1]))
         if "limit" in spec.sizes:
@@ -286,8 +299,9 @@ def describe(devices: int = 0) -> Dict[str, Any]:
     layers = [{"device": "DeviceMemoryResource", "async": "AsyncMemoryResource",
                "managed": "ManagedMemoryResource", "system": "SystemMemoryResource",
                "sam_headroom": "SamHeadroomMemoryResource",
-               "virtual": "VirtualMemoryResource"}[spec.kind]]
-    if spec.pool is not None and spec.kind != "async":
+               "virtual": "VirtualMemoryResource",
+               "virtual_pool": "VirtualPoolResource"}[spec.kind]]
+    if spec.pool is not None and spec.kind not in _POOLS:
         layers.append("PoolResource")
     if "limit" in spec.sizes:
         layers.append("LimitingResource")

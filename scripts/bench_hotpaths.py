@@ -50,6 +50,11 @@ def loops() -> Dict[str, Callable[[int], None]]:
     ref = hmr.async_resource_ref[hmr.device_accessible](pool)
     stats = hmr.StatisticsResource(pool)
     lim = hmr.LimitingResource(pool, 1 << 40)
+    try:
+        vpool: Any = hmr.VirtualPoolResource()
+        vpool.deallocate(vpool.allocate(64 << 20), 64 << 20)  # mapped once, as the pool's chunk
+    except hmr.NotSupportedError:   # no virtual memory here: the row is left out
+        vpool = None
     bare = hmr.AsyncMemoryResource()
     bare._malloc = lambda out, n, pool_handle, stream: 0     # no native call: Python only
     bare._free_fn = lambda ptr, stream: 0
@@ -66,6 +71,9 @@ def loops() -> Dict[str, Callable[[int], None]]:
                                                           pool.deallocate_async, 2),
         "AsyncMemoryResource, Python part": pair(bare.allocate_async, bare.deallocate_async, 0),
     }
+    if vpool is not None:
+        out["VirtualPoolResource, mapped memory"] = pair(vpool.allocate_async,
+                                                         vpool.deallocate_async, 0)
     others = adaptors_over(pool, "the pool")
     others.update({
             "FixedSizeResource(1 KiB) over the pool": hmr.FixedSizeResource(pool, 1024),

@@ -21,8 +21,9 @@ after looking the two up in a shared library).  A ctypes callback has such an ad
   (``hipmr_ctypes.interop.torch_snapshot``).
 
 Each allocation is made on the stream PyTorch passes (its current stream) through the
-resource (default: the per-device resource of the device PyTorch passes,
-``get_per_device_resource``), and freed once, on that stream, when PyTorch frees it.  What the
+resource (default: ``hipmr_ctypes.interop.torch_default``'s for the device PyTorch passes: the
+per-device resource where the user chose one, else a ``VirtualPoolResource`` per device where
+the device has virtual memory), and freed once, on that stream, when PyTorch frees it.  What the
 callbacks guarantee:
 
 * what the resource returns is checked as the adaptors check a user-written upstream (an int
@@ -65,8 +66,8 @@ from .._memory_query import memory_device
 from ..adaptors._checked import check_upstream_ptr
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_refs import async_resource_ref
-from ._current import current as _current_resources, resource_of as _resource_of
 from . import torch_route
+from .torch_default import cache as _current_resources, resource_of as _resource_of
 from .torch_snapshot import memory_snapshot
 
 __all__ = ["Allocator", "allocator", "use", "mem_pool", "installed", "memory_snapshot", "ROUTES",
@@ -118,8 +119,12 @@ class Allocator:
     ``torch.cuda.memory._CUDAAllocator``) and ``torch.cuda.MemPool`` take.
 
     ``resource``: an async, device-accessible resource (or ref), checked now (TypeError naming
-    what is missing); None uses the per-device resource of the device PyTorch passes, looked
-    up at each allocation (a change of the per-device table is seen at the next one).  A
+    what is missing); None uses :func:`~hipmr_ctypes.interop.torch_default.default_resource`
+    of the device PyTorch passes: its per-device resource where ``HIPMR_DEVICE_RESOURCE`` or
+    ``set_per_device_resource`` chose one (looked up at each allocation: a change of the
+    per-device table is seen at the next one), else a ``VirtualPoolResource`` of the device
+    (made at its first allocation, kept for the process), else, where the device has no
+    virtual memory, its per-device resource (with a ``RuntimeWarning`` naming why).  A
     resource whose memory lives on one device refuses allocations PyTorch makes for another.
 
     Builds on any PyTorch; :meth:`allocator` needs one built with CUDA or ROCm.  The C
@@ -326,8 +331,8 @@ def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None
     last, mask = _LAST_ADDRESS, _ALIGNMENT_MASK   # closure cells, not global look-ups
 
     def torch_alloc_current(size: int, device: int, stream: Optional[int]) -> Optional[int]:
-        """PyTorch's ``alloc(size, device, stream)`` over the per-device resource of
-        ``device``."""
+        """PyTorch's ``alloc(size, device, stream)`` over the default resource of
+        ``device`` (``torch_default``)."""
         try:
             if not size:
                 return None
@@ -336,7 +341,7 @@ def _default_alloc(alloc: Allocator, live: Dict[int, _Entry], failed: Deque[None
             except KeyError:
                 _, where, allocate_async, deallocate_async = resource_of(device)
             if where != device:
-                raise ValueError(f"the per-device resource of device {device} has its memory "
+                raise ValueError(f"the resource of device {device} has its memory "
                                  f"on device {where}")
             handle = stream or 0
             if hooks and hooks[0][0]():
@@ -385,8 +390,9 @@ def _free(alloc: Allocator, live: Dict[int, _Entry], unknown: Deque[None],
 
 
 def allocator(resource: Any = None) -> Allocator:
-    """An :class:`Allocator` over ``resource`` (None: the per-device resource of the device
-    PyTorch passes), for ``torch.cuda.memory.change_current_allocator`` or ``MemPool``."""
+    """An :class:`Allocator` over ``resource`` (None: the default of the device PyTorch
+    passes, see :class:`Allocator`), for ``torch.cuda.memory.change_current_allocator`` or
+    ``MemPool``."""
     return Allocator(resource)
 
 

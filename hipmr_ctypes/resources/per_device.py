@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..concepts import AsyncResource, is_async_resource
 from ..device import check_device, get_device
@@ -25,6 +25,9 @@ __all__ = ["get_current_device_resource", "set_current_device_resource",
 _lock = threading.Lock()
 _making = threading.RLock()  # held while a default resource is made (never under _lock)
 _resources: Dict[int, AsyncResource] = {}
+#: the devices whose resource was set (set_per_device_resource), not made by the default
+#: factory
+_set: Set[int] = set()
 #: caches of the table (the interop hooks' ``_current.current``): each is cleared, under
 #: ``_lock``, whenever the table changes, so that a cache never holds a resource the table
 #: no longer holds
@@ -121,8 +124,15 @@ def set_per_device_resource(device: Any, resource: Any) -> AsyncResource:
     with _lock:
         previous = _resources.get(ordinal, previous)
         _resources[ordinal] = resource
+        _set.add(ordinal)
         _changed()
     return previous
+
+
+def is_set(device: int) -> bool:
+    """True when the resource of ``device`` (a checked ordinal) was set with
+    :func:`set_per_device_resource`, False while it is the default factory's (or none)."""
+    return device in _set and device in _resources
 
 
 def current_device_and_resource() -> Tuple[int, Any]:
@@ -154,5 +164,7 @@ def _replace_all(resources: Dict[int, Any]) -> Dict[int, Any]:
         previous = dict(_resources)
         _resources.clear()
         _resources.update(checked)
+        _set.clear()
+        _set.update(checked)
         _changed()
     return previous

@@ -37,7 +37,7 @@ from ..device import check_device, device_count, get_device, on_device
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ._common import DEVICE_ALIGNMENTS, MAX_DEVICE_ALIGNMENT, sync_stream
 
-__all__ = ["VirtualMemoryResource"]
+__all__ = ["VirtualMemoryResource", "VmmSetup"]
 
 _PINNED, _DEVICE_LOCATION, _READ_WRITE = 1, 1, 3   # hipMemAllocationTypePinned, ...
 _HOST_TO_DEVICE, _DEVICE_TO_HOST = 1, 2
@@ -65,6 +65,84 @@ def _free_spares(host_free: Any, spares: Dict[int, List[int]]) -> None:
             except Exception:  # noqa: BLE001
                 pass
     spares.clear()
+
+
+class VmmSetup:
+    """What every user of the virtual-memory calls on one device needs, queried once:
+    ``device`` (the ordinal; ``device=None``: the current one), ``rt``, ``prop`` (the
+    ``hipMemAllocationProp`` of pinned memory on the device, in this runtime's layout),
+    ``granularity`` (``granularity=None``: the device's recommended one, at least its minimum;
+    else checked to be a positive multiple of the minimum) and ``access`` (read-write for the
+    device and every device that can access it as a peer).
+
+    TypeError / ValueError for a bad ``granularity`` before any native call; NotSupportedError
+    where the device has no virtual memory management (the attribute
+    ``virtual_memory_management_supported`` is 0; a runtime older than the attribute, ROCm
+    5.2, is asked through the calls themselves)."""
+
+    __slots__ = ("device", "rt", "prop", "granularity", "minimum", "access")
+    device: int
+    rt: Any
+    prop: Any
+    granularity: int
+    minimum: int
+    access: Any
+
+    def __init__(self, device: Optional[Any], granularity: Optional[int]) -> None:
+        if granularity is not None and (type(granularity) is not int or granularity <= 0):
+            raise TypeError(f"granularity must be a positive int or None, not {granularity!r}") \
+                if type(granularity) is not int else \
+                ValueError(f"granularity must be positive, not {granularity}")
+        rt = _hip.get_runtime()
+        ordinal = get_device() if device is None else check_device(device)
+        self.device, self.rt = ordinal, rt
+        supported = c_int(1)
+        st = rt.fn.hipDeviceGetAttribute(supported, 89, ordinal)
+        if st:   # a runtime older than the attribute (ROCm 5.2): the calls themselves say
+            rt.clear_last_error()
+        elif not supported.value:
+            from .._hip.exceptions import NotSupportedError
+            raise NotSupportedError(801, "hipErrorNotSupported",
+                                    f"device {ordinal} has no virtual memory management "
+                                    "(hipDeviceAttributeVirtualMemoryManagementSupported)",
+                                    "hipDeviceGetAttribute")
+        from .._hip.types import allocation_prop_type
+        if rt.platform == "nvidia":   # CUDA's layout, whatever CUDA version
+            major, minor = 6, 0
+        else:
+            major, minor, _ = rt.runtime_version()
+        prop: Any = allocation_prop_type(major, minor)()
+        prop.type = _PINNED
+        prop.location.type = _DEVICE_LOCATION
+        prop.location.id = ordinal
+        self.prop = prop
+        minimum = self.minimum = self._query_granularity(_GRANULARITY_MINIMUM)
+        if granularity is None:
+            granularity = max(self._query_granularity(_GRANULARITY_RECOMMENDED), minimum)
+        elif granularity % minimum:
+            raise ValueError(f"granularity={granularity} is not a multiple of device "
+                             f"{ordinal}'s minimum, {minimum}")
+        self.granularity = granularity
+        self.access = self._access_descriptors(ordinal)
+
+    def _query_granularity(self, option: int) -> int:
+        out = c_size_t()
+        st = self.rt.fn.hipMemGetAllocationGranularity(out, ctypes.byref(self.prop), option)
+        if st:
+            raise self.rt.error(st, "hipMemGetAllocationGranularity", device=self.device)
+        return out.value
+
+    @staticmethod
+    def _access_descriptors(ordinal: int) -> Any:
+        """Read-write for ``ordinal`` and every device that can access it as a peer."""
+        from ..device import Device
+        from .._hip.types import hipMemAccessDesc
+        devices = [ordinal] + [d for d in range(device_count())
+                               if d != ordinal and Device(d).can_access_peer(ordinal)]
+        descs = (hipMemAccessDesc * len(devices))()
+        for desc, d in zip(descs, devices):
+            desc.location.type, desc.location.id, desc.flags = _DEVICE_LOCATION, d, _READ_WRITE
+        return descs
 
 
 class _Region:
@@ -137,41 +215,9 @@ class VirtualMemoryResource:
     properties: Tuple[type, ...] = (device_accessible,)
 
     def __init__(self, device: Optional[Any] = None, *, granularity: Optional[int] = None) -> None:
-        if granularity is not None and (type(granularity) is not int or granularity <= 0):
-            raise TypeError(f"granularity must be a positive int or None, not {granularity!r}") \
-                if type(granularity) is not int else \
-                ValueError(f"granularity must be positive, not {granularity}")
-        rt = _hip.get_runtime()
-        ordinal = get_device() if device is None else check_device(device)
-        self._device, self._rt, self._fn = ordinal, rt, rt.fn
-        supported = c_int(1)
-        st = rt.fn.hipDeviceGetAttribute(supported, 89, ordinal)
-        if st:   # a runtime older than the attribute (ROCm 5.2): the calls themselves say
-            rt.clear_last_error()
-        elif not supported.value:
-            from .._hip.exceptions import NotSupportedError
-            raise NotSupportedError(801, "hipErrorNotSupported",
-                                    f"device {ordinal} has no virtual memory management "
-                                    "(hipDeviceAttributeVirtualMemoryManagementSupported)",
-                                    "hipDeviceGetAttribute")
-        from .._hip.types import allocation_prop_type
-        if rt.platform == "nvidia":   # CUDA's layout, whatever CUDA version
-            major, minor = 6, 0
-        else:
-            major, minor, _ = rt.runtime_version()
-        prop: Any = allocation_prop_type(major, minor)()
-        prop.type = _PINNED
-        prop.location.type = _DEVICE_LOCATION
-        prop.location.id = ordinal
-        self._prop = prop
-        minimum = self._query_granularity(_GRANULARITY_MINIMUM)
-        if granularity is None:
-            granularity = max(self._query_granularity(_GRANULARITY_RECOMMENDED), minimum)
-        elif granularity % minimum:
-            raise ValueError(f"granularity={granularity} is not a multiple of device "
-                             f"{ordinal}'s minimum, {minimum}")
-        self._granularity = granularity
-        self._access = self._access_descriptors(ordinal)
+        setup = VmmSetup(device, granularity)
+        self._device, self._rt, self._fn = setup.device, setup.rt, setup.rt.fn
+        self._prop, self._granularity, self._access = setup.prop, setup.granularity, setup.access
         self._lock = DeferringLock()
         self._regions: Dict[int, _Region] = {}
         self._mapped = 0
@@ -179,26 +225,7 @@ class VirtualMemoryResource:
         #: spare pinned blocks, by size; freed by release_backup_memory or the finalizer
         self._spares: Dict[int, List[int]] = {}
         self._backup_bytes = 0
-        finalize(self, _free_spares, rt.fn.hipHostFree, self._spares)
-
-    # ---- construction helpers -------------------------------------------------------------
-    def _query_granularity(self, option: int) -> int:
-        out = c_size_t()
-        st = self._fn.hipMemGetAllocationGranularity(out, ctypes.byref(self._prop), option)
-        if st:
-            raise self._rt.error(st, "hipMemGetAllocationGranularity", device=self._device)
-        return out.value
-
-    def _access_descriptors(self, ordinal: int) -> Any:
-        """Read-write for ``ordinal`` and every device that can access it as a peer."""
-        from ..device import Device
-        from .._hip.types import hipMemAccessDesc
-        devices = [ordinal] + [d for d in range(device_count())
-                               if d != ordinal and Device(d).can_access_peer(ordinal)]
-        descs = (hipMemAccessDesc * len(devices))()
-        for desc, d in zip(descs, devices):
-            desc.location.type, desc.location.id, desc.flags = _DEVICE_LOCATION, d, _READ_WRITE
-        return descs
+        finalize(self, _free_spares, setup.rt.fn.hipHostFree, self._spares)
 
     # ---- what it is -----------------------------------------------------------------------
     @property
@@ -255,7 +282,8 @@ class VirtualMemoryResource:
 
     # ---- native steps (device current) ----------------------------------------------------
     def _error(self, st: int, call: str, **kw: Any) -> Exception:
-        return self._rt.error(st, call, device=self._device, **kw)
+        error: Exception = self._rt.error(st, call, device=self._device, **kw)
+        return error
 
     def _map_new(self, ptr: int, size: int) -> int:
         """New physical memory of ``size`` mapped at ``ptr`` with access set: its handle.

@@ -200,6 +200,7 @@ SUBJECTS: Dict[str, Subject] = {
     "ManagedMemoryResource": Subject(hmr.ManagedMemoryResource, True, False, True, "hipFree"),
     "HostMemoryResource": Subject(hmr.HostMemoryResource, False, True, False),
     "VirtualMemoryResource": Subject(hmr.VirtualMemoryResource, True, True, False),
+    "VirtualPoolResource": Subject(hmr.VirtualPoolResource, False, True, False),
     "PoolResource": Subject(lambda: hmr.PoolResource(_async(), initial_pool_size=1 << 20),
                             False, True, False),
     "PoolResource(DeviceMemoryResource)": Subject(
@@ -644,6 +645,7 @@ for label, v, exc in BAD_DEVICES:
             ("DeviceMemoryResource", lambda _, v=v: hmr.DeviceMemoryResource(v)),
             ("AsyncMemoryResource", lambda _, v=v: hmr.AsyncMemoryResource(v)),
             ("VirtualMemoryResource", lambda _, v=v: hmr.VirtualMemoryResource(v)),
+            ("VirtualPoolResource", lambda _, v=v: hmr.VirtualPoolResource(v)),
             ("AsyncMemoryResource.from_default_pool",
              lambda _, v=v: hmr.AsyncMemoryResource.from_default_pool(v)),
             ("PrefetchResource", lambda _, v=v: hmr.PrefetchResource(
@@ -664,6 +666,20 @@ for label, v, exc in [("zero", 0, ValueError), ("negative", -4096, ValueError),
          lambda _, v=v: hmr.VirtualMemoryResource(granularity=v), exc, "granularity",
          native=QUERIES | {"hipDeviceGetAttribute", "hipRuntimeGetVersion",
                            "hipMemGetAllocationGranularity"})
+    if label != "not-a-multiple":   # (checked before any native call)
+        case(f"VirtualPoolResource-granularity-{label}", "VirtualPoolResource", _none,
+             lambda _, v=v: hmr.VirtualPoolResource(granularity=v), exc, "granularity",
+             native=frozenset())
+case("VirtualPoolResource-granularity-not-a-multiple", "VirtualPoolResource", _none,
+     lambda _: hmr.VirtualPoolResource(granularity=(2 << 20) + 4096), ValueError,
+     "granularity", native=QUERIES | {"hipDeviceGetAttribute", "hipRuntimeGetVersion",
+                                      "hipMemGetAllocationGranularity"})
+for name in ("initial_pool_size", "maximum_pool_size", "release_threshold", "reserve_size"):
+    for label, v, exc in BAD_CONFIG_SIZES:
+        if v is not None:  # None: the default
+            case(f"VirtualPoolResource-{name}-{label}", "VirtualPoolResource", _none,
+                 lambda _, v=v, n=name: hmr.VirtualPoolResource(**{n: v}),
+                 ValueError if label == "float" else exc, name, native=frozenset())
 for label, call, exc in [
         ("pause-backup-int", lambda r: r.pause(backup=1), TypeError),
         ("pause-backup-None", lambda r: r.pause(backup=None), TypeError),

@@ -104,7 +104,8 @@ def test_bench_hotpaths(tmp_path):
     _run("bench_hotpaths.py", "--rounds", "2", "--pairs", "200", "--ops", "20", "--json",
          str(out))
     data = json.loads(out.read_text())
-    assert {"PoolResource via async_resource_ref", "... with a Stream argument",
+    assert {"PoolResource via async_resource_ref", "VirtualPoolResource, mapped memory",
+            "... with a Stream argument",
             "Buffer(256, resource=pool) + close()", "Buffer(256), pool current, dropped",
             "is_async_resource(user class)", "ref of a new StatisticsResource(pool)",
             "per-thread floor: two dict reads", "per-thread floor: two threading.local reads",

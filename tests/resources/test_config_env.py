@@ -35,7 +35,7 @@ def test_specs_parse():
     ("device,pool=2k", "'pool=2k'", "single-letter unit"),
     ("device,pool=4MiB:2MiB", "'pool=4MiB:2MiB'", "larger than the maximum"),
     ("device,pool=1MiB:", "'pool=1MiB:'", "nothing after ':'"),
-    ("device,release_threshold=1GiB", "'release_threshold=1GiB'", "an option of async only"),
+    ("device,release_threshold=1GiB", "'release_threshold=1GiB'", "an option of async and virtual_pool only"),
     ("device,limit", "'limit'", "needs a size"),
     ("device,limit=150%", "'limit=150%'", "must be in (0, 1]"),
     ("device,statistics=yes", "'statistics=yes'", "takes no value"),
@@ -50,7 +50,8 @@ def test_bad_specs_name_the_variable_the_part_and_what_is_right(text, part, prob
     message = str(info.value)
     assert message.startswith(f"{VARIABLE}={text!r}: {part}: ")
     assert problem in message
-    assert ("expected a kind (device, async, managed, system, sam_headroom or virtual) then "
+    assert ("expected a kind (device, async, managed, system, sam_headroom, virtual or "
+            "virtual_pool) then "
             "options") in message
 
 
