@@ -90,15 +90,17 @@ class _VirtualArena(_Arena):
         end = start + size
         return (start if left is None else left), end + self.fsize.get(end, 0)
 
-    def _grow(self, need: int, nbytes: int, key: Any) -> None:
+    def _grow(self, need: int, nbytes: int, key: Any, captured: bool = False) -> None:
         """Map pages so that a free block of ``need`` bytes exists, or raise
         OutOfMemoryError (see the module's docstring).  Short of memory (the maximum, or the
         device), it first unmaps about as many free pages as it lacks, away from the gap it
-        wants to map, then every free page, planning again after each."""
+        wants to map, then every free page, planning again after each.  ``captured``: for a
+        capturing stream, so no page is unmapped meanwhile (unmapping waits on the host for
+        the streams that used the pages, which a capture forbids)."""
         space = self.space
         maximum, threshold = self.maximum, self.threshold
-        trimmed = False
-        stage = 0          # 0: as it is; 1: some free pages unmapped; 2: all of them
+        trimmed = captured
+        stage = 2 if captured else 0   # 0: as it is; 1: some free pages unmapped; 2: all
         error: Optional[BaseException] = None
         while True:
             plan = self._plan(need)
@@ -138,7 +140,7 @@ class _VirtualArena(_Arena):
             if stage == 2:
                 break
             stage = 2
-            if not self._release_free_chunks():
+            if captured or not self._release_free_chunks():
                 break
         raise OutOfMemoryError(call="VirtualPoolResource.allocate", size=nbytes,
                                device=space.device, detail=problem) from error

@@ -326,3 +326,34 @@ def test_fixed_size_resource_is_captured_without_events(rt, spy):
     launch_twice(rt, graph, s, host, b"\x11" * N)
     fixed.release()
     pinned.deallocate(host, N)
+
+
+def test_virtual_pool_grows_in_a_capture_and_unmaps_nothing(rt, spy):
+    """The pool that grows in place maps pages during a Global-mode capture (in Relaxed
+    mode, as the synchronous pool does) and unmaps none while the stream captures, even at
+    its maximum: there it raises OutOfMemoryError and the capture stays valid."""
+    pinned = hmr.PinnedMemoryResource()
+    host = pinned.allocate(N)
+    s = hmr.Stream(flags=1)
+    pool = hmr.VirtualPoolResource(maximum_pool_size=8 * MiB)
+    spare = pool.allocate_async(2 * MiB, 256, s)      # a free mapped page to keep
+    pool.deallocate_async(spare, 2 * MiB, 256, s)
+    s.synchronize()
+    mapped = pool.mapped_bytes
+    begin(rt, s)
+    spy.on = True
+    a = pool.allocate_async(4 * MiB, 256, s)          # more than is mapped: grows
+    assert pool.mapped_bytes > mapped
+    with pytest.raises(hmr.OutOfMemoryError):
+        pool.allocate_async(6 * MiB, 256, s)          # past the maximum: nothing unmapped
+    memset(rt, a, 5, N, s)
+    copy(rt, host, a, N, D2H, s)
+    spy.on = False
+    graph = end(rt, s)
+    assert spy.calls == []
+    launch_twice(rt, graph, s, host, b"\x05" * N)
+    pool.deallocate_async(a, 4 * MiB, 256, s)
+    s.synchronize()
+    pool.release()
+    assert pool.mapped_bytes == 0
+    pinned.deallocate(host, N)
