@@ -73,3 +73,11 @@ def test_code_comments_state_rules_not_measurements():
                 found.append(f"{path.relative_to(REPO)}:{line}: {figure}")
     assert not found, "measured figures in comments (move them to benchmarks/results/):\n" + \
         "\n".join(found)
+
+
+def test_the_maintainers_page_stays_short():
+    """docs/internals.md is read whole by a new maintainer: at most 600 lines (what a test
+    or the CI pins goes to tests/README.md or .ci/README.md; an emulator detail to
+    docs/emulated.md)."""
+    lines = (REPO / "docs" / "internals.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= 600, f"docs/internals.md has {lines} lines; say it in fewer"
