@@ -82,54 +82,7 @@ def loops() -> Dict[str, Callable[[int], None]]:
     for name, res in others.items():
         out[name] = pair(res.allocate_async, res.deallocate_async, 0)
     out.update(everyday(pool, stats))
-    out.update(interop(pool))
     out.update(thread_lookups())
-    return out
-
-
-def interop(pool: Any) -> Dict[str, Callable[[int], None]]:
-    """The CuPy allocator and the Numba plugin over the pool (the current device resource),
-    where CuPy / Numba import: an allocation as CuPy / Numba make it, dropped.  What needs a
-    driver is stood in: CuPy's current device and stream (device 0, CuPy's null stream
-    object), Numba's context (device 0)."""
-    out: Dict[str, Callable[[int], None]] = {}
-    try:
-        import cupy
-        import hipmr_ctypes.interop.cupy as hook
-    except ImportError:
-        pass
-    else:
-        null = cupy.cuda.Stream.null
-        hook._device_id = lambda: 0
-        hook._get_current_stream = lambda device=-1: null
-        hook._current_stream = hook._first_stream
-        current, pinned = hook.allocator(), hook.allocator(pool)
-
-        def cupy_alloc(allocate: Any) -> Callable[[int], None]:
-            def run(n: int) -> None:
-                for _ in range(n):
-                    m = allocate(256)
-                    del m
-            return run
-        out["CuPy allocator(), pool current: allocation dropped"] = cupy_alloc(current)
-        out["CuPy allocator(pool): allocation dropped"] = cupy_alloc(pinned)
-    try:
-        from hipmr_ctypes.interop.numba import HipmrNumbaManager
-    except ImportError:
-        pass
-    else:
-        class _Device:
-            id = 0
-
-        class _Context:
-            device = _Device()
-        memalloc = HipmrNumbaManager(context=_Context()).memalloc
-
-        def numba_alloc(n: int) -> None:
-            for _ in range(n):
-                m = memalloc(256)
-                del m
-        out["Numba plugin memalloc, pool current: pointer dropped"] = numba_alloc
     return out
 
 

@@ -5,12 +5,12 @@ there: the first time, and after any change of the per-device table (which clear
 ``current``)."""
 from __future__ import annotations
 
-from typing import Any, Deque, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 from .._memory_query import memory_device
 from ..resources import per_device as _per_device
 
-__all__ = ["current", "resource_of", "pool_lists"]
+__all__ = ["current", "resource_of"]
 
 #: device -> (its per-device resource, the device of that resource's memory, the resource's
 #: ``allocate_async`` and ``deallocate_async``, bound once as adaptors bind their upstream's);
@@ -27,16 +27,3 @@ def resource_of(device: int) -> Tuple[Any, int, Any, Any]:
              resource.deallocate_async)
     _per_device.remember_per_device(current, device, resource, entry)
     return entry
-
-
-def pool_lists(resource: Any) -> Optional[Tuple[Dict[Any, Dict[int, Deque[int]]], Dict[int, int]]]:
-    """The free lists and the live table of ``resource`` when it is the package's own
-    ``PoolResource`` (not a subclass, which may serve its blocks otherwise), for a hook that
-    serves the pool's blocks from a fast path of its own by the rules of
-    :class:`~hipmr_ctypes.adaptors.pool.PoolView` (the pool's slow paths for everything
-    else); None for any other resource."""
-    from ..adaptors.pool import PoolResource
-    if type(resource) is not PoolResource:
-        return None
-    view = resource._fast_view()
-    return view.free, view.live

@@ -12,25 +12,19 @@ How an allocation is built (the allocator is CuPy's hottest path): what does not
 allocations is decided once, per allocator or per resource (the resource's checks, the device
 its memory lives on); each allocation then makes two objects, CuPy's ``MemoryPointer`` and an
 ``UnownedMemory`` of a subclass whose ``__del__`` frees, given the device so that CuPy asks the
-runtime nothing.  Over the package's own ``PoolResource`` (the per-device resource, or the
-resource given), a block the pool has free for the stream and size is taken, and given back,
-by the hook itself, as the pool's own fast paths do (the rules of
-``hipmr_ctypes.adaptors.pool.PoolView``): two Python calls fewer per allocation; everything
-else goes through the pool's ``allocate_async`` / ``deallocate_async``.
+runtime nothing.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import cupy
 
 from .._exit import _state as _exit_state, warn_failed_free
 from .._memory_query import memory_device
-from ..adaptors._dead import ANY as _ANY, DEAD as _DEAD, rescue as _rescue
 from ..properties import DEFAULT_ALIGNMENT, device_accessible
 from ..resource_refs import async_resource_ref
-from ..resources import per_device as _per_device
-from ._current import pool_lists, resource_of as _resource_of
+from ._current import current as _current_resources, resource_of as _resource_of
 
 __all__ = ["allocator"]
 
@@ -39,60 +33,27 @@ _MemoryPointer = cupy.cuda.memory.MemoryPointer
 _device_id: Callable[[], int] = cupy.cuda.device.get_device_id
 _get_current_stream: Callable[..., Any] = cupy.cuda.get_current_stream
 
-#: a pool's free lists and live table (``pool_lists``), or None for any other resource
-_Lists = Optional[Tuple[Dict[Any, Dict[int, Deque[int]]], Dict[int, int]]]
-
 
 class _Allocation(cupy.cuda.memory.UnownedMemory):  # type: ignore[misc]
     """CuPy's ``UnownedMemory`` over one allocation, which frees it when CuPy lets it go
-    (refcounting runs ``__del__`` exactly once).  ``_hipmr`` is ``(deallocate_async, ptr,
-    size, stream handle, CuPy's stream object, the pool's lists or None)``, set once the
-    memory is ours: the resource and the stream are held until then.  One object per
-    allocation beside CuPy's ``MemoryPointer``: no separate owner."""
+    (refcounting runs ``__del__`` exactly once).  ``_free`` is the resource's bound
+    ``deallocate_async`` and ``_stream`` CuPy's stream object: both are held until then.  One
+    object per allocation beside CuPy's ``MemoryPointer``: no separate owner."""
 
-    __slots__ = ("_hipmr",)
+    __slots__ = ("_free", "_handle", "_stream")
 
     def __del__(self, _state: Dict[str, bool] = _exit_state,
-                _failed: Callable[..., None] = warn_failed_free,
-                _any: Any = _ANY, _dead: Any = _DEAD) -> None:
+                _failed: Callable[..., None] = warn_failed_free) -> None:
         if _state["keep"]:  # exiting: memory that may still be reachable stays valid
             return
         try:
-            free, ptr, size, handle, _, lists = self._hipmr
+            free = self._free
         except AttributeError:  # never owned memory (construction failed)
             return
         try:
-            if lists is not None:   # the pool's own fast free (see PoolView)
-                try:
-                    lst = lists[0][handle][size]
-                    known = lists[1].pop(ptr)   # the claim
-                except KeyError:
-                    pass
-                else:
-                    if known == size:
-                        lst.append(ptr)
-                        if _any and id(lst) in _dead:   # the pool let the list go meanwhile
-                            _rescue(lst)
-                        return
-                    lists[1][ptr] = known   # put back: the pool's checked path decides
-            free(ptr, size, DEFAULT_ALIGNMENT, handle)
+            free(self.ptr, self.size, DEFAULT_ALIGNMENT, self._handle)
         except Exception as exc:  # noqa: BLE001 - nobody to raise to
-            _failed("CuPy allocator", ptr, size, exc)
-
-
-#: device -> (the device of its resource's memory, the resource's ``allocate_async`` and
-#: ``deallocate_async``, the pool's lists or None); cleared whenever the per-device table
-#: changes
-_entries: Dict[int, Tuple[int, Any, Any, _Lists]] = _per_device.per_device_cache({})
-
-
-def _entry_of(device: int) -> Tuple[int, Any, Any, _Lists]:
-    """The entry of :data:`_entries` for ``device``, remembered unless the per-device table
-    changed meanwhile."""
-    resource, where, allocate_async, free = _resource_of(device)
-    entry = (where, allocate_async, free, pool_lists(resource))
-    _per_device.remember_per_device(_entries, device, resource, entry)
-    return entry
+            _failed("CuPy allocator", self.ptr, self.size, exc)
 
 
 def _stream_without_device(device: int) -> Any:
@@ -122,26 +83,21 @@ def _current(nbytes: int) -> Any:
     device = _device_id()
     stream = _current_stream(device)
     try:
-        where, allocate_async, free, lists = _entries[device]
+        _, where, allocate_async, free = _current_resources[device]
     except KeyError:
-        where, allocate_async, free, lists = _entry_of(device)
+        _, where, allocate_async, free = _resource_of(device)
     if not nbytes:
         return _MemoryPointer(_UnownedMemory(0, 0, None, where), 0)
     handle = stream.ptr
-    if lists is not None and type(nbytes) is int:
-        try:   # the pool's own fast path (see PoolView): a block free for stream and size
-            ptr = lists[0][handle][nbytes].pop()
-            lists[1][ptr] = nbytes
-        except (KeyError, IndexError):
-            ptr = allocate_async(nbytes, DEFAULT_ALIGNMENT, handle)
-    else:
-        ptr = allocate_async(nbytes, DEFAULT_ALIGNMENT, handle)
+    ptr = allocate_async(nbytes, DEFAULT_ALIGNMENT, handle)
     try:
         memory = _Allocation(ptr, nbytes, None, where)
     except BaseException:
         free(ptr, nbytes, DEFAULT_ALIGNMENT, handle)
         raise
-    memory._hipmr = (free, ptr, nbytes, handle, stream, lists)  # from here on, it frees itself
+    memory._handle = handle
+    memory._stream = stream
+    memory._free = free  # last: from here on, the memory frees itself
     return _MemoryPointer(memory, 0)
 
 
@@ -157,7 +113,6 @@ def allocator(resource: Any = None) -> Callable[[int], Any]:
     ref = async_resource_ref[device_accessible](resource)  # TypeError now, not later
     allocate_async, deallocate_async = ref.allocate_async, ref.deallocate_async
     fixed: Optional[int] = memory_device(ref.resource)
-    lists = pool_lists(ref.resource)
 
     def allocate(nbytes: int) -> Any:
         """``nbytes`` from the allocator's resource, on CuPy's current stream."""
@@ -167,21 +122,15 @@ def allocator(resource: Any = None) -> Callable[[int], Any]:
         if not nbytes:
             return _MemoryPointer(_UnownedMemory(0, 0, None, where), 0)
         handle = stream.ptr
-        if lists is not None and type(nbytes) is int:
-            try:   # the pool's own fast path (see PoolView): a block free for stream and size
-                ptr = lists[0][handle][nbytes].pop()
-                lists[1][ptr] = nbytes
-            except (KeyError, IndexError):
-                ptr = allocate_async(nbytes, DEFAULT_ALIGNMENT, handle)
-        else:
-            ptr = allocate_async(nbytes, DEFAULT_ALIGNMENT, handle)
+        ptr = allocate_async(nbytes, DEFAULT_ALIGNMENT, handle)
         try:
             memory = _Allocation(ptr, nbytes, None, where)
         except BaseException:
             deallocate_async(ptr, nbytes, DEFAULT_ALIGNMENT, handle)
             raise
-        # from here on, it frees itself
-        memory._hipmr = (deallocate_async, ptr, nbytes, handle, stream, lists)
+        memory._handle = handle
+        memory._stream = stream
+        memory._free = deallocate_async
         return _MemoryPointer(memory, 0)
 
     return allocate

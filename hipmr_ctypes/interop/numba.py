@@ -12,28 +12,22 @@ interpreter exit, memory still reachable is not freed (see ``hipmr_ctypes._exit`
 
 The pointer is Numba's own ``MemoryPointer`` (views, reference counts and ``free()`` behave as
 Numba's), in a subclass that frees in ``__del__`` instead of through the ``weakref.finalize``
-Numba's base class would make for each allocation.  Over the package's own ``PoolResource``
-(the per-device resource), a block the pool has free for the null stream and the size is
-taken, and given back, by the plugin itself, as the pool's own fast paths do (the rules of
-``hipmr_ctypes.adaptors.pool.PoolView``); everything else goes through the pool's
-``allocate_async`` / ``deallocate_async``.
+Numba's base class would make for each allocation.
 """
 from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from numba.cuda import HostOnlyCUDAMemoryManager, MemoryPointer
 from numba.cuda.cudadrv import driver as _driver
 
 from .._exit import _state as _exit_state, warn_failed_free
-from ..adaptors._dead import ANY as _ANY, DEAD as _DEAD, rescue as _rescue
 from ..buffer import Buffer
 from ..device import Device, get_device
 from ..properties import DEFAULT_ALIGNMENT
-from ..resources import per_device as _per_device
-from ._current import pool_lists, resource_of as _resource_of
+from ._current import current as _current_resources, resource_of as _resource_of
 
 __all__ = ["HipmrNumbaManager"]
 
@@ -81,50 +75,13 @@ def _numba_ipc_handle(data: bytes) -> Any:
 
 _adopting = threading.Lock()
 
-#: a pool's free lists and live table (``pool_lists``), or None for any other resource
-_Lists = Optional[Tuple[Dict[Any, Dict[int, Deque[int]]], Dict[int, int]]]
-#: device -> (its per-device resource, the device of its memory, the resource's
-#: ``allocate_async`` and ``deallocate_async``, the pool's lists or None); cleared whenever the
-#: per-device table changes
-_entries: Dict[int, Tuple[Any, int, Any, Any, _Lists]] = _per_device.per_device_cache({})
-
-
-def _entry_of(device: int) -> Tuple[Any, int, Any, Any, _Lists]:
-    """The entry of :data:`_entries` for ``device``, remembered unless the per-device table
-    changed meanwhile."""
-    resource, where, allocate_async, free = _resource_of(device)
-    entry = (resource, where, allocate_async, free, pool_lists(resource))
-    _per_device.remember_per_device(_entries, device, resource, entry)
-    return entry
-
-
-def _give_back(owned: Tuple[Any, ...], _any: Any = _ANY, _dead: Any = _DEAD) -> None:
-    """Free the memory of ``owned`` (a pointer's ``_hipmr``, claimed): on the null stream,
-    straight onto the pool's free list where the pool's own fast path would put it."""
-    ptr, size, lists = owned[1], owned[2], owned[5]
-    if lists is not None:
-        try:
-            lst = lists[0][0][size]
-            known = lists[1].pop(ptr)   # the claim
-        except KeyError:
-            pass
-        else:
-            if known == size:
-                lst.append(ptr)
-                if _any and id(lst) in _dead:   # the pool let the list go meanwhile
-                    _rescue(lst)
-                return
-            lists[1][ptr] = known   # put back: the pool's checked path decides
-    owned[0](ptr, size, DEFAULT_ALIGNMENT, 0)
-
 
 class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
     """Numba's ``MemoryPointer`` over one allocation of this plugin, built by Numba's own
     ``__init__`` (without a finalizer); ``memalloc`` then sets ``is_managed`` (``free()``
     frees, as with Numba's own memory) and ``_hipmr``.
 
-    ``_hipmr`` is ``(deallocate_async, ptr, size, resource, device, the pool's lists or
-    None)`` while the pointer owns
+    ``_hipmr`` is ``(deallocate_async, ptr, size, resource, device)`` while the pointer owns
     the memory: deleting it (which only one caller can do) is the claim that frees exactly
     once (``free()``, the collector, or handing the memory to a :class:`Buffer` for IPC).
     After such a hand-over, ``_hipmr_buffer`` owns the memory and lives as long as the
@@ -145,14 +102,13 @@ class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
             buf.close()
             return
         try:
-            _give_back(owned)
+            owned[0](owned[1], owned[2], DEFAULT_ALIGNMENT, 0)
         except BaseException:
             self._hipmr = owned  # still ours
             raise
 
     def __del__(self, _state: Dict[str, bool] = _exit_state,
-                _failed: Callable[..., None] = warn_failed_free,
-                _any: Any = _ANY, _dead: Any = _DEAD) -> None:
+                _failed: Callable[..., None] = warn_failed_free) -> None:
         if _state["keep"]:  # exiting: memory that may still be reachable stays valid
             return
         try:
@@ -160,22 +116,8 @@ class _HipmrMemoryPointer(MemoryPointer):  # type: ignore[misc]
             del self._hipmr   # the claim (not __dict__.pop: reading __dict__ makes the dict)
         except AttributeError:  # freed, handed to a Buffer, or __init__ did not get that far
             return
-        try:   # _give_back, inline: the collector's free is the common one
-            free, ptr, size, _, _, lists = owned
-            if lists is not None:
-                try:
-                    lst = lists[0][0][size]
-                    known = lists[1].pop(ptr)   # the claim
-                except KeyError:
-                    pass
-                else:
-                    if known == size:
-                        lst.append(ptr)
-                        if _any and id(lst) in _dead:   # the pool let the list go meanwhile
-                            _rescue(lst)
-                        return
-                    lists[1][ptr] = known   # put back: the pool's checked path decides
-            free(ptr, size, DEFAULT_ALIGNMENT, 0)
+        try:
+            owned[0](owned[1], owned[2], DEFAULT_ALIGNMENT, 0)
         except Exception as exc:  # noqa: BLE001 - nobody to raise to
             _failed("Numba memory manager", owned[1], owned[2], exc)
 
@@ -228,26 +170,19 @@ class HipmrNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]
         if device is None:
             device = self._device()
         try:
-            resource, where, allocate_async, dealloc, lists = _entries[device]
+            resource, where, allocate_async, dealloc = _current_resources[device]
         except KeyError:
-            resource, where, allocate_async, dealloc, lists = _entry_of(device)
+            resource, where, allocate_async, dealloc = _resource_of(device)
         if not size:
             return MemoryPointer(self.context, _device_pointer(0), 0)
-        if lists is not None and type(size) is int:
-            try:   # the pool's own fast path (see PoolView): a block free for the null stream
-                ptr = lists[0][0][size].pop()
-                lists[1][ptr] = size
-            except (KeyError, IndexError):
-                ptr = allocate_async(size, DEFAULT_ALIGNMENT, 0)
-        else:
-            ptr = allocate_async(size, DEFAULT_ALIGNMENT, 0)
+        ptr = allocate_async(size, DEFAULT_ALIGNMENT, 0)
         try:
             memory = _HipmrMemoryPointer(self.context, _device_pointer(ptr), size)
         except BaseException:
             dealloc(ptr, size, DEFAULT_ALIGNMENT, 0)
             raise
         memory.is_managed = True
-        memory._hipmr = (dealloc, ptr, size, resource, where, lists)
+        memory._hipmr = (dealloc, ptr, size, resource, where)
         return memory
 
     def get_memory_info(self) -> Any:

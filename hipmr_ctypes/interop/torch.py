@@ -445,6 +445,11 @@ def use(resource: Any = None, *, route: str = "auto",
         if _installed:
             raise RuntimeError("hipmr_ctypes.interop.torch.use() was already called in this "
                                "process: PyTorch's allocator can be changed only once")
+        backend = torch_route.backend_problem()
+        if backend is not None:
+            raise RuntimeError(f"hipmr_ctypes.interop.torch.use(): {backend}; remove the "
+                               f"'backend:' setting (use(AsyncMemoryResource()) gives "
+                               f"stream-ordered memory under PyTorch's own cache)")
         problem = None if route == "allocator" else torch_route.route_problem()
         if problem is not None and route == "pool":
             raise RuntimeError(f"the pool route is not available: {problem} (use "

@@ -56,7 +56,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-__all__ = ["route_problem", "Route", "capturing", "MIN_TORCH"]
+__all__ = ["route_problem", "backend_problem", "Route", "capturing", "MIN_TORCH"]
 
 #: the first PyTorch release whose pool route has been measured
 MIN_TORCH: Tuple[int, int] = (2, 8)
@@ -78,6 +78,19 @@ _PRIVATE = ("_cuda_beginAllocateToPool", "_cuda_endAllocateToPool", "_cuda_relea
 def _version(text: str) -> Tuple[int, int]:
     found = re.match(r"(\d+)\.(\d+)", text)
     return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def backend_problem() -> Optional[str]:
+    """Why PyTorch's allocator backend keeps our memory out (a sentence), or None for its
+    caching allocator (``native``).  Under another backend (``backend:cudaMallocAsync``)
+    neither route is taken: replacing that allocator has been seen to leave Python errors
+    set inside PyTorch's calls."""
+    backend = getattr(torch._C, "_cuda_getAllocatorBackend", None)
+    if callable(backend) and backend() != "native":
+        return (f"PyTorch's allocator backend is {backend()!r} (PYTORCH_ALLOC_CONF, "
+                f"PYTORCH_CUDA_ALLOC_CONF or PYTORCH_HIP_ALLOC_CONF 'backend:'), not its "
+                f"caching allocator ('native'), which the pool route keeps on top")
+    return None
 
 
 def route_problem() -> Optional[str]:
@@ -108,11 +121,9 @@ def route_problem() -> Optional[str]:
     graph_class = getattr(getattr(torch.cuda, "graphs", None), "CUDAGraph", None)
     if graph_class is None or not callable(getattr(graph_class, "capture_begin", None)):
         return f"PyTorch {torch.__version__} has no torch.cuda.graphs.CUDAGraph.capture_begin"
-    backend = getattr(torch._C, "_cuda_getAllocatorBackend", None)
-    if callable(backend) and backend() != "native":
-        return (f"PyTorch's allocator backend is {backend()!r} (PYTORCH_ALLOC_CONF, "
-                f"PYTORCH_CUDA_ALLOC_CONF or PYTORCH_HIP_ALLOC_CONF 'backend:'), not its "
-                f"caching allocator ('native'), which the pool route keeps on top")
+    other = backend_problem()
+    if other is not None:
+        return other
     for name in _NO_CACHING:
         if name in os.environ:   # any value: PyTorch releases differ on what one means
             return (f"{name} is set: PyTorch's caching allocator, which the pool route keeps "

@@ -261,63 +261,6 @@ def test_cupy_allocator_frees_once_from_many_threads(fake_cupy):
     assert not res.live and res.total == 1200 and len(res.frees) == 1200
 
 
-@pytest.mark.parametrize("pinned", [False, True])
-def test_cupy_allocator_serves_the_pools_blocks_itself(fake_cupy, pinned):
-    """Over the package's PoolResource the hook takes and gives back the pool's free blocks
-    itself: a block freed on a stream is handed out again for the same stream and size, the
-    pool's live table holds exactly what CuPy holds, other streams and sizes go through the
-    pool's own paths, and everything goes back to the upstream on release."""
-    cupy, hook = fake_cupy
-    upstream = hmr.StatisticsResource(DeviceMemoryResource())
-    pool = hmr.PoolResource(upstream, initial_pool_size=1 << 20)
-    set_current_device_resource(pool)
-    allocate = hook.allocator(pool) if pinned else hook.allocator()
-    live = pool._fast_view().live
-    a = allocate(1000)
-    assert live == {a.ptr: 1000} and pool.allocation_count() == 1
-    first = a.ptr
-    del a
-    assert live == {}
-    b = allocate(1000)                       # the block just freed, from the hook's own path
-    assert b.ptr == first and live == {first: 1000}
-    ours = hmr.Stream()
-    cupy.state.streams[0] = cupy.cuda.Stream(ours.handle)
-    c = allocate(1000)                       # another stream: the pool's own path
-    d = allocate(4096)
-    assert c.ptr != first and set(live) == {first, c.ptr, d.ptr}
-    del b, c, d
-    assert live == {}
-    cupy.state.streams.clear()
-    again = [allocate(n) for n in (1000, 1000, 24)]
-    assert first in {m.ptr for m in again}
-    del again
-    ours.synchronize()
-    pool.release()
-    assert upstream.allocation_counts.current_bytes == 0
-
-
-def test_cupy_allocator_over_a_pool_from_many_threads(fake_cupy):
-    cupy, hook = fake_cupy
-    upstream = hmr.StatisticsResource(DeviceMemoryResource())
-    pool = hmr.PoolResource(upstream)
-    set_current_device_resource(pool)
-    allocate = hook.allocator()
-
-    def work(size):
-        for _ in range(300):
-            m = allocate(size)
-            n = allocate(size)
-            del m, n
-    threads = [threading.Thread(target=work, args=(128 * (i % 2 + 1),)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert pool._fast_view().live == {}
-    pool.release()
-    assert upstream.allocation_counts.current_bytes == 0
-
-
 def test_cupy_allocator_free_failure_is_a_warning(fake_cupy):
     cupy, hook = fake_cupy
     res = Recording(DeviceMemoryResource())
@@ -406,38 +349,6 @@ def test_numba_plugin_memalloc_and_free(fake_numba):
     empty = plugin.memalloc(0)
     assert empty.device_pointer_value is None and res.total == 2
     assert not plugin.allocations             # nothing kept in Numba's table
-
-
-def test_numba_plugin_serves_the_pools_blocks_itself(fake_numba):
-    """Over the package's PoolResource the plugin takes and gives back the pool's free
-    blocks of the null stream itself (dropped or ``free()``-d), the pool's live table holds
-    exactly what Numba holds, and everything goes back to the upstream on release."""
-    from interop_doubles import Context
-    upstream = hmr.StatisticsResource(DeviceMemoryResource())
-    pool = hmr.PoolResource(upstream, initial_pool_size=1 << 20)
-    set_current_device_resource(pool)
-    live = pool._fast_view().live
-    plugin = fake_numba.HipmrNumbaManager(context=Context())
-    m = plugin.memalloc(1000)
-    first = int(m.device_pointer)
-    assert live == {first: 1000}
-    del m
-    assert live == {}
-    m = plugin.memalloc(1000)                # the block just freed, from the plugin's own path
-    assert int(m.device_pointer) == first and live == {first: 1000}
-    m.free()
-    assert live == {}
-    with pytest.raises(RuntimeError, match="Freeing dead memory"):
-        m.free()
-    kept = [plugin.memalloc(n) for n in (1000, 1000, 4096)]
-    assert first in {int(k.device_pointer) for k in kept} and len(live) == 3
-    buf = kept[2]._hipmr_as_buffer()         # handed to a Buffer: the Buffer frees it
-    del kept
-    assert set(live) == {buf.ptr}
-    buf.close()
-    assert live == {}
-    pool.release()
-    assert upstream.allocation_counts.current_bytes == 0
 
 
 def test_numba_plugin_uses_the_context_device(fake_numba):

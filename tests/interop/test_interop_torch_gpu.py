@@ -422,26 +422,20 @@ def test_pool_route_torch_compile_reduce_overhead(run_script):
     assert "OK" in out.split(), out
 
 
-def test_pytorchs_async_backend_gets_the_allocator_route(run_script):
-    """Under ``backend:cudaMallocAsync`` PyTorch has no caching allocator to keep on top: the
-    default route is the allocator route, with a warning naming the backend, and works."""
+def test_pytorchs_async_backend_is_refused(run_script):
+    """Under ``backend:cudaMallocAsync`` neither route is taken: RuntimeError naming the
+    backend, and PyTorch's own allocator keeps working."""
     out = run_script("""
-    import warnings
     assert torch.cuda.get_allocator_backend() == "cudaMallocAsync"
-    assert "backend is 'cudaMallocAsync'" in hipmr_ctypes_route_problem()
-    stats = hmr.StatisticsResource(hmr.AsyncMemoryResource())
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        alloc = ht.use(stats)
-    assert alloc.route == "allocator", alloc.route
-    assert any("cudaMallocAsync" in str(w.message) for w in caught), caught
+    try:
+        ht.use(hmr.AsyncMemoryResource())
+    except RuntimeError as exc:
+        assert "backend is 'cudaMallocAsync'" in str(exc), exc
+    else:
+        raise AssertionError("use() took a route under cudaMallocAsync")
+    assert ht.installed() is None
     t = torch.ones(1 << 20, device="cuda")
-    assert stats.statistics.current_bytes == 4 << 20 and float(t.sum()) == 1 << 20
-    del t
-    torch.cuda.synchronize()
-    assert stats.statistics.current_bytes == 0
-    print("allocator route under cudaMallocAsync")
-    """, prelude="from hipmr_ctypes.interop.torch_route import route_problem as "
-                  "hipmr_ctypes_route_problem\n",
-        PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
-    assert "allocator route under cudaMallocAsync" in out
+    assert float(t.sum()) == 1 << 20
+    print("refused under cudaMallocAsync")
+    """, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    assert "refused under cudaMallocAsync" in out

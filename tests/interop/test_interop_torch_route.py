@@ -427,13 +427,24 @@ def test_a_rocm_build_takes_the_same_route(monkeypatch):
     assert [c[1] for c in fake.calls if c[0] == "begin"] == [0, 1]
 
 
-@pytest.mark.parametrize("backend, env", [("cudaMallocAsync", {}), ("hipMallocAsync", {}),
-                                          ("native", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+@pytest.mark.parametrize("backend", ["cudaMallocAsync", "hipMallocAsync"])
+def test_pytorchs_other_backend_is_refused_by_every_route(monkeypatch, backend):
+    """Under PyTorch's other backend (``backend:cudaMallocAsync``) neither route is taken:
+    RuntimeError naming the backend, and nothing installed."""
+    fake = FakePyTorch(monkeypatch)
+    monkeypatch.setattr(torch._C, "_cuda_getAllocatorBackend", lambda: backend, raising=False)
+    assert f"backend is {backend!r}" in torch_route.route_problem()
+    for route in ("auto", "pool", "allocator"):
+        with pytest.raises(RuntimeError, match=f"backend is {backend!r}.*remove the 'backend:'"):
+            fake.use(Recording(), route=route)
+    assert ht.installed() is None
+
+
+@pytest.mark.parametrize("backend, env", [("native", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
                                           ("native", {"PYTORCH_NO_HIP_MEMORY_CACHING": "1"})])
 def test_without_pytorchs_caching_allocator_auto_takes_the_allocator_route(monkeypatch, backend,
                                                                            env):
-    """PyTorch's other backend (``backend:cudaMallocAsync`` in PYTORCH_ALLOC_CONF or its older
-    names) or its caching turned off leaves no caching allocator to keep on top: the route
+    """PyTorch's caching turned off leaves no caching allocator to keep on top: the route
     says so, ``route="pool"`` raises and ``"auto"`` replaces PyTorch's allocator, warning."""
     fake = FakePyTorch(monkeypatch)
     monkeypatch.setattr(torch._C, "_cuda_getAllocatorBackend", lambda: backend, raising=False)
@@ -442,7 +453,7 @@ def test_without_pytorchs_caching_allocator_auto_takes_the_allocator_route(monke
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     problem = torch_route.route_problem()
-    assert (f"backend is {backend!r}" if not env else f"{next(iter(env))} is set") in problem
+    assert f"{next(iter(env))} is set" in problem
     with pytest.raises(RuntimeError, match="pool route is not available"):
         fake.use(Recording(), route="pool")
     replaced = []
