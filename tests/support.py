@@ -161,6 +161,22 @@ NATIVE = [d.name for d in DECLS if d.name not in ERROR_QUERIES]
 
 
 @contextlib.contextmanager
+def failing_nth(rt: Any, call: str, nth: int, status: int = 2) -> Iterator[None]:
+    """Inside the block, the ``nth`` call of ``rt.fn.<call>`` returns ``status`` (default
+    hipErrorOutOfMemory's 2) without running; the others run as they are."""
+    real, count = getattr(rt.fn, call), [0]
+
+    def flaky(*args: Any) -> Any:
+        count[0] += 1
+        return status if count[0] == nth else real(*args)
+    setattr(rt.fn, call, flaky)
+    try:
+        yield
+    finally:
+        setattr(rt.fn, call, real)
+
+
+@contextlib.contextmanager
 def no_native_call(emulator: Any) -> Iterator[None]:
     """Assert that the block makes no HIP call at all and changes no allocation (garbage
     collection is off meanwhile: earlier tests' garbage must not be freed inside it)."""

@@ -15,7 +15,7 @@ import hipmr_ctypes as hmr
 from hipmr_ctypes import _config
 from hipmr_ctypes._hip.exceptions import HipError, OutOfMemoryError
 
-from support import no_native_call, process_runtime, spy_runtime_calls
+from support import failing_nth, no_native_call, process_runtime, spy_runtime_calls
 
 MiB = 1 << 20
 G = 2 * MiB     # the emulated granularity
@@ -407,16 +407,8 @@ def test_faults_in_every_virtual_memory_call_lose_no_byte(vmm, emu):
     rt = hmr._hip.get_runtime()
     for call in calls:
         for nth in (1, 2, 3):
-            real, count = getattr(rt.fn, call), [0]
-
-            def flaky(*args, _real=real, _count=count, _nth=nth):
-                _count[0] += 1
-                return 2 if _count[0] == _nth else _real(*args)
-            setattr(rt.fn, call, flaky)
-            try:
+            with failing_nth(rt, call, nth):
                 cycle()
-            finally:
-                setattr(rt.fn, call, real)
             while vmm.paused():
                 vmm.resume()
             for p in list(extras):

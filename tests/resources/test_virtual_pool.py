@@ -18,7 +18,7 @@ from hipmr_ctypes._hip.exceptions import HipError, OutOfMemoryError
 from hipmr_ctypes.adaptors import virtual_pool as vp_module
 from hipmr_ctypes.adaptors.pool import block_size
 
-from support import no_native_call, process_runtime, recording_events
+from support import failing_nth, no_native_call, process_runtime, recording_events
 
 MiB = 1 << 20
 G = 2 * MiB     # the emulated granularity
@@ -448,16 +448,8 @@ def test_faults_in_every_call_keep_the_books_and_the_bytes(pool, emu):
     rt = hmr._hip.get_runtime()
     for call in calls:
         for nth in (1, 2, 3):
-            real, count = getattr(rt.fn, call), [0]
-
-            def flaky(*args, _real=real, _count=count, _nth=nth):
-                _count[0] += 1
-                return 2 if _count[0] == _nth else _real(*args)
-            setattr(rt.fn, call, flaky)
-            try:
+            with failing_nth(rt, call, nth):
                 cycle()
-            finally:
-                setattr(rt.fn, call, real)
             for p, n in held:
                 small.deallocate(p, n)
             held.clear()
