@@ -160,6 +160,36 @@ ERROR_QUERIES = frozenset({"hipGetErrorName", "hipGetErrorString", "hipGetLastEr
 NATIVE = [d.name for d in DECLS if d.name not in ERROR_QUERIES]
 
 
+#: what the driver's free-memory figure may move by for reasons of its own between two reads
+GPU_FREE_SLACK = 64 << 20
+
+
+def free_device_memory() -> int:
+    """The current device's free memory after every device has finished its work."""
+    import hipmr_ctypes as hmr
+    hmr.synchronize()
+    free: int = hmr.available_device_memory()[0]
+    return free
+
+
+def need_gpu_torch() -> Any:
+    """PyTorch with CUDA / ROCm support and a device (the module), else skip saying why;
+    fail instead under HIPMR_REQUIRE_TORCH=1."""
+    import pytest
+    required = os.environ.get("HIPMR_REQUIRE_TORCH") == "1"
+    try:
+        import torch
+    except ImportError:
+        if required:
+            pytest.fail("PyTorch is required (HIPMR_REQUIRE_TORCH=1) but not installed")
+        pytest.skip("PyTorch is not installed")
+    if not hasattr(torch._C, "_cuda_customAllocator") or not torch.cuda.is_available():
+        if required:
+            pytest.fail(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
+        pytest.skip(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
+    return torch
+
+
 @contextlib.contextmanager
 def failing_nth(rt: Any, call: str, nth: int, status: int = 2) -> Iterator[None]:
     """Inside the block, the ``nth`` call of ``rt.fn.<call>`` returns ``status`` (default

@@ -14,18 +14,11 @@ import textwrap
 import pytest
 
 import hipmr_ctypes as hmr
-from support import REPO
+from support import GPU_FREE_SLACK, REPO, free_device_memory, need_gpu_torch
 
 pytestmark = pytest.mark.gpu
 
 MiB = 1 << 20
-#: what the driver's free-memory figure may move by for reasons of its own between two reads
-SLACK = 64 * MiB
-
-
-def free_memory():
-    hmr.synchronize()
-    return hmr.available_device_memory()[0]
 
 
 @pytest.fixture
@@ -50,16 +43,16 @@ def test_pause_gives_the_memory_back_and_resume_restores_it(vmm):
         kv = hmr.Buffer(128 * MiB, resource=vmm)
     kv.fill(0xAB)
     addresses = (weights.ptr, kv.ptr)
-    before = free_memory()
+    before = free_device_memory()
     released = vmm.pause("weights")
     assert released >= len(data)
     released += vmm.pause("kv", backup=False)
-    gained = free_memory() - before
-    assert released - SLACK <= gained <= released + SLACK, (gained, released)
+    gained = free_device_memory() - before
+    assert released - GPU_FREE_SLACK <= gained <= released + GPU_FREE_SLACK, (gained, released)
     assert vmm.paused() and vmm.mapped_bytes == 0
     assert vmm.resume() == released
     assert (weights.ptr, kv.ptr) == addresses
-    assert abs(free_memory() - before) <= SLACK
+    assert abs(free_device_memory() - before) <= GPU_FREE_SLACK
     assert weights.tobytes() == data
     assert kv.tobytes() == bytes(128 * MiB)       # dropped: zero-filled
     for _ in range(3):                            # again and again, the same bytes
@@ -112,21 +105,10 @@ def test_stream_ordered_deallocation_waits_for_the_stream(vmm):
     assert vmm.reserved_bytes == 0
 
 
-try:
-    import torch
-except ImportError:
-    torch = None
 
 
 def test_torch_tensors_and_a_graph_survive_a_pause(gpu_runtime, tmp_path):
-    if torch is None:
-        if os.environ.get("HIPMR_REQUIRE_TORCH") == "1":
-            pytest.fail("PyTorch is required (HIPMR_REQUIRE_TORCH=1) but not installed")
-        pytest.skip("PyTorch is not installed")
-    if not hasattr(torch._C, "_cuda_customAllocator") or not torch.cuda.is_available():
-        if os.environ.get("HIPMR_REQUIRE_TORCH") == "1":
-            pytest.fail(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
-        pytest.skip(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
+    need_gpu_torch()
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent("""
         import torch

@@ -16,18 +16,11 @@ import textwrap
 import pytest
 
 import hipmr_ctypes as hmr
-from support import REPO
+from support import GPU_FREE_SLACK, REPO, free_device_memory, need_gpu_torch
 
 pytestmark = pytest.mark.gpu
 
 MiB = 1 << 20
-#: what the driver's free-memory figure may move by for reasons of its own between two reads
-SLACK = 64 * MiB
-
-
-def free_memory():
-    hmr.synchronize()
-    return hmr.available_device_memory()[0]
 
 
 @pytest.fixture
@@ -40,11 +33,11 @@ def pool(gpu_runtime):
 def test_pages_coalesce_and_hold_data_across_their_boundaries(pool):
     g = pool.granularity
     assert g > 0 and g % 4096 == 0 and pool.reserved_bytes >= hmr.available_device_memory()[1]
-    free = free_memory()
+    free = free_device_memory()
     ptrs = [pool.allocate(g) for _ in range(4)]
     assert ptrs == [ptrs[0] + i * g for i in range(4)]
     assert pool.mapped_bytes == 4 * g
-    assert free - free_memory() >= 4 * g - SLACK
+    assert free - free_device_memory() >= 4 * g - GPU_FREE_SLACK
     for p in ptrs:
         pool.deallocate(p, g)
     buf = hmr.Buffer(4 * g - 512, resource=pool)        # one block over the four pages
@@ -53,9 +46,9 @@ def test_pages_coalesce_and_hold_data_across_their_boundaries(pool):
     buf.copy_from_host(data)
     assert buf.tobytes() == data
     del buf
-    free = free_memory()
+    free = free_device_memory()
     assert pool.release() == 4 * g and pool.mapped_bytes == 0
-    assert free_memory() - free >= 4 * g - SLACK
+    assert free_device_memory() - free >= 4 * g - GPU_FREE_SLACK
 
 
 def test_a_maximum_unmaps_free_pages_before_running_out(gpu_runtime):
@@ -99,21 +92,6 @@ def test_stream_ordered_reuse_across_streams(pool):
     s2.close()
 
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
-
-def _need_torch():
-    if torch is None:
-        if os.environ.get("HIPMR_REQUIRE_TORCH") == "1":
-            pytest.fail("PyTorch is required (HIPMR_REQUIRE_TORCH=1) but not installed")
-        pytest.skip("PyTorch is not installed")
-    if not hasattr(torch._C, "_cuda_customAllocator") or not torch.cuda.is_available():
-        if os.environ.get("HIPMR_REQUIRE_TORCH") == "1":
-            pytest.fail(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
-        pytest.skip(f"PyTorch {torch.__version__} has no CUDA / ROCm support")
 
 
 #: a small transformer-like model trained with AdamW under bf16 autocast on batches of varying
@@ -194,7 +172,7 @@ def _train(tmp_path, mode):
 
 @pytest.mark.parametrize("mode", ["default", "allocator"])
 def test_training_over_the_pool_gives_pytorchs_losses(gpu_runtime, tmp_path, mode):
-    _need_torch()
+    need_gpu_torch()
     native = _train(tmp_path, "native")
     ours = _train(tmp_path, mode)
     assert ours["pool"] == "VirtualPoolResource" and ours["failures"] == 0
@@ -202,7 +180,7 @@ def test_training_over_the_pool_gives_pytorchs_losses(gpu_runtime, tmp_path, mod
     assert ours["mapped"] > 0
     if mode == "allocator":     # (under the pool route PyTorch may keep its segments cached)
         assert ours["released"] > 0
-    assert ours["free_gain"] >= ours["released"] - SLACK
+    assert ours["free_gain"] >= ours["released"] - GPU_FREE_SLACK
     assert len(ours["losses"]) == len(native["losses"]) == 30
     for got, want in zip(ours["losses"], native["losses"]):
         assert abs(got - want) <= 2e-2 * max(1.0, abs(want)), (ours["losses"], native["losses"])
