@@ -181,9 +181,10 @@ def build(spec: Spec, device: int) -> Any:
 
     with Device(device):
         mr: Any
-        if spec.kind == "async":
+        if spec.kind in ("async", "virtual_pool"):   # a pool of its own: the same sizes
             initial, maximum = spec.pool or (None, None)
-            mr = AsyncMemoryResource(
+            pooled = AsyncMemoryResource if spec.kind == "async" else VirtualPoolResource
+            mr = pooled(
                 device, initial_pool_size=size("initial_pool_size", initial),
                 maximum_pool_size=size("maximum_pool_size", maximum),
                 release_threshold=size("release_threshold", spec.sizes.get("release_threshold")))
@@ -195,12 +196,6 @@ def build(spec: Spec, device: int) -> Any:
             mr = SamHeadroomMemoryResource(size("headroom", spec.sizes["headroom"]), device)
         elif spec.kind == "virtual":
             mr = VirtualMemoryResource(device)
-        elif spec.kind == "virtual_pool":
-            initial, maximum = spec.pool or (None, None)
-            mr = VirtualPoolResource(
-                device, initial_pool_size=size("initial_pool_size", initial),
-                maximum_pool_size=size("maximum_pool_size", maximum),
-                release_threshold=size("release_threshold", spec.sizes.get("release_threshold")))
         else:
             mr = DeviceMemoryResource(device)
         if spec.pool is not None and spec.kind not in _POOLS:
